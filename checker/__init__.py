@@ -1,0 +1,1 @@
+"""How we decide: BMC, k-induction, exploration, replay, minimisation, and the CLI."""

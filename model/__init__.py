@@ -1,0 +1,1 @@
+"""What each engine does: shared state types, Ops, rules and reference schedulers."""

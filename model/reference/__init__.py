@@ -1,0 +1,1 @@
+"""Imperative reference schedulers, one per engine: readable ports of upstream."""

@@ -1,0 +1,1 @@
+"""Branch-free step functions over Ops, one per engine."""

@@ -1,0 +1,178 @@
+"""Frozen value types shared by every semantics: configuration, workload, observed steps.
+
+Field names follow vLLM V1 (v0.32.0) so that a user can read them beside the upstream
+source: `max_num_batched_tokens`, `max_num_seqs`, `num_computed_tokens`, ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+ENGINE_VLLM_V1 = "vllm-v1"
+VLLM_VERSION = "0.32.0"
+
+POLICY_FCFS = "fcfs"
+POLICY_PRIORITY = "priority"
+
+FINISH_STOP = "stop"  # FINISHED_STOPPED: the sampled token was EOS
+FINISH_LENGTH = "length"  # FINISHED_LENGTH_CAPPED: max_tokens or max_model_len reached
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The vLLM V1 scheduler configuration that the model reads.
+
+    Defaults are SchedulerConfig's (vllm/config/scheduler.py:41-43, 79, 134, 159, 190, 196)
+    and CacheConfig's block size (vllm/config/cache.py:72). `max_model_len` comes from the
+    model in vLLM; 8192 is our default. `num_gpu_blocks` comes from memory profiling in
+    vLLM; our default (4096) is ample for small workloads. Block 0 of the pool is vLLM's
+    null block (vllm/v1/core/block_pool.py:185-188), so `num_gpu_blocks - 1` are usable.
+    """
+
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 128
+    max_model_len: int = 8192
+    block_size: int = 16
+    num_gpu_blocks: int = 4096
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    long_prefill_token_threshold_adaptive: bool = False
+    policy: str = POLICY_FCFS
+    watermark: float = 0.0
+    scheduler_reserve_full_isl: bool = True
+    max_num_active_seqs: int | None = None
+    max_num_scheduled_tokens: int | None = None
+
+    @property
+    def token_budget(self) -> int:
+        """Tokens the scheduler may issue per step (scheduler.py:137-141, 611)."""
+        if self.max_num_scheduled_tokens is None:
+            return self.max_num_batched_tokens
+        return self.max_num_scheduled_tokens
+
+    @property
+    def max_num_active_reqs(self) -> int:
+        """Admission cap on RUNNING (scheduler.py:129-136)."""
+        if self.max_num_active_seqs is None:
+            return self.max_num_seqs
+        return self.max_num_active_seqs
+
+    @property
+    def watermark_blocks(self) -> int:
+        """`int(watermark * num_blocks)` (kv_cache_manager.py:205-208)."""
+        return int(self.watermark * self.num_gpu_blocks)
+
+    @property
+    def usable_blocks(self) -> int:
+        """Blocks a request can hold: the pool less the null block (block_pool.py:185-188)."""
+        return self.num_gpu_blocks - 1
+
+    def to_dict(self) -> dict[str, object]:
+        """The config as workload JSON spells it (vLLM field names)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config))
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """One request of a workload. `arrival_step` counts from 1: the request is added just
+    before that step's `schedule()` call. `priority`: smaller is served first (PRIORITY)."""
+
+    id: str
+    prompt_len: int
+    max_tokens: int
+    arrival_step: int = 1
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EosEvent:
+    """The token that request `id` samples in step `step` is EOS."""
+
+    id: str
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A workload and the configuration it runs under (the simulation contract)."""
+
+    config: Config
+    requests: tuple[RequestSpec, ...]
+    eos: tuple[EosEvent, ...] = ()
+    steps: int = 20
+    engine: str = ENGINE_VLLM_V1
+
+    def arrival_order(self) -> tuple[RequestSpec, ...]:
+        """Requests in arrival order: by arrival step, then list order. A request's
+        position in this order is its `arrival_time` (it breaks priority ties)."""
+        indexed = sorted(enumerate(self.requests), key=lambda p: (p[1].arrival_step, p[0]))
+        return tuple(r for _, r in indexed)
+
+    def eos_steps(self) -> dict[str, frozenset[int]]:
+        """For each request id, the steps in which it samples EOS."""
+        out: dict[str, set[int]] = {}
+        for e in self.eos:
+            out.setdefault(e.id, set()).add(e.step)
+        return {k: frozenset(v) for k, v in out.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """What one scheduler iteration did, keyed by request id (the `--json` contract).
+
+    `scheduled` is in the order the scheduler served the requests; `free_blocks` and
+    `num_computed_tokens` are read right after the scheduling decision (vLLM advances
+    `num_computed_tokens` at schedule time, scheduler.py:1616-1642); blocks of requests
+    that finish in this step are released after it. `running` and `waiting` are the two
+    queues after scheduling, in order; they extend the contract.
+    """
+
+    step: int
+    scheduled: tuple[tuple[str, int], ...]
+    admitted: tuple[str, ...]
+    resumed: tuple[str, ...]
+    preempted: tuple[str, ...]
+    finished: tuple[tuple[str, str], ...]
+    free_blocks: int
+    num_computed_tokens: tuple[tuple[str, int], ...]
+    running: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    token_budget_left: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        """The contract's JSON object for this step."""
+        return {
+            "step": self.step,
+            "scheduled": dict(self.scheduled),
+            "admitted": list(self.admitted),
+            "resumed": list(self.resumed),
+            "preempted": list(self.preempted),
+            "finished": dict(self.finished),
+            "free_blocks": self.free_blocks,
+            "num_computed_tokens": dict(self.num_computed_tokens),
+            "running": list(self.running),
+            "waiting": list(self.waiting),
+            "token_budget_left": self.token_budget_left,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Simulation:
+    """A workload and the steps the reference scheduler took on it."""
+
+    workload: Workload
+    steps: tuple[StepRecord, ...] = field(default_factory=tuple)
+    validated: bool = True
+
+    def to_json(self) -> dict[str, object]:
+        """The `batchproof simulate --json` document."""
+        return {
+            "engine": self.workload.engine,
+            "version": VLLM_VERSION,
+            "validated": self.validated,
+            "config": self.workload.config.to_dict(),
+            "steps": [s.to_json() for s in self.steps],
+        }

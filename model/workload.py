@@ -1,0 +1,138 @@
+"""Read and write the workload JSON (the simulation contract, docs/simulation_contract.md)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from model.errors import InputError
+from model.state import CONFIG_FIELDS, ENGINE_VLLM_V1, Config, EosEvent, RequestSpec, Workload
+
+ENGINES = (ENGINE_VLLM_V1,)
+_TOP_KEYS = {"engine", "config", "requests", "eos", "steps"}
+_REQUEST_KEYS = {"id", "prompt_len", "max_tokens", "arrival_step", "priority"}
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Read a workload file; every problem is an InputError naming the value and the fix."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise InputError(f"cannot read workload {path}: {exc.strerror}; check the path") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"workload {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+            f"{exc.msg}); fix the file") from None
+    return parse_workload(doc)
+
+
+def parse_workload(doc: Any) -> Workload:
+    """Build a Workload from the contract's JSON object, checking every field."""
+    if not isinstance(doc, dict):
+        raise InputError("a workload must be a JSON object with 'config' and 'requests'")
+    unknown = sorted(set(doc) - _TOP_KEYS)
+    if unknown:
+        raise InputError(f"unknown workload key {unknown[0]!r}; known keys: {sorted(_TOP_KEYS)}")
+    engine = doc.get("engine", ENGINE_VLLM_V1)
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine {engine!r}; supported engines: {', '.join(ENGINES)}")
+    config = parse_config(doc.get("config", {}))
+    requests = tuple(_parse_request(i, r) for i, r in enumerate(_list(doc, "requests")))
+    ids = [r.id for r in requests]
+    dup = next((x for x in ids if ids.count(x) > 1), None)
+    if dup is not None:
+        raise InputError(f"request id {dup!r} appears twice; give each request its own id")
+    steps = doc.get("steps", 20)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InputError(f"steps must be a positive integer, got {steps!r}")
+    eos = tuple(_parse_eos(i, e, set(ids)) for i, e in enumerate(_list(doc, "eos")))
+    return Workload(config=config, requests=requests, eos=eos, steps=steps, engine=engine)
+
+
+def parse_config(raw: Any, base: Config | None = None) -> Config:
+    """Overlay a dict of vLLM field names on `base` (default: vLLM's defaults)."""
+    if not isinstance(raw, dict):
+        raise InputError("'config' must be a JSON object of vLLM field names")
+    unknown = sorted(set(raw) - set(CONFIG_FIELDS))
+    if unknown:
+        raise InputError(
+            f"unknown config field {unknown[0]!r}; known fields: {', '.join(CONFIG_FIELDS)}")
+    return replace(base or Config(), **raw)
+
+
+def _list(doc: dict[str, Any], key: str) -> list[Any]:
+    value = doc.get(key, [])
+    if not isinstance(value, list):
+        raise InputError(f"'{key}' must be a JSON list, got {type(value).__name__}")
+    return value
+
+
+def _parse_request(index: int, raw: Any) -> RequestSpec:
+    where = f"requests[{index}]"
+    if not isinstance(raw, dict):
+        raise InputError(f"{where} must be an object with id, prompt_len and max_tokens")
+    unknown = sorted(set(raw) - _REQUEST_KEYS)
+    if unknown:
+        raise InputError(f"{where}: unknown key {unknown[0]!r}; known keys: {sorted(_REQUEST_KEYS)}")
+    for key in ("id", "prompt_len", "max_tokens"):
+        if key not in raw:
+            raise InputError(f"{where} has no {key!r}; every request needs id, prompt_len, max_tokens")
+    rid = raw["id"]
+    if not isinstance(rid, str) or not rid:
+        raise InputError(f"{where}: id must be a non-empty string, got {rid!r}")
+    spec = RequestSpec(
+        id=rid,
+        prompt_len=_int(where, "prompt_len", raw["prompt_len"], 1),
+        max_tokens=_int(where, "max_tokens", raw["max_tokens"], 1),
+        arrival_step=_int(where, "arrival_step", raw.get("arrival_step", 1), 1),
+        priority=_int(where, "priority", raw.get("priority", 0), None),
+    )
+    return spec
+
+
+def _parse_eos(index: int, raw: Any, ids: set[str]) -> EosEvent:
+    where = f"eos[{index}]"
+    if not isinstance(raw, dict) or set(raw) != {"id", "step"}:
+        raise InputError(f"{where} must be an object {{\"id\": ..., \"step\": ...}}")
+    if raw["id"] not in ids:
+        raise InputError(f"{where}: no request has id {raw['id']!r}; name a request of the workload")
+    return EosEvent(id=raw["id"], step=_int(where, "step", raw["step"], 1))
+
+
+def _int(where: str, key: str, value: Any, minimum: int | None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{where}: {key} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise InputError(f"{where}: {key} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_requests_admissible(workload: Workload) -> None:
+    """vLLM's input processor rejects these prompts before they reach the scheduler
+    (vllm/v1/engine/input_processor.py:574-602)."""
+    mml = workload.config.max_model_len
+    for r in workload.requests:
+        if r.prompt_len >= mml:
+            raise InputError(
+                f"request {r.id!r}: prompt_len {r.prompt_len} must be below max_model_len "
+                f"{mml} (vLLM rejects it before scheduling, input_processor.py:574-602); "
+                "shorten the prompt or raise max_model_len")
+
+
+def workload_to_json(w: Workload) -> dict[str, Any]:
+    """The contract's JSON object for a workload (inverse of parse_workload)."""
+    return {
+        "engine": w.engine,
+        "config": w.config.to_dict(),
+        "requests": [
+            {"id": r.id, "prompt_len": r.prompt_len, "max_tokens": r.max_tokens,
+             "arrival_step": r.arrival_step, "priority": r.priority}
+            for r in w.requests
+        ],
+        "eos": [{"id": e.id, "step": e.step} for e in w.eos],
+        "steps": w.steps,
+    }
