@@ -1,0 +1,170 @@
+"""`batchproof simulate WORKLOAD.json`: run a workload through the vLLM V1 reference
+scheduler and print one row per step (or the `--json` document of the simulation
+contract, docs/simulation_contract.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from checker.config_flags import add_config_flags, apply_config_flags
+from model.errors import ConfigError, InputError
+from model.reference.vllm_v1 import PHASE_DECODE, chunk_phase, iter_steps
+from model.state import VLLM_VERSION, Config, Simulation, StepRecord, Workload
+from model.vllm_config import RULES, check_field_types, validate
+from model.workload import check_requests_admissible, load_workload, parse_workload
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedStep:
+    """A step's record and, for each scheduled request, its chunk's phase."""
+
+    record: StepRecord
+    phases: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationRun:
+    """A checked simulation: the contract's Simulation plus display-only phases."""
+
+    simulation: Simulation
+    steps: tuple[SimulatedStep, ...]
+    rejected_by: ConfigError | None  # the rule vLLM would reject the config by, if any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `batchproof simulate`."""
+    parser.add_argument("workload", metavar="WORKLOAD.json",
+                        help="workload file (docs/simulation_contract.md)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the simulation JSON document instead of the table")
+    parser.add_argument("--no-validate", action="store_true",
+                        help="simulate even a config vLLM's SchedulerConfig would reject")
+    add_config_flags(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load, check, simulate, print. Bad input raises InputError (exit 2 in the CLI)."""
+    workload = load_workload(args.workload)
+    workload = replace(workload, config=apply_config_flags(args, workload.config))
+    result = simulate_checked(workload, validate_config=not args.no_validate)
+    if args.json:
+        print(json.dumps(result.simulation.to_json(), indent=2))
+    else:
+        print(render_text(result))
+    return 0
+
+
+def simulate_workload_dict(doc: dict[str, Any], validate: bool = True) -> dict[str, Any]:
+    """The `simulate --json` document for a workload given as its JSON object."""
+    result = simulate_checked(parse_workload(doc), validate_config=validate)
+    return result.simulation.to_json()
+
+
+def simulate_checked(workload: Workload, validate_config: bool = True) -> SimulationRun:
+    """Check the workload as vLLM would, then simulate it.
+
+    Field types and prompt admissibility are always checked; vLLM's SchedulerConfig rules
+    only when `validate_config` (otherwise the rule vLLM would reject by is reported).
+    """
+    check_field_types(workload.config)
+    rejected_by = rejection(workload.config)
+    if validate_config and rejected_by is not None:
+        raise InputError(
+            f"{rejected_by} [rule {rejected_by.rule}; pass --no-validate to simulate it anyway]")
+    check_requests_admissible(workload)
+    steps = []
+    for before, record in iter_steps(workload):
+        views = {v.request_id: v for v in before}
+        phases = tuple((rid, chunk_phase(views[rid], n)) for rid, n in record.scheduled)
+        steps.append(SimulatedStep(record, phases))
+    simulation = Simulation(workload=workload, steps=tuple(s.record for s in steps),
+                            validated=validate_config)
+    return SimulationRun(simulation, tuple(steps), rejected_by)
+
+
+def rejection(cfg: Config) -> ConfigError | None:
+    """The first SchedulerConfig rule that rejects `cfg`, or None if vLLM accepts it."""
+    try:
+        validate(cfg)
+    except ConfigError as exc:
+        return exc
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Text rendering
+# ---------------------------------------------------------------------------------------
+
+_COLUMNS = ("step", "tokens", "scheduled (id:tokens+phase)", "admitted", "resumed",
+            "preempted", "finished", "free_blocks")
+
+
+def render_text(result: SimulationRun) -> str:
+    """The human-readable table: a header, then one row per step."""
+    sim = result.simulation
+    lines = []
+    if not sim.validated:
+        lines.append(not_validated_line(result.rejected_by))
+    cfg = sim.workload.config
+    lines.append(f"vLLM V1 {VLLM_VERSION} reference scheduler, {len(sim.steps)} steps "
+                 "(one step = schedule + model output + update)")
+    lines.append("config: " + config_summary(cfg))
+    lines.append("phase: p = prefill chunk (prompt, or recomputation after preemption), "
+                 "d = decode; free_blocks is read right after scheduling")
+    rows = [list(_COLUMNS)] + [_row(s, cfg) for s in result.steps]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    for row in rows:
+        cells = [cell.rjust(w) if i in (0, 1, 7) else cell.ljust(w)
+                 for i, (cell, w) in enumerate(zip(row, widths, strict=True))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def not_validated_line(rejected_by: ConfigError | None) -> str:
+    """The first output line under --no-validate."""
+    if rejected_by is None:
+        return "configuration not validated (--no-validate); vLLM would accept it"
+    rule = next(r for r in RULES if r.name == rejected_by.rule)
+    return (f"configuration not validated (--no-validate); vLLM would reject it by rule "
+            f"{rule.name}: {rule.text} ({rule.upstream})")
+
+
+def config_summary(cfg: Config) -> str:
+    """Every Config field as `name=value`, with the usable block count."""
+    parts = []
+    for name, value in cfg.to_dict().items():
+        if isinstance(value, bool):
+            value = "on" if value else "off"
+        elif value is None:
+            value = "unset"
+        parts.append(f"{name}={value}")
+        if name == "num_gpu_blocks":
+            parts[-1] += f" ({cfg.usable_blocks} usable)"
+    return " ".join(parts)
+
+
+def _row(step: SimulatedStep, cfg: Config) -> list[str]:
+    record = step.record
+    phases = dict(step.phases)
+    total = sum(n for _, n in record.scheduled)
+    scheduled = " ".join(
+        f"{rid}:{n}{'d' if phases[rid] == PHASE_DECODE else 'p'}" for rid, n in record.scheduled)
+    return [
+        str(record.step),
+        f"{total}/{cfg.token_budget}",
+        scheduled or "-",
+        _ids(record.admitted),
+        _ids(record.resumed),
+        _ids(record.preempted),
+        _ids(f"{rid}={reason}" for rid, reason in record.finished),
+        str(record.free_blocks),
+    ]
+
+
+def _ids(items: Iterable[str]) -> str:
+    text = " ".join(items)
+    return text or "-"
