@@ -77,10 +77,12 @@ def _parse_request(index: int, raw: Any) -> RequestSpec:
         raise InputError(f"{where} must be an object with id, prompt_len and max_tokens")
     unknown = sorted(set(raw) - _REQUEST_KEYS)
     if unknown:
-        raise InputError(f"{where}: unknown key {unknown[0]!r}; known keys: {sorted(_REQUEST_KEYS)}")
+        raise InputError(
+            f"{where}: unknown key {unknown[0]!r}; known keys: {sorted(_REQUEST_KEYS)}")
     for key in ("id", "prompt_len", "max_tokens"):
         if key not in raw:
-            raise InputError(f"{where} has no {key!r}; every request needs id, prompt_len, max_tokens")
+            raise InputError(
+                f"{where} has no {key!r}; every request needs id, prompt_len, max_tokens")
     rid = raw["id"]
     if not isinstance(rid, str) or not rid:
         raise InputError(f"{where}: id must be a non-empty string, got {rid!r}")
@@ -99,7 +101,8 @@ def _parse_eos(index: int, raw: Any, ids: set[str]) -> EosEvent:
     if not isinstance(raw, dict) or set(raw) != {"id", "step"}:
         raise InputError(f"{where} must be an object {{\"id\": ..., \"step\": ...}}")
     if raw["id"] not in ids:
-        raise InputError(f"{where}: no request has id {raw['id']!r}; name a request of the workload")
+        raise InputError(
+            f"{where}: no request has id {raw['id']!r}; name a request of the workload")
     return EosEvent(id=raw["id"], step=_int(where, "step", raw["step"], 1))
 
 
