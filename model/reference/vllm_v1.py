@@ -126,26 +126,26 @@ class PriorityQueue:
         self._heap: list[Request] = []
 
     def add_request(self, request: Request) -> None:
-        """Heap insert (Q:142-144)."""
+        """Heap insert (Q:143-145)."""
         heapq.heappush(self._heap, request)
 
     def pop_request(self) -> Request:
-        """Pop the smallest (priority, arrival_time, request_id) (Q:146-150)."""
+        """Pop the smallest (priority, arrival_time, request_id) (Q:147-151)."""
         return heapq.heappop(self._heap)
 
     def peek_request(self) -> Request:
-        """The smallest, not removed (Q:152-156)."""
+        """The smallest, not removed (Q:153-157)."""
         return self._heap[0]
 
     def prepend_request(self, request: Request) -> None:
-        """Same as add_request (Q:158-164)."""
+        """Same as add_request (Q:159-164)."""
         self.add_request(request)
 
     def __len__(self) -> int:
         return len(self._heap)
 
     def __iter__(self) -> Iterator[Request]:
-        """Sorted order, as upstream's `__iter__` pops a copy of the heap (Q:190-194)."""
+        """Sorted order, as upstream's `__iter__` pops a copy of the heap (Q:193-197)."""
         return iter(sorted(self._heap))
 
 
@@ -184,7 +184,7 @@ class BlockPool:
         self._held[request_id] = self.blocks_held(request_id) + num_blocks
 
     def free(self, request_id: str) -> None:
-        """Return every block of the request to the free queue (K `free`)."""
+        """Return every block of the request to the free queue (K:620)."""
         self.num_free_blocks += self._held.pop(request_id, 0)
 
 
@@ -471,7 +471,7 @@ class VllmV1Scheduler:
         num_blocks = pool.num_blocks_to_allocate(rid, num_tokens_need_slot)  # K:561-571
         if num_blocks + watermark_blocks > pool.num_free_blocks:  # K:575-579
             return False
-        pool.allocate(rid, num_blocks)  # K:597-600
+        pool.allocate(rid, num_blocks)  # K:594-599
         return True
 
     def _preempt_request(self, request: Request) -> None:
