@@ -1,0 +1,343 @@
+"""Seeded random workloads and configs for the conformance run (pure Python, no vLLM).
+
+`random_workload(seed)` is deterministic: the same seed gives the same workload on every
+machine (it uses only its own `random.Random(seed)`). Each knob is drawn independently
+with weights chosen so that a batch of a few dozen seeds reaches every feature of the
+modelled scope (see `STATIC_FEATURES`, `RUN_FEATURES` and `checker.conformance.branches`):
+both policies, chunked prefill on and off, the long-prefill cap (fixed and adaptive),
+the watermark, the full-sequence admission check on and off, KV pools from ample to
+scarce (preemption, self-preemption, head-of-line blocking), seq caps, arrivals over time,
+EOS, and both `length` finishes (max_tokens and max_model_len).
+
+EOS entries. An entry says "the token request X samples in step s is EOS". The generator
+draws s inside the window in which X plausibly decodes (after its arrival, within its
+prefill time plus max_tokens plus slack); it does not run a scheduler to make sure that X
+really samples in step s. An entry for a step in which X samples nothing (it is waiting,
+mid-prefill, preempted or finished) has no effect by the contract, on both sides, and so
+also tests that both sides ignore it. `RUN_FEATURES` counts only the EOS entries that
+finished a request (`finished:stop`).
+
+`random_any_config(seed)` draws configs that are often invalid, for the config-validation
+conformance: each breaks zero, one or two of vLLM's SchedulerConfig rules.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from model.state import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    POLICY_FCFS,
+    POLICY_PRIORITY,
+    Config,
+    EosEvent,
+    RequestSpec,
+    StepRecord,
+    Workload,
+)
+from model.vllm_config import validate
+
+#: Features decided by the workload alone (config and requests), in report order.
+STATIC_FEATURES: tuple[str, ...] = (
+    "policy:fcfs",
+    "policy:priority",
+    "chunked_prefill:on",
+    "chunked_prefill:off",
+    "long_prefill:off",
+    "long_prefill:fixed",
+    "long_prefill:adaptive",
+    "watermark:on",
+    "full_isl:off",
+    "pool:ample",
+    "pool:scarce",
+    "max_num_active_seqs:set",
+    "max_num_scheduled_tokens:set",
+    "arrivals:later",
+    "eos:entries",
+    "length:model_len_reachable",
+)
+
+#: Features observed in a run's StepRecords (either scheduler's), in report order.
+RUN_FEATURES: tuple[str, ...] = (
+    "admitted",
+    "chunked:partial_prefill",
+    "budget:exhausted",
+    "preempted",
+    "preempted:several_in_one_step",
+    "resumed",
+    "waiting:not_admitted_with_budget_left",
+    "finished:stop",
+    "finished:length:max_tokens",
+    "finished:length:model_len",
+)
+
+_BLOCK_SIZES = (1, 2, 4, 4, 8, 16)
+_BATCH_BLOCK_SIZES = (1, 2, 4, 4, 8, 16)
+_BUDGETS = (8, 12, 16, 24, 32, 48, 64)
+_WATERMARKS = (0.01, 0.05, 0.1, 0.2, 0.3)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def random_workload(seed: int, steps: int = 30) -> Workload:
+    """A valid workload (config passes `model.vllm_config.validate`, every prompt is
+    shorter than max_model_len) drawn from `seed` alone.
+
+    About 40% of seeds draw a *decode batch*: several short prompts of similar length
+    with long outputs arriving together (later ones with other priorities), in a KV pool
+    they outgrow, so that many requests cross a block boundary in the same step; this is
+    what drives repeated preemption, self-preemption and PRIORITY victim choices
+    (the digest's scenarios C and C2). The other seeds draw independent mixed requests.
+    """
+    rng = random.Random(seed)
+    batch = rng.random() < 0.4
+    n_req = rng.randint(3, 10) if batch else rng.randint(1, 10)
+    if batch:
+        base = rng.randint(1, 6)
+        spread = 0 if rng.random() < 0.7 else 1  # equal lengths cross blocks together
+        prompts = [max(1, base + rng.randint(-spread, spread)) for _ in range(n_req)]
+        max_tokens = [rng.randint(8, 24) for _ in range(n_req)]
+        for _ in range(rng.randint(0, 2)):  # a few longer prompts join later
+            prompts.append(rng.randint(8, 40))
+            max_tokens.append(rng.randint(1, 8))
+    else:
+        prompts = [_draw_prompt(rng) for _ in range(n_req)]
+        max_tokens = [rng.choice((rng.randint(1, 6), rng.randint(1, 24))) for _ in prompts]
+    cfg = _draw_config(rng, prompts, max_tokens, n_req if batch else 0)
+    last_arrival = max(1, (2 * steps) // 3)
+    requests: list[RequestSpec] = []
+    for i, (p, mt) in enumerate(zip(prompts, max_tokens, strict=True)):
+        if batch and i < n_req:  # a first wave, and a second one a few steps later
+            arrival = 1 if rng.random() < 0.65 else rng.randint(2, 4)
+        elif batch:  # the longer prompts join once the batch decodes
+            arrival = rng.randint(2, last_arrival)
+        else:
+            arrival = 1 if rng.random() < 0.55 else rng.randint(1, last_arrival)
+        requests.append(RequestSpec(id=f"r{i}", prompt_len=p, max_tokens=mt,
+                                    arrival_step=arrival, priority=rng.randint(0, 3)))
+    eos = _draw_eos(rng, cfg, requests, steps)
+    workload = Workload(config=cfg, requests=tuple(requests), eos=tuple(eos), steps=steps)
+    validate(workload.config)
+    return workload
+
+
+def _draw_prompt(rng: random.Random) -> int:
+    kind = rng.random()
+    if kind < 0.35:
+        return rng.randint(1, 4)  # decode-like
+    if kind < 0.75:
+        return rng.randint(5, 20)
+    return rng.randint(21, 48)
+
+
+def _draw_config(rng: random.Random, prompts: Sequence[int], max_tokens: Sequence[int],
+                 batch: int) -> Config:
+    """A valid config for these requests; `batch` > 0: the first `batch` requests are a
+    decode batch (see `random_workload`)."""
+    policy = POLICY_PRIORITY if rng.random() < 0.45 else POLICY_FCFS
+    chunked = rng.random() < 0.7
+    block_size = rng.choice(_BATCH_BLOCK_SIZES if batch else _BLOCK_SIZES)
+    longest = max(prompts)
+    if rng.random() < (0.6 if not chunked else 0.35):
+        max_model_len = longest + rng.randint(1, 8)  # some requests end by max_model_len
+    else:
+        max_model_len = max(longest + 1, rng.choice((64, 96, 128)))
+    budget = rng.choice(_BUDGETS)
+    if not chunked:  # vllm/config/scheduler.py:315-326: budget >= max_model_len
+        budget = max_model_len + rng.choice((0, 0, rng.randint(0, 16)))
+    max_num_seqs = rng.randint(min(batch, budget) or 1, max(min(budget, 12), batch))
+    max_num_seqs = min(max_num_seqs, budget)  # vllm/config/scheduler.py:328-333
+    active = None if rng.random() < 0.75 else rng.randint(1, max_num_seqs)
+    scheduled = None if rng.random() < 0.7 else rng.choice(
+        (rng.randint(max(1, budget // 2), budget), rng.randint(budget + 1, budget + 16),
+         rng.randint(budget + 1, budget + 16)))
+    threshold = 0 if rng.random() < 0.45 else rng.randint(1, min(max_model_len, 24))
+    adaptive = rng.random() < 0.4
+    watermark = 0.0 if rng.random() < 0.65 else rng.choice(_WATERMARKS)
+    full_isl = rng.random() < 0.75
+    need = sum(_cdiv(min(p + m, max_model_len), block_size)
+               for p, m in zip(prompts, max_tokens, strict=True))
+    biggest_prompt = _cdiv(longest, block_size)
+    pressure = rng.random()
+    if batch:  # about the first wave's prompts: the batch outgrows it while decoding
+        usable = max(biggest_prompt,
+                     sum(_cdiv(p, block_size) for p in prompts[:batch]) + rng.randint(-1, 3))
+    elif pressure < 0.35:  # ample: every request can hold its whole sequence at once
+        usable = need + rng.randint(0, 4)
+    elif pressure < 0.75:  # tight: decodes outgrow the pool -> preemption
+        usable = max(biggest_prompt, int(need * rng.uniform(0.4, 0.9)))
+    else:  # scarce: about one long prompt's worth
+        usable = max(1, biggest_prompt + rng.randint(-1, 3))
+    return Config(
+        max_num_batched_tokens=budget,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        block_size=block_size,
+        num_gpu_blocks=usable + 1,  # + vLLM's null block
+        enable_chunked_prefill=chunked,
+        long_prefill_token_threshold=threshold,
+        long_prefill_token_threshold_adaptive=adaptive,
+        policy=policy,
+        watermark=watermark,
+        scheduler_reserve_full_isl=full_isl,
+        max_num_active_seqs=active,
+        max_num_scheduled_tokens=scheduled,
+    )
+
+
+def _draw_eos(rng: random.Random, cfg: Config, requests: Sequence[RequestSpec],
+              steps: int) -> list[EosEvent]:
+    """EOS entries inside each chosen request's plausible decode window (see module doc)."""
+    eos: list[EosEvent] = []
+    for r in requests:
+        if rng.random() >= 0.4:
+            continue
+        chunk = cfg.long_prefill_token_threshold or cfg.max_num_batched_tokens
+        first = r.arrival_step + _cdiv(r.prompt_len, max(1, chunk)) - 1
+        last = first + r.max_tokens + 3
+        for s in sorted(set(rng.randint(first, last) for _ in range(rng.randint(1, 2)))):
+            if 1 <= s <= steps:
+                eos.append(EosEvent(id=r.id, step=s))
+    return eos
+
+
+def workload_features(w: Workload) -> frozenset[str]:
+    """The `STATIC_FEATURES` that workload `w` has."""
+    cfg = w.config
+    out = {f"policy:{cfg.policy}",
+           "chunked_prefill:on" if cfg.enable_chunked_prefill else "chunked_prefill:off"}
+    if cfg.long_prefill_token_threshold == 0:
+        out.add("long_prefill:off")
+    elif cfg.long_prefill_token_threshold_adaptive:
+        out.add("long_prefill:adaptive")
+    else:
+        out.add("long_prefill:fixed")
+    if cfg.watermark_blocks > 0:
+        out.add("watermark:on")
+    if not cfg.scheduler_reserve_full_isl:
+        out.add("full_isl:off")
+    need = sum(_cdiv(min(r.prompt_len + r.max_tokens, cfg.max_model_len), cfg.block_size)
+               for r in w.requests)
+    out.add("pool:ample" if cfg.usable_blocks >= need else "pool:scarce")
+    if cfg.max_num_active_seqs is not None:
+        out.add("max_num_active_seqs:set")
+    if cfg.max_num_scheduled_tokens is not None:
+        out.add("max_num_scheduled_tokens:set")
+    if any(r.arrival_step > 1 for r in w.requests):
+        out.add("arrivals:later")
+    if w.eos:
+        out.add("eos:entries")
+    if any(r.prompt_len + r.max_tokens > cfg.max_model_len for r in w.requests):
+        out.add("length:model_len_reachable")
+    return frozenset(out)
+
+
+def run_features(w: Workload, records: Iterable[StepRecord]) -> frozenset[str]:
+    """The `RUN_FEATURES` that one run of `w` (its StepRecords) shows."""
+    specs = {r.id: r for r in w.requests}
+    budget = w.config.token_budget
+    out: set[str] = set()
+    outputs: dict[str, int] = {}
+    for rec in records:
+        if rec.admitted:
+            out.add("admitted")
+        if rec.resumed:
+            out.add("resumed")
+        if rec.preempted:
+            out.add("preempted")
+        if len(rec.preempted) >= 2:
+            out.add("preempted:several_in_one_step")
+        if rec.scheduled and sum(n for _, n in rec.scheduled) == budget:
+            out.add("budget:exhausted")
+        computed = dict(rec.num_computed_tokens)
+        for rid, _ in rec.scheduled:
+            if rid in computed and computed[rid] < specs[rid].prompt_len + outputs.get(rid, 0):
+                out.add("chunked:partial_prefill")
+            elif rid in computed:
+                outputs[rid] = outputs.get(rid, 0) + 1
+        if (rec.waiting and not rec.admitted and not rec.resumed and not rec.preempted
+                and rec.token_budget_left > 0):
+            out.add("waiting:not_admitted_with_budget_left")
+        for rid, reason in rec.finished:
+            if reason == FINISH_STOP:
+                out.add("finished:stop")
+            elif reason == FINISH_LENGTH:
+                if outputs.get(rid, 0) >= specs[rid].max_tokens:
+                    out.add("finished:length:max_tokens")
+                else:
+                    out.add("finished:length:model_len")
+    return frozenset(out)
+
+
+# ---------------------------------------------------------------- configs for validation
+
+#: The SchedulerConfig rules `random_any_config` can break, by name in model.vllm_config.RULES.
+BREAKABLE_RULES: tuple[str, ...] = (
+    "batched_tokens_ge_model_len_without_chunking",
+    "batched_tokens_ge_num_seqs",
+    "active_seqs_le_num_seqs",
+    "long_prefill_threshold_le_model_len",
+    "positive_fields",
+    "watermark_range",
+    "policy_known",
+)
+
+
+def random_any_config(seed: int) -> Config:
+    """A config that breaks zero (about a quarter of seeds), one or two SchedulerConfig
+    rules. Fields vLLM's SchedulerConfig does not own (block_size, num_gpu_blocks) stay
+    valid, and max_model_len stays positive, so only SchedulerConfig decides."""
+    rng = random.Random(seed)
+    mml = rng.choice((16, 32, 64, 128, 2048))
+    cfg = Config(
+        max_num_batched_tokens=rng.choice((16, 32, 64, 128, 256, 2048)),
+        max_num_seqs=rng.randint(1, 16),
+        max_model_len=mml,
+        enable_chunked_prefill=rng.random() < 0.6,
+        long_prefill_token_threshold=rng.choice((0, 0, rng.randint(1, mml))),
+        long_prefill_token_threshold_adaptive=rng.random() < 0.3,
+        policy=rng.choice((POLICY_FCFS, POLICY_PRIORITY)),
+        watermark=rng.choice((0.0, 0.0, 0.1, 0.5)),
+        scheduler_reserve_full_isl=rng.random() < 0.7,
+    )
+    if not cfg.enable_chunked_prefill and cfg.max_num_batched_tokens < mml:
+        cfg = replace(cfg, max_num_batched_tokens=mml)
+    if rng.random() < 0.3:
+        cfg = replace(cfg, max_num_active_seqs=rng.randint(1, cfg.max_num_seqs))
+    if rng.random() < 0.2:
+        cfg = replace(cfg, max_num_scheduled_tokens=rng.randint(1, cfg.max_num_batched_tokens))
+    n_breaks = rng.choice((0, 1, 1, 1, 2))
+    for rule in rng.sample(BREAKABLE_RULES, n_breaks):
+        cfg = _break(rng, cfg, rule)
+    return cfg
+
+
+def _break(rng: random.Random, cfg: Config, rule: str) -> Config:
+    """`cfg` changed so that it breaks `rule` (it may break others too)."""
+    if rule == "batched_tokens_ge_model_len_without_chunking":
+        return replace(cfg, enable_chunked_prefill=False,
+                       max_num_batched_tokens=rng.randint(1, cfg.max_model_len - 1))
+    if rule == "batched_tokens_ge_num_seqs":
+        tokens = rng.randint(1, 16)
+        return replace(cfg, max_num_batched_tokens=tokens,
+                       max_num_seqs=tokens + rng.randint(1, 16))
+    if rule == "active_seqs_le_num_seqs":
+        return replace(cfg, max_num_active_seqs=cfg.max_num_seqs + rng.randint(1, 8))
+    if rule == "long_prefill_threshold_le_model_len":
+        return replace(cfg, long_prefill_token_threshold=cfg.max_model_len + rng.randint(1, 64))
+    if rule == "positive_fields":
+        name = rng.choice(("max_num_batched_tokens", "max_num_seqs", "max_num_scheduled_tokens",
+                           "max_num_active_seqs", "long_prefill_token_threshold"))
+        value = -rng.randint(1, 3) if name == "long_prefill_token_threshold" else rng.choice(
+            (0, -1))
+        return replace(cfg, **{name: value})
+    if rule == "watermark_range":
+        return replace(cfg, watermark=rng.choice((1.0, 1.5, -0.1)))
+    if rule == "policy_known":
+        return replace(cfg, policy=rng.choice(("lifo", "FCFS", "")))
+    raise ValueError(f"unknown rule {rule!r}; choose one of {BREAKABLE_RULES}")
