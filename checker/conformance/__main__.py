@@ -1,0 +1,123 @@
+"""`python -m checker.conformance`: compare the vLLM reference with vLLM's real scheduler
+on N generated workloads.
+
+Prints the workloads and steps compared and the agreement; on a divergence, the shrunk
+(minimal) workload as JSON and its first diverging step side by side, and exits 1.
+Exit codes: 0 all agree, 1 a divergence, 2 vLLM not available or bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+from checker.conformance.generate import random_workload
+from model.state import VLLM_VERSION, Workload
+from model.workload import workload_to_json
+
+EXIT_OK, EXIT_DIVERGED, EXIT_UNAVAILABLE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command's flags."""
+    parser = argparse.ArgumentParser(prog="python -m checker.conformance", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--count", type=int, default=100, help="workloads (default 100)")
+    parser.add_argument("--steps", type=int, default=30, help="steps each (default 30)")
+    parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    parser.add_argument("--no-shrink", action="store_true",
+                        help="print the first divergence as found, without shrinking it")
+    parser.add_argument("--coverage", action="store_true",
+                        help="also report which upstream branches the workloads reach")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the comparison; see the module doc for output and exit codes."""
+    args = build_parser().parse_args(argv)
+    if args.count < 1 or args.steps < 1:
+        sys.stderr.write("--count and --steps must be positive\n")
+        return EXIT_UNAVAILABLE
+    from checker.conformance.vllm_real import vllm_unavailable_reason
+
+    if (reason := vllm_unavailable_reason()) is not None:
+        sys.stderr.write(f"conformance: {reason}\n")
+        return EXIT_UNAVAILABLE
+    from checker.conformance.compare import compare, steps_agreeing
+
+    start = time.monotonic()
+    steps_compared = steps_agreed = workloads_agreed = 0
+    first: tuple[int, Workload] | None = None
+    workloads = [random_workload(args.seed + i, args.steps) for i in range(args.count)]
+    for i, w in enumerate(workloads):
+        divergence = compare(w)
+        compared, agreed = steps_agreeing(w, divergence)
+        steps_compared += compared
+        steps_agreed += agreed
+        if divergence is None:
+            workloads_agreed += 1
+            continue
+        print(f"seed {args.seed + i}: {divergence.summary()}")
+        if first is None:
+            first = (args.seed + i, divergence.workload)
+    elapsed = time.monotonic() - start
+    print(f"compared {args.count} workloads ({steps_compared} steps) against vLLM "
+          f"{VLLM_VERSION}'s real Scheduler in {elapsed:.1f} s")
+    print(f"workloads agreeing: {workloads_agreed}/{args.count} "
+          f"({100.0 * workloads_agreed / args.count:.1f}%); steps agreeing: "
+          f"{steps_agreed}/{steps_compared} ({100.0 * steps_agreed / max(1, steps_compared):.1f}%)")
+    if args.coverage:
+        _print_coverage(workloads)
+    if first is None:
+        return EXIT_OK
+    seed, workload = first
+    _print_minimal(seed, workload, shrink_it=not args.no_shrink)
+    return EXIT_DIVERGED
+
+
+def _print_minimal(seed: int, workload: Workload, shrink_it: bool) -> None:
+    from checker.conformance.compare import compare
+    from checker.conformance.shrink import shrink
+
+    if shrink_it:
+        workload = shrink(workload, lambda w: compare(w) is not None)
+    divergence = compare(workload)
+    assert divergence is not None  # shrink keeps the predicate true
+    what = "minimal" if shrink_it else "first"
+    print(f"\n{what} diverging workload (from seed {seed}):")
+    print(json.dumps(workload_to_json(divergence.workload), indent=None))
+    print()
+    print(divergence.render(), end="")
+
+
+def _print_coverage(workloads: Sequence[Workload]) -> None:
+    from checker.conformance.branches import BRANCHES, branch_counts, missing_reachable
+    from checker.conformance.generate import (
+        RUN_FEATURES,
+        STATIC_FEATURES,
+        run_features,
+        workload_features,
+    )
+    from checker.conformance.vllm_real import run_real_vllm
+
+    counts = branch_counts(workloads)
+    print("\nupstream branches reached (workloads taking each, line-traced in vLLM):")
+    for b in BRANCHES:
+        note = f"  [unreachable: {b.unreachable}]" if b.unreachable else ""
+        print(f"  {counts[b.name]:5d}  {b.name:40} {b.what}{note}")
+    features: dict[str, int] = {f: 0 for f in (*STATIC_FEATURES, *RUN_FEATURES)}
+    for w in workloads:
+        for f in workload_features(w) | run_features(w, run_real_vllm(w)):
+            features[f] += 1
+    print("workload and run features (workloads having each):")
+    for name, n in features.items():
+        print(f"  {n:5d}  {name}")
+    missing = missing_reachable(counts) + tuple(f for f, n in features.items() if n == 0)
+    print(f"not reached: {', '.join(missing) if missing else 'none'}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""Run a workload through vLLM's real Scheduler and through our reference; report the
+first step where their StepRecords differ, side by side.
+
+EOS entries: the reference rejects an EOS entry for a step in which the request samples
+nothing (the contract: EOS can only be a sampled token). The generator does not know in
+advance when a request samples, so `compare` first runs the real scheduler, keeps only
+the EOS entries that named a step in which the request really sampled (the others had no
+effect on that run, so the real run is unchanged) and compares on that workload. The
+Divergence carries the workload as compared.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass, fields, replace
+
+from model.state import VLLM_VERSION, StepRecord, Workload
+
+REAL = f"vLLM {VLLM_VERSION} (real)"
+REFERENCE = "model.reference.vllm_v1"
+_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord) if f.name != "step")
+_CELL_WIDTH = 44
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """The first step at which the reference departs from vLLM's real scheduler.
+
+    `fields` names the StepRecord fields that differ; `real` / `reference` are the two
+    records of that step (None when that side has no record of it). When the reference
+    raised instead of producing the record of `step`, `error` holds its message.
+    """
+
+    workload: Workload
+    step: int
+    fields: tuple[str, ...]
+    real: StepRecord | None
+    reference: StepRecord | None
+    error: str | None = None
+
+    def summary(self) -> str:
+        """One line: where and in what the two schedulers differ."""
+        if self.error is not None:
+            return f"step {self.step}: the reference raised {self.error}"
+        return f"step {self.step}: {', '.join(self.fields)} differ"
+
+    def render(self) -> str:
+        """A readable side-by-side table of the diverging step (differing rows marked *)."""
+        if self.error is not None:
+            return f"{self.summary()}\nvLLM's record of that step: {self.real}\n"
+        rows = [("", "field", REAL, REFERENCE)]
+        for name in _FIELDS:
+            real = _show(name, self.real)
+            ref = _show(name, self.reference)
+            rows.append(("*" if name in self.fields else "", name, real, ref))
+        width1 = max(len(r[1]) for r in rows)
+        width2 = min(_CELL_WIDTH, max(len(r[2]) for r in rows))
+        lines = [f"first divergence at step {self.step} "
+                 f"({len(self.fields)} field(s): {', '.join(self.fields)})"]
+        for mark, name, real, ref in rows:
+            left = textwrap.wrap(real, width2) or [""]
+            right = textwrap.wrap(ref, _CELL_WIDTH) or [""]
+            for i in range(max(len(left), len(right))):
+                a = left[i] if i < len(left) else ""
+                b = right[i] if i < len(right) else ""
+                head = f"{mark:1} {name:<{width1}}" if i == 0 else " " * (width1 + 2)
+                lines.append(f"{head} | {a:<{width2}} | {b}".rstrip())
+        return "\n".join(lines) + "\n"
+
+
+def _show(name: str, record: StepRecord | None) -> str:
+    """A field of a record as compact text: `a:1 b:2` for pairs, `a b` for id lists."""
+    if record is None:
+        return "(no record)"
+    value = getattr(record, name)
+    if isinstance(value, tuple):
+        if not value:
+            return "-"
+        if all(isinstance(x, tuple) for x in value):
+            return " ".join(f"{k}:{v}" for k, v in value)
+        return " ".join(str(x) for x in value)
+    return str(value)
+
+
+def first_divergence(workload: Workload, real: tuple[StepRecord, ...],
+                     reference: tuple[StepRecord, ...]) -> Divergence | None:
+    """The first step whose records differ (or that only one side has), else None."""
+    for i in range(max(len(real), len(reference))):
+        a = real[i] if i < len(real) else None
+        b = reference[i] if i < len(reference) else None
+        if a == b:
+            continue
+        if a is None or b is None:
+            differing = _FIELDS
+        else:
+            differing = tuple(n for n in _FIELDS if getattr(a, n) != getattr(b, n))
+        return Divergence(workload=workload, step=i + 1, fields=differing, real=a, reference=b)
+    return None
+
+
+def _reference_records(workload: Workload) -> Iterator[StepRecord]:
+    """The reference's records, step by step (so an exception names its step)."""
+    from model.reference import vllm_v1
+
+    iter_steps = getattr(vllm_v1, "iter_steps", None)
+    if iter_steps is None:
+        yield from vllm_v1.simulate(workload)
+        return
+    for _, record in iter_steps(workload):
+        yield record
+
+
+def compare(workload: Workload) -> Divergence | None:
+    """Run both schedulers on `workload` (EOS entries that take no effect are dropped, see
+    the module doc) and return the first divergence, or None when every step agrees."""
+    from checker.conformance.vllm_real import run_real_vllm_detailed
+
+    run = run_real_vllm_detailed(workload)
+    compared = replace(workload, eos=run.effective_eos(workload))
+    reference: list[StepRecord] = []
+    try:
+        for record in _reference_records(compared):
+            reference.append(record)
+    except Exception as exc:  # noqa: BLE001 - any failure of the reference is a finding
+        early = first_divergence(compared, run.records[: len(reference)], tuple(reference))
+        if early is not None:
+            return early
+        step = len(reference) + 1
+        real = run.records[step - 1] if step <= len(run.records) else None
+        return Divergence(workload=compared, step=step, fields=("error",), real=real,
+                          reference=None, error=f"{type(exc).__name__}: {exc}")
+    return first_divergence(compared, run.records, tuple(reference))
+
+
+def steps_agreeing(workload: Workload, divergence: Divergence | None) -> tuple[int, int]:
+    """(steps compared, steps agreeing): a run is compared up to its first divergence."""
+    if divergence is None:
+        return workload.steps, workload.steps
+    return divergence.step, divergence.step - 1

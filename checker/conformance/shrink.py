@@ -1,0 +1,125 @@
+"""Shrink a workload while a predicate (\"the divergence persists\") keeps holding.
+
+Greedy, in a fixed order, restarting after every accepted change: fewer steps, fewer
+requests, fewer EOS entries, then smaller numbers (request fields, then config fields,
+then config switches back to vLLM's defaults). A candidate is tried only if its config
+passes `model.vllm_config.validate` and every prompt is shorter than max_model_len, so
+the shrunk workload is one vLLM accepts. The result is 1-minimal for these moves: no
+single move keeps the predicate true. The order follows the design's "minimal": fewest
+steps, then fewest requests, then smallest numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+from model.errors import InputError
+from model.state import POLICY_FCFS, Config, RequestSpec, Workload
+from model.vllm_config import validate
+
+#: Config fields shrunk towards a smaller integer, with their floor.
+_CONFIG_INTS: tuple[tuple[str, int], ...] = (
+    ("num_gpu_blocks", 2),
+    ("max_num_batched_tokens", 1),
+    ("max_num_seqs", 1),
+    ("max_model_len", 2),
+    ("long_prefill_token_threshold", 0),
+    ("block_size", 1),
+)
+#: Config fields moved back to vLLM's default value.
+_CONFIG_DEFAULTS: tuple[tuple[str, object], ...] = (
+    ("max_num_active_seqs", None),
+    ("max_num_scheduled_tokens", None),
+    ("long_prefill_token_threshold_adaptive", False),
+    ("watermark", 0.0),
+    ("scheduler_reserve_full_isl", True),
+    ("enable_chunked_prefill", True),
+    ("policy", POLICY_FCFS),
+)
+
+
+def is_admissible(w: Workload) -> bool:
+    """The config passes validation and vLLM's input processor accepts every prompt."""
+    try:
+        validate(w.config)
+    except InputError:
+        return False
+    return all(1 <= r.prompt_len < w.config.max_model_len for r in w.requests) and all(
+        r.arrival_step >= 1 and r.max_tokens >= 1 for r in w.requests)
+
+
+def shrink(workload: Workload, fails: Callable[[Workload], bool],
+           max_calls: int = 2000) -> Workload:
+    """The smallest workload reached from `workload` by greedy moves while `fails` holds.
+
+    `fails(workload)` must be true on entry. `max_calls` bounds the predicate calls.
+    """
+    current = workload
+    calls = 0
+    improved = True
+    while improved and calls < max_calls:
+        improved = False
+        for candidate in candidates(current):
+            if calls >= max_calls:
+                break
+            if candidate == current or not is_admissible(candidate):
+                continue
+            calls += 1
+            if fails(candidate):
+                current = candidate
+                improved = True
+                break
+    return current
+
+
+def _smaller(value: int, floor: int) -> Iterator[int]:
+    """Smaller values to try, most aggressive first: the floor, half-way, one less."""
+    seen: set[int] = set()
+    for v in (floor, floor + (value - floor) // 2, value - 1):
+        if floor <= v < value and v not in seen:
+            seen.add(v)
+            yield v
+
+
+def candidates(w: Workload) -> Iterator[Workload]:
+    """Every one-move shrink of `w`, in the order `shrink` tries them."""
+    for steps in _smaller(w.steps, 1):
+        yield replace(w, steps=steps, eos=tuple(e for e in w.eos if e.step <= steps))
+    for i, r in enumerate(w.requests):
+        yield replace(w, requests=w.requests[:i] + w.requests[i + 1:],
+                      eos=tuple(e for e in w.eos if e.id != r.id))
+    for i in range(len(w.eos)):
+        yield replace(w, eos=w.eos[:i] + w.eos[i + 1:])
+    for i, r in enumerate(w.requests):
+        for field, floor in (("prompt_len", 1), ("max_tokens", 1), ("arrival_step", 1),
+                             ("priority", 0)):
+            for v in _smaller(getattr(r, field), floor):
+                yield _with_request(w, i, replace(r, **{field: v}))
+    for field, floor in _CONFIG_INTS:
+        for v in _smaller(getattr(w.config, field), floor):
+            yield _with_config(w, replace(w.config, **{field: v}))
+    for field, default in _CONFIG_DEFAULTS:
+        if getattr(w.config, field) != default:
+            yield _with_config(w, replace(w.config, **{field: default}))
+    yield from _renamed(w)
+
+
+def _with_request(w: Workload, index: int, r: RequestSpec) -> Workload:
+    return replace(w, requests=w.requests[:index] + (r,) + w.requests[index + 1:])
+
+
+def _with_config(w: Workload, cfg: Config) -> Workload:
+    return replace(w, config=cfg)
+
+
+def _renamed(w: Workload) -> Iterator[Workload]:
+    """Ids renamed to r0, r1, ... in list order (only when that changes something)."""
+    names = {r.id: f"r{i}" for i, r in enumerate(w.requests)}
+    if all(k == v for k, v in names.items()):
+        return
+    yield replace(
+        w,
+        requests=tuple(replace(r, id=names[r.id]) for r in w.requests),
+        eos=tuple(replace(e, id=names[e.id]) for e in w.eos),
+    )
