@@ -176,3 +176,146 @@ class Simulation:
             "config": self.workload.config.to_dict(),
             "steps": [s.to_json() for s in self.steps],
         }
+
+
+# ---------------------------------------------------------------------------
+# Fixed-slot state for the rules (model/rules/). Every field is a Python int/bool OR a
+# z3 term, so one rule serves as simulator and as transition relation.
+
+# Slot status codes. A waiting request that was preempted keeps PREEMPTED (vLLM keeps
+# RequestStatus.PREEMPTED until it is re-admitted, request.py:370-386).
+ABSENT, WAITING, RUNNING, PREEMPTED, FINISHED = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True, slots=True)
+class RuleConfig:
+    """The configuration as the rules read it: each field fixed (int/bool) or a z3 term.
+
+    `policy_priority` and `block_size` are always concrete: the first changes the shape of
+    the victim choice, the second would make block arithmetic non-linear.
+    """
+
+    token_budget: object
+    max_num_batched_tokens: object
+    max_num_active_reqs: object
+    max_num_seqs: object
+    max_model_len: object
+    usable_blocks: object
+    watermark_blocks: object
+    enable_chunked_prefill: object
+    long_prefill_token_threshold: object
+    scheduler_reserve_full_isl: object
+    block_size: int
+    policy_priority: bool
+    long_prefill_token_threshold_adaptive: bool = False
+
+    @staticmethod
+    def from_config(cfg: Config) -> RuleConfig:
+        """The concrete RuleConfig of a Config."""
+        return RuleConfig(
+            token_budget=cfg.token_budget,
+            max_num_batched_tokens=cfg.max_num_batched_tokens,
+            max_num_active_reqs=cfg.max_num_active_reqs,
+            max_num_seqs=cfg.max_num_seqs,
+            max_model_len=cfg.max_model_len,
+            usable_blocks=cfg.usable_blocks,
+            watermark_blocks=cfg.watermark_blocks,
+            enable_chunked_prefill=cfg.enable_chunked_prefill,
+            long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+            scheduler_reserve_full_isl=cfg.scheduler_reserve_full_isl,
+            block_size=cfg.block_size,
+            policy_priority=cfg.policy == POLICY_PRIORITY,
+            long_prefill_token_threshold_adaptive=cfg.long_prefill_token_threshold_adaptive,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SlotSpec:
+    """A request slot's fixed parameters. `arrival_step` 0 means the slot is never used.
+    Slots are in arrival order, so a slot's index is its `arrival_time`."""
+
+    prompt_len: object
+    max_tokens: object
+    arrival_step: object
+    priority: object = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SlotState:
+    """One request slot between two steps.
+
+    `run_key` orders the running list and `wait_key` the FCFS waiting deque (smaller is
+    nearer the front); only their relative order matters.
+    """
+
+    status: object = ABSENT
+    num_computed_tokens: object = 0
+    num_output_tokens: object = 0
+    blocks: object = 0
+    run_key: object = 0
+    wait_key: object = 0
+    num_preemptions: object = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SchedState:
+    """The scheduler between two steps: slots, free blocks and the queue-key counters."""
+
+    slots: tuple[SlotState, ...]
+    free_blocks: object
+    next_run_key: object = 0
+    wait_head: object = 0
+    wait_tail: object = 1
+    step: int = 0
+
+    @staticmethod
+    def initial(num_slots: int, usable_blocks: object) -> SchedState:
+        """No request has arrived; every usable block is free."""
+        return SchedState(slots=tuple(SlotState() for _ in range(num_slots)),
+                          free_blocks=usable_blocks)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotObs:
+    """What one step did to one slot (the observables properties read)."""
+
+    held: object  # the scheduler holds the request in this step (arrived, not finished)
+    was_running: object  # in `running` when the step began
+    was_waiting: object  # in `waiting` when the step began (after arrivals)
+    scheduled: object  # tokens scheduled in this step
+    serve_rank: object  # order of service in this step (meaningful when scheduled > 0)
+    admitted: object  # admitted from WAITING this step
+    resumed: object  # admitted from PREEMPTED this step
+    preempted: object  # preempted in this step
+    finished: object
+    finished_stop: object  # finished by EOS (else by length)
+    sampled: object  # sampled a token in this step
+    num_tokens: object  # prompt + outputs when the step began
+    num_computed_tokens_before: object
+    num_computed_tokens: object  # right after scheduling
+    num_output_tokens: object  # after the step
+    blocks: object  # held right after scheduling
+    num_preemptions: object  # after the step
+    running_after: object  # in `running` after scheduling
+    waiting_after: object  # in `waiting` after scheduling
+    queue_key: object  # waiting order key after scheduling (FCFS deque position)
+    run_key: object  # running order key after scheduling
+    prompt_len: object
+    max_tokens: object
+    priority: object
+    arrival_time: int
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One scheduler iteration's observables, slot-indexed, plus the config it ran under."""
+
+    step: int
+    slots: tuple[SlotObs, ...]
+    free_blocks: object  # right after scheduling
+    free_blocks_end: object  # after finished requests released their blocks
+    token_budget_left: object
+    num_running: object  # after scheduling
+    num_running_end: object  # after finished requests left
+    any_preempted: object
+    cfg: RuleConfig

@@ -1,0 +1,216 @@
+"""Ops: the operations a rule may apply to state values, over Python ints OR z3 terms.
+
+A rule never branches on a state value with Python `if`/`and`/`or`/`min`/`max`; it calls
+`ops.ite`, `ops.min`, ... so that the same code is a simulator under `ConcreteOps` and the
+Z3 transition relation under `SymbolicOps`. Arithmetic (`+`, `-`, `*` by a constant) and
+comparisons use Python operators, which both ints and z3 terms support.
+
+This module and `checker/` are the only places that import z3.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import z3
+
+Int = Any  # int | z3.ArithRef
+_FRESH = itertools.count(1)
+Bool = Any  # bool | z3.BoolRef
+
+
+class Ops(Protocol):
+    """The operations rules and properties may use on state values."""
+
+    def ite(self, cond: Bool, then: Any, other: Any) -> Any: ...
+    def and_(self, *xs: Bool) -> Bool: ...
+    def or_(self, *xs: Bool) -> Bool: ...
+    def not_(self, x: Bool) -> Bool: ...
+    def implies(self, a: Bool, b: Bool) -> Bool: ...
+    def min(self, a: Int, b: Int) -> Int: ...
+    def max(self, a: Int, b: Int) -> Int: ...
+    def cdiv(self, a: Int, k: int) -> Int: ...
+    def floordiv(self, a: Int, k: int) -> Int: ...
+    def sum(self, xs: Sequence[Int]) -> Int: ...
+    def to_int(self, b: Bool) -> Int: ...
+    def name(self, value: Any) -> Any: ...
+
+
+class ConcreteOps:
+    """Ops over Python ints and bools: the rules become a simulator."""
+
+    symbolic = False
+
+    def ite(self, cond: Bool, then: Any, other: Any) -> Any:
+        """`then` if cond else `other`."""
+        return then if cond else other
+
+    def and_(self, *xs: Bool) -> Bool:
+        """Conjunction."""
+        return all(xs)
+
+    def or_(self, *xs: Bool) -> Bool:
+        """Disjunction."""
+        return any(xs)
+
+    def not_(self, x: Bool) -> Bool:
+        """Negation."""
+        return not x
+
+    def implies(self, a: Bool, b: Bool) -> Bool:
+        """Implication."""
+        return (not a) or bool(b)
+
+    def min(self, a: Int, b: Int) -> Int:
+        """Minimum of two ints."""
+        return a if a <= b else b
+
+    def max(self, a: Int, b: Int) -> Int:
+        """Maximum of two ints."""
+        return a if a >= b else b
+
+    def cdiv(self, a: Int, k: int) -> Int:
+        """Ceiling division by a positive constant."""
+        return -(-a // k)
+
+    def floordiv(self, a: Int, k: int) -> Int:
+        """Floor division by a positive constant."""
+        return a // k
+
+    def sum(self, xs: Sequence[Int]) -> Int:
+        """Sum of ints."""
+        return sum(xs)
+
+    def to_int(self, b: Bool) -> Int:
+        """1 for True, 0 for False."""
+        return 1 if b else 0
+
+    def name(self, value: Any) -> Any:
+        """Identity: naming only matters to the solver."""
+        return value
+
+
+class SymbolicOps:
+    """Ops over z3 terms: the rules become the transition relation.
+
+    Plain Python values are accepted too and folded where both sides are constant, so a
+    config field can be fixed (an int) or symbolic (a z3 Int) in the same rule code.
+    `name` gives an intermediate value a fresh constant and records its definition in
+    `definitions`, which keeps the terms of a long fold flat for the solver.
+    """
+
+    symbolic = True
+
+    def __init__(self) -> None:
+        self.definitions: list[Any] = []
+
+    def name(self, value: Any) -> Any:
+        """A fresh constant equal to `value` (constants and plain symbols are kept)."""
+        if not isinstance(value, z3.ExprRef) or z3.is_const(value):
+            return value
+        fresh = (z3.Bool if z3.is_bool(value) else z3.Int)(f"_n{next(_FRESH)}")
+        self.definitions.append(fresh == value)
+        return fresh
+
+    def take_definitions(self) -> list[Any]:
+        """The definitions recorded since the last call."""
+        out, self.definitions = self.definitions, []
+        return out
+
+    def ite(self, cond: Bool, then: Any, other: Any) -> Any:
+        """z3 If, folded when the condition is a Python bool."""
+        if isinstance(cond, bool):
+            return then if cond else other
+        return z3.If(cond, then, other)
+
+    def and_(self, *xs: Bool) -> Bool:
+        """Conjunction, dropping constant True."""
+        if any(x is False for x in xs):
+            return False
+        terms = [x for x in xs if x is not True]
+        if not terms:
+            return True
+        return terms[0] if len(terms) == 1 else z3.And(*terms)
+
+    def or_(self, *xs: Bool) -> Bool:
+        """Disjunction, dropping constant False."""
+        if any(x is True for x in xs):
+            return True
+        terms = [x for x in xs if x is not False]
+        if not terms:
+            return False
+        return terms[0] if len(terms) == 1 else z3.Or(*terms)
+
+    def not_(self, x: Bool) -> Bool:
+        """Negation."""
+        if isinstance(x, bool):
+            return not x
+        return z3.Not(x)
+
+    def implies(self, a: Bool, b: Bool) -> Bool:
+        """Implication."""
+        return self.or_(self.not_(a), b)
+
+    def min(self, a: Int, b: Int) -> Int:
+        """Minimum as an If term."""
+        if isinstance(a, int) and isinstance(b, int):
+            return min(a, b)
+        return z3.If(a <= b, a, b)
+
+    def max(self, a: Int, b: Int) -> Int:
+        """Maximum as an If term."""
+        if isinstance(a, int) and isinstance(b, int):
+            return max(a, b)
+        return z3.If(a >= b, a, b)
+
+    def cdiv(self, a: Int, k: int) -> Int:
+        """Ceiling division by a positive constant (z3 `/` on Ints floors for k > 0)."""
+        if isinstance(a, int):
+            return -(-a // k)
+        return (a + (k - 1)) / k
+
+    def floordiv(self, a: Int, k: int) -> Int:
+        """Floor division by a positive constant."""
+        if isinstance(a, int):
+            return a // k
+        return a / k
+
+    def sum(self, xs: Sequence[Int]) -> Int:
+        """Sum of terms."""
+        total: Int = 0
+        for x in xs:
+            total = total + x
+        return total
+
+    def to_int(self, b: Bool) -> Int:
+        """1 for true, 0 for false."""
+        if isinstance(b, bool):
+            return 1 if b else 0
+        return z3.If(b, 1, 0)
+
+
+CONCRETE = ConcreteOps()
+SYMBOLIC = SymbolicOps()
+
+
+def simplify(value: Any) -> Any:
+    """z3-simplify a term; leave Python values alone."""
+    if isinstance(value, z3.ExprRef):
+        return z3.simplify(value)
+    return value
+
+
+def as_python(value: Any) -> Any:
+    """A z3 numeral or boolean constant as a Python int/bool (after simplification)."""
+    value = simplify(value)
+    if isinstance(value, z3.IntNumRef):
+        return value.as_long()
+    if z3.is_true(value):
+        return True
+    if z3.is_false(value):
+        return False
+    if isinstance(value, z3.ExprRef):
+        raise ValueError(f"not a constant: {value}")
+    return value

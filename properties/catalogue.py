@@ -1,0 +1,256 @@
+"""The property catalogue: every property is written over Ops and the Step observables only,
+so one property serves every engine and both checking methods.
+
+A property is either
+- `step`: must hold at every step (it reads `steps[t]`, sometimes `steps[t-1]`);
+- `window`: bounded liveness over the last `window` steps (`steps[t-window+1 .. t]`);
+- `lasso`: a request that never finishes on an infinite run (a reachable cycle).
+`holds(ops, steps, t)` returns the Bool "the property holds at step index t".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from model.ops import Bool, Int, Ops
+from model.state import SlotObs, Step
+
+Holds = Callable[[Ops, Sequence[Step], int], Bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Property:
+    """A named property with its kind and evaluation function."""
+
+    name: str
+    kind: str  # "step" | "window" | "lasso"
+    description: str
+    holds: Holds
+    window: int = 1
+    params: tuple[tuple[str, int], ...] = field(default_factory=tuple)
+
+
+def _count(ops: Ops, flags: Sequence[Bool]) -> Int:
+    return ops.sum([ops.to_int(f) for f in flags])
+
+
+def _all(ops: Ops, xs: Sequence[Bool]) -> Bool:
+    return ops.and_(*xs) if xs else True
+
+
+def _any(ops: Ops, xs: Sequence[Bool]) -> Bool:
+    return ops.or_(*xs) if xs else False
+
+
+def _joined(o: SlotObs, ops: Ops) -> Bool:
+    return ops.or_(o.admitted, o.resumed)
+
+
+# --- safety ---------------------------------------------------------------------------
+
+def budget_respected(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """The tokens scheduled in a step never exceed the token budget (scheduler.py:1404-1408)."""
+    s = steps[t]
+    total = ops.sum([o.scheduled for o in s.slots])
+    return ops.and_(total <= s.cfg.token_budget, s.token_budget_left >= 0)
+
+
+def running_within_max_num_seqs(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """`running` never holds more than max_num_seqs requests (scheduler.py:1411)."""
+    s = steps[t]
+    return s.num_running <= s.cfg.max_num_seqs
+
+
+def kv_blocks_conserved(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """Free blocks plus blocks held equal the usable pool; nothing is over-allocated."""
+    s = steps[t]
+    held = ops.sum([o.blocks for o in s.slots])
+    return ops.and_(s.free_blocks >= 0, s.free_blocks + held == s.cfg.usable_blocks,
+                    s.free_blocks_end <= s.cfg.usable_blocks)
+
+
+def computed_within_tokens(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """num_computed_tokens <= num_tokens, and no request is scheduled past what it lacks."""
+    return _all(ops, [
+        ops.and_(o.num_computed_tokens <= o.num_tokens,
+                 o.scheduled <= o.num_tokens - o.num_computed_tokens_before)
+        for o in steps[t].slots])
+
+
+def no_admission_after_preemption(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """No request is admitted or resumed in a step that preempted (scheduler.py:900)."""
+    s = steps[t]
+    return ops.implies(s.any_preempted, _all(ops, [ops.not_(_joined(o, ops)) for o in s.slots]))
+
+
+def preempted_requeued(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """A preempted request has num_computed_tokens 0 and waits at the head of the queue
+    (FCFS, request_queue.py:92-94) or in (priority, arrival_time) order (PRIORITY,
+    request_queue.py:159-164)."""
+    s = steps[t]
+    slots = s.slots
+    reset = _all(ops, [ops.implies(o.preempted, o.num_computed_tokens == 0) for o in slots])
+    if s.cfg.policy_priority:
+        order = _all(ops, [
+            ops.implies(ops.and_(p.waiting_after, q.waiting_after, p.queue_key < q.queue_key),
+                        ops.or_(p.priority < q.priority,
+                                ops.and_(p.priority == q.priority,
+                                         p.arrival_time < q.arrival_time)))
+            for p in slots for q in slots if p is not q])
+    else:
+        order = _all(ops, [
+            ops.implies(ops.and_(p.preempted, q.waiting_after, ops.not_(q.preempted)),
+                        p.queue_key < q.queue_key)
+            for p in slots for q in slots if p is not q])
+    return ops.and_(reset, order)
+
+
+def whole_prompt_without_chunking(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """With chunked prefill off, a waiting request is scheduled whole or not at all."""
+    s = steps[t]
+    whole = _all(ops, [ops.implies(_joined(o, ops), o.scheduled == o.num_tokens)
+                       for o in s.slots])
+    return ops.or_(s.cfg.enable_chunked_prefill, whole)
+
+
+def running_before_waiting(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """Every running request served in a step is served before every waiting request
+    admitted in it (scheduler.py:657, 899-900)."""
+    slots = steps[t].slots
+    return _all(ops, [
+        ops.implies(ops.and_(r.was_running, r.scheduled > 0, _joined(w, ops)),
+                    r.serve_rank < w.serve_rank)
+        for r in slots for w in slots if r is not w])
+
+
+def _running_decodes(ops: Ops, s: Step) -> Int:
+    return _count(ops, [ops.and_(o.was_running,
+                                 o.num_tokens - o.num_computed_tokens_before == 1)
+                        for o in s.slots])
+
+
+def decodes_exhaust_budget(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """Seed 000's theorem: when the running decodes D use at least the budget B (D >= B,
+    one token each), a waiting request gets 0 tokens in that step."""
+    s = steps[t]
+    starved = _all(ops, [ops.implies(o.was_waiting, o.scheduled == 0) for o in s.slots])
+    return ops.implies(_running_decodes(ops, s) >= s.cfg.token_budget, starved)
+
+
+def exhausting_decodes_fill_max_num_seqs(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """Companion to the seed theorem: D >= B can only happen with D = B = max_num_seqs."""
+    s = steps[t]
+    d = _running_decodes(ops, s)
+    return ops.implies(d >= s.cfg.token_budget,
+                       ops.and_(d == s.cfg.token_budget, d == s.cfg.max_num_seqs))
+
+
+# --- bounded liveness (windows) ---------------------------------------------------------
+
+def _starving(ops: Ops, steps: Sequence[Step], t: int, k: int, i: int) -> Bool:
+    return _all(ops, [ops.and_(steps[u].slots[i].was_waiting, steps[u].slots[i].scheduled == 0)
+                      for u in range(t - k + 1, t + 1)])
+
+
+def make_starvation(k: int) -> Property:
+    """A waiting request never gets 0 tokens for k consecutive steps."""
+    def holds(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+        if t < k - 1:
+            return True
+        return ops.not_(_any(ops, [_starving(ops, steps, t, k, i)
+                                   for i in range(len(steps[t].slots))]))
+    return Property("starvation", "window", f"no waiting request gets 0 tokens for {k} "
+                    "consecutive steps", holds, window=k, params=(("k", k),))
+
+
+def make_preemption_storm(m: int) -> Property:
+    """No request is preempted more than m times."""
+    def holds(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+        return _all(ops, [o.num_preemptions <= m for o in steps[t].slots])
+    return Property("preemption_storm", "step", f"no request is preempted more than {m} times",
+                    holds, params=(("m", m),))
+
+
+def _fits_alone(ops: Ops, s: Step, o: SlotObs) -> Bool:
+    need = ops.cdiv(ops.min(o.num_tokens, s.cfg.max_model_len), s.cfg.block_size)
+    return ops.and_(need + s.cfg.watermark_blocks <= s.free_blocks_end,
+                    o.num_tokens <= s.cfg.token_budget)
+
+
+def make_head_of_line(k: int) -> Property:
+    """A waiting request whose whole sequence fits the free blocks and the budget is never
+    left waiting for k consecutive steps behind a request that does not fit."""
+    def holds(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+        if t < k - 1:
+            return True
+        blocked = []
+        for i in range(len(steps[t].slots)):
+            each = []
+            for u in range(t - k + 1, t + 1):
+                s = steps[u]
+                o = s.slots[i]
+                each.append(ops.and_(o.was_waiting, o.scheduled == 0,
+                                     ops.not_(s.any_preempted), _fits_alone(ops, s, o)))
+            blocked.append(_all(ops, each))
+        return ops.not_(_any(ops, blocked))
+    return Property("head_of_line", "window", "a waiting request that fits is never held for "
+                    f"{k} consecutive steps behind one that does not", holds, window=k,
+                    params=(("k", k),))
+
+
+def _never_finishes(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """Lasso property: evaluated by the checker on a loop; see checker/bmc.py."""
+    return True
+
+
+SAFETY: tuple[Property, ...] = (
+    Property("budget_respected", "step", budget_respected.__doc__ or "", budget_respected),
+    Property("running_within_max_num_seqs", "step", running_within_max_num_seqs.__doc__ or "",
+             running_within_max_num_seqs),
+    Property("kv_blocks_conserved", "step", kv_blocks_conserved.__doc__ or "",
+             kv_blocks_conserved),
+    Property("computed_within_tokens", "step", computed_within_tokens.__doc__ or "",
+             computed_within_tokens),
+    Property("no_admission_after_preemption", "step",
+             no_admission_after_preemption.__doc__ or "", no_admission_after_preemption),
+    Property("preempted_requeued", "step", preempted_requeued.__doc__ or "",
+             preempted_requeued),
+    Property("whole_prompt_without_chunking", "step",
+             whole_prompt_without_chunking.__doc__ or "", whole_prompt_without_chunking),
+    Property("running_before_waiting", "step", running_before_waiting.__doc__ or "",
+             running_before_waiting),
+    Property("decodes_exhaust_budget", "step", decodes_exhaust_budget.__doc__ or "",
+             decodes_exhaust_budget),
+    Property("exhausting_decodes_fill_max_num_seqs", "step",
+             exhausting_decodes_fill_max_num_seqs.__doc__ or "",
+             exhausting_decodes_fill_max_num_seqs),
+)
+
+NEVER_FINISHES = Property(
+    "never_finishes", "lasso",
+    "a request that fits max_model_len is never left unfinished forever (livelock)",
+    _never_finishes)
+
+_FACTORIES: dict[str, Callable[..., Property]] = {
+    "starvation": make_starvation,
+    "preemption_storm": make_preemption_storm,
+    "head_of_line": make_head_of_line,
+}
+
+
+def names() -> tuple[str, ...]:
+    """Every property name."""
+    return tuple(p.name for p in SAFETY) + tuple(_FACTORIES) + (NEVER_FINISHES.name,)
+
+
+def get(name: str, **params: int) -> Property:
+    """The property `name`, instantiated with its parameters (k, m)."""
+    for p in SAFETY:
+        if p.name == name:
+            return p
+    if name == NEVER_FINISHES.name:
+        return NEVER_FINISHES
+    if name in _FACTORIES:
+        return _FACTORIES[name](**params)
+    raise KeyError(name)
