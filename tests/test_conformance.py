@@ -331,3 +331,24 @@ def test_validate_accepts_and_rejects_what_vllm_does_and_for_the_same_rule():
 def test_non_positive_batch_sizes_are_rejected_under_positive_fields():
     for cfg in (replace(Config(), max_num_batched_tokens=0), replace(Config(), max_num_seqs=0)):
         assert our_verdict(cfg)[1] == "positive_fields"
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_a_departing_reference_is_caught_shrunk_and_reported(monkeypatch, capsys):
+    import model.reference.vllm_v1 as reference
+    from checker.conformance.__main__ import main
+
+    honest = reference.iter_steps
+
+    def reversed_preemptions(workload):  # a reference that lists victims backwards
+        for views, record in honest(workload):
+            yield views, replace(record, preempted=record.preempted[::-1])
+
+    monkeypatch.setattr(reference, "iter_steps", reversed_preemptions)
+    assert main(["--count", "1", "--seed", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "seed 1: step 7: preempted differ" in out
+    assert "workloads agreeing: 0/1 (0.0%)" in out
+    assert "minimal diverging workload (from seed 1):" in out
+    assert "* preempted           | r0 r2              | r2 r0" in out

@@ -26,6 +26,8 @@ _CONFIG_INTS: tuple[tuple[str, int], ...] = (
     ("max_model_len", 2),
     ("long_prefill_token_threshold", 0),
     ("block_size", 1),
+    ("max_num_scheduled_tokens", 1),
+    ("max_num_active_seqs", 1),
 )
 #: Config fields moved back to vLLM's default value.
 _CONFIG_DEFAULTS: tuple[tuple[str, object], ...] = (
@@ -50,26 +52,32 @@ def is_admissible(w: Workload) -> bool:
 
 
 def shrink(workload: Workload, fails: Callable[[Workload], bool],
-           max_calls: int = 2000) -> Workload:
+           max_calls: int = 3000) -> Workload:
     """The smallest workload reached from `workload` by greedy moves while `fails` holds.
 
-    `fails(workload)` must be true on entry. `max_calls` bounds the predicate calls.
+    `fails(workload)` must be true on entry. Moves come in groups (`MOVES`, in order);
+    after an accepted move its group is tried again on the smaller workload, and passes
+    over all groups repeat until one changes nothing. `max_calls` bounds the predicate
+    calls.
     """
     current = workload
     calls = 0
-    improved = True
-    while improved and calls < max_calls:
-        improved = False
-        for candidate in candidates(current):
-            if calls >= max_calls:
-                break
-            if candidate == current or not is_admissible(candidate):
-                continue
-            calls += 1
-            if fails(candidate):
-                current = candidate
-                improved = True
-                break
+    changed = True
+    while changed and calls < max_calls:
+        changed = False
+        for moves in MOVES:
+            accepted = True
+            while accepted and calls < max_calls:
+                accepted = False
+                for candidate in moves(current):
+                    if calls >= max_calls:
+                        break
+                    if candidate == current or not is_admissible(candidate):
+                        continue
+                    calls += 1
+                    if fails(candidate):
+                        current, accepted, changed = candidate, True, True
+                        break
     return current
 
 
@@ -82,27 +90,48 @@ def _smaller(value: int, floor: int) -> Iterator[int]:
             yield v
 
 
-def candidates(w: Workload) -> Iterator[Workload]:
-    """Every one-move shrink of `w`, in the order `shrink` tries them."""
+def _fewer_steps(w: Workload) -> Iterator[Workload]:
     for steps in _smaller(w.steps, 1):
         yield replace(w, steps=steps, eos=tuple(e for e in w.eos if e.step <= steps))
+
+
+def _fewer_requests(w: Workload) -> Iterator[Workload]:
     for i, r in enumerate(w.requests):
         yield replace(w, requests=w.requests[:i] + w.requests[i + 1:],
                       eos=tuple(e for e in w.eos if e.id != r.id))
+
+
+def _fewer_eos(w: Workload) -> Iterator[Workload]:
     for i in range(len(w.eos)):
         yield replace(w, eos=w.eos[:i] + w.eos[i + 1:])
+
+
+def _smaller_requests(w: Workload) -> Iterator[Workload]:
     for i, r in enumerate(w.requests):
         for field, floor in (("prompt_len", 1), ("max_tokens", 1), ("arrival_step", 1),
                              ("priority", 0)):
             for v in _smaller(getattr(r, field), floor):
                 yield _with_request(w, i, replace(r, **{field: v}))
+
+
+def _smaller_config(w: Workload) -> Iterator[Workload]:
     for field, floor in _CONFIG_INTS:
-        for v in _smaller(getattr(w.config, field), floor):
-            yield _with_config(w, replace(w.config, **{field: v}))
+        value = getattr(w.config, field)
+        if value is not None:
+            for v in _smaller(value, floor):
+                yield _with_config(w, replace(w.config, **{field: v}))
+
+
+def _default_config(w: Workload) -> Iterator[Workload]:
     for field, default in _CONFIG_DEFAULTS:
         if getattr(w.config, field) != default:
             yield _with_config(w, replace(w.config, **{field: default}))
-    yield from _renamed(w)
+
+
+def candidates(w: Workload) -> Iterator[Workload]:
+    """Every one-move shrink of `w`, group by group in `MOVES` order."""
+    for moves in MOVES:
+        yield from moves(w)
 
 
 def _with_request(w: Workload, index: int, r: RequestSpec) -> Workload:
@@ -123,3 +152,11 @@ def _renamed(w: Workload) -> Iterator[Workload]:
         requests=tuple(replace(r, id=names[r.id]) for r in w.requests),
         eos=tuple(replace(e, id=names[e.id]) for e in w.eos),
     )
+
+
+MOVES: tuple[Callable[[Workload], Iterator[Workload]], ...] = (
+    _fewer_steps, _fewer_requests, _fewer_eos, _default_config, _smaller_config,
+    _smaller_requests, _renamed,
+)
+"""The shrinking moves, in the order tried: the design's "minimal" is fewest steps, then
+fewest requests, then smallest numbers; ids are renamed r0, r1, ... last."""
