@@ -11,11 +11,13 @@ EOS, and both `length` finishes (max_tokens and max_model_len).
 
 EOS entries. An entry says "the token request X samples in step s is EOS". The generator
 draws s inside the window in which X plausibly decodes (after its arrival, within its
-prefill time plus max_tokens plus slack); it does not run a scheduler to make sure that X
-really samples in step s. An entry for a step in which X samples nothing (it is waiting,
-mid-prefill, preempted or finished) has no effect by the contract, on both sides, and so
-also tests that both sides ignore it. `RUN_FEATURES` counts only the EOS entries that
-finished a request (`finished:stop`).
+prefill time plus max_tokens plus slack); it does not run a scheduler, so some entries
+name a step in which X samples nothing (it is waiting, mid-prefill, preempted or already
+finished). The reference rejects those (EOS can only be a sampled token), so
+`checker.conformance.compare` runs the real scheduler first and keeps only the entries
+that named a step in which the request really sampled; the dropped ones had no effect on
+that run. About a third of the drawn entries take effect; `RUN_FEATURES` counts the runs
+in which one finished a request (`finished:stop`).
 
 `random_any_config(seed)` draws configs that are often invalid, for the config-validation
 conformance: each breaks zero, one or two of vLLM's SchedulerConfig rules.
