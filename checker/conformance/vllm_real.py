@@ -191,6 +191,7 @@ def new_scheduler(cfg: Config) -> Any:
     """A fresh real `Scheduler` for `cfg` with a fake KV cache of `cfg.num_gpu_blocks`."""
     v = _vllm()
     vllm_config = _vllm_config(cfg)
+    _check_config_kept(cfg, vllm_config)  # the cached config must not drift between runs
     spec = v.FullAttentionSpec(block_size=cfg.block_size, num_kv_heads=1, head_size=1,
                                dtype=v.torch.float32)
     kv_cache_config = v.KVCacheConfig(
