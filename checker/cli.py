@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `batchproof ... | head` ends quietly
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -65,7 +65,13 @@ def check_field_types(cfg: Config) -> None:
             raise InputError(f"{name} must be true or false, got {getattr(cfg, name)!r}")
     if isinstance(cfg.watermark, bool) or not isinstance(cfg.watermark, int | float):
         raise InputError(f"watermark must be a number in [0, 1), got {cfg.watermark!r}")
-    for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "block_size"):
+    for name in ("max_num_batched_tokens", "max_num_seqs"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(
+                "positive_fields",
+                f"{name} must be >= 1, got {getattr(cfg, name)}; use a positive value "
+                "(vllm/config/scheduler.py:48, 62)")
+    for name in ("max_model_len", "block_size"):
         if getattr(cfg, name) < 1:
             raise InputError(f"{name} must be >= 1, got {getattr(cfg, name)}; use a positive value")
     if cfg.num_gpu_blocks < 2:

@@ -302,7 +302,7 @@ def test_the_reference_agrees_with_the_real_scheduler_on_every_generated_step():
 # The one known departure: model/vllm_config.check_field_types raises a plain InputError
 # (no rule) for max_num_batched_tokens / max_num_seqs < 1, where vLLM's pydantic
 # constraint (vllm/config/scheduler.py:48, 62: ge=1) is RULES' "positive_fields".
-_NO_RULE_FIELDS = ("max_num_batched_tokens", "max_num_seqs")
+_NO_RULE_FIELDS: tuple[str, ...] = ()
 
 
 def _rule_free_case(cfg: Config) -> bool:
@@ -325,9 +325,6 @@ def test_validate_accepts_and_rejects_what_vllm_does_and_for_the_same_rule():
 
 @pytest.mark.conformance
 @needs_vllm
-@pytest.mark.xfail(strict=True, reason="validate names no rule for max_num_batched_tokens / "
-                   "max_num_seqs < 1 (check_field_types raises a plain InputError); vLLM "
-                   "reports the pydantic ge=1 constraint, RULES' positive_fields")
 def test_non_positive_batch_sizes_are_rejected_under_positive_fields():
     for cfg in (replace(Config(), max_num_batched_tokens=0), replace(Config(), max_num_seqs=0)):
         assert our_verdict(cfg)[1] == "positive_fields"

@@ -286,6 +286,15 @@ def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState
     return _update(ops, cfg, specs, state, before, ntok, held, w, eos)
 
 
+def _queue_key(cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work, i: int,
+               n_slots: int) -> Int:
+    """A key whose order is the waiting queue's: the deque position under FCFS, and
+    (priority, arrival_time) under PRIORITY (request_queue.py:131-197)."""
+    if cfg.policy_priority:
+        return specs[i].priority * n_slots + i
+    return w.wait_key[i]
+
+
 def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState,
             before: Sequence[SlotState], ntok: Sequence[Int], held: Sequence[Bool],
             w: _Work, eos: Sequence[Bool]) -> tuple[SchedState, Step]:
@@ -322,8 +331,8 @@ def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedSt
             num_preemptions=w.num_preemptions[i], running_after=status_after_sched == RUNNING,
             waiting_after=ops.or_(status_after_sched == WAITING,
                                   status_after_sched == PREEMPTED),
-            queue_key=w.wait_key[i], run_key=w.run_key[i], prompt_len=spec.prompt_len,
-            max_tokens=spec.max_tokens,
+            queue_key=_queue_key(cfg, specs, w, i, n_slots=len(specs)), run_key=w.run_key[i],
+            prompt_len=spec.prompt_len, max_tokens=spec.max_tokens,
             priority=spec.priority, arrival_time=i))
     num_running = ops.sum([ops.to_int(s == RUNNING) for s in w.status])
     num_running_end = ops.sum([ops.to_int(s.status == RUNNING) for s in slots])

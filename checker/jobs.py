@@ -1,0 +1,102 @@
+"""One check = one job (engine x property x config x method), a pure function of its
+arguments, so jobs can run in a process pool here or on a cluster engine elsewhere."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from checker import bmc, induction
+from checker.replay import DivergenceError, ReplayResult, replay
+from checker.symbolic import Bounds, Family
+from checker.theorems import THEOREMS
+from checker.trace import HOLDS, PROVED, UNKNOWN, VIOLATED, Counterexample, Verdict
+from properties import catalogue
+from properties.manifest import NamedConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What to check."""
+
+    engine: str
+    property: str
+    params: tuple[tuple[str, int], ...]
+    config: NamedConfig
+    expected: str | None
+    timeout_s: float
+    max_k: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """A verdict and, when violated, the counterexample and its replay on the reference."""
+
+    verdict: Verdict
+    counterexample: Counterexample | None = None
+    replayed: ReplayResult | None = None
+
+
+def _family(nc: NamedConfig) -> Family:
+    return Family(base=nc.config, ranges=nc.ranges, validated=nc.validated)
+
+
+def _bounds(nc: NamedConfig) -> Bounds:
+    return Bounds(**dict(nc.bounds))
+
+
+def run_batch(jobs: list[Job]) -> list[JobResult]:
+    """Run jobs in order in this process (jobs of one config share the invariant proof)."""
+    return [run(job) for job in jobs]
+
+
+def run(job: Job) -> JobResult:
+    """Decide one property: a closed-form theorem or k-induction gives PROVED; otherwise
+    BMC gives VIOLATED (minimal, replayed) or HOLDS up to its depth; UNKNOWN otherwise."""
+    start = time.monotonic()
+    prop = catalogue.get(job.property, **dict(job.params))
+    family, bounds = _family(job.config), _bounds(job.config)
+
+    def verdict(v: str, depth: int, detail: str, method: str, path: str | None = None
+                ) -> Verdict:
+        return Verdict(job.engine, job.property, job.config.name, method, v, depth,
+                       time.monotonic() - start, job.expected, path, detail)
+
+    notes = []
+    if job.property in THEOREMS and job.config.validated:
+        th = THEOREMS[job.property](job.timeout_s)
+        if th.proved:
+            return JobResult(verdict(PROVED, 0, th.detail, "theorem"))
+        notes.append(f"theorem not proved ({th.detail})")
+    if prop.kind == "step":
+        remaining = job.timeout_s - (time.monotonic() - start)
+        wf = induction.prove_well_formed(family, bounds, job.timeout_s)
+        if wf.proved:
+            remaining = job.timeout_s - (time.monotonic() - start)
+            ind = induction.prove(prop, family, bounds, job.max_k, remaining)
+            if ind.proved:
+                return JobResult(verdict(
+                    PROVED, ind.k, f"{ind.k}-induction on {bounds.slots} slots, all request "
+                    "lengths", "induction"))
+            notes.append(f"induction: {ind.reason}")
+        else:
+            notes.append(f"invariant: {wf.reason}")
+    remaining = job.timeout_s - (time.monotonic() - start)
+    result = bmc.check(prop, family, bounds, remaining)
+    detail = "; ".join(notes)
+    if result.status == "holds":
+        return JobResult(verdict(HOLDS, result.depth, detail, "bmc"))
+    if result.status == "unknown":
+        return JobResult(verdict(UNKNOWN, result.depth, result.reason, "bmc"))
+    assert result.workload is not None
+    cex = Counterexample(
+        engine=job.engine, property=job.property, params=job.params,
+        config_name=job.config.name, workload=result.workload, method="bmc",
+        bounds=tuple(sorted(dict(job.config.bounds).items())), violated_at=result.depth,
+        loop=result.loop)
+    try:
+        replayed = replay(cex)
+    except DivergenceError as exc:
+        return JobResult(verdict(UNKNOWN, result.depth, f"divergence: {exc}", "bmc"), cex)
+    return JobResult(verdict(VIOLATED, result.depth, "replayed on the reference", "bmc"),
+                     cex, replayed)

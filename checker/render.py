@@ -1,0 +1,67 @@
+"""Text timelines: steps as columns, one row per request, tokens per cell.
+
+Cell marks: `+` admitted, `^` resumed, `!` preempted, `$` finished by EOS, `#` finished by
+length, `.` waiting with 0 tokens; a blank cell means the request is not held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from model.state import StepRecord, Workload
+
+
+def _cell(rec: StepRecord, rid: str) -> str:
+    sched = dict(rec.scheduled)
+    finished = dict(rec.finished)
+    text = str(sched[rid]) if rid in sched else ""
+    if rid in rec.admitted:
+        text = "+" + text
+    if rid in rec.resumed:
+        text = "^" + text
+    if rid in rec.preempted:
+        text += "!"
+    if rid in finished:
+        text += "$" if finished[rid] == "stop" else "#"
+    if not text and rid in rec.waiting:
+        text = "."
+    return text
+
+
+def timeline(workload: Workload, records: Sequence[StepRecord], highlight: int | None = None,
+             loop: int | None = None) -> str:
+    """The run as a table; `highlight` marks the violating step, `loop` the lasso start."""
+    ids = [r.id for r in workload.arrival_order()]
+    width = max([4] + [len(_cell(rec, rid)) + 1 for rec in records for rid in ids])
+    label = max(len("free blocks"), *(len(i) for i in ids))
+    head = "step".ljust(label) + "".join(str(r.step).rjust(width) for r in records)
+    lines = [head]
+    if highlight is not None or loop is not None:
+        marks = []
+        for r in records:
+            mark = "v" if r.step == highlight else ""
+            mark = "L" if loop is not None and r.step == loop + 1 else mark
+            marks.append(mark.rjust(width))
+        lines.append(" " * label + "".join(marks))
+    for rid in ids:
+        lines.append(rid.ljust(label) + "".join(_cell(r, rid).rjust(width) for r in records))
+    budget = workload.config.token_budget
+    lines.append("tokens".ljust(label) + "".join(
+        f"{sum(n for _, n in r.scheduled)}".rjust(width) for r in records)
+        + f"   (budget {budget})")
+    lines.append("free blocks".ljust(label) + "".join(str(r.free_blocks).rjust(width)
+                                                      for r in records))
+    lines.append("")
+    lines.append("marks: +admitted ^resumed !preempted $EOS #length .waiting"
+                 + ("  v violated here" if highlight is not None else "")
+                 + ("  L loop starts (the run repeats from here)" if loop is not None else ""))
+    return "\n".join(lines) + "\n"
+
+
+def requests_table(workload: Workload) -> str:
+    """The workload's requests and EOS choices, one line each."""
+    lines = [f"  {r.id}: prompt_len={r.prompt_len} max_tokens={r.max_tokens} "
+             f"arrival_step={r.arrival_step} priority={r.priority}"
+             for r in workload.arrival_order()]
+    lines += [f"  EOS: {e.id} at step {e.step}" for e in workload.eos]
+    return "\n".join(lines) + "\n"
