@@ -147,16 +147,12 @@ def golden_text(result: JobResult) -> str:
             + render.timeline(cex.workload, shown, highlight=cex.violated_at, loop=cex.loop))
 
 
-def _write(result: JobResult) -> str | None:
+def _write(result: JobResult, itf_path: Path, txt_path: Path) -> None:
     cex = result.counterexample
-    if cex is None or result.replayed is None:
-        return None
-    slug = f"{cex.property}__{cex.config_name}"
-    itf_path, txt_path = _paths(cex.engine, slug)
+    assert cex is not None and result.replayed is not None
     itf_path.parent.mkdir(parents=True, exist_ok=True)
     itf_path.write_text(itf.dumps(itf.to_itf(cex, result.replayed.records)))
     txt_path.write_text(golden_text(result))
-    return str(itf_path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -178,7 +174,10 @@ def run(args: argparse.Namespace) -> int:
         path = None
         if res.counterexample is not None and res.replayed is not None:
             slug = f"{res.counterexample.property}__{res.counterexample.config_name}"
-            path = _write(res) if args.write else str(_paths(args.engine, slug)[0])
+            itf_path, txt_path = _paths(args.engine, slug)
+            if args.write:
+                _write(res, itf_path, txt_path)
+            path = str(itf_path)
         verdicts.append(replace(res.verdict, counterexample=path))
     _print(verdicts, args.json)
     return _exit_code(verdicts)

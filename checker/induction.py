@@ -12,13 +12,13 @@ slots is fixed.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 
 import z3
 
 from checker.bmc import Z3_SEED
-from checker.symbolic import Bounds, Family, _family_cfg
+from checker.symbolic import Bounds, Family, family_config, fresh_state, slot_specs
 from model.ops import SymbolicOps
 from model.rules import vllm_v1 as rules
 from model.state import (
@@ -30,7 +30,6 @@ from model.state import (
     RuleConfig,
     SchedState,
     SlotSpec,
-    SlotState,
     Step,
 )
 from properties.catalogue import Property
@@ -44,27 +43,6 @@ class InductionResult:
     k: int
     seconds: float
     reason: str = ""
-
-
-def _state(tag: str, n: int) -> SchedState:
-    def iv(name: str) -> z3.ArithRef:
-        return z3.Int(f"{tag}.{name}")
-    slots = tuple(SlotState(*(iv(f"{i}.{f.name}") for f in fields(SlotState))) for i in range(n))
-    return SchedState(slots=slots, free_blocks=iv("free"), next_run_key=iv("next_run_key"),
-                      wait_head=iv("wait_head"), wait_tail=iv("wait_tail"), step=iv("step"))
-
-
-def _specs(n: int, priority: bool, cfg: RuleConfig) -> tuple[tuple[SlotSpec, ...], list]:
-    specs, cons = [], []
-    for i in range(n):
-        p, m, a = z3.Int(f"r{i}.prompt_len"), z3.Int(f"r{i}.max_tokens"), z3.Int(f"r{i}.arrival")
-        pr = z3.Int(f"r{i}.priority") if priority else 0
-        cons += [p >= 1, m >= 1, a >= 0, z3.Implies(a > 0, p < cfg.max_model_len)]
-        specs.append(SlotSpec(p, m, a, pr))
-    for x, y in zip(specs, specs[1:], strict=False):
-        cons.append(z3.Implies(x.arrival_step == 0, y.arrival_step == 0))
-        cons.append(z3.Implies(y.arrival_step > 0, x.arrival_step <= y.arrival_step))
-    return tuple(specs), cons
 
 
 def well_formed(cfg: RuleConfig, specs: tuple[SlotSpec, ...], s: SchedState) -> z3.BoolRef:
@@ -134,14 +112,14 @@ def prove_well_formed(family: Family, bounds: Bounds, timeout_s: float) -> Induc
     """Prove `well_formed` inductive: it holds initially and every step preserves it.
     Cached per process: every step property of a family reuses the proof."""
     start = time.monotonic()
-    cfg, _, cfg_cons = _family_cfg(family)
-    specs, spec_cons = _specs(bounds.slots, cfg.policy_priority, cfg)
+    cfg, _, cfg_cons = family_config(family)
+    specs, spec_cons = slot_specs(bounds.slots, cfg)
     base = _solver(timeout_s)
     base.add(*cfg_cons, *spec_cons, z3.Not(well_formed(cfg, specs, _initial(cfg, bounds.slots))))
     r = base.check()
     if r != z3.unsat:
         return InductionResult(False, 0, time.monotonic() - start, f"base case: {r}")
-    s0 = _state("w0", bounds.slots)
+    s0 = fresh_state("w0", bounds.slots, z3.Int("w0.step"))
     defs: list = []
     s1, _ = _transition(cfg, specs, s0, "w0", defs)
     step = _solver(timeout_s - (time.monotonic() - start))
@@ -160,14 +138,14 @@ def prove(prop: Property, family: Family, bounds: Bounds, max_k: int,
     start = time.monotonic()
     if prop.kind != "step":
         return InductionResult(False, 0, 0.0, "only step properties are proved by induction")
-    cfg, _, cfg_cons = _family_cfg(family)
-    specs, spec_cons = _specs(bounds.slots, cfg.policy_priority, cfg)
+    cfg, _, cfg_cons = family_config(family)
+    specs, spec_cons = slot_specs(bounds.slots, cfg)
     for k in range(1, max_k + 1):
         remaining = timeout_s - (time.monotonic() - start)
         if remaining <= 0:
             return InductionResult(False, k, time.monotonic() - start, "time limit")
         defs: list = []
-        state = _state(f"k{k}s0", bounds.slots)
+        state = fresh_state(f"k{k}s0", bounds.slots, z3.Int(f"k{k}s0.step"))
         assumptions = [well_formed(cfg, specs, state)]
         steps: list[Step] = []
         for j in range(k):

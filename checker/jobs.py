@@ -69,7 +69,7 @@ def run(job: Job) -> JobResult:
             return JobResult(verdict(PROVED, 0, th.detail, "theorem"))
         notes.append(f"theorem not proved ({th.detail})")
     if prop.kind == "step":
-        remaining = job.timeout_s - (time.monotonic() - start)
+        # The full timeout, not what is left, so the cached proof is shared across jobs.
         wf = induction.prove_well_formed(family, bounds, job.timeout_s)
         if wf.proved:
             remaining = job.timeout_s - (time.monotonic() - start)

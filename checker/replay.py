@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from checker.trace import Counterexample
 from model.ops import CONCRETE
-from model.reference.vllm_v1 import simulate
+from model.reference.vllm_v1 import cdiv, simulate
 from model.state import RuleConfig, SlotObs, Step, StepRecord, Workload
 from properties import catalogue
 
@@ -29,10 +29,6 @@ class ReplayResult:
     records: tuple[StepRecord, ...]
     violated_at: int  # 1-based step
     loop: int | None = None
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ...]:
@@ -68,7 +64,7 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
             now = after.get(rid, ncomp[rid])
             sampled = n > 0 and now >= ntok
             preemptions[rid] += rid in rec.preempted
-            blocks = (_cdiv(min(now, cfg.max_model_len), cfg.block_size)
+            blocks = (cdiv(min(now, cfg.max_model_len), cfg.block_size)
                       if rid in rec.running else 0)
             queue_key = rec.waiting.index(rid) if rid in rec.waiting else 0
             slots.append(SlotObs(

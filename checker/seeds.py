@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checker.config_flags import FLAG_FOR_FIELD
-from model.errors import ConfigError
 from model.reference.vllm_v1 import PHASE_DECODE, chunk_phase, iter_steps
 from model.state import Config, RequestSpec, StepRecord, Workload
-from model.vllm_config import validate
+from model.vllm_config import rejection
 
 PAGE = Path("docs/seed_reproductions.md")
 COMMAND = "batchproof seeds --write docs/seed_reproductions.md"
@@ -55,11 +54,8 @@ def decodes_and_prompt(num_decodes: int, prompt_len: int, cfg: Config) -> Worklo
 
 def rejection_rule(cfg: Config) -> str | None:
     """The vLLM validation rule that rejects `cfg`, or None."""
-    try:
-        validate(cfg)
-    except ConfigError as exc:
-        return exc.rule
-    return None
+    rejected_by = rejection(cfg)
+    return None if rejected_by is None else rejected_by.rule
 
 
 def prefill_outcome(num_decodes: int, prompt_len: int, cfg: Config) -> PrefillOutcome:

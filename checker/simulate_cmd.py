@@ -14,7 +14,7 @@ from checker.config_flags import add_config_flags, apply_config_flags
 from model.errors import ConfigError, InputError
 from model.reference.vllm_v1 import PHASE_DECODE, chunk_phase, iter_steps
 from model.state import VLLM_VERSION, Config, Simulation, StepRecord, Workload
-from model.vllm_config import RULES, check_field_types, validate
+from model.vllm_config import RULES, check_field_types, rejection
 from model.workload import check_requests_admissible, load_workload, parse_workload
 
 
@@ -84,15 +84,6 @@ def simulate_checked(workload: Workload, validate_config: bool = True) -> Simula
     simulation = Simulation(workload=workload, steps=tuple(s.record for s in steps),
                             validated=validate_config)
     return SimulationRun(simulation, tuple(steps), rejected_by)
-
-
-def rejection(cfg: Config) -> ConfigError | None:
-    """The first SchedulerConfig rule that rejects `cfg`, or None if vLLM accepts it."""
-    try:
-        validate(cfg)
-    except ConfigError as exc:
-        return exc
-    return None
 
 
 # ---------------------------------------------------------------------------------------

@@ -11,8 +11,6 @@ import z3
 from model.ops import Bool, SymbolicOps
 from model.rules import vllm_v1 as rules
 from model.state import (
-    ABSENT,
-    FINISHED,
     PREEMPTED,
     RUNNING,
     WAITING,
@@ -65,7 +63,9 @@ class Unrolling:
     constraints: list[Bool] = field(default_factory=list)
 
 
-def _family_cfg(family: Family) -> tuple[RuleConfig, dict[str, z3.ArithRef], list[Bool]]:
+def family_config(family: Family) -> tuple[RuleConfig, dict[str, z3.ArithRef], list[Bool]]:
+    """The family as a RuleConfig with z3 constants for ranged fields, those constants,
+    and their range (and, if validated, vLLM validation) constraints."""
     base = family.base
     vars_: dict[str, z3.ArithRef] = {}
     cons: list[Bool] = []
@@ -109,19 +109,22 @@ def validation_constraints(base: Config, values: dict[str, object]) -> list[Bool
     return [c for c in out if c is not True]
 
 
-def _slot_specs(bounds: Bounds, cfg: RuleConfig, priority: bool) -> tuple[tuple[SlotSpec, ...],
-                                                                       list[Bool]]:
+def slot_specs(num_slots: int, cfg: RuleConfig, bounds: Bounds | None = None
+               ) -> tuple[tuple[SlotSpec, ...], list[Bool]]:
+    """Symbolic request slots and their constraints. With `bounds`, lengths, arrivals and
+    priorities are bounded as a BMC query needs; without, request lengths are unbounded
+    (induction proofs)."""
     specs, cons = [], []
-    for i in range(bounds.slots):
+    for i in range(num_slots):
         p, m = z3.Int(f"r{i}.prompt_len"), z3.Int(f"r{i}.max_tokens")
         a = z3.Int(f"r{i}.arrival_step")
-        pr = z3.Int(f"r{i}.priority") if priority else 0
-        cons += [p >= 1, p <= bounds.max_prompt_len, m >= 1, m <= bounds.max_max_tokens,
-                 a >= 0, a <= bounds.depth,
-                 # vLLM's input processor rejects prompt_len >= max_model_len.
-                 z3.Implies(a > 0, p < cfg.max_model_len)]
-        if priority:
-            cons += [pr >= 0, pr <= bounds.max_priority]
+        pr = z3.Int(f"r{i}.priority") if cfg.policy_priority else 0
+        # vLLM's input processor rejects prompt_len >= max_model_len.
+        cons += [p >= 1, m >= 1, a >= 0, z3.Implies(a > 0, p < cfg.max_model_len)]
+        if bounds is not None:
+            cons += [p <= bounds.max_prompt_len, m <= bounds.max_max_tokens, a <= bounds.depth]
+            if cfg.policy_priority:
+                cons += [pr >= 0, pr <= bounds.max_priority]
         specs.append(SlotSpec(p, m, a, pr))
     # Canonical slot order: used slots first, in arrival order (slot index = arrival_time).
     for x, y in zip(specs, specs[1:], strict=False):
@@ -130,12 +133,14 @@ def _slot_specs(bounds: Bounds, cfg: RuleConfig, priority: bool) -> tuple[tuple[
     return tuple(specs), cons
 
 
-def _fresh_state(t: int, n: int) -> SchedState:
+def fresh_state(tag: str, num_slots: int, step: object) -> SchedState:
+    """A state of fresh z3 constants named `tag.*`; `step` is an int or a z3 term."""
     def iv(name: str) -> z3.ArithRef:
-        return z3.Int(f"s{t}.{name}")
-    slots = tuple(SlotState(*(iv(f"{i}.{f.name}") for f in fields(SlotState))) for i in range(n))
+        return z3.Int(f"{tag}.{name}")
+    slots = tuple(SlotState(*(iv(f"{i}.{f.name}") for f in fields(SlotState)))
+                  for i in range(num_slots))
     return SchedState(slots=slots, free_blocks=iv("free"), next_run_key=iv("next_run_key"),
-                      wait_head=iv("wait_head"), wait_tail=iv("wait_tail"), step=t)
+                      wait_head=iv("wait_head"), wait_tail=iv("wait_tail"), step=step)
 
 
 def _bind(fresh: SchedState, value: SchedState) -> list[Bool]:
@@ -148,8 +153,8 @@ def _bind(fresh: SchedState, value: SchedState) -> list[Bool]:
 
 def new_unrolling(family: Family, bounds: Bounds) -> Unrolling:
     """Symbols for a query: config family, request slots, the initial state."""
-    cfg, cfg_vars, cons = _family_cfg(family)
-    specs, spec_cons = _slot_specs(bounds, cfg, cfg.policy_priority)
+    cfg, cfg_vars, cons = family_config(family)
+    specs, spec_cons = slot_specs(bounds.slots, cfg, bounds)
     init = SchedState.initial(bounds.slots, cfg.usable_blocks)
     return Unrolling(cfg=cfg, cfg_vars=cfg_vars, specs=specs, states=[init],
                      constraints=cons + spec_cons)
@@ -161,7 +166,7 @@ def extend(u: Unrolling) -> list[Bool]:
     eos = tuple(z3.Bool(f"eos{t + 1}.{i}") for i in range(len(u.specs)))
     ops = SymbolicOps()
     nxt, observed = rules.step(ops, u.cfg, u.specs, u.states[-1], eos)
-    fresh = _fresh_state(t + 1, len(u.specs))
+    fresh = fresh_state(f"s{t + 1}", len(u.specs), t + 1)
     cons = ops.take_definitions() + _bind(fresh, nxt)
     u.eos.append(eos)
     u.states.append(fresh)
@@ -197,10 +202,6 @@ def same_behaviour(a: SchedState, b: SchedState) -> Bool:
 def held_status(status: object) -> Bool:
     """The request has arrived and not finished."""
     return z3.Or(status == WAITING, status == RUNNING, status == PREEMPTED)
-
-
-__all__ = ["ABSENT", "FINISHED", "Bounds", "Family", "Unrolling", "extend", "held_status",
-           "new_unrolling", "same_behaviour"]
 
 
 def present(specs: Sequence[SlotSpec]) -> list[Bool]:

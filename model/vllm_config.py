@@ -141,6 +141,16 @@ def validate(cfg: Config) -> None:
             "(vllm/config/scheduler.py:352-357)")
 
 
+def rejection(cfg: Config) -> ConfigError | None:
+    """The first SchedulerConfig rule that rejects `cfg`, or None if vLLM accepts it.
+    Field-type errors (no vLLM rule) still raise InputError."""
+    try:
+        validate(cfg)
+    except ConfigError as exc:
+        return exc
+    return None
+
+
 def is_valid(cfg: Config) -> bool:
     """True when `validate` accepts the config."""
     try:

@@ -204,28 +204,17 @@ def _never_finishes(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
     return True
 
 
-SAFETY: tuple[Property, ...] = (
-    Property("budget_respected", "step", budget_respected.__doc__ or "", budget_respected),
-    Property("running_within_max_num_seqs", "step", running_within_max_num_seqs.__doc__ or "",
-             running_within_max_num_seqs),
-    Property("kv_blocks_conserved", "step", kv_blocks_conserved.__doc__ or "",
-             kv_blocks_conserved),
-    Property("computed_within_tokens", "step", computed_within_tokens.__doc__ or "",
-             computed_within_tokens),
-    Property("no_admission_after_preemption", "step",
-             no_admission_after_preemption.__doc__ or "", no_admission_after_preemption),
-    Property("preempted_requeued", "step", preempted_requeued.__doc__ or "",
-             preempted_requeued),
-    Property("whole_prompt_without_chunking", "step",
-             whole_prompt_without_chunking.__doc__ or "", whole_prompt_without_chunking),
-    Property("running_before_waiting", "step", running_before_waiting.__doc__ or "",
-             running_before_waiting),
-    Property("decodes_exhaust_budget", "step", decodes_exhaust_budget.__doc__ or "",
-             decodes_exhaust_budget),
-    Property("exhausting_decodes_fill_max_num_seqs", "step",
-             exhausting_decodes_fill_max_num_seqs.__doc__ or "",
-             exhausting_decodes_fill_max_num_seqs),
-)
+def _step_property(holds: Holds) -> Property:
+    """A step property named after its function, described by its docstring."""
+    return Property(holds.__name__, "step", holds.__doc__ or "", holds)
+
+
+SAFETY: tuple[Property, ...] = tuple(_step_property(f) for f in (
+    budget_respected, running_within_max_num_seqs, kv_blocks_conserved,
+    computed_within_tokens, no_admission_after_preemption, preempted_requeued,
+    whole_prompt_without_chunking, running_before_waiting, decodes_exhaust_budget,
+    exhausting_decodes_fill_max_num_seqs,
+))
 
 NEVER_FINISHES = Property(
     "never_finishes", "lasso",
