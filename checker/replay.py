@@ -8,13 +8,13 @@ never a finding.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from checker.trace import Counterexample
+from model.engines.vllm_v1 import records_to_steps
 from model.ops import CONCRETE
-from model.reference.vllm_v1 import cdiv, simulate
-from model.state import RuleConfig, SlotObs, Step, StepRecord, Workload
+from model.reference.vllm_v1 import simulate
+from model.state import StepRecord
 from properties import catalogue
 
 
@@ -29,70 +29,6 @@ class ReplayResult:
     records: tuple[StepRecord, ...]
     violated_at: int  # 1-based step
     loop: int | None = None
-
-
-def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ...]:
-    """Step observables of a reference run, slot i = i-th request in arrival order.
-
-    The reference reports free blocks but not blocks per request; with prefix caching off
-    a running request holds exactly cdiv(min(num_computed_tokens, max_model_len),
-    block_size) blocks (kv_cache_manager.py:541-571), a waiting one none, so the
-    conservation property still cross-checks the reference's own pool accounting.
-    """
-    cfg = workload.config
-    rcfg = RuleConfig.from_config(cfg)
-    ordered = workload.arrival_order()
-    outputs = {r.id: 0 for r in ordered}
-    ncomp = {r.id: 0 for r in ordered}
-    preemptions = {r.id: 0 for r in ordered}
-    running: tuple[str, ...] = ()
-    waiting: tuple[str, ...] = ()
-    steps = []
-    for rec in records:
-        arrived = tuple(r.id for r in ordered if r.arrival_step == rec.step)
-        was_waiting = set(waiting) | set(arrived)
-        was_running = set(running)
-        sched = dict(rec.scheduled)
-        rank = {rid: k for k, (rid, _) in enumerate(rec.scheduled)}
-        after = dict(rec.num_computed_tokens)
-        finished = dict(rec.finished)
-        slots = []
-        for i, spec in enumerate(ordered):
-            rid = spec.id
-            ntok = spec.prompt_len + outputs[rid]
-            n = sched.get(rid, 0)
-            now = after.get(rid, ncomp[rid])
-            sampled = n > 0 and now >= ntok
-            preemptions[rid] += rid in rec.preempted
-            blocks = (cdiv(min(now, cfg.max_model_len), cfg.block_size)
-                      if rid in rec.running else 0)
-            queue_key = rec.waiting.index(rid) if rid in rec.waiting else 0
-            slots.append(SlotObs(
-                held=rid in was_running or rid in was_waiting, was_running=rid in was_running,
-                was_waiting=rid in was_waiting, scheduled=n, serve_rank=rank.get(rid, 0),
-                admitted=rid in rec.admitted, resumed=rid in rec.resumed,
-                preempted=rid in rec.preempted, finished=rid in finished,
-                finished_stop=finished.get(rid) == "stop", sampled=sampled, num_tokens=ntok,
-                num_computed_tokens_before=ncomp[rid], num_computed_tokens=now,
-                num_output_tokens=outputs[rid] + int(sampled), blocks=blocks,
-                num_preemptions=preemptions[rid], running_after=rid in rec.running,
-                waiting_after=rid in rec.waiting, queue_key=queue_key,
-                run_key=rec.running.index(rid) if rid in rec.running else 0,
-                prompt_len=spec.prompt_len, max_tokens=spec.max_tokens,
-                priority=spec.priority,
-                arrival_time=i))
-            outputs[rid] += int(sampled)
-            ncomp[rid] = now
-        finished_blocks = sum(o.blocks for o in slots if o.finished)
-        steps.append(Step(
-            step=rec.step, slots=tuple(slots), free_blocks=rec.free_blocks,
-            free_blocks_end=rec.free_blocks + finished_blocks,
-            token_budget_left=rec.token_budget_left, num_running=len(rec.running),
-            num_running_end=len(rec.running) - sum(1 for r in rec.running if r in finished),
-            any_preempted=bool(rec.preempted), cfg=rcfg))
-        running = tuple(r for r in rec.running if r not in finished)
-        waiting = rec.waiting
-    return tuple(steps)
 
 
 def replay(cex: Counterexample) -> ReplayResult:

@@ -7,6 +7,7 @@ source: `max_num_batched_tokens`, `max_num_seqs`, `num_computed_tokens`, ...
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 ENGINE_VLLM_V1 = "vllm-v1"
 VLLM_VERSION = "0.32.0"
@@ -85,6 +86,7 @@ class RequestSpec:
     max_tokens: int
     arrival_step: int = 1
     priority: int = 0
+    cached_prefix_len: int = 0  # SGLang LPM: prompt tokens already in the prefix cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +99,10 @@ class EosEvent:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """A workload and the configuration it runs under (the simulation contract)."""
+    """A workload and the configuration it runs under (the simulation contract).
+    `config` is the engine's own Config (model/engines/): vLLM's for "vllm-v1"."""
 
-    config: Config
+    config: Any
     requests: tuple[RequestSpec, ...]
     eos: tuple[EosEvent, ...] = ()
     steps: int = 20
@@ -141,9 +144,11 @@ class StepRecord:
     running: tuple[str, ...] = ()
     waiting: tuple[str, ...] = ()
     token_budget_left: int = 0
+    extra: tuple[tuple[str, object], ...] = ()  # engine-specific facts (batch kind, ...)
 
     def to_json(self) -> dict[str, object]:
-        """The contract's JSON object for this step."""
+        """The contract's JSON object for this step (engine-specific keys after the
+        shared ones)."""
         return {
             "step": self.step,
             "scheduled": dict(self.scheduled),
@@ -156,6 +161,7 @@ class StepRecord:
             "running": list(self.running),
             "waiting": list(self.waiting),
             "token_budget_left": self.token_budget_left,
+            **dict(self.extra),
         }
 
 
@@ -171,11 +177,16 @@ class Simulation:
         """The `batchproof simulate --json` document."""
         return {
             "engine": self.workload.engine,
-            "version": VLLM_VERSION,
+            "version": _engine_version(self.workload.engine),
             "validated": self.validated,
             "config": self.workload.config.to_dict(),
             "steps": [s.to_json() for s in self.steps],
         }
+
+
+def _engine_version(engine: str) -> str:
+    from model import engines  # the registry imports this module
+    return engines.get(engine).version
 
 
 # ---------------------------------------------------------------------------
@@ -238,6 +249,7 @@ class SlotSpec:
     max_tokens: object
     arrival_step: object
     priority: object = 0
+    cached_prefix_len: object = 0
 
 
 @dataclass(frozen=True, slots=True)

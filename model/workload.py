@@ -10,9 +10,9 @@ from typing import Any
 from model.errors import InputError
 from model.state import CONFIG_FIELDS, ENGINE_VLLM_V1, Config, EosEvent, RequestSpec, Workload
 
-ENGINES = (ENGINE_VLLM_V1,)
 _TOP_KEYS = {"engine", "config", "requests", "eos", "steps"}
-_REQUEST_KEYS = {"id", "prompt_len", "max_tokens", "arrival_step", "priority"}
+_REQUEST_KEYS = {"id", "prompt_len", "max_tokens", "arrival_step", "priority",
+                 "cached_prefix_len"}
 
 
 def load_workload(path: str | Path) -> Workload:
@@ -37,10 +37,12 @@ def parse_workload(doc: Any) -> Workload:
     unknown = sorted(set(doc) - _TOP_KEYS)
     if unknown:
         raise InputError(f"unknown workload key {unknown[0]!r}; known keys: {sorted(_TOP_KEYS)}")
+    from model import engines  # the registry imports this module
+
     engine = doc.get("engine", ENGINE_VLLM_V1)
-    if engine not in ENGINES:
-        raise InputError(f"unknown engine {engine!r}; supported engines: {', '.join(ENGINES)}")
-    config = parse_config(doc.get("config", {}))
+    if not isinstance(engine, str):
+        raise InputError(f"'engine' must be a string, got {engine!r}")
+    config = engines.get(engine).parse_config(doc.get("config", {}))
     requests = tuple(_parse_request(i, r) for i, r in enumerate(_list(doc, "requests")))
     ids = [r.id for r in requests]
     dup = next((x for x in ids if ids.count(x) > 1), None)
@@ -92,6 +94,7 @@ def _parse_request(index: int, raw: Any) -> RequestSpec:
         max_tokens=_int(where, "max_tokens", raw["max_tokens"], 1),
         arrival_step=_int(where, "arrival_step", raw.get("arrival_step", 1), 1),
         priority=_int(where, "priority", raw.get("priority", 0), None),
+        cached_prefix_len=_int(where, "cached_prefix_len", raw.get("cached_prefix_len", 0), 0),
     )
     return spec
 
@@ -131,11 +134,15 @@ def workload_to_json(w: Workload) -> dict[str, Any]:
     return {
         "engine": w.engine,
         "config": w.config.to_dict(),
-        "requests": [
-            {"id": r.id, "prompt_len": r.prompt_len, "max_tokens": r.max_tokens,
-             "arrival_step": r.arrival_step, "priority": r.priority}
-            for r in w.requests
-        ],
+        "requests": [_request_json(r) for r in w.requests],
         "eos": [{"id": e.id, "step": e.step} for e in w.eos],
         "steps": w.steps,
     }
+
+
+def _request_json(r: RequestSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": r.id, "prompt_len": r.prompt_len, "max_tokens": r.max_tokens,
+                           "arrival_step": r.arrival_step, "priority": r.priority}
+    if r.cached_prefix_len:
+        out["cached_prefix_len"] = r.cached_prefix_len
+    return out

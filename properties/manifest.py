@@ -1,4 +1,8 @@
-"""Load `manifest.toml`: named configurations and expected verdicts with evidence."""
+"""Load the manifest: named configurations and expected verdicts with evidence.
+
+`manifest.toml` holds vLLM V1's; each other engine has `manifest_<engine>.toml`, whose
+top-level `engine = "..."` is the default engine of its configs and entries (a config's
+fields are parsed by that engine, model/engines/)."""
 
 from __future__ import annotations
 
@@ -7,9 +11,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from model import engines
 from model.errors import InputError
-from model.state import ENGINE_VLLM_V1, Config
-from model.workload import parse_config
+from model.state import ENGINE_VLLM_V1
 
 MANIFEST = Path(__file__).with_name("manifest.toml")
 
@@ -20,10 +24,11 @@ class NamedConfig:
 
     name: str
     description: str
-    config: Config
+    config: Any  # the engine's Config
     ranges: tuple[tuple[str, int, int], ...]
     validated: bool
     bounds: tuple[tuple[str, int], ...]
+    engine: str = ENGINE_VLLM_V1
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,21 +58,44 @@ class Manifest:
     entries: tuple[Entry, ...]
 
 
-def _named(name: str, raw: dict[str, Any]) -> NamedConfig:
+def _named(name: str, raw: dict[str, Any], engine: str) -> NamedConfig:
+    engine = raw.get("engine", engine)
     ranges = tuple((k, int(v[0]), int(v[1])) for k, v in raw.get("ranges", {}).items())
     return NamedConfig(name=name, description=raw.get("description", ""),
-                       config=parse_config(raw.get("config", {})), ranges=ranges,
-                       validated=bool(raw.get("validated", True)),
-                       bounds=tuple(raw.get("bounds", {}).items()))
+                       config=engines.get(engine).parse_config(raw.get("config", {})),
+                       ranges=ranges, validated=bool(raw.get("validated", True)),
+                       bounds=tuple(raw.get("bounds", {}).items()), engine=engine)
 
 
-def load(path: Path = MANIFEST) -> Manifest:
-    """Parse the manifest; every entry is expanded to one row per config."""
+def manifest_files() -> tuple[Path, ...]:
+    """manifest.toml, then every manifest_<engine>.toml beside it."""
+    return (MANIFEST, *sorted(MANIFEST.parent.glob("manifest_*.toml")))
+
+
+def load(path: Path | None = None) -> Manifest:
+    """Parse the manifest (one file, or all of `manifest_files()`); every entry is
+    expanded to one row per config."""
+    configs: dict[str, NamedConfig] = {}
+    entries: list[Entry] = []
+    for file in (path,) if path is not None else manifest_files():
+        part = _load_file(file)
+        clash = sorted(set(configs) & set(part.configs))
+        if clash:
+            raise InputError(f"manifest {file}: config {clash[0]!r} is defined twice; "
+                             "give it another name")
+        configs.update(part.configs)
+        entries += part.entries
+    return Manifest(configs=configs, entries=tuple(entries))
+
+
+def _load_file(path: Path) -> Manifest:
     try:
         doc = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise InputError(f"cannot read manifest {path}: {exc}") from None
-    configs = {name: _named(name, raw) for name, raw in doc.get("configs", {}).items()}
+    default_engine = doc.get("engine", ENGINE_VLLM_V1)
+    configs = {name: _named(name, raw, default_engine)
+               for name, raw in doc.get("configs", {}).items()}
     entries = []
     for raw in doc.get("entry", []):
         for cfg_name in raw["configs"]:
@@ -75,7 +103,7 @@ def load(path: Path = MANIFEST) -> Manifest:
                 raise InputError(f"manifest entry {raw['property']} names unknown config "
                                  f"{cfg_name!r}")
             entries.append(Entry(
-                engine=raw.get("engine", ENGINE_VLLM_V1), property=raw["property"],
+                engine=raw.get("engine", default_engine), property=raw["property"],
                 params=tuple(sorted(raw.get("params", {}).items())), config=cfg_name,
                 expected=raw["expected"], evidence=raw["evidence"],
                 suite=raw.get("suite", "default"),
@@ -83,12 +111,12 @@ def load(path: Path = MANIFEST) -> Manifest:
     return Manifest(configs=configs, entries=tuple(entries))
 
 
-def custom_config(name: str, cfg: Config, base: NamedConfig | None = None,
-                  validated: bool = True) -> NamedConfig:
+def custom_config(name: str, cfg: Any, base: NamedConfig | None = None,
+                  validated: bool = True, engine: str = ENGINE_VLLM_V1) -> NamedConfig:
     """A user's configuration (flags or file) with the bounds of `base` if given."""
     bounds = base.bounds if base is not None else ()
     return NamedConfig(name=name, description="user configuration", config=cfg, ranges=(),
-                       validated=validated, bounds=bounds)
+                       validated=validated, bounds=bounds, engine=engine)
 
 
 def with_bounds(nc: NamedConfig, **overrides: int | None) -> NamedConfig:

@@ -19,7 +19,8 @@ from model.state import VLLM_VERSION, StepRecord, Workload
 
 REAL = f"vLLM {VLLM_VERSION} (real)"
 REFERENCE = "model.reference.vllm_v1"
-_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord) if f.name != "step")
+_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord)
+                                 if f.name not in ("step", "extra"))
 _CELL_WIDTH = 44
 
 

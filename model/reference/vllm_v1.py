@@ -325,6 +325,22 @@ class VllmV1Scheduler:
             token_budget_left=out.token_budget,
         )
 
+    def state_key(self) -> tuple[object, ...]:
+        """The state with requests named by position (running order, then waiting order):
+        what steers every later decision. arrival_time only breaks priority ties, so its
+        relative rank is kept under PRIORITY and dropped under FCFS, where the deque order
+        says it all; num_preemptions and the step counter steer nothing."""
+        held = [*self.running, *self.waiting]
+        ranks = {id(r): k for k, r in enumerate(sorted(held, key=lambda r: r.arrival_time))}
+        priority = self.cfg.policy == POLICY_PRIORITY
+
+        def one(r: Request) -> tuple[object, ...]:
+            return (r.status.value, r.num_prompt_tokens, r.max_tokens, r.num_output_tokens,
+                    r.num_computed_tokens, self.block_pool.blocks_held(r.request_id),
+                    r.priority if priority else 0, ranks[id(r)] if priority else 0)
+        return (self.block_pool.num_free_blocks, tuple(one(r) for r in self.running),
+                tuple(one(r) for r in self.waiting))
+
     def views(self) -> tuple[RequestView, ...]:
         """Snapshots of every request held (running order, then waiting order)."""
         return tuple(self._view(r) for r in [*self.running, *self.waiting])

@@ -1,0 +1,127 @@
+"""vLLM V1 (v0.32.0) as an EngineModel: the rules of model/rules/vllm_v1.py, the reference
+of model/reference/vllm_v1.py, and the Step observables of a reference run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from model.engines.base import EngineModel
+from model.ops import Bool, Ops
+from model.reference.vllm_v1 import VllmV1Scheduler, cdiv
+from model.rules import vllm_v1 as rules
+from model.state import (
+    ENGINE_VLLM_V1,
+    PREEMPTED,
+    RUNNING,
+    VLLM_VERSION,
+    WAITING,
+    Config,
+    RuleConfig,
+    SchedState,
+    SlotObs,
+    Step,
+    StepRecord,
+    Workload,
+)
+from model.vllm_config import rejection
+from model.workload import check_requests_admissible, parse_config
+
+
+def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ...]:
+    """Step observables of a reference run, slot i = i-th request in arrival order.
+
+    The reference reports free blocks but not blocks per request; with prefix caching off
+    a running request holds exactly cdiv(min(num_computed_tokens, max_model_len),
+    block_size) blocks (kv_cache_manager.py:541-571), a waiting one none, so the
+    conservation property still cross-checks the reference's own pool accounting.
+    """
+    cfg = workload.config
+    rcfg = RuleConfig.from_config(cfg)
+    ordered = workload.arrival_order()
+    outputs = {r.id: 0 for r in ordered}
+    ncomp = {r.id: 0 for r in ordered}
+    preemptions = {r.id: 0 for r in ordered}
+    running: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    steps = []
+    for rec in records:
+        arrived = tuple(r.id for r in ordered if r.arrival_step == rec.step)
+        was_waiting = set(waiting) | set(arrived)
+        was_running = set(running)
+        sched = dict(rec.scheduled)
+        rank = {rid: k for k, (rid, _) in enumerate(rec.scheduled)}
+        after = dict(rec.num_computed_tokens)
+        finished = dict(rec.finished)
+        slots = []
+        for i, spec in enumerate(ordered):
+            rid = spec.id
+            ntok = spec.prompt_len + outputs[rid]
+            n = sched.get(rid, 0)
+            now = after.get(rid, ncomp[rid])
+            sampled = n > 0 and now >= ntok
+            preemptions[rid] += rid in rec.preempted
+            blocks = (cdiv(min(now, cfg.max_model_len), cfg.block_size)
+                      if rid in rec.running else 0)
+            queue_key = rec.waiting.index(rid) if rid in rec.waiting else 0
+            slots.append(SlotObs(
+                held=rid in was_running or rid in was_waiting, was_running=rid in was_running,
+                was_waiting=rid in was_waiting, scheduled=n, serve_rank=rank.get(rid, 0),
+                admitted=rid in rec.admitted, resumed=rid in rec.resumed,
+                preempted=rid in rec.preempted, finished=rid in finished,
+                finished_stop=finished.get(rid) == "stop", sampled=sampled, num_tokens=ntok,
+                num_computed_tokens_before=ncomp[rid], num_computed_tokens=now,
+                num_output_tokens=outputs[rid] + int(sampled), blocks=blocks,
+                num_preemptions=preemptions[rid], running_after=rid in rec.running,
+                waiting_after=rid in rec.waiting, queue_key=queue_key,
+                run_key=rec.running.index(rid) if rid in rec.running else 0,
+                prompt_len=spec.prompt_len, max_tokens=spec.max_tokens,
+                priority=spec.priority,
+                arrival_time=i))
+            outputs[rid] += int(sampled)
+            ncomp[rid] = now
+        finished_blocks = sum(o.blocks for o in slots if o.finished)
+        steps.append(Step(
+            step=rec.step, slots=tuple(slots), free_blocks=rec.free_blocks,
+            free_blocks_end=rec.free_blocks + finished_blocks,
+            token_budget_left=rec.token_budget_left, num_running=len(rec.running),
+            num_running_end=len(rec.running) - sum(1 for r in rec.running if r in finished),
+            any_preempted=bool(rec.preempted), cfg=rcfg))
+        running = tuple(r for r in rec.running if r not in finished)
+        waiting = rec.waiting
+    return tuple(steps)
+
+
+def same_behaviour(ops: Ops, a: SchedState, b: SchedState) -> Bool:
+    """Two states from which the scheduler behaves the same: equal slots and pool, queues in
+    the same relative order. Key counters and preemption counts do not steer decisions."""
+    cons: list[Bool] = [a.free_blocks == b.free_blocks]
+    for x, y in zip(a.slots, b.slots, strict=True):
+        cons += [x.status == y.status, x.num_computed_tokens == y.num_computed_tokens,
+                 x.num_output_tokens == y.num_output_tokens, x.blocks == y.blocks]
+    n = len(a.slots)
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                continue
+            x, y, u, v = a.slots[i], a.slots[j], b.slots[i], b.slots[j]
+            both_running = ops.and_(x.status == RUNNING, y.status == RUNNING)
+            both_waiting = ops.and_(ops.or_(x.status == WAITING, x.status == PREEMPTED),
+                                    ops.or_(y.status == WAITING, y.status == PREEMPTED))
+            cons.append(ops.implies(both_running,
+                                    (x.run_key < y.run_key) == (u.run_key < v.run_key)))
+            cons.append(ops.implies(both_waiting,
+                                    (x.wait_key < y.wait_key) == (u.wait_key < v.wait_key)))
+    return ops.and_(*cons)
+
+
+def _initial_state(num_slots: int, cfg: RuleConfig) -> SchedState:
+    return SchedState.initial(num_slots, cfg.usable_blocks)
+
+
+ENGINE = EngineModel(
+    name=ENGINE_VLLM_V1, folder="vllm_v1", title="vLLM V1", version=VLLM_VERSION,
+    parse_config=parse_config, config_to_dict=Config.to_dict, rejection=rejection,
+    check_admissible=check_requests_admissible, rule_config=RuleConfig.from_config,
+    initial_state=_initial_state, step=rules.step, same_behaviour=same_behaviour,
+    scheduler=VllmV1Scheduler, observe=records_to_steps,
+)
