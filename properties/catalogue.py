@@ -10,6 +10,7 @@ A property is either
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -228,18 +229,44 @@ _FACTORIES: dict[str, Callable[..., Property]] = {
 }
 
 
+# Modules with engine-specific or hazard properties; each defines PROPERTIES (a tuple of
+# Property) and may define FACTORIES (name -> factory taking the parameters).
+EXTRA_MODULES = ("properties.hazards", "properties.sglang", "properties.mistralrs",
+                 "properties.baselines")
+
+
+def _extras() -> tuple[tuple[Property, ...], dict[str, Callable[..., Property]]]:
+    props: list[Property] = []
+    factories: dict[str, Callable[..., Property]] = {}
+    for module in EXTRA_MODULES:
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        props += getattr(mod, "PROPERTIES", ())
+        factories.update(getattr(mod, "FACTORIES", {}))
+    return tuple(props), factories
+
+
 def names() -> tuple[str, ...]:
     """Every property name."""
-    return tuple(p.name for p in SAFETY) + tuple(_FACTORIES) + (NEVER_FINISHES.name,)
+    extra, factories = _extras()
+    return (tuple(p.name for p in SAFETY + extra) + tuple(_FACTORIES) + tuple(factories)
+            + (NEVER_FINISHES.name,))
 
 
 def get(name: str, **params: int) -> Property:
     """The property `name`, instantiated with its parameters (k, m)."""
-    for p in SAFETY:
+    extra, factories = _extras()
+    for p in SAFETY + extra:
         if p.name == name:
             return p
     if name == NEVER_FINISHES.name:
         return NEVER_FINISHES
     if name in _FACTORIES:
         return _FACTORIES[name](**params)
+    if name in factories:
+        return factories[name](**params)
     raise KeyError(name)

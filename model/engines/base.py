@@ -61,4 +61,6 @@ class EngineModel:
     well_formed: Callable[[Ops, Any, Sequence[SlotSpec], Any], Bool] | None = None
     # optional: one line of engine-specific facts for a step's text row
     describe_step: Callable[[StepRecord], str] | None = None
+    # the docs' rules table: (upstream file:line, reference function, rules function)
+    rules_table: tuple[tuple[str, str, str], ...] = ()
     extra: Mapping[str, object] | None = None
