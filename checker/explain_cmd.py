@@ -1,43 +1,70 @@
-"""`batchproof explain FILE`: a text timeline of a counterexample (ITF) or a workload."""
+"""`batchproof explain FILE`: draw a counterexample (ITF), a workload, or a simulation
+document (`batchproof simulate --json`) as a timeline: text, markdown or SVG."""
 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
+from dataclasses import dataclass, replace
 
-from checker import itf, render
-from model.errors import InputError
-from model.reference.vllm_v1 import simulate
-from model.workload import load_workload
-from properties import catalogue
+from checker import render
+from checker.replay import DivergenceError, replay
+from checker.show import markdown, sources, svg
+from checker.trace import VIOLATED, Verdict
+
+FORMATS = ("text", "markdown", "svg")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetOnly:
+    """A config stand-in for the text renderer, which reads only the token budget."""
+
+    token_budget: int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `batchproof explain`."""
-    parser.add_argument("file", help="an ITF counterexample or a workload JSON")
-    parser.add_argument("--format", choices=["text"], default="text",
-                        help="output format (text)")
+    parser.add_argument("file", help="an ITF counterexample, a workload JSON, or the output "
+                                     "of 'batchproof simulate --json'")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="text (default; for a counterexample, its stored .txt), "
+                             "markdown, or svg")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the timeline."""
-    path = Path(args.file)
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}; check the path") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    if isinstance(doc, dict) and "#meta" in doc:
-        cex = itf.read_counterexample(path)
-        prop = catalogue.get(cex.property, **dict(cex.params))
-        records = simulate(cex.workload)[: cex.violated_at]
-        print(f"{cex.property} on {cex.config_name}: {prop.description}")
-        print(render.requests_table(cex.workload), end="")
-        print(render.timeline(cex.workload, records, highlight=cex.violated_at,
-                              loop=cex.loop), end="")
-        return 0
-    workload = load_workload(path)
-    print(render.timeline(workload, simulate(workload)), end="")
+    """Print the timeline in the chosen format."""
+    source = sources.load(args.file)
+    print(explain(source, args.format), end="")
     return 0
+
+
+def explain(source: sources.Source, fmt: str) -> str:
+    """The source's timeline as `fmt` (text, markdown or svg)."""
+    if fmt == "svg":
+        return svg.render(source.timeline)
+    if fmt == "markdown":
+        return markdown.render(source.timeline)
+    return text(source)
+
+
+def text(source: sources.Source) -> str:
+    """The text timeline; for a counterexample that replays, its golden text (the .txt
+    stored beside the ITF file)."""
+    from checker.check_cmd import golden_text  # check's own format, imported when used
+    from checker.jobs import JobResult
+
+    cex = source.counterexample
+    if cex is not None:
+        try:
+            replayed = replay(cex)
+        except DivergenceError as exc:
+            return f"DIVERGENCE: {exc}\n" + _timeline_text(source)
+        verdict = Verdict(cex.engine, cex.property, cex.config_name, cex.method, VIOLATED,
+                          cex.violated_at, 0.0)
+        return golden_text(JobResult(verdict, cex, replayed))
+    return _timeline_text(source)
+
+
+def _timeline_text(source: sources.Source) -> str:
+    tl = source.timeline
+    shim = replace(source.workload, config=BudgetOnly(tl.budget))
+    return render.timeline(shim, source.records, highlight=tl.violated_at, loop=tl.loop)
