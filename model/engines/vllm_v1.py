@@ -118,10 +118,33 @@ def _initial_state(num_slots: int, cfg: RuleConfig) -> SchedState:
     return SchedState.initial(num_slots, cfg.usable_blocks)
 
 
+_S = "vllm/v1/core/sched/scheduler.py"
+# upstream file:line (v0.32.0) -> reference (model/reference/vllm_v1.py) -> rules
+# (model/rules/vllm_v1.py), as the two modules' docstrings cite them.
+RULES_TABLE: tuple[tuple[str, str, str], ...] = (
+    (f"{_S}:2616-2634", "VllmV1Scheduler.add_request", "_arrive"),
+    (f"{_S}:591-1556", "VllmV1Scheduler._schedule", "step"),
+    (f"{_S}:643-655", "effective_long_prefill_threshold", "_threshold"),
+    (f"{_S}:657-858", "VllmV1Scheduler._schedule_running", "_running_loop"),
+    (f"{_S}:703-721", "running_num_new_tokens", "running_tokens"),
+    (f"{_S}:796-802", "VllmV1Scheduler._pop_victim", "_victim"),
+    (f"{_S}:1571-1614", "VllmV1Scheduler._preempt_request", "_preempt"),
+    (f"{_S}:912-1369", "VllmV1Scheduler._schedule_waiting", "_waiting_loop"),
+    ("vllm/v1/core/kv_cache_manager.py:371-618", "VllmV1Scheduler._allocate_slots",
+     "blocks_needed"),
+    ("vllm/v1/core/sched/request_queue.py:75-128", "FcfsQueue", "_queue_key"),
+    ("vllm/v1/core/sched/request_queue.py:131-197", "PriorityQueue", "_queue_key"),
+    (f"{_S}:1616-1642", "VllmV1Scheduler._update_after_schedule", "_update"),
+    (f"{_S}:2026-2295", "VllmV1Scheduler._update_from_output", "_update"),
+    ("vllm/v1/core/sched/utils.py:98-119", "VllmV1Scheduler._check_stop", "_update"),
+    (f"{_S}:2714-2749", "VllmV1Scheduler._free_request", "_update"),
+)
+
+
 ENGINE = EngineModel(
     name=ENGINE_VLLM_V1, folder="vllm_v1", title="vLLM V1", version=VLLM_VERSION,
     parse_config=parse_config, config_to_dict=Config.to_dict, rejection=rejection,
     check_admissible=check_requests_admissible, rule_config=RuleConfig.from_config,
     initial_state=_initial_state, step=rules.step, same_behaviour=same_behaviour,
-    scheduler=VllmV1Scheduler, observe=records_to_steps,
+    scheduler=VllmV1Scheduler, observe=records_to_steps, rules_table=RULES_TABLE,
 )
