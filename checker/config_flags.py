@@ -16,6 +16,7 @@ max_num_seqs ...) are vLLM's validation, left to model.vllm_config.validate.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -27,6 +28,37 @@ _DEST_PREFIX = "config_"
 def positive_int(text: str) -> int:
     """An integer >= 1."""
     return _int_at_least(text, 1)
+
+
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_int(text: str) -> int:
+    """An integer >= 1, also written as vLLM's human-readable form: '8k' = 8000,
+    '8K' = 8192, '25.6k' = 25600 (utils/argparse_utils.py:29-73, used for
+    --max-num-batched-tokens, --max-num-scheduled-tokens and --max-model-len,
+    engine/arg_utils.py:390-403)."""
+    value = text.strip()
+    if value.lower() == "auto":
+        raise argparse.ArgumentTypeError(
+            f"{text!r} (fit max_model_len to memory) is not modelled; give a number")
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtKMGT])", value)
+    if match is None:
+        return _int_at_least(text, 1)
+    number, suffix = match.groups()
+    if suffix in _BINARY:
+        if "." in number:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: no decimals with a binary suffix; write {number}{suffix.lower()}")
+        return _at_least(text, int(number) * _BINARY[suffix], 1)
+    return _at_least(text, int(float(number) * _DECIMAL[suffix]), 1)
+
+
+def _at_least(text: str, value: int, minimum: int) -> int:
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r} must be an integer >= {minimum}")
+    return value
 
 
 def non_negative_int(text: str) -> int:
@@ -74,11 +106,11 @@ class ConfigFlag:
 
 CONFIG_FLAGS: tuple[ConfigFlag, ...] = (
     ConfigFlag("max_num_batched_tokens", ("--max-num-batched-tokens",), "int",
-               "token budget per step (input side)", positive_int),
+               "token budget per step (input side)", human_int),
     ConfigFlag("max_num_seqs", ("--max-num-seqs",), "int",
                "max running requests", positive_int),
     ConfigFlag("max_model_len", ("--max-model-len",), "int",
-               "max tokens per request (prompt + output)", positive_int),
+               "max tokens per request (prompt + output)", human_int),
     ConfigFlag("block_size", ("--block-size",), "int",
                "tokens per KV block", positive_int),
     ConfigFlag("num_gpu_blocks", ("--num-gpu-blocks-override", "--num-gpu-blocks"), "int",
@@ -100,7 +132,7 @@ CONFIG_FLAGS: tuple[ConfigFlag, ...] = (
                "admission cap on running (default: max_num_seqs)", positive_int),
     ConfigFlag("max_num_scheduled_tokens", ("--max-num-scheduled-tokens",), "int",
                "tokens the scheduler may issue per step (default: max_num_batched_tokens)",
-               positive_int),
+               human_int),
 )
 
 FLAG_FOR_FIELD: dict[str, str] = {f.field: f.flags[0] for f in CONFIG_FLAGS}
