@@ -331,3 +331,7 @@ class Step:
     num_running_end: object  # after finished requests left
     any_preempted: object
     cfg: RuleConfig
+    # Appended for mistral.rs and the batching baselines (defaults fit vLLM V1):
+    step_kind: object = 0  # 0 mixed or unspecified, 1 prompt-only step, 2 decode-only step
+    idle_slots: object = 0  # batch slots held by requests that finished in an earlier step
+    padded_rows: object = 0  # of those, rows still computed (static batching's padding)
