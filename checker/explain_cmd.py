@@ -4,21 +4,12 @@ document (`batchproof simulate --json`) as a timeline: text, markdown or SVG."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, replace
 
-from checker import render
 from checker.replay import DivergenceError, replay
 from checker.show import markdown, sources, svg
 from checker.trace import VIOLATED, Verdict
 
 FORMATS = ("text", "markdown", "svg")
-
-
-@dataclass(frozen=True, slots=True)
-class BudgetOnly:
-    """A config stand-in for the text renderer, which reads only the token budget."""
-
-    token_budget: int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,14 +48,8 @@ def text(source: sources.Source) -> str:
         try:
             replayed = replay(cex)
         except DivergenceError as exc:
-            return f"DIVERGENCE: {exc}\n" + _timeline_text(source)
+            return f"DIVERGENCE: {exc}\n" + sources.text_timeline(source)
         verdict = Verdict(cex.engine, cex.property, cex.config_name, cex.method, VIOLATED,
                           cex.violated_at, 0.0)
         return golden_text(JobResult(verdict, cex, replayed))
-    return _timeline_text(source)
-
-
-def _timeline_text(source: sources.Source) -> str:
-    tl = source.timeline
-    shim = replace(source.workload, config=BudgetOnly(tl.budget))
-    return render.timeline(shim, source.records, highlight=tl.violated_at, loop=tl.loop)
+    return sources.text_timeline(source)

@@ -5,11 +5,11 @@ the text rendering needs."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from checker import itf
+from checker import itf, render
 from checker.show import timeline as tl
 from checker.trace import Counterexample
 from model import engines
@@ -32,6 +32,20 @@ class Source:
     records: tuple[StepRecord, ...]
     timeline: tl.Timeline
     counterexample: Counterexample | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetOnly:
+    """A config stand-in for the text renderer, which reads only the token budget."""
+
+    token_budget: int
+
+
+def text_timeline(source: Source) -> str:
+    """The text timeline (checker/render.py) of any engine's run."""
+    tl = source.timeline
+    shim = replace(source.workload, config=BudgetOnly(tl.budget))
+    return render.timeline(shim, source.records, highlight=tl.violated_at, loop=tl.loop)
 
 
 def token_budget(engine: str, config: Any) -> int:

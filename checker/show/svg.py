@@ -44,19 +44,24 @@ def _text(x: float, y: float, content: str, cls: str = "", anchor: str = "start"
     return f'<text x="{num(x)}" y="{num(y)}"{attrs}>{escape(content)}</text>'
 
 
-def _defs() -> str:
-    return ('<defs><pattern id="decode-hatch" width="6" height="6" '
+def _defs(ids: str) -> str:
+    return (f'<defs><pattern id="{ids}decode-hatch" width="6" height="6" '
             'patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
             '<rect width="3" height="6" fill="#ffffff" fill-opacity="0.55"/></pattern></defs>')
 
 
-_STYLE = ("<style>text{font-family:monospace;font-size:11px;fill:#222}"
-          ".title{font-size:14px;font-weight:bold}.small{font-size:10px}"
-          ".budget{fill:#f4f4f4;stroke:#888}.violated{fill:none;stroke:#d62728;"
-          "stroke-width:3}.bad{fill:#d62728;font-weight:bold}.block{stroke:#fff}</style>")
+# Scoped to svg.timeline: inline in the HTML report, an SVG's style sheet is the page's.
+_STYLE = ("<style>svg.timeline text{font-family:monospace;font-size:11px;fill:#222}"
+          "svg.timeline .title{font-size:14px;font-weight:bold}"
+          "svg.timeline .small{font-size:10px}"
+          "svg.timeline .budget{fill:#f4f4f4;stroke:#888}"
+          "svg.timeline .violated{fill:none;stroke:#d62728;stroke-width:3}"
+          "svg.timeline .bad{fill:#d62728;font-weight:bold}"
+          "svg.timeline .block{stroke:#fff}</style>")
 
 
-def _column(tl: Timeline, col: Column, x: float, colours: dict[str, str]) -> list[str]:
+def _column(tl: Timeline, col: Column, x: float, colours: dict[str, str], ids: str
+            ) -> list[str]:
     u = unit(tl.budget)
     height = tl.budget * u
     out = [f'<g class="step" data-step="{col.step}" data-tokens="{col.tokens}">',
@@ -73,7 +78,7 @@ def _column(tl: Timeline, col: Column, x: float, colours: dict[str, str]) -> lis
                    f'<title>{escape(f"step {col.step}: {b.request} {b.tokens} {b.phase}")}'
                    '</title></rect>')
         if b.phase == DECODE:
-            out.append(f'<rect class="hatch" {attrs} fill="url(#decode-hatch)"/>')
+            out.append(f'<rect class="hatch" {attrs} fill="url(#{ids}decode-hatch)"/>')
         if h >= 12:
             label = f"{b.request} {b.tokens}"
             label = label if len(label) * 6.6 <= COL_W - 4 else str(b.tokens)
@@ -97,7 +102,7 @@ def _column(tl: Timeline, col: Column, x: float, colours: dict[str, str]) -> lis
     return out
 
 
-def _legend(tl: Timeline, y: float, colours: dict[str, str]) -> list[str]:
+def _legend(tl: Timeline, y: float, colours: dict[str, str], ids: str) -> list[str]:
     out = ['<g class="legend">']
     for i, req in enumerate(tl.requests):
         yy = y + i * (LINE + 3)
@@ -111,7 +116,7 @@ def _legend(tl: Timeline, y: float, colours: dict[str, str]) -> list[str]:
                 f'<rect x="{LEFT + 140}" y="{num(y - 10)}" width="12" height="12" '
                 'fill="#888"/>',
                 f'<rect x="{LEFT + 140}" y="{num(y - 10)}" width="12" height="12" '
-                'fill="url(#decode-hatch)"/>',
+                f'fill="url(#{ids}decode-hatch)"/>',
                 _text(LEFT + 158, y, "decode (hatched)")]
     else:
         out.append(_text(LEFT, y, "prefill and decode not told apart: the input has no "
@@ -130,8 +135,9 @@ def legend_height(tl: Timeline) -> int:
     return len(tl.requests) * (LINE + 3) + 6 + 3 * LINE + 20
 
 
-def render(tl: Timeline) -> str:
-    """The timeline as a standalone SVG document."""
+def render(tl: Timeline, ids: str = "") -> str:
+    """The timeline as a standalone SVG document; `ids` prefixes its element ids (several
+    SVGs inline in one HTML page need distinct ones)."""
     colours = {r.id: colour(i) for i, r in enumerate(tl.requests)}
     height = tl.budget * unit(tl.budget)
     most_marks = max([len(c.marks()) for c in tl.columns] + [0])
@@ -144,14 +150,14 @@ def render(tl: Timeline) -> str:
     body = [f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{num(width)}" '
             f'height="{num(total_h)}" viewBox="0 0 {num(width)} {num(total_h)}" role="img" '
             f"aria-label={quoteattr(label)}>",
-            f"<title>{escape(label)}</title>", _STYLE, _defs(),
+            f"<title>{escape(label)}</title>", _STYLE, _defs(ids),
             '<rect width="100%" height="100%" fill="#ffffff"/>',
             _text(8, 20, tl.title, "title"), _text(8, 36, tl.subtitle, "small"),
             _text(8, TOP + 10, f"budget {tl.budget}", "small"),
             _text(8, TOP + height, "0", "small")]
     for i, col in enumerate(tl.columns):
-        body += _column(tl, col, LEFT + i * (COL_W + GAP), colours)
-    body += _legend(tl, legend_y, colours)
+        body += _column(tl, col, LEFT + i * (COL_W + GAP), colours, ids)
+    body += _legend(tl, legend_y, colours, ids)
     body.append("</svg>")
     return "\n".join(body) + "\n"
 
