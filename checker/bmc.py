@@ -14,7 +14,6 @@ from checker.symbolic import (
     Family,
     Unrolling,
     extend,
-    held_status,
     new_unrolling,
     same_behaviour,
 )
@@ -57,10 +56,11 @@ def _lasso(u: Unrolling, d: int) -> Bool:
     for i in range(d):
         start = u.states[i]
         arrived = [z3.Or(s.arrival_step == 0, s.arrival_step <= i) for s in u.specs]
-        stuck = [z3.And(held_status(slot.status), spec.prompt_len + spec.max_tokens
+        # held in step i+1 and arrived by step i: unfinished in state i.
+        stuck = [z3.And(_as_z3(obs.held), spec.prompt_len + spec.max_tokens
                         <= u.cfg.max_model_len)
-                 for slot, spec in zip(start.slots, u.specs, strict=True)]
-        options.append(z3.And(same_behaviour(start, final), *arrived, z3.Or(*stuck)))
+                 for obs, spec in zip(u.steps[i].slots, u.specs, strict=True)]
+        options.append(z3.And(same_behaviour(u, start, final), *arrived, z3.Or(*stuck)))
     return z3.Or(*options)
 
 
@@ -68,7 +68,7 @@ def _loop_index(u: Unrolling, model: z3.ModelRef, d: int) -> int:
     for i in range(d):
         start = u.states[i]
         arrived = [z3.Or(s.arrival_step == 0, s.arrival_step <= i) for s in u.specs]
-        if z3.is_true(model.eval(z3.And(same_behaviour(start, u.states[d]), *arrived),
+        if z3.is_true(model.eval(z3.And(same_behaviour(u, start, u.states[d]), *arrived),
                                  model_completion=True)):
             return i
     raise AssertionError("lasso model without a loop")

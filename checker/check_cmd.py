@@ -12,10 +12,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from checker import itf, render
+from checker import agreement, itf, render
 from checker.config_flags import add_config_flags, apply_config_flags
+from checker.graph_export import export_graph
 from checker.jobs import Job, JobResult, run_batch
 from checker.trace import UNKNOWN, Verdict
+from model import engines
 from model.errors import InputError
 from model.state import ENGINE_VLLM_V1, Config
 from model.vllm_config import check_field_types, validate
@@ -24,13 +26,23 @@ from properties import catalogue
 from properties.manifest import Entry, NamedConfig, custom_config, load, with_bounds
 
 COUNTEREXAMPLES = Path("counterexamples")
-ENGINE_DIRS = {ENGINE_VLLM_V1: "vllm_v1"}
+METHODS = ("bmc", "explore", "both")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `batchproof check`."""
     parser.add_argument("--engine", default=ENGINE_VLLM_V1,
-                        help=f"engine to check (supported: {', '.join(ENGINE_DIRS)})")
+                        help=f"engine to check (supported: {', '.join(engines.names())})")
+    parser.add_argument("--method", choices=METHODS, default="bmc",
+                        help="bmc: theorem, k-induction, then bounded model checking (z3); "
+                        "explore: explicit-state exploration of the reference (networkx); "
+                        "both: run the two and require the same verdicts (default bmc)")
+    parser.add_argument("--dot", metavar="FILE",
+                        help="with one check and --method explore: write the explored graph "
+                        "as Graphviz DOT")
+    parser.add_argument("--graphml", metavar="FILE",
+                        help="with one check and --method explore: write the explored graph "
+                        "as GraphML")
     parser.add_argument("--property", action="append", metavar="NAME",
                         help="check only this property (repeatable); see --list")
     src = parser.add_mutually_exclusive_group()
@@ -49,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print verdicts as JSON")
     parser.add_argument("--write", action="store_true",
                         help="write counterexamples (ITF JSON + text timeline) to counterexamples/")
+    parser.add_argument("--html", metavar="FILE",
+                        help="also write a self-contained HTML report (checker/show/report.py)")
     parser.add_argument("--list", action="store_true", help="list properties and configs")
     add_config_flags(parser)
 
@@ -80,9 +94,7 @@ def _flags_given(args: argparse.Namespace) -> bool:
 def _select(args: argparse.Namespace) -> list[tuple[Entry | None, NamedConfig, str,
                                                     tuple[tuple[str, int], ...]]]:
     """(manifest entry or None, config, property, params) rows to check."""
-    if args.engine not in ENGINE_DIRS:
-        raise InputError(f"unknown engine {args.engine!r}; supported engines: "
-                         f"{', '.join(ENGINE_DIRS)}")
+    engines.get(args.engine)  # InputError naming the engines if unknown
     manifest = load()
     known = set(catalogue.names())
     for name in args.property or []:
@@ -127,7 +139,7 @@ def _custom_rows(args: argparse.Namespace, entries: list[Entry],
 
 
 def _paths(engine: str, slug: str) -> tuple[Path, Path]:
-    folder = COUNTEREXAMPLES / ENGINE_DIRS[engine]
+    folder = COUNTEREXAMPLES / engines.get(engine).folder
     return folder / f"{slug}.itf.json", folder / f"{slug}.txt"
 
 
@@ -166,8 +178,12 @@ def run(args: argparse.Namespace) -> int:
     rows = _select(args)
     if not rows:
         raise InputError("no manifest entry matches; see 'batchproof check --list'")
-    jobs = [Job(args.engine, prop, params, nc, e.expected if e else None, args.timeout)
-            for e, nc, prop, params in rows]
+    if args.dot or args.graphml:
+        return export_graph(args, rows)
+    methods = ("bmc", "explore") if args.method == "both" else (args.method,)
+    jobs = [Job(args.engine, prop, params, nc, e.expected if e else None, args.timeout,
+                method=method)
+            for method in methods for e, nc, prop, params in rows]
     results = _execute(jobs, args.jobs)
     verdicts = []
     for res in results:
@@ -175,11 +191,21 @@ def run(args: argparse.Namespace) -> int:
         if res.counterexample is not None and res.replayed is not None:
             slug = f"{res.counterexample.property}__{res.counterexample.config_name}"
             itf_path, txt_path = _paths(args.engine, slug)
-            if args.write:
+            if args.write and res.verdict.method == methods[0]:
                 _write(res, itf_path, txt_path)
             path = str(itf_path)
         verdicts.append(replace(res.verdict, counterexample=path))
-    _print(verdicts, args.json)
+    disagreements = []
+    if args.method == "both":
+        n = len(rows)
+        disagreements = agreement.disagreements(list(zip(verdicts[:n], verdicts[n:],
+                                                         strict=True)))
+    _print(verdicts, args.json, disagreements)
+    if args.html:
+        from checker.show import report  # the report's imports are needed only here
+        report.write_html(args.html, results, verdicts)
+    if disagreements:
+        return 1
     return _exit_code(verdicts)
 
 
@@ -203,7 +229,7 @@ def _execute(jobs: list[Job], workers: int) -> list[JobResult]:
     return [r for r in out if r is not None]
 
 
-def _print(verdicts: list[Verdict], as_json: bool) -> None:
+def _print(verdicts: list[Verdict], as_json: bool, disagreements: list[str]) -> None:
     if as_json:
         json.dump([v.to_json() for v in verdicts], sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -220,8 +246,10 @@ def _print(verdicts: list[Verdict], as_json: bool) -> None:
     print(f"\n{len(verdicts)} checks, {len(verdicts) - len(bad)} as expected, "
           f"{sum(v.verdict == UNKNOWN for v in verdicts)} unknown; {total:.1f} s of checking")
     for v in bad:
-        print(f"departs: {v.property} on {v.config}: {v.label}, expected {v.expected}"
-              + (f" ({v.detail})" if v.detail else ""))
+        print(f"departs: {v.property} on {v.config} ({v.method}): {v.label}, expected "
+              f"{v.expected}" + (f" ({v.detail})" if v.detail else ""))
+    for line in disagreements:
+        print(f"methods disagree: {line}")
 
 
 def _exit_code(verdicts: list[Verdict]) -> int:

@@ -119,7 +119,7 @@ def prove_well_formed(family: Family, bounds: Bounds, timeout_s: float) -> Induc
     r = base.check()
     if r != z3.unsat:
         return InductionResult(False, 0, time.monotonic() - start, f"base case: {r}")
-    s0 = fresh_state("w0", bounds.slots, z3.Int("w0.step"))
+    s0 = fresh_state("w0", _initial(cfg, bounds.slots), z3.Int("w0.step"))
     defs: list = []
     s1, _ = _transition(cfg, specs, s0, "w0", defs)
     step = _solver(timeout_s - (time.monotonic() - start))
@@ -145,7 +145,7 @@ def prove(prop: Property, family: Family, bounds: Bounds, max_k: int,
         if remaining <= 0:
             return InductionResult(False, k, time.monotonic() - start, "time limit")
         defs: list = []
-        state = fresh_state(f"k{k}s0", bounds.slots, z3.Int(f"k{k}s0.step"))
+        state = fresh_state(f"k{k}s0", _initial(cfg, bounds.slots), z3.Int(f"k{k}s0.step"))
         assumptions = [well_formed(cfg, specs, state)]
         steps: list[Step] = []
         for j in range(k):

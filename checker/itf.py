@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from checker.trace import Counterexample
+from model import engines
 from model.errors import InputError
-from model.state import VLLM_VERSION, StepRecord
+from model.state import StepRecord
 from model.workload import parse_workload, workload_to_json
 
 VARS = ["step", "scheduled", "admitted", "resumed", "preempted", "finished", "free_blocks",
@@ -38,16 +39,18 @@ def _state(rec: StepRecord) -> dict[str, Any]:
 
 def to_itf(cex: Counterexample, records: tuple[StepRecord, ...]) -> dict[str, Any]:
     """The ITF document of a counterexample and the reference's run of it."""
+    engine = engines.get(cex.workload.engine)
+    rcfg = engine.rule_config(cex.workload.config)
     initial = {"step": 0, "scheduled": {"#map": []}, "admitted": [], "resumed": [],
                "preempted": [], "finished": {"#map": []},
-               "free_blocks": cex.workload.config.usable_blocks,
+               "free_blocks": rcfg.usable_blocks,
                "num_computed_tokens": {"#map": []}, "running": [], "waiting": [],
-               "token_budget_left": cex.workload.config.token_budget}
+               "token_budget_left": rcfg.token_budget}
     states = [initial] + [_state(r) for r in records[: cex.violated_at]]
     doc: dict[str, Any] = {
         "#meta": {
             "format": "ITF", "format-description": "https://apalache-mc.org/docs/adr/015adr-trace.html",
-            "source": "batchproof", "engine": cex.engine, "engine_version": VLLM_VERSION,
+            "source": "batchproof", "engine": cex.engine, "engine_version": engine.version,
             "property": cex.property, "params": dict(cex.params), "config": cex.config_name,
             "method": cex.method, "bounds": dict(cex.bounds), "violated_at": cex.violated_at,
             "workload": workload_to_json(cex.workload),

@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from checker import bmc, induction
+from checker import bmc, explore, induction
 from checker.replay import DivergenceError, ReplayResult, replay
 from checker.symbolic import Bounds, Family
 from checker.theorems import THEOREMS
 from checker.trace import HOLDS, PROVED, UNKNOWN, VIOLATED, Counterexample, Verdict
+from model.state import ENGINE_VLLM_V1
 from properties import catalogue
 from properties.manifest import NamedConfig
 
@@ -26,6 +27,7 @@ class Job:
     expected: str | None
     timeout_s: float
     max_k: int = 2
+    method: str = "bmc"  # "bmc" (theorem, induction, then BMC) | "explore"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +40,7 @@ class JobResult:
 
 
 def _family(nc: NamedConfig) -> Family:
-    return Family(base=nc.config, ranges=nc.ranges, validated=nc.validated)
+    return Family(base=nc.config, ranges=nc.ranges, validated=nc.validated, engine=nc.engine)
 
 
 def _bounds(nc: NamedConfig) -> Bounds:
@@ -51,6 +53,48 @@ def run_batch(jobs: list[Job]) -> list[JobResult]:
 
 
 def run(job: Job) -> JobResult:
+    """Decide one property with the job's method (see `run_bmc`, `run_explore`)."""
+    if job.method == "explore":
+        return run_explore(job)
+    return run_bmc(job)
+
+
+def run_explore(job: Job) -> JobResult:
+    """Explicit-state exploration of the reference to the bounds: VIOLATED (shortest, the
+    least workload seen, replayed) or HOLDS up to the depth; UNKNOWN on a limit."""
+    prop = catalogue.get(job.property, **dict(job.params))
+    family, bounds = _family(job.config), _bounds(job.config)
+    if family.ranges:
+        return JobResult(Verdict(job.engine, job.property, job.config.name, "explore",
+                                 UNKNOWN, 0, 0.0, job.expected, None,
+                                 "the explorer checks single configs, not ranged families"))
+    result = explore.check(prop, family, bounds, job.timeout_s)
+    stats = result.stats
+    detail = (f"{stats.states} states, {stats.transitions} transitions, "
+              f"{stats.states_per_second:.0f} states/s, {stats.kinds} request kinds")
+
+    def verdict(v: str, why: str) -> Verdict:
+        return Verdict(job.engine, job.property, job.config.name, "explore", v, result.depth,
+                       stats.seconds, job.expected, None, why)
+
+    if result.status == "holds":
+        return JobResult(verdict(HOLDS, detail))
+    if result.status == "unknown":
+        return JobResult(verdict(UNKNOWN, f"{result.reason}; {detail}"))
+    assert result.workload is not None
+    cex = Counterexample(
+        engine=job.engine, property=job.property, params=job.params,
+        config_name=job.config.name, workload=result.workload, method="explore",
+        bounds=tuple(sorted(dict(job.config.bounds).items())), violated_at=result.depth,
+        loop=result.loop)
+    try:
+        replayed = replay(cex)
+    except DivergenceError as exc:
+        return JobResult(verdict(UNKNOWN, f"divergence: {exc}"), cex)
+    return JobResult(verdict(VIOLATED, f"replayed on the reference; {detail}"), cex, replayed)
+
+
+def run_bmc(job: Job) -> JobResult:
     """Decide one property: a closed-form theorem or k-induction gives PROVED; otherwise
     BMC gives VIOLATED (minimal, replayed) or HOLDS up to its depth; UNKNOWN otherwise."""
     start = time.monotonic()
@@ -63,13 +107,14 @@ def run(job: Job) -> JobResult:
                        time.monotonic() - start, job.expected, path, detail)
 
     notes = []
-    if job.property in THEOREMS and job.config.validated:
+    if job.property in THEOREMS and job.config.validated and job.engine == ENGINE_VLLM_V1:
         th = THEOREMS[job.property](job.timeout_s)
         if th.proved:
             return JobResult(verdict(PROVED, 0, th.detail, "theorem"))
         notes.append(f"theorem not proved ({th.detail})")
-    if prop.kind == "step":
-        # The full timeout, not what is left, so the cached proof is shared across jobs.
+    if prop.kind == "step" and job.engine == ENGINE_VLLM_V1:
+        # The invariant of induction.py is vLLM V1's. The full timeout, not what is
+        # left, so the cached proof is shared across jobs.
         wf = induction.prove_well_formed(family, bounds, job.timeout_s)
         if wf.proved:
             remaining = job.timeout_s - (time.monotonic() - start)

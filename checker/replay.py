@@ -1,4 +1,4 @@
-"""Replay a counterexample on the reference scheduler and re-check the property there.
+"""Replay a counterexample on the engine's reference scheduler and re-check the property there.
 
 The reference (model/reference/vllm_v1.py) is independent of the rules. Its StepRecords
 are turned into Step observables and the property is evaluated under ConcreteOps. A
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from checker.trace import Counterexample
-from model.engines.vllm_v1 import records_to_steps
+from model import engines
+from model.engines.run import simulate
 from model.ops import CONCRETE
-from model.reference.vllm_v1 import simulate
 from model.state import StepRecord
 from properties import catalogue
 
@@ -38,7 +38,7 @@ def replay(cex: Counterexample) -> ReplayResult:
     if prop.kind == "lasso":
         return _replay_lasso(cex)
     records = simulate(cex.workload)
-    steps = records_to_steps(cex.workload, records)
+    steps = engines.get(cex.workload.engine).observe(cex.workload, records)
     failing = [t for t in range(len(steps)) if not prop.holds(CONCRETE, steps, t)]
     if not failing:
         raise DivergenceError(

@@ -1,26 +1,19 @@
 """The rules unrolled over z3: symbolic configuration families, request slots, environment
-choices, and fresh state variables at each step boundary."""
+choices, and fresh state variables at each step boundary. Engine-generic: the engine's
+rules, initial state and behaviour equivalence come from model/engines/."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any
 
 import z3
 
+from model import engines
+from model.engines.base import EngineModel
 from model.ops import Bool, SymbolicOps
-from model.rules import vllm_v1 as rules
-from model.state import (
-    PREEMPTED,
-    RUNNING,
-    WAITING,
-    Config,
-    RuleConfig,
-    SchedState,
-    SlotSpec,
-    SlotState,
-    Step,
-)
+from model.state import ENGINE_VLLM_V1, Config, RuleConfig, SlotSpec, Step
 
 # Config fields that may be given a range (the rest are fixed per query).
 RANGED_FIELDS = ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "num_gpu_blocks",
@@ -36,36 +29,45 @@ class Bounds:
     max_prompt_len: int = 8
     max_max_tokens: int = 6
     max_priority: int = 1
+    max_cached_prefix_len: int = 0  # SGLang LPM: 0 keeps every cached prefix empty
 
 
 @dataclass(frozen=True, slots=True)
 class Family:
     """A configuration family: a base Config and inclusive ranges for some fields.
 
-    `validated` restricts the family to configs vLLM's SchedulerConfig accepts.
+    `validated` restricts the family to configs vLLM's SchedulerConfig accepts. Ranges are
+    supported for vLLM V1; other engines' families are single configs.
     """
 
-    base: Config
+    base: Any
     ranges: tuple[tuple[str, int, int], ...] = ()
     validated: bool = True
+    engine: str = ENGINE_VLLM_V1
 
 
 @dataclass(slots=True)
 class Unrolling:
     """Symbols and constraints of one unrolled query."""
 
-    cfg: RuleConfig
+    engine: EngineModel
+    cfg: Any
     cfg_vars: dict[str, z3.ArithRef]
     specs: tuple[SlotSpec, ...]
     eos: list[tuple[Bool, ...]] = field(default_factory=list)
-    states: list[SchedState] = field(default_factory=list)
+    states: list[Any] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     constraints: list[Bool] = field(default_factory=list)
 
 
-def family_config(family: Family) -> tuple[RuleConfig, dict[str, z3.ArithRef], list[Bool]]:
-    """The family as a RuleConfig with z3 constants for ranged fields, those constants,
-    and their range (and, if validated, vLLM validation) constraints."""
+def family_config(family: Family) -> tuple[Any, dict[str, z3.ArithRef], list[Bool]]:
+    """The family as the engine's rule config with z3 constants for ranged fields, those
+    constants, and their range (and, if validated, vLLM validation) constraints."""
+    if family.engine != ENGINE_VLLM_V1:
+        if family.ranges:
+            raise ValueError(f"config ranges are supported for {ENGINE_VLLM_V1} only, "
+                             f"not {family.engine}")
+        return engines.get(family.engine).rule_config(family.base), {}, []
     base = family.base
     vars_: dict[str, z3.ArithRef] = {}
     cons: list[Bool] = []
@@ -109,7 +111,7 @@ def validation_constraints(base: Config, values: dict[str, object]) -> list[Bool
     return [c for c in out if c is not True]
 
 
-def slot_specs(num_slots: int, cfg: RuleConfig, bounds: Bounds | None = None
+def slot_specs(num_slots: int, cfg: Any, bounds: Bounds | None = None
                ) -> tuple[tuple[SlotSpec, ...], list[Bool]]:
     """Symbolic request slots and their constraints. With `bounds`, lengths, arrivals and
     priorities are bounded as a BMC query needs; without, request lengths are unbounded
@@ -125,7 +127,11 @@ def slot_specs(num_slots: int, cfg: RuleConfig, bounds: Bounds | None = None
             cons += [p <= bounds.max_prompt_len, m <= bounds.max_max_tokens, a <= bounds.depth]
             if cfg.policy_priority:
                 cons += [pr >= 0, pr <= bounds.max_priority]
-        specs.append(SlotSpec(p, m, a, pr))
+        c: object = 0
+        if bounds is not None and bounds.max_cached_prefix_len > 0:
+            c = z3.Int(f"r{i}.cached_prefix_len")
+            cons += [c >= 0, c <= bounds.max_cached_prefix_len, c <= p]
+        specs.append(SlotSpec(p, m, a, pr, c))
     # Canonical slot order: used slots first, in arrival order (slot index = arrival_time).
     for x, y in zip(specs, specs[1:], strict=False):
         cons.append(z3.Implies(x.arrival_step == 0, y.arrival_step == 0))
@@ -133,30 +139,46 @@ def slot_specs(num_slots: int, cfg: RuleConfig, bounds: Bounds | None = None
     return tuple(specs), cons
 
 
-def fresh_state(tag: str, num_slots: int, step: object) -> SchedState:
-    """A state of fresh z3 constants named `tag.*`; `step` is an int or a z3 term."""
-    def iv(name: str) -> z3.ArithRef:
-        return z3.Int(f"{tag}.{name}")
-    slots = tuple(SlotState(*(iv(f"{i}.{f.name}") for f in fields(SlotState)))
-                  for i in range(num_slots))
-    return SchedState(slots=slots, free_blocks=iv("free"), next_run_key=iv("next_run_key"),
-                      wait_head=iv("wait_head"), wait_tail=iv("wait_tail"), step=step)
+def fresh_state(tag: str, template: Any, step: object) -> Any:
+    """A state shaped like `template` (an engine's state dataclass) whose leaves are fresh
+    z3 constants named `tag.<path>`: Bool for a Python bool leaf, Int otherwise. Tuples of
+    slot dataclasses are walked; the `step` field takes `step` (an int or a z3 term)."""
+    return _fresh(tag, template, step)
 
 
-def _bind(fresh: SchedState, value: SchedState) -> list[Bool]:
-    cons = [fresh.free_blocks == value.free_blocks, fresh.next_run_key == value.next_run_key,
-            fresh.wait_head == value.wait_head, fresh.wait_tail == value.wait_tail]
-    for a, b in zip(fresh.slots, value.slots, strict=True):
-        cons += [getattr(a, f.name) == getattr(b, f.name) for f in fields(SlotState)]
-    return cons
+def _fresh(path: str, value: Any, step: object) -> Any:
+    if is_dataclass(value):
+        return replace(value, **{
+            f.name: step if f.name == "step" else _fresh(f"{path}.{f.name}",
+                                                         getattr(value, f.name), step)
+            for f in fields(value)})
+    if isinstance(value, tuple):
+        return tuple(_fresh(f"{path}.{i}", v, step) for i, v in enumerate(value))
+    if isinstance(value, bool) or z3.is_bool(value):
+        return z3.Bool(path)
+    return z3.Int(path)
+
+
+def _bind(fresh: Any, value: Any) -> list[Bool]:
+    """fresh == value, leaf by leaf (the `step` counter is not bound)."""
+    if is_dataclass(fresh):
+        out: list[Bool] = []
+        for f in fields(fresh):
+            if f.name != "step":
+                out += _bind(getattr(fresh, f.name), getattr(value, f.name))
+        return out
+    if isinstance(fresh, tuple):
+        return [c for a, b in zip(fresh, value, strict=True) for c in _bind(a, b)]
+    return [fresh == value]
 
 
 def new_unrolling(family: Family, bounds: Bounds) -> Unrolling:
     """Symbols for a query: config family, request slots, the initial state."""
+    engine = engines.get(family.engine)
     cfg, cfg_vars, cons = family_config(family)
     specs, spec_cons = slot_specs(bounds.slots, cfg, bounds)
-    init = SchedState.initial(bounds.slots, cfg.usable_blocks)
-    return Unrolling(cfg=cfg, cfg_vars=cfg_vars, specs=specs, states=[init],
+    init = engine.initial_state(bounds.slots, cfg)
+    return Unrolling(engine=engine, cfg=cfg, cfg_vars=cfg_vars, specs=specs, states=[init],
                      constraints=cons + spec_cons)
 
 
@@ -165,8 +187,8 @@ def extend(u: Unrolling) -> list[Bool]:
     t = len(u.steps)
     eos = tuple(z3.Bool(f"eos{t + 1}.{i}") for i in range(len(u.specs)))
     ops = SymbolicOps()
-    nxt, observed = rules.step(ops, u.cfg, u.specs, u.states[-1], eos)
-    fresh = fresh_state(f"s{t + 1}", len(u.specs), t + 1)
+    nxt, observed = u.engine.step(ops, u.cfg, u.specs, u.states[-1], eos)
+    fresh = fresh_state(f"s{t + 1}", u.states[0], t + 1)
     cons = ops.take_definitions() + _bind(fresh, nxt)
     u.eos.append(eos)
     u.states.append(fresh)
@@ -175,33 +197,11 @@ def extend(u: Unrolling) -> list[Bool]:
     return cons
 
 
-def same_behaviour(a: SchedState, b: SchedState) -> Bool:
-    """Two states from which the scheduler behaves the same: equal slots and pool, queues in
-    the same relative order. Key counters and preemption counts do not steer decisions."""
-    cons: list[Bool] = [a.free_blocks == b.free_blocks]
-    n = len(a.slots)
-    for x, y in zip(a.slots, b.slots, strict=True):
-        cons += [x.status == y.status, x.num_computed_tokens == y.num_computed_tokens,
-                 x.num_output_tokens == y.num_output_tokens, x.blocks == y.blocks]
-    for i in range(n):
-        for j in range(n):
-            if i == j:
-                continue
-            x, y = a.slots[i], a.slots[j]
-            u, v = b.slots[i], b.slots[j]
-            both_running = z3.And(x.status == RUNNING, y.status == RUNNING)
-            both_waiting = z3.And(z3.Or(x.status == WAITING, x.status == PREEMPTED),
-                                  z3.Or(y.status == WAITING, y.status == PREEMPTED))
-            cons.append(z3.Implies(both_running,
-                                   (x.run_key < y.run_key) == (u.run_key < v.run_key)))
-            cons.append(z3.Implies(both_waiting,
-                                   (x.wait_key < y.wait_key) == (u.wait_key < v.wait_key)))
-    return z3.And(*cons)
-
-
-def held_status(status: object) -> Bool:
-    """The request has arrived and not finished."""
-    return z3.Or(status == WAITING, status == RUNNING, status == PREEMPTED)
+def same_behaviour(u: Unrolling, a: Any, b: Any) -> Bool:
+    """The engine's behaviour equivalence of two states, as one z3 term."""
+    ops = SymbolicOps()
+    same = u.engine.same_behaviour(ops, a, b)
+    return z3.And(*ops.take_definitions(), z3.BoolVal(same) if isinstance(same, bool) else same)
 
 
 def present(specs: Sequence[SlotSpec]) -> list[Bool]:

@@ -11,6 +11,7 @@ A property is either
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -270,3 +271,15 @@ def get(name: str, **params: int) -> Property:
     if name in factories:
         return factories[name](**params)
     raise KeyError(name)
+
+
+def example(name: str) -> Property:
+    """The property `name` with every parameter a factory requires set to 2 (for tests and
+    listings that need an instance of each property)."""
+    _, factories = _extras()
+    factory = {**_FACTORIES, **factories}.get(name)
+    if factory is None:
+        return get(name)
+    required = [p.name for p in inspect.signature(factory).parameters.values()
+                if p.default is inspect.Parameter.empty]
+    return factory(**{p: 2 for p in required})

@@ -67,8 +67,7 @@ def test_every_rule_and_property_runs_on_fresh_symbolic_variables():
             extend(u)
         ops = SymbolicOps()
         for name in catalogue.names():
-            prop = catalogue.get(name, **({"k": 2} if name in ("starvation", "head_of_line")
-                                          else {"m": 1} if name == "preemption_storm" else {}))
+            prop = catalogue.example(name)
             for t in range(3):
                 assert isinstance(prop.holds(ops, u.steps, t), (bool, z3.BoolRef))
 

@@ -29,11 +29,13 @@ class ReferenceScheduler(Protocol):
     def step(self, eos_ids: frozenset[str] = frozenset()) -> StepRecord:
         """Run one iteration; `eos_ids` sample EOS in it (each must sample)."""
 
-    def state_key(self) -> Hashable:
+    def state_key(self, extra: Mapping[str, Hashable] | None = None) -> Hashable:
         """The scheduler's state as a hashable value in which requests are named by
         their canonical position, never by id, so that runs which differ only in the ids
         of interchangeable requests give the same key (the explorer's symmetry
-        reduction). Two schedulers with equal keys must behave the same from here on."""
+        reduction). Two schedulers with equal keys must behave the same from here on.
+        `extra[request_id]`, when given, is appended to that request's entry (the
+        explorer keys property history per request this way)."""
 
 
 @dataclass(frozen=True)

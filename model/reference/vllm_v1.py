@@ -18,9 +18,10 @@ The code is our own; loops, `break` and `continue` sit where upstream has them.
 
 from __future__ import annotations
 
+import copy
 import heapq
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -277,6 +278,24 @@ class VllmV1Scheduler:
         self._num_arrived = 0
         self._finished_ids: set[str] = set()
 
+    def __deepcopy__(self, memo: dict[int, object]) -> VllmV1Scheduler:
+        """A copy that shares nothing mutable (the explorer branches on copies): each
+        Request is copied once and the queues, the running list and the pool point at the
+        copies; the frozen config is shared."""
+        twin = copy.copy(self)
+        fresh = {rid: copy.copy(r) for rid, r in self.requests.items()}
+        twin.requests = fresh
+        twin.running = [fresh[r.request_id] for r in self.running]
+        twin.waiting = copy.copy(self.waiting)
+        if isinstance(self.waiting, FcfsQueue):
+            twin.waiting._items = deque(fresh[r.request_id] for r in self.waiting._items)
+        else:
+            twin.waiting._heap = [fresh[r.request_id] for r in self.waiting._heap]
+        twin.block_pool = copy.copy(self.block_pool)
+        twin.block_pool._held = dict(self.block_pool._held)
+        twin._finished_ids = set(self._finished_ids)
+        return twin
+
     # ---- public API ----------------------------------------------------------------
 
     def add_request(self, spec: RequestSpec) -> None:
@@ -325,19 +344,22 @@ class VllmV1Scheduler:
             token_budget_left=out.token_budget,
         )
 
-    def state_key(self) -> tuple[object, ...]:
+    def state_key(self, extra: Mapping[str, Hashable] | None = None) -> tuple[object, ...]:
         """The state with requests named by position (running order, then waiting order):
         what steers every later decision. arrival_time only breaks priority ties, so its
         relative rank is kept under PRIORITY and dropped under FCFS, where the deque order
-        says it all; num_preemptions and the step counter steer nothing."""
+        says it all; num_preemptions and the step counter steer nothing. `extra[id]` is
+        appended to a request's entry (the explorer's per-request property history)."""
         held = [*self.running, *self.waiting]
         ranks = {id(r): k for k, r in enumerate(sorted(held, key=lambda r: r.arrival_time))}
         priority = self.cfg.policy == POLICY_PRIORITY
+        extra = extra or {}
 
         def one(r: Request) -> tuple[object, ...]:
             return (r.status.value, r.num_prompt_tokens, r.max_tokens, r.num_output_tokens,
                     r.num_computed_tokens, self.block_pool.blocks_held(r.request_id),
-                    r.priority if priority else 0, ranks[id(r)] if priority else 0)
+                    r.priority if priority else 0, ranks[id(r)] if priority else 0,
+                    extra.get(r.request_id))
         return (self.block_pool.num_free_blocks, tuple(one(r) for r in self.running),
                 tuple(one(r) for r in self.waiting))
 
