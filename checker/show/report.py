@@ -74,10 +74,16 @@ def rules_involved(engine: str, evidence: str) -> tuple[tuple[str, str, str], ..
     return tuple(rows[i][0] for i in sorted(picked))
 
 
+_ROW = re.compile(r"^\s*([^\s:]+):(\d+)(?:-(\d+))?")
+
+
 def _span(citation: str) -> tuple[str, int, int]:
-    path, _, lines = citation.rpartition(":")
-    first, _, last = lines.partition("-")
-    return path, int(first), int(last or first)
+    """(file, first, last) of a rules-table citation such as 'a/b.py:10-20 (note)';
+    ('', 0, -1) when it cites no lines."""
+    m = _ROW.match(citation)
+    if m is None:
+        return "", 0, -1
+    return m.group(1), int(m.group(2)), int(m.group(3) or m.group(2))
 
 
 def _entry(manifest: Manifest, v: Verdict) -> Entry | None:

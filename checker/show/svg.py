@@ -16,7 +16,7 @@ PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b
            "#ff9da7", "#9c755f", "#bab0ac")
 CHART_HEIGHT = 240  # pixels for the whole budget when the budget is large
 MAX_UNIT = 24  # pixels per token when the budget is small
-COL_W, GAP, LEFT, TOP = 56, 16, 72, 64
+COL_W, GAP, LEFT, TOP = 56, 16, 72, 80
 LINE = 13  # text line height
 
 
@@ -95,11 +95,23 @@ def _column(tl: Timeline, col: Column, x: float, colours: dict[str, str], ids: s
                      "middle"))
     out.append(_text(x + COL_W / 2, base + 2 * LINE, f"kv {col.free_blocks}", "small",
                      "middle"))
-    for i, (mark, rid) in enumerate(col.marks()):
+    for i, (mark, rid) in enumerate(_marks(col)):
         out.append(_text(x + 2, base + (3 + i) * LINE, f"{mark}{rid}", "small",
-                         fill=colours.get(rid, "#222")))
+                         fill="#888" if mark == "." else colours.get(rid, "#222")))
     out.append("</g>")
     return out
+
+
+def _marks(col: Column) -> tuple[tuple[str, str], ...]:
+    """The column's event marks, then '.' for each request waiting with 0 tokens."""
+    return col.marks() + tuple((".", rid) for rid in col.idle if rid not in col.preempted)
+
+
+def _legend_lines(tl: Timeline) -> tuple[str, str]:
+    marks = "  ".join(f"{m} {name}" for m, name in MARK_NAMES)
+    return (f"marks: {marks}  . waiting, 0 tokens",
+            f"column height = token budget ({tl.budget}); n/B = tokens used; "
+            "kv = free KV blocks after scheduling")
 
 
 def _legend(tl: Timeline, y: float, colours: dict[str, str], ids: str) -> list[str]:
@@ -122,10 +134,9 @@ def _legend(tl: Timeline, y: float, colours: dict[str, str], ids: str) -> list[s
         out.append(_text(LEFT, y, "prefill and decode not told apart: the input has no "
                                   "prompt lengths"))
     y += LINE + 4
-    marks = "  ".join(f"{m} {name}" for m, name in MARK_NAMES)
-    out.append(_text(LEFT, y, f"marks: {marks}"))
-    out.append(_text(LEFT, y + LINE, f"column height = token budget ({tl.budget}); "
-                                     "n/B = tokens used; kv = free KV blocks after scheduling"))
+    first, second = _legend_lines(tl)
+    out.append(_text(LEFT, y, first))
+    out.append(_text(LEFT, y + LINE, second))
     out.append("</g>")
     return out
 
@@ -140,9 +151,10 @@ def render(tl: Timeline, ids: str = "") -> str:
     SVGs inline in one HTML page need distinct ones)."""
     colours = {r.id: colour(i) for i, r in enumerate(tl.requests)}
     height = tl.budget * unit(tl.budget)
-    most_marks = max([len(c.marks()) for c in tl.columns] + [0])
+    most_marks = max([len(_marks(c)) for c in tl.columns] + [0])
     legend_y = TOP + height + 16 + (3 + most_marks) * LINE + 16
-    longest = max([len(r.id) + len(r.detail) + 2 for r in tl.requests] + [80])
+    longest = max([len(r.id) + len(r.detail) + 2 for r in tl.requests]
+                  + [len(line) for line in _legend_lines(tl)])
     width = max(LEFT + len(tl.columns) * (COL_W + GAP) + 8, LEFT + 7 * longest,
                 16 + 9 * len(tl.title), 16 + 6.2 * len(tl.subtitle))
     total_h = legend_y + legend_height(tl)

@@ -1,0 +1,158 @@
+"""`batchproof explain`: text, markdown and SVG timelines of counterexamples, workloads and
+simulation documents; golden files beside the stored counterexamples."""
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from checker.cli import main
+from checker.explain_cmd import explain
+from checker.replay import replay
+from checker.show import markdown, sources, svg
+from checker.show.timeline import DECODE, PREFILL, UNKNOWN, phases
+from checker.simulate_cmd import simulate_workload_dict
+from model.reference.vllm_v1 import chunk_phase, iter_steps
+from model.workload import load_workload
+
+ROOT = Path(__file__).resolve().parent.parent
+STORED = sorted((ROOT / "counterexamples").glob("*/*.itf.json"))
+EXAMPLE = ROOT / "examples" / "seed_group_a.json"
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _stem(path):
+    return path.with_suffix("").with_suffix("")
+
+
+def test_there_are_stored_counterexamples_to_explain():
+    assert len(STORED) >= 8
+
+
+@pytest.mark.parametrize("path", STORED, ids=lambda p: p.name)
+def test_text_of_a_counterexample_is_its_golden_txt(path, capsys):
+    assert main(["explain", str(path)]) == 0
+    assert capsys.readouterr().out == _stem(path).with_suffix(".txt").read_text()
+
+
+@pytest.mark.parametrize("fmt, suffix", [("markdown", ".md"), ("svg", ".svg")])
+@pytest.mark.parametrize("path", STORED, ids=lambda p: p.name)
+def test_markdown_and_svg_match_their_golden_files(path, fmt, suffix, capsys):
+    assert main(["explain", str(path), "--format", fmt]) == 0
+    assert capsys.readouterr().out == _stem(path).with_suffix(suffix).read_text(), (
+        "regenerate the golden files with `python -m checker.docs_gen --write`")
+
+
+def _blocks(doc):
+    return [r for r in doc.iter(f"{SVG}rect") if r.get("class") == "block"]
+
+
+@pytest.mark.parametrize("path", STORED, ids=lambda p: p.name)
+def test_svg_has_one_block_per_scheduled_request_with_heights_summing_to_tokens(path):
+    source = sources.load(path)
+    doc = ET.fromstring(svg.render(source.timeline))  # valid XML
+    blocks = _blocks(doc)
+    cex = source.counterexample
+    records = replay(cex).records[: cex.violated_at]
+    expected = [(str(r.step), rid, str(n)) for r in records for rid, n in r.scheduled if n > 0]
+    assert [(b.get("data-step"), b.get("data-request"), b.get("data-tokens"))
+            for b in blocks] == expected
+    unit = svg.unit(source.timeline.budget)
+    for rec in records:
+        heights = [float(b.get("height")) for b in blocks if b.get("data-step") == str(rec.step)]
+        assert sum(heights) == pytest.approx(sum(n for _, n in rec.scheduled) * unit, abs=0.05)
+        assert sum(heights) <= source.timeline.budget * unit + 0.05
+
+
+@pytest.mark.parametrize("path", STORED, ids=lambda p: p.name)
+def test_the_violated_step_is_framed_and_named(path):
+    source = sources.load(path)
+    doc = ET.fromstring(svg.render(source.timeline))
+    framed = [g.get("data-step") for g in doc.iter(f"{SVG}g")
+              if any(r.get("class") == "violated" for r in g.iter(f"{SVG}rect"))]
+    assert framed == [str(source.counterexample.violated_at)]
+    head = markdown.render(source.timeline).split("| step |")[1].splitlines()[0]
+    assert head.count("**violated**") == 1
+
+
+def test_rendering_is_byte_identical_run_to_run():
+    first = [explain(sources.load(p), fmt) for p in STORED for fmt in ("markdown", "svg")]
+    again = [explain(sources.load(p), fmt) for p in STORED for fmt in ("markdown", "svg")]
+    assert first == again
+
+
+def test_decodes_are_hatched_and_prefill_chunks_are_not():
+    source = sources.load(ROOT / "counterexamples/vllm_v1/preemption_storm__tiny_fcfs.itf.json")
+    text = svg.render(source.timeline)
+    doc = ET.fromstring(text)
+    by_phase = {}
+    for b in _blocks(doc):
+        by_phase.setdefault(b.get("data-phase"), []).append(b)
+    hatches = [r for r in doc.iter(f"{SVG}rect") if r.get("class") == "hatch"]
+    assert len(hatches) == len(by_phase[DECODE]) > 0 and len(by_phase[PREFILL]) > 0
+    assert "!r2" in text and "^r2" in text  # preempted, then resumed
+
+
+def test_derived_phases_agree_with_the_references_chunk_phase():
+    for workload in (load_workload(EXAMPLE), *(sources.load(p).workload for p in STORED)):
+        expected, records = [], []
+        for before, record in iter_steps(workload):
+            views = {v.request_id: v for v in before}
+            expected.append({rid: chunk_phase(views[rid], n) for rid, n in record.scheduled})
+            records.append(record)
+        assert list(phases(workload, records)) == expected
+
+
+def _simulation(tmp_path, with_requests):
+    doc = simulate_workload_dict(json.loads(EXAMPLE.read_text()))
+    if with_requests:
+        doc["requests"] = json.loads(EXAMPLE.read_text())["requests"]
+    path = tmp_path / "sim.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_simulation_document_is_drawn_as_recorded(tmp_path, capsys):
+    with_requests = sources.load(_simulation(tmp_path, True)).timeline
+    steps_only = sources.load(_simulation(tmp_path, False)).timeline
+    workload = sources.load(EXAMPLE).timeline
+    assert with_requests.columns == workload.columns
+    assert [(b.request, b.tokens) for c in steps_only.columns for b in c.blocks] == [
+        (b.request, b.tokens) for c in workload.columns for b in c.blocks]
+    assert {b.phase for c in steps_only.columns for b in c.blocks} == {UNKNOWN}
+    assert main(["explain", str(_simulation(tmp_path, False)), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "Phases are unknown" in out and "| P24 |  | +6 | 6 |" in out
+
+
+def test_a_workload_text_timeline_is_the_text_renderer(capsys):
+    assert main(["explain", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["step", *map(str, range(1, 9))]
+    assert "P24" in out and "(budget 16)" in out
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ("not json", "is not valid JSON"),
+    ("[1, 2]", "is neither an ITF counterexample"),
+    ('{"steps": [{"step": "one"}]}', "steps[0] must be an object with an integer 'step'"),
+    ('{"steps": [{"step": 1, "scheduled": []}]}', "steps[0].scheduled must be an object"),
+    ('{"#meta": {}}', "is not a batchproof ITF counterexample"),
+])
+def test_bad_input_is_one_line_naming_the_file_and_exit_code_2(tmp_path, capsys, content,
+                                                              fragment):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    assert main(["explain", str(path), "--format", "svg"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err and "Traceback" not in err
+
+
+def test_an_unreadable_file_and_an_unknown_format_exit_2(tmp_path, capsys):
+    assert main(["explain", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["explain", str(EXAMPLE), "--format", "pdf"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'pdf'" in capsys.readouterr().err
