@@ -10,6 +10,8 @@ from model.errors import InputError
 # name -> module that defines ENGINE: EngineModel
 _MODULES: dict[str, str] = {
     "vllm-v1": "model.engines.vllm_v1",
+    "sglang": "model.engines.sglang",
+    "mistralrs": "model.engines.mistralrs",
     "static": "model.engines.static",
     "dynamic": "model.engines.dynamic",
 }
