@@ -87,8 +87,11 @@ def _span(citation: str) -> tuple[str, int, int]:
 
 
 def _entry(manifest: Manifest, v: Verdict) -> Entry | None:
+    """The manifest entry a verdict answers (by its parameters too, when it has them)."""
+    params = tuple(sorted(getattr(v, "params", ()) or ()))
     for e in manifest.entries:
-        if (e.engine, e.property, e.config) == (v.engine, v.property, v.config):
+        if ((e.engine, e.property, e.config) == (v.engine, v.property, v.config)
+                and (not params or e.params == params)):
             return e
     return None
 
