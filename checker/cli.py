@@ -23,6 +23,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("checker.check_cmd", "check properties against the manifest (BMC, k-induction)"),
     "replay": ("checker.replay_cmd", "replay a counterexample on the reference scheduler"),
     "explain": ("checker.explain_cmd", "render a counterexample or simulation as a timeline"),
+    "config": ("checker.config_cmd", "check a vLLM serving configuration: rules and hazards"),
 }
 
 

@@ -1,0 +1,510 @@
+"""`batchproof config [vllm serve flags]`: check a vLLM serving configuration.
+
+Prints the effective configuration (each value with its origin, resolved as vLLM's
+EngineArgs resolves it), applies vLLM's validation and startup rules, then decides each
+serving hazard (checker/hazards.py). `--explain-rules` shows what each SchedulerConfig
+rule prevents. Exit codes: 0 valid and no hazard witnessed; 1 a hazard witnessed (only
+with --strict); 2 invalid configuration or input; 3 inconclusive (UNKNOWN).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, replace
+
+from checker import render
+from checker.config_flags import (
+    CONFIG_FLAGS,
+    add_config_flags,
+    apply_config_flags,
+    positive_int,
+)
+from checker.hazards import (
+    HAZARD_NAMES,
+    UNKNOWN_LABEL,
+    WITNESSED,
+    Envelope,
+    HazardResult,
+    RuleReason,
+    ample_pool,
+    decide_all,
+    explain_rules,
+)
+from model.config_yaml import IGNORED_BOOL_FLAGS, IGNORED_VALUE_FLAGS, NOT_MODELLED, yaml_tokens
+from model.errors import ConfigError, InputError
+from model.state import Config
+from model.vllm_config import check_field_types, validate
+from model.vllm_engine_args import (
+    DEVICE_KEYS,
+    PERFORMANCE_MODES,
+    USAGES,
+    Device,
+    EffectiveConfig,
+    EngineArgs,
+    device_named,
+    device_with_memory,
+    resolve,
+)
+from model.vllm_startup import SPEC_METHODS, SpecDecode, kv_rejection, spec_rejection
+
+EXIT_OK, EXIT_HAZARD, EXIT_INVALID, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+_IGNORED = "ignored_"
+
+# vLLM flags this command reads besides the Config fields (engine/arg_utils.py).
+_ENGINE_FLAGS: tuple[tuple[tuple[str, ...], str, dict[str, object]], ...] = (
+    (("--performance-mode",), "performance_mode", {"choices": PERFORMANCE_MODES}),
+    (("--tensor-parallel-size", "-tp"), "tensor_parallel_size", {"type": positive_int}),
+    (("--pipeline-parallel-size", "-pp"), "pipeline_parallel_size", {"type": positive_int}),
+    (("--speculative-config", "-sc"), "speculative_config", {"metavar": "JSON"}),
+    (("--spec-tokens",), "spec_tokens", {"type": positive_int}),
+    (("--spec-method",), "spec_method", {"choices": SPEC_METHODS}),
+    (("--model",), "model", {}),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `batchproof config`: vLLM's own, the machine, the workload envelope."""
+    parser.allow_abbrev = False  # a misspelt vLLM flag must be an error, not a prefix match
+    parser.add_argument("serve", nargs="*", metavar="MODEL",
+                        help="optional: the model tag of `vllm serve MODEL` (a pasted "
+                        "'vllm serve' prefix is dropped)")
+    add_config_flags(parser)
+    vllm = parser.add_argument_group("other vLLM flags read by the checker")
+    for flags, dest, extra in _ENGINE_FLAGS:
+        vllm.add_argument(*flags, dest=dest, default=None, **extra)  # type: ignore[arg-type]
+    vllm.add_argument("--enable-lora", dest="enable_lora", default=None,
+                      action=argparse.BooleanOptionalAction)
+    machine = parser.add_argument_group("the machine")
+    machine.add_argument("--file", metavar="CONFIG.yaml",
+                         help="the YAML file `vllm serve --config` reads; flags given here win")
+    machine.add_argument("--gpu-memory-gib", type=_gib, metavar="G",
+                         help="device memory in GiB (picks vLLM's default tier)")
+    machine.add_argument("--device", metavar="NAME",
+                         help=f"a device name instead: {', '.join(DEVICE_KEYS)}")
+    machine.add_argument("--usage", choices=USAGES, default=None,
+                         help="serve (`vllm serve`, default), llm (`vllm.LLM`), engine")
+    env = parser.add_argument_group("workload envelope and hazard search")
+    for flag, dest, text in (
+            ("--concurrency", "slots", "requests in a witness (default 3)"),
+            ("--depth", "depth", "steps searched (default 5)"),
+            ("--max-prompt-len", "max_prompt_len", "longest prompt (default max_model_len-1)"),
+            ("--max-tokens", "max_max_tokens", "largest max_tokens (default max_model_len-1)"),
+            ("--starvation-steps", "starvation_steps", "K for starvation (default 3)"),
+            ("--hol-steps", "hol_steps", "K for head-of-line blocking (default 1)"),
+            ("--preemptions", "max_preemptions", "M for repeated preemption (default 1)")):
+        env.add_argument(flag, dest=dest, type=positive_int, metavar="N", help=text)
+    env.add_argument("--timeout", type=_seconds, metavar="S",
+                     help="seconds per hazard before UNKNOWN (default 20)")
+    env.add_argument("--hazard", action="append", choices=HAZARD_NAMES,
+                     help="decide only this hazard (repeatable)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print one JSON document")
+    out.add_argument("--strict", action="store_true", help="exit 1 when a hazard is witnessed")
+    out.add_argument("--explain-rules", action="store_true",
+                     help="show what each SchedulerConfig rule prevents (minimal traces)")
+    _add_ignored(parser)
+
+
+def _add_ignored(parser: argparse.ArgumentParser) -> None:
+    """vLLM flags the model does not read: accepted, then listed as ignored."""
+    for name in IGNORED_BOOL_FLAGS:
+        parser.add_argument("--" + name.replace("_", "-"), dest=_IGNORED + name, default=None,
+                            action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS)
+    shorts = {"quantization": "-q", "data_parallel_size": "-dp", "compilation_config": "-O"}
+    for name in IGNORED_VALUE_FLAGS:
+        flags = ["--" + name.replace("_", "-")] + ([shorts[name]] if name in shorts else [])
+        parser.add_argument(*flags, dest=_IGNORED + name, default=None, nargs="+",
+                            help=argparse.SUPPRESS)
+
+
+def _gib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB") from None
+    if not 0 < value < 1e6:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of GiB")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < 1e6:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
+
+
+class _FileParser(argparse.ArgumentParser):
+    """Parses a YAML file's tokens; errors name the file, in one line."""
+
+    path = ""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(f"{self.path}: {message}; use vLLM flag names as keys")
+
+
+# The vLLM flags a YAML file may hold (batchproof's own flags may not).
+_VLLM_DESTS = frozenset(
+    ["config_" + f.field for f in CONFIG_FLAGS] + [d for _, d, _ in _ENGINE_FLAGS]
+    + ["enable_lora"] + [_IGNORED + n for n in IGNORED_BOOL_FLAGS + IGNORED_VALUE_FLAGS])
+
+
+def merged_args(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with the YAML file's values under those given on the command line
+    (cli > config > defaults, utils/argparse_utils.py:526-531)."""
+    if not args.file:
+        return args
+    parser = _FileParser(prog="config", add_help=False)
+    parser.path = args.file
+    add_arguments(parser)
+    from_file = parser.parse_args(yaml_tokens(args.file))
+    merged = argparse.Namespace(**vars(args))
+    for dest, value in vars(from_file).items():
+        if value in (None, False, []):
+            continue
+        if dest not in _VLLM_DESTS:
+            key = dest.replace("config_", "")
+            raise InputError(f"{args.file}: {key!r} is a batchproof option, not a vLLM flag; "
+                             "give it on the command line")
+        if getattr(args, dest, None) is None:
+            setattr(merged, dest, value)
+    return merged
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """Everything the command needs, parsed and checked for shape (not for vLLM's rules)."""
+
+    engine_args: EngineArgs
+    device: Device | None
+    spec: SpecDecode | None
+    lora: bool
+    model: str
+    ignored: tuple[str, ...]
+    envelope: Envelope
+
+
+def parse_request(args: argparse.Namespace) -> Request:
+    """Build the request from the (merged) arguments; InputError on bad input."""
+    overrides = apply_config_flags(args, Config())
+    given = {f.field: getattr(args, "config_" + f.field) for f in CONFIG_FLAGS}
+    if given["max_model_len"] is None:
+        raise InputError("give --max-model-len N: the model's context length (batchproof "
+                         "does not read the model's config.json)")
+    ea = EngineArgs(
+        max_model_len=overrides.max_model_len,
+        max_num_batched_tokens=given["max_num_batched_tokens"],
+        max_num_seqs=given["max_num_seqs"],
+        enable_chunked_prefill=given["enable_chunked_prefill"],
+        performance_mode=args.performance_mode or "balanced",
+        usage=args.usage or "serve",
+        world_size=(args.tensor_parallel_size or 1) * (args.pipeline_parallel_size or 1),
+        block_size=given["block_size"], num_gpu_blocks=given["num_gpu_blocks"],
+        long_prefill_token_threshold=given["long_prefill_token_threshold"],
+        long_prefill_token_threshold_adaptive=given["long_prefill_token_threshold_adaptive"],
+        policy=given["policy"], watermark=given["watermark"],
+        scheduler_reserve_full_isl=given["scheduler_reserve_full_isl"],
+        max_num_active_seqs=given["max_num_active_seqs"],
+        max_num_scheduled_tokens=given["max_num_scheduled_tokens"])
+    return Request(engine_args=ea, device=_device(args), spec=_spec(args),
+                   lora=bool(args.enable_lora), model=_model(args),
+                   ignored=_ignored(args), envelope=_envelope(args))
+
+
+def _device(args: argparse.Namespace) -> Device | None:
+    if args.device and args.gpu_memory_gib:
+        raise InputError("give --device or --gpu-memory-gib, not both")
+    if args.device:
+        return device_named(args.device)
+    if args.gpu_memory_gib:
+        return device_with_memory(args.gpu_memory_gib)
+    return None
+
+
+def _spec(args: argparse.Namespace) -> SpecDecode | None:
+    doc: dict[str, object] = {}
+    if args.speculative_config:
+        try:
+            raw = json.loads(args.speculative_config)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"--speculative-config is not valid JSON ({exc.msg}); give "
+                             'e.g. \'{"method": "eagle3", "num_speculative_tokens": 3}\'') from None
+        if not isinstance(raw, dict):
+            raise InputError("--speculative-config must be a JSON object")
+        doc = {str(k).replace("-", "_"): v for k, v in raw.items()}
+    for key, value in (("num_speculative_tokens", args.spec_tokens),
+                       ("method", args.spec_method)):
+        if value is not None:
+            if key in doc:
+                raise InputError(f"--spec-{'tokens' if 'tokens' in key else 'method'} and "
+                                 f"--speculative-config['{key}'] are mutually exclusive "
+                                 "(engine/arg_utils.py:2068-2081)")
+            doc[key] = value
+    if not doc:
+        return None
+    k = doc.get("num_speculative_tokens")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InputError(f"num_speculative_tokens must be a positive integer, got {k!r}; "
+                         "give it in --speculative-config or --spec-tokens")
+    method = str(doc.get("method", "eagle3"))
+    if method not in SPEC_METHODS:
+        raise InputError(f"unknown speculative method {method!r}; known: "
+                         f"{', '.join(SPEC_METHODS)}")
+    return SpecDecode(k, method, bool(doc.get("parallel_drafting", False)))
+
+
+def _model(args: argparse.Namespace) -> str:
+    words = list(args.serve)
+    if words[:1] == ["vllm"]:
+        words = words[1:]
+    if words[:1] == ["serve"]:
+        words = words[1:]
+    if len(words) > 1:
+        raise InputError(f"unexpected arguments {' '.join(words[1:])!r}; give one model tag "
+                         "and flags")
+    return args.model or (words[0] if words else "")
+
+
+def _ignored(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(sorted(dest[len(_IGNORED):] for dest, value in vars(args).items()
+                        if dest.startswith(_IGNORED) and value is not None))
+
+
+def _envelope(args: argparse.Namespace) -> Envelope:
+    fields = {name: getattr(args, name) for name in (
+        "slots", "depth", "max_prompt_len", "max_max_tokens", "starvation_steps",
+        "hol_steps", "max_preemptions") if getattr(args, name) is not None}
+    if args.timeout is not None:
+        fields["timeout_s"] = args.timeout
+    return replace(Envelope(), **fields)
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """The effective configuration and the first rule it breaks, if any."""
+
+    effective: EffectiveConfig | None
+    config: Config | None
+    pool_known: bool
+    error: ConfigError | None
+
+
+def check_config(req: Request) -> Checked:
+    """Resolve and validate: SchedulerConfig's rules, then the startup rules."""
+    device = req.device
+    ea = req.engine_args
+    if device is None:
+        if ea.max_num_batched_tokens is None or ea.max_num_seqs is None:
+            raise InputError("give --device NAME or --gpu-memory-gib G: vLLM's defaults for "
+                             "max_num_batched_tokens and max_num_seqs depend on the device "
+                             "(engine/arg_utils.py:2893-2985), or set both flags")
+        device = device_with_memory(0.0)
+    eff = resolve(ea, device)
+    cfg = eff.to_config()
+    pool_known = ea.num_gpu_blocks is not None
+    if not pool_known:
+        cfg = replace(cfg, num_gpu_blocks=ample_pool(cfg))
+    check_field_types(cfg)
+    try:
+        validate(cfg)
+    except ConfigError as exc:
+        return Checked(eff, cfg, pool_known, exc)
+    error = kv_rejection(cfg) if pool_known else None
+    if error is None and req.spec is not None:
+        error = spec_rejection(cfg, req.spec, req.lora)
+    return Checked(eff, cfg, pool_known, error)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Parse, resolve, validate, decide the hazards, print; return the exit code."""
+    args = merged_args(args)
+    req = parse_request(args)
+    if args.explain_rules:
+        reasons = explain_rules(req.envelope.timeout_s)
+        print_reasons(reasons, args.json)
+        return EXIT_INCONCLUSIVE if any(r.verdict == UNKNOWN_LABEL for r in reasons) else 0
+    checked = check_config(req)
+    pool_notes = ("gpu_memory_utilization", "kv_cache_memory_bytes")
+    notes = tuple(NOT_MODELLED[n] for n in req.ignored if n in NOT_MODELLED
+                  and not (checked.pool_known and n in pool_notes))
+    if checked.error is not None:
+        print_invalid(req, checked, notes, args.json)
+        return EXIT_INVALID
+    assert checked.config is not None
+    results = decide_all(checked.config, req.envelope, checked.pool_known,
+                         tuple(args.hazard or ()))
+    print_report(req, checked, notes, results, args.json)
+    if args.strict and any(r.verdict == WITNESSED for r in results):
+        return EXIT_HAZARD
+    if any(r.verdict == UNKNOWN_LABEL for r in results):
+        return EXIT_INCONCLUSIVE
+    return EXIT_OK
+
+
+# --- output -------------------------------------------------------------------------------
+
+SCOPE = ("model scope: vLLM V1's synchronous Scheduler, one data-parallel rank, prefix "
+         "caching off, no speculative decoding in the step (vllm serve runs AsyncScheduler "
+         "by default: the same rules with one step of look-ahead)")
+
+
+def _show(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "unset" if value is None else str(value)
+
+
+def warnings(cfg: Config, req: Request) -> tuple[str, ...]:
+    """vLLM's logged warnings for this configuration."""
+    out = []
+    if cfg.max_num_batched_tokens > cfg.max_num_seqs * cfg.max_model_len:
+        out.append(f"max_num_batched_tokens ({cfg.max_num_batched_tokens}) exceeds "
+                   f"max_num_seqs * max_model_len ({cfg.max_num_seqs * cfg.max_model_len}); "
+                   "vLLM warns this may lead to unexpected behaviour "
+                   "(config/scheduler.py:344-350)")
+    if req.spec is not None and cfg.token_budget < 8192:
+        out.append(f"max_num_scheduled_tokens is {cfg.token_budget} with speculative "
+                   "decoding; vLLM warns below 8192 (config/vllm.py:2274-2282)")
+    return tuple(out)
+
+
+def _header(req: Request, checked: Checked) -> list[str]:
+    eff = checked.effective
+    assert eff is not None
+    dev = eff.device
+    where = (f"device {dev.key} ({dev.memory_gib:g} GiB)" if dev.key != "custom"
+             else f"a device of {dev.memory_gib:g} GiB")
+    if req.device is None:
+        where = "device not given (both batch sizes set by the user)"
+    lines = [f"batchproof config: vLLM 0.32.0{' ' + req.model if req.model else ''}, "
+             f"usage {eff.usage}, {where}, performance mode {eff.performance_mode}", "",
+             "effective configuration (as vLLM's EngineArgs resolves it):"]
+    rows = [(name, _show(r.value), r.origin, r.why) for name, r in eff.values]
+    if not checked.pool_known:
+        rows = [(n, v if n != "num_gpu_blocks" else "unknown", o, w) for n, v, o, w in rows]
+    w0, w1, w2 = (max(len(r[i]) for r in rows) for i in range(3))
+    lines += [f"  {n.ljust(w0)}  {v.rjust(w1)}  {o.ljust(w2)}  {w}" for n, v, o, w in rows]
+    if req.spec is not None:
+        lines.append(f"  speculative decoding: {req.spec.method}, num_speculative_tokens="
+                     f"{req.spec.num_speculative_tokens}, {req.spec.draft_slots} draft slot(s) "
+                     "per request")
+    if req.ignored:
+        lines.append("ignored vLLM flags (not read by the scheduler model): "
+                     + ", ".join("--" + n.replace("_", "-") for n in req.ignored))
+    return lines
+
+
+def print_invalid(req: Request, checked: Checked, notes: tuple[str, ...],
+                  as_json: bool) -> None:
+    """The effective configuration and the rule it breaks (error line on stderr)."""
+    assert checked.error is not None
+    if as_json:
+        print(json.dumps(_json_doc(req, checked, notes, ()), indent=1))
+    else:
+        print("\n".join(_header(req, checked) + ["", "validation: INVALID (vLLM refuses to "
+                                                    f"start: rule {checked.error.rule})"]))
+    write_error(checked.error)
+
+
+def print_report(req: Request, checked: Checked, notes: tuple[str, ...],
+                 results: tuple[HazardResult, ...], as_json: bool) -> None:
+    """The full report: effective configuration, validation, hazards."""
+    if as_json:
+        print(json.dumps(_json_doc(req, checked, notes, results), indent=1))
+        return
+    assert checked.config is not None
+    lines = _header(req, checked)
+    lines += ["note: " + n for n in notes]
+    lines += ["warning: " + w for w in warnings(checked.config, req)]
+    kv = ("the KV pool holds one max_model_len request" if checked.pool_known
+          else "KV startup check not applied: pool size not given (--num-gpu-blocks)")
+    spec = "; speculative-decoding budget rules hold" if req.spec is not None else ""
+    lines += ["", f"validation: valid: every SchedulerConfig rule holds; {kv}{spec}", "",
+              SCOPE, "", "hazards:"]
+    for r in results:
+        lines += _hazard_lines(r)
+    counts = {v: sum(r.verdict == v for r in results) for v in
+              ("WITNESSED", "PROVED absent", "HOLDS within bounds", "UNKNOWN")}
+    lines.append("summary: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    print("\n".join(lines))
+
+
+def _hazard_lines(r: HazardResult) -> list[str]:
+    lines = [f"  [{r.verdict}] {r.name}: {r.title}", f"      {r.detail} ({r.seconds:.1f} s)"]
+    if r.witness is None:
+        return lines
+    w = r.witness
+    table = render.requests_table(w.workload)
+    timeline = render.timeline(w.workload, w.replayed.records[: w.violated_at],
+                               highlight=w.violated_at, loop=w.loop)
+    body = ["requests:", *_compact(table.rstrip("\n").split("\n"))]
+    body += _compact(timeline.rstrip("\n").split("\n"), rows_from=2 if "v" in timeline else 1)
+    return lines + ["      " + line if line else "" for line in body] + [""]
+
+
+def _compact(lines: list[str], rows_from: int = 0, keep: int = 4) -> list[str]:
+    """Long tables (constructed witnesses with hundreds of requests) keep their first
+    rows and last row."""
+    rows = [i for i, line in enumerate(lines) if line.strip().startswith("r")
+            and i >= rows_from]
+    if len(rows) <= 2 * keep:
+        return lines
+    cut = rows[keep:-1]
+    out = [line for i, line in enumerate(lines) if i not in set(cut)]
+    out.insert(rows[keep], f"  ... {len(cut)} more like the rows above")
+    return out
+
+
+def _json_doc(req: Request, checked: Checked, notes: tuple[str, ...],
+              results: tuple[HazardResult, ...]) -> dict[str, object]:
+    eff = checked.effective
+    assert eff is not None
+    err = checked.error
+    return {
+        "vllm_version": "0.32.0", "model": req.model, "usage": eff.usage,
+        "device": None if req.device is None else {"name": eff.device.key,
+                                                   "memory_gib": eff.device.memory_gib},
+        "performance_mode": eff.performance_mode,
+        "effective": {name: {"value": None if name == "num_gpu_blocks"
+                             and not checked.pool_known else r.value,
+                             "origin": r.origin, "why": r.why} for name, r in eff.values},
+        "speculative": None if req.spec is None else {
+            "method": req.spec.method, "num_speculative_tokens": req.spec.num_speculative_tokens,
+            "draft_slots": req.spec.draft_slots},
+        "ignored_flags": list(req.ignored), "notes": list(notes),
+        "warnings": [] if checked.config is None else list(warnings(checked.config, req)),
+        "valid": err is None,
+        "error": None if err is None else {"rule": err.rule, "message": str(err)},
+        "scope": SCOPE, "hazards": [r.to_json() for r in results],
+    }
+
+
+def print_reasons(reasons: tuple[RuleReason, ...], as_json: bool) -> None:
+    """--explain-rules: each rule, what dropping it lets happen, with the trace."""
+    if as_json:
+        print(json.dumps([r.to_json() for r in reasons], indent=1))
+        return
+    lines = ["why each SchedulerConfig rule exists (each rule dropped in turn, the others "
+             "kept; minimal traces replayed on the reference):", ""]
+    for r in reasons:
+        lines.append(f"rule {r.rule}: {r.text} ({r.upstream})")
+        lines.append(f"  [{r.verdict}] {r.detail}")
+        if r.result is not None and r.result.witness is not None:
+            lines += _hazard_lines(r.result)[2:]
+        lines.append("")
+    print("\n".join(lines).rstrip())
+
+
+def error_line(error: ConfigError) -> str:
+    """The one-line error for an invalid configuration."""
+    return f"batchproof: error: rule {error.rule}: {error}"
+
+
+def write_error(error: ConfigError) -> None:
+    """Print the invalid configuration's error line on stderr."""
+    sys.stderr.write(error_line(error) + "\n")
