@@ -165,7 +165,7 @@ def merged_args(args: argparse.Namespace) -> argparse.Namespace:
     from_file = parser.parse_args(yaml_tokens(args.file))
     merged = argparse.Namespace(**vars(args))
     for dest, value in vars(from_file).items():
-        if value in (None, False, []):
+        if value is None or value == [] or (value is False and dest not in _VLLM_DESTS):
             continue
         if dest not in _VLLM_DESTS:
             key = dest.replace("config_", "")
@@ -307,13 +307,13 @@ def check_config(req: Request) -> Checked:
     eff = resolve(ea, device)
     cfg = eff.to_config()
     pool_known = ea.num_gpu_blocks is not None
-    if not pool_known:
-        cfg = replace(cfg, num_gpu_blocks=ample_pool(cfg))
     check_field_types(cfg)
     try:
         validate(cfg)
     except ConfigError as exc:
         return Checked(eff, cfg, pool_known, exc)
+    if not pool_known:
+        cfg = replace(cfg, num_gpu_blocks=ample_pool(cfg))
     error = kv_rejection(cfg) if pool_known else None
     if error is None and req.spec is not None:
         error = spec_rejection(cfg, req.spec, req.lora)
@@ -323,11 +323,11 @@ def check_config(req: Request) -> Checked:
 def run(args: argparse.Namespace) -> int:
     """Parse, resolve, validate, decide the hazards, print; return the exit code."""
     args = merged_args(args)
-    req = parse_request(args)
     if args.explain_rules:
-        reasons = explain_rules(req.envelope.timeout_s)
+        reasons = explain_rules(_envelope(args).timeout_s)
         print_reasons(reasons, args.json)
         return EXIT_INCONCLUSIVE if any(r.verdict == UNKNOWN_LABEL for r in reasons) else 0
+    req = parse_request(args)
     checked = check_config(req)
     pool_notes = ("gpu_memory_utilization", "kv_cache_memory_bytes")
     notes = tuple(NOT_MODELLED[n] for n in req.ignored if n in NOT_MODELLED
@@ -484,6 +484,10 @@ def _json_doc(req: Request, checked: Checked, notes: tuple[str, ...],
     }
 
 
+_SHOWN = ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "block_size",
+          "num_gpu_blocks")
+
+
 def print_reasons(reasons: tuple[RuleReason, ...], as_json: bool) -> None:
     """--explain-rules: each rule, what dropping it lets happen, with the trace."""
     if as_json:
@@ -495,6 +499,10 @@ def print_reasons(reasons: tuple[RuleReason, ...], as_json: bool) -> None:
         lines.append(f"rule {r.rule}: {r.text} ({r.upstream})")
         lines.append(f"  [{r.verdict}] {r.detail}")
         if r.result is not None and r.result.witness is not None:
+            cfg = r.result.witness.workload.config
+            lines.append("      config with the rule dropped: " + " ".join(
+                f"{k}={_show(v)}" for k, v in cfg.to_dict().items()
+                if k in _SHOWN or v != getattr(Config(), k)))
             lines += _hazard_lines(r.result)[2:]
         lines.append("")
     print("\n".join(lines).rstrip())

@@ -376,7 +376,7 @@ class RuleReason:
     rule: str
     text: str
     upstream: str
-    verdict: str  # WITNESSED | "NO CHANGE" | "NOT MODELLED" | UNKNOWN
+    verdict: str  # WITNESSED | NO_CHANGE | NO_FAILURE | NOT_MODELLED | UNKNOWN
     detail: str
     result: HazardResult | None = None
 
@@ -387,7 +387,7 @@ class RuleReason:
                 "witness": None if self.result is None else self.result.to_json()["witness"]}
 
 
-NO_CHANGE, NOT_MODELLED = "NO CHANGE", "NOT MODELLED"
+NO_CHANGE, NO_FAILURE, NOT_MODELLED = "NO CHANGE", "NO PROPERTY FAILS", "NOT MODELLED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +402,7 @@ class RuleProbe:
     properties: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
     bounds: tuple[tuple[str, int], ...]
     why: str
+    inert: bool = False  # the rule's values cannot change any step (argued in `why`)
 
 
 _TINY = Config(max_num_batched_tokens=8, max_num_seqs=2, max_model_len=16, block_size=4,
@@ -433,7 +434,7 @@ RULE_PROBES: tuple[RuleProbe, ...] = (
               (("starvation", (("k", 2),)), ("head_of_line_blocking", (("k", 1),)),
                ("budget_respected", ())), _SMALL_BOUNDS,
               "a request lacks fewer than max_model_len tokens, so a threshold above it never "
-              "caps anything (scheduler.py:708-709, 1155-1156)"),
+              "caps anything (scheduler.py:708-709, 1155-1156)", inert=True),
     RuleProbe("watermark_range", replace(_TINY, watermark=1.0), (), replace(_TINY, watermark=0.9),
               (("starvation", (("k", 2),)), ("head_of_line_blocking", (("k", 1),)),
                ("kv_blocks_conserved", ())), _SMALL_BOUNDS,
@@ -486,10 +487,13 @@ def _probe(name: str, text: str, upstream: str, probe: RuleProbe,
     if undecided:
         return RuleReason(name, text, upstream, UNKNOWN_LABEL, "; ".join(undecided))
     props = ", ".join(p for p, _ in probe.properties)
-    return RuleReason(name, text, upstream, NO_CHANGE,
-                      f"dropping it changes nothing the model observes: {probe.why}; no "
-                      f"property among {props} fails without it that holds with it "
-                      f"({bounds['slots']} requests, {bounds['depth']} steps)")
+    checked = (f"no property among {props} fails without it that holds with it "
+               f"({bounds['slots']} requests, {bounds['depth']} steps)")
+    if probe.inert:
+        return RuleReason(name, text, upstream, NO_CHANGE,
+                          f"dropping it changes nothing in the model: {probe.why}; {checked}")
+    return RuleReason(name, text, upstream, NO_FAILURE,
+                      f"what dropping it does: {probe.why}; {checked}")
 
 
 def _rule_job(h: Hazard, cfg: Config, ranges: tuple[tuple[str, int, int], ...],
