@@ -27,8 +27,9 @@ th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#f0f0f0}td.num{text-align:right}code,pre{font-size:12px}
 pre{background:#f8f8f8;padding:8px;overflow-x:auto}
 .ok{color:#1a7f37;font-weight:bold}.bad{color:#cf222e;font-weight:bold}
-.unknown{color:#9a6700;font-weight:bold}.cex{border:1px solid #ddd;padding:8px 16px;
-margin:16px 0}figure{margin:8px 0;overflow-x:auto}.muted{color:#666}
+.unknown{color:#9a6700;font-weight:bold}td.why{font-size:12px}td.evidence{min-width:16em}
+.cex{border:1px solid #ddd;padding:8px 16px;margin:16px 0}
+figure{margin:8px 0;overflow-x:auto}.muted{color:#666}
 """
 
 _FILE = re.compile(r"([\w./-]+\.py):(\d+)(?:-(\d+))?")
@@ -108,27 +109,41 @@ def _anchor(i: int) -> str:
 
 def verdict_table(results: Sequence[JobResult], verdicts: Sequence[Verdict],
                   manifest: Manifest) -> list[str]:
-    """The verdicts, one row each, with the manifest's expectation and evidence."""
-    head = ("engine", "property", "config", "verdict", "expected", "as expected", "method",
-            "depth", "seconds", "detail", "evidence (upstream)", "counterexample")
+    """The verdicts, one row each, with the manifest's expectation and evidence (the
+    engine column only when several engines were checked)."""
+    several = len({v.engine for v in verdicts}) > 1
+    head = (("engine",) if several else ()) + (
+        "property", "config", "verdict", "expected", "as expected", "method", "depth",
+        "seconds", "counterexample", "detail", "evidence (upstream)")
     rows = ["<div style=\"overflow-x:auto\"><table id=\"verdict-table\"><tr>"
             + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
     for i, (res, v) in enumerate(zip(results, verdicts, strict=True)):
         entry = _entry(manifest, v)
         cls = _verdict_class(v)
-        name = Path(v.counterexample).name if v.counterexample else "timeline"
-        link = (f'<a href="#{_anchor(i)}">{escape(name)}</a>'
+        link = (f'<a href="#{_anchor(i)}">timeline</a>'
                 if res.counterexample is not None else "-")
-        cells = [escape(v.engine), escape(v.property), escape(v.config),
-                 f'<span class="{cls}">{escape(v.label)}</span>', escape(v.expected or "-"),
-                 f'<span class="{cls}">{"yes" if v.as_expected else "no"}</span>',
-                 escape(v.method), f'<td class="num">{v.depth}',
-                 f'<td class="num">{v.seconds:.1f}', escape(v.detail),
-                 escape(entry.evidence if entry else "-"), link]
+        cells = ([escape(v.engine)] if several else []) + [
+            escape(v.property), escape(v.config),
+            f'<span class="{cls}">{escape(v.label)}</span>', escape(v.expected or "-"),
+            f'<span class="{cls}">{"yes" if v.as_expected else "no"}</span>',
+            escape(v.method), f'<td class="num">{v.depth}', f'<td class="num">{v.seconds:.1f}',
+            link, f'<td class="why">{escape(v.detail)}',
+            f'<td class="why evidence">{escape(entry.evidence if entry else "-")}']
         rows.append('<tr class="verdict">' + "".join(
             c if c.startswith("<td") else f"<td>{c}" for c in cells) + "</tr>")
     rows.append("</table></div>")
     return rows
+
+
+def departures(verdicts: Sequence[Verdict]) -> list[str]:
+    """One line per verdict that departs from the manifest or is unknown."""
+    bad = [v for v in verdicts if not v.as_expected or v.verdict == UNKNOWN]
+    if not bad:
+        return []
+    items = [f"<li>{escape(v.property)} on {escape(v.config)} ({escape(v.method)}): "
+             f"{escape(v.label)}, expected {escape(v.expected or '-')}"
+             + (f" ({escape(v.detail)})" if v.detail else "") + "</li>" for v in bad]
+    return ['<ul class="bad" id="departures">', *items, "</ul>"]
 
 
 def _timeline(res: JobResult) -> tuple[Timeline, str, str]:
@@ -226,7 +241,7 @@ def rules_sections(verdicts: Sequence[Verdict]) -> list[str]:
 
 
 def render_html(results: Sequence[JobResult], verdicts: Sequence[Verdict] | None = None,
-                manifest: Manifest | None = None, command: str = "batchproof check") -> str:
+                manifest: Manifest | None = None, command: str | None = None) -> str:
     """The whole page. `verdicts` default to the results' (check passes them with the
     counterexample paths filled in); `manifest` defaults to the loaded one."""
     verdicts = list(verdicts) if verdicts is not None else [r.verdict for r in results]
@@ -240,8 +255,9 @@ def render_html(results: Sequence[JobResult], verdicts: Sequence[Verdict] | None
     body = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         "<title>batchproof check report</title>", f"<style>{_CSS}</style></head><body>",
-        "<h1>batchproof check report</h1>", f"<p><code>{escape(command)}</code></p>",
-        f'<p class="{cls}" id="summary">{escape(summary)}</p>',
+        "<h1>batchproof check report</h1>",
+        *([f"<p><code>{escape(command)}</code></p>"] if command else []),
+        f'<p class="{cls}" id="summary">{escape(summary)}</p>', *departures(verdicts),
         '<p><a href="#verdicts">verdicts</a> · <a href="#counterexamples">counterexamples'
         '</a> · <a href="#configurations">configurations</a> · <a href="#rules">upstream '
         "rules</a></p>",
@@ -264,6 +280,6 @@ def render_html(results: Sequence[JobResult], verdicts: Sequence[Verdict] | None
 
 def write_html(path: str | Path, results: Sequence[JobResult],
                verdicts: Sequence[Verdict] | None = None, manifest: Manifest | None = None,
-               command: str = "batchproof check") -> None:
+               command: str | None = None) -> None:
     """Write the report to `path`."""
     Path(path).write_text(render_html(results, verdicts, manifest, command))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from model.state import FINISH_STOP, StepRecord, Workload
+from model.state import FINISH_STOP, RequestSpec, StepRecord, Workload
 
 PREFILL, DECODE, UNKNOWN = "prefill", "decode", "unknown"
 
@@ -88,12 +88,11 @@ MARK_NAMES = (("+", "admitted"), ("^", "resumed"), ("!", "preempted"),
               ("$", "finished (EOS)"), ("#", "finished (length)"))
 
 
-def request_detail(spec: object) -> str:
+def request_detail(spec: RequestSpec) -> str:
     """One line about a request spec: prompt, max_tokens, arrival, priority."""
     text = (f"prompt {spec.prompt_len}, max_tokens {spec.max_tokens}, "
             f"arrives at step {spec.arrival_step}")
-    priority = getattr(spec, "priority", 0)
-    return text + (f", priority {priority}" if priority else "")
+    return text + (f", priority {spec.priority}" if spec.priority else "")
 
 
 def phases(workload: Workload, records: Sequence[StepRecord]) -> tuple[dict[str, str], ...]:
