@@ -156,3 +156,13 @@ def test_an_unreadable_file_and_an_unknown_format_exit_2(tmp_path, capsys):
         main(["explain", str(EXAMPLE), "--format", "pdf"])
     assert exc.value.code == 2
     assert "invalid choice: 'pdf'" in capsys.readouterr().err
+
+
+def test_a_run_that_barely_uses_a_large_budget_says_its_blocks_are_to_scale(tmp_path):
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"config": {"max_num_batched_tokens": 2048},
+                                "requests": [{"id": "a", "prompt_len": 3, "max_tokens": 2}],
+                                "steps": 3}))
+    text = svg.render(sources.load(path).timeline)
+    assert "no step uses more than 3 of the 2048 tokens" in text
+    assert "to scale" not in svg.render(sources.load(EXAMPLE).timeline)

@@ -18,6 +18,7 @@ CHART_HEIGHT = 240  # pixels for the whole budget when the budget is large
 MAX_UNIT = 24  # pixels per token when the budget is small
 COL_W, GAP, LEFT, TOP = 56, 16, 72, 80
 LINE = 13  # text line height
+SPARSE = 20  # below 1/20 of the budget in every step, the legend says blocks are small
 
 
 def colour(index: int) -> str:
@@ -107,11 +108,16 @@ def _marks(col: Column) -> tuple[tuple[str, str], ...]:
     return col.marks() + tuple((".", rid) for rid in col.idle if rid not in col.preempted)
 
 
-def _legend_lines(tl: Timeline) -> tuple[str, str]:
+def _legend_lines(tl: Timeline) -> tuple[str, ...]:
     marks = "  ".join(f"{m} {name}" for m, name in MARK_NAMES)
-    return (f"marks: {marks}  . waiting, 0 tokens",
-            f"column height = token budget ({tl.budget}); n/B = tokens used; "
-            "kv = free KV blocks after scheduling")
+    lines = (f"marks: {marks}  . waiting, 0 tokens",
+             f"column height = token budget ({tl.budget}); n/B = tokens used; "
+             "kv = free KV blocks after scheduling")
+    most = max([c.tokens for c in tl.columns] + [0])
+    if 0 < most * SPARSE < tl.budget:  # blocks drawn to scale would be hard to see
+        lines += (f"to scale: no step uses more than {most} of the {tl.budget} tokens; "
+                  "hover a block for its tokens",)
+    return lines
 
 
 def _legend(tl: Timeline, y: float, colours: dict[str, str], ids: str) -> list[str]:
@@ -134,16 +140,15 @@ def _legend(tl: Timeline, y: float, colours: dict[str, str], ids: str) -> list[s
         out.append(_text(LEFT, y, "prefill and decode not told apart: the input has no "
                                   "prompt lengths"))
     y += LINE + 4
-    first, second = _legend_lines(tl)
-    out.append(_text(LEFT, y, first))
-    out.append(_text(LEFT, y + LINE, second))
+    for k, line in enumerate(_legend_lines(tl)):
+        out.append(_text(LEFT, y + k * LINE, line))
     out.append("</g>")
     return out
 
 
 def legend_height(tl: Timeline) -> int:
     """Pixels the legend needs."""
-    return len(tl.requests) * (LINE + 3) + 6 + 3 * LINE + 20
+    return len(tl.requests) * (LINE + 3) + 6 + (1 + len(_legend_lines(tl))) * LINE + 20
 
 
 def render(tl: Timeline, ids: str = "") -> str:
