@@ -46,7 +46,7 @@ class Browser:
         self.session = f"/session/{value['sessionId']}"
 
     def _wait_ready(self):
-        for _ in range(100):
+        for _ in range(300):  # 30 s: a busy CI machine starts it slowly
             try:
                 if self._call("GET", "/status")["ready"]:
                     return
