@@ -28,6 +28,7 @@ from checker.hazards import (
     Envelope,
     HazardResult,
     RuleReason,
+    Witness,
     ample_pool,
     decide_all,
     explain_rules,
@@ -440,23 +441,52 @@ def _hazard_lines(r: HazardResult) -> list[str]:
         return lines
     w = r.witness
     table = render.requests_table(w.workload)
-    timeline = render.timeline(w.workload, w.replayed.records[: w.violated_at],
-                               highlight=w.violated_at, loop=w.loop)
+    timeline = _fit_free_blocks(render.timeline(w.workload, w.shown(), highlight=w.violated_at,
+                                                loop=w.loop), w)
     body = ["requests:", *_compact(table.rstrip("\n").split("\n"))]
+    if w.first_shown > 1:
+        body.append(f"(steps 1-{w.first_shown - 1} not shown)")
     body += _compact(timeline.rstrip("\n").split("\n"), rows_from=2 if "v" in timeline else 1)
     return lines + ["      " + line if line else "" for line in body] + [""]
 
 
-def _compact(lines: list[str], rows_from: int = 0, keep: int = 4) -> list[str]:
-    """Long tables (constructed witnesses with hundreds of requests) keep their first
-    rows and last row."""
-    rows = [i for i, line in enumerate(lines) if line.strip().startswith("r")
-            and i >= rows_from]
-    if len(rows) <= 2 * keep:
-        return lines
-    cut = rows[keep:-1]
-    out = [line for i, line in enumerate(lines) if i not in set(cut)]
-    out.insert(rows[keep], f"  ... {len(cut)} more like the rows above")
+def _fit_free_blocks(timeline: str, w: Witness) -> str:
+    """The renderer sizes columns by the token cells; a pool of 100000+ blocks would run
+    its free-block numbers together, so that row is then written as a list."""
+    shown = w.shown()
+    label = max(len("free blocks"), *(len(r.id) for r in w.workload.requests))
+    header = timeline.split("\n", 1)[0]
+    width = (len(header) - label) // max(1, len(shown))
+    if all(len(str(r.free_blocks)) < width for r in shown):
+        return timeline
+    row = "free blocks per step: " + ", ".join(str(r.free_blocks) for r in shown)
+    return "\n".join(row if line.startswith("free blocks") else line
+                     for line in timeline.split("\n"))
+
+
+def _compact(lines: list[str], rows_from: int = 0) -> list[str]:
+    """Collapse runs of three or more request rows that read the same apart from the
+    request id (constructed witnesses hold hundreds of alike requests)."""
+    def body(line: str) -> str | None:
+        text = line.strip()
+        if not text.startswith("r") or not text[1:2].isdigit():
+            return None
+        return text.split(maxsplit=1)[1] if " " in text else ""
+
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        key = body(lines[i]) if i >= rows_from else None
+        j = i + 1
+        while key is not None and j < len(lines) and body(lines[j]) == key:
+            j += 1
+        if j - i >= 3:
+            first = lines[i].strip().split()[0].rstrip(":")
+            last = lines[j - 1].strip().split()[0].rstrip(":")
+            out += [lines[i], f"  ... {first} to {last}: {j - i} alike"]
+        else:
+            out += lines[i:j]
+        i = j
     return out
 
 

@@ -24,7 +24,14 @@ from checker.trace import HOLDS, PROVED, UNKNOWN, VIOLATED
 from model.engines.vllm_v1 import records_to_steps
 from model.ops import CONCRETE
 from model.reference.vllm_v1 import simulate
-from model.state import ENGINE_VLLM_V1, POLICY_PRIORITY, Config, RequestSpec, Workload
+from model.state import (
+    ENGINE_VLLM_V1,
+    POLICY_PRIORITY,
+    Config,
+    RequestSpec,
+    StepRecord,
+    Workload,
+)
 from properties import catalogue
 from properties.manifest import custom_config, with_bounds
 
@@ -58,6 +65,11 @@ class Witness:
     violated_at: int
     minimal: bool
     loop: int | None = None
+    first_shown: int = 1  # long constructed runs show only their last steps
+
+    def shown(self) -> tuple[StepRecord, ...]:
+        """The records the output shows: steps first_shown .. violated_at."""
+        return self.replayed.records[self.first_shown - 1: self.violated_at]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +94,12 @@ class HazardResult:
             w = self.witness
             out["witness"] = {
                 "minimal": w.minimal, "violated_at": w.violated_at, "loop": w.loop,
+                "first_step_shown": w.first_shown,
                 "requests": [{"id": r.id, "prompt_len": r.prompt_len,
                               "max_tokens": r.max_tokens, "arrival_step": r.arrival_step,
                               "priority": r.priority} for r in w.workload.requests],
                 "eos": [{"id": e.id, "step": e.step} for e in w.workload.eos],
-                "steps": [rec.to_json() for rec in w.replayed.records[: w.violated_at]]}
+                "steps": [rec.to_json() for rec in w.shown()]}
         return out
 
 
@@ -105,6 +118,7 @@ class Hazard:
     slots: int | None = None  # overrides the envelope's (lasso: one request)
     construct: Callable[[Config, Envelope], Workload | None] | None = None
     kv_only: Callable[[Config], bool] = lambda cfg: False  # needs an allocation failure
+    min_requests: Callable[[Config], int] = lambda cfg: 1  # fewer cannot show it
 
 
 # --- closed-form arguments ----------------------------------------------------------------
@@ -226,6 +240,34 @@ def _inversion_workload(cfg: Config, env: Envelope) -> Workload | None:
     return Workload(config=cfg, requests=(*low, high), steps=steps)
 
 
+def _hol_workload(cfg: Config, env: Envelope) -> Workload | None:
+    """Long prompts arrive together, then one 1-token request. With chunked prefill they
+    are admitted one after another as the budget frees (each passes the full-sequence
+    check while it fits); the first that no longer fits the pool stops admission, and the
+    small request behind it waits (scheduler.py:1275-1282). Needs more seats than
+    long requests the pool holds."""
+    bs, budget = cfg.block_size, cfg.token_budget
+    grow = 8
+    for _ in range(8):
+        prompt = cfg.max_model_len - 1 - grow
+        if prompt < bs:
+            return None
+        each = -(-prompt // bs)
+        fillers = (cfg.usable_blocks - cfg.watermark_blocks) // each + 1
+        steps = fillers * (-(-prompt // budget) + 1) + env.hol_steps + 2
+        if steps <= grow:
+            break
+        grow = 2 * steps
+    else:
+        return None
+    if fillers + 1 > cfg.max_num_active_reqs or fillers > 4000 or steps > 20000:
+        return None
+    longs = [RequestSpec(id=f"r{i}", prompt_len=prompt, max_tokens=grow, arrival_step=1)
+             for i in range(fillers)]
+    small = RequestSpec(id=f"r{fillers}", prompt_len=1, max_tokens=1, arrival_step=1)
+    return Workload(config=cfg, requests=(*longs, small), steps=steps)
+
+
 # --- the hazards --------------------------------------------------------------------------
 
 HAZARDS: tuple[Hazard, ...] = (
@@ -236,7 +278,7 @@ HAZARDS: tuple[Hazard, ...] = (
     Hazard("head_of_line", "a request that fits waits behind one that does not",
            "head_of_line_blocking", lambda e: (("k", e.hol_steps),),
            "scheduler.py:1160-1167, 1275-1282: any refusal of the waiting head ends "
-           "admission for the step", True, _no_hol,
+           "admission for the step", True, _no_hol, construct=_hol_workload,
            kv_only=lambda cfg: bool(cfg.enable_chunked_prefill)),
     Hazard("self_preemption", "a request that fits max_model_len can never finish "
            "(self-preemption livelock)", "never_finishes", lambda e: (),
@@ -244,7 +286,7 @@ HAZARDS: tuple[Hazard, ...] = (
            "a request that outgrows the pool preempts itself", False, _no_self_preemption,
            slots=1),
     Hazard("repeated_preemption", "one request is preempted more than M times",
-           "preemption_storm", lambda e: (("m", e.max_preemptions),),
+           "repeated_preemption", lambda e: (("m", e.max_preemptions),),
            "scheduler.py:777-844 preempts on every allocation failure, no cap on "
            "num_preemptions (1608)", True, _no_preemption, kv_only=lambda cfg: True),
     Hazard("unchunked_blocking", "chunked prefill off: the waiting head is refused K "
@@ -257,7 +299,7 @@ HAZARDS: tuple[Hazard, ...] = (
            lambda e: (("k", e.inversion_steps),),
            "scheduler.py:922-924 stops admission when running is full; the RUNNING loop "
            "preempts only for KV blocks (777-844)", False, _not_priority,
-           construct=_inversion_workload),
+           construct=_inversion_workload, min_requests=lambda cfg: cfg.max_num_active_reqs + 1),
 )
 HAZARD_NAMES: tuple[str, ...] = tuple(h.name for h in HAZARDS)
 
@@ -294,9 +336,14 @@ def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool) -> HazardRes
 
 
 def _within_capacity(h: Hazard, cfg: Config, env: Envelope) -> HazardResult | None:
-    """A KV-only hazard cannot occur within the bound when the bound's requests cannot
-    exhaust the pool: decided by the capacity lemma, without a search."""
+    """A hazard that cannot occur within the bound, decided without a search: it needs
+    more requests than the bound has, or (KV-only) the bound's requests cannot exhaust
+    the pool (capacity lemma)."""
     bounds = bounds_of(h, cfg, env)
+    need = h.min_requests(cfg)
+    if bounds["slots"] < need:
+        return HazardResult(h.name, h.title, BOUNDED, f"no witness with {bounds['slots']} "
+                            f"request(s): it needs at least {need}", tuple(bounds.items()))
     if not h.kv_only(cfg):
         return None
     lemma = capacity_lemma(cfg, requests=bounds["slots"])
@@ -360,11 +407,12 @@ def _constructed(h: Hazard, cfg: Config, env: Envelope) -> HazardResult | None:
     if not failing:
         return None
     at = failing[0] + 1
+    shown = max(1, at - 5)
     return HazardResult(
         h.name, h.title, WITNESSED,
-        f"needs {len(workload.requests)} requests, more than the checker's bound: a "
-        "constructed run, checked on the reference (not minimised)", (),
-        Witness(workload, ReplayResult(records, at), at, False))
+        f"needs {len(workload.requests)} requests, more than the checker's bound of "
+        f"{env.slots}: a constructed run, checked on the reference (not minimised)", (),
+        Witness(workload, ReplayResult(records, at), at, False, first_shown=shown))
 
 
 # --- why each SchedulerConfig rule exists (--explain-rules) -------------------------------

@@ -134,10 +134,22 @@ def make_priority_inversion(k: int) -> Property:
                     "ones hold every seat", holds, window=k, params=(("k", k),))
 
 
+def make_repeated_preemption(m: int) -> Property:
+    """No request is preempted more than m times (scheduler.py:777-844 preempts on every
+    allocation failure; num_preemptions has no cap, 1608). The catalogue's
+    preemption_storm as a one-step window: the config checker wants a witness, and a
+    proof over a few request slots says nothing about a real pool, so no k-induction."""
+    def holds(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+        return _all(ops, [o.num_preemptions <= m for o in steps[t].slots])
+    return Property("repeated_preemption", "window", f"no request is preempted more than "
+                    f"{m} time(s)", holds, window=1, params=(("m", m),))
+
+
 PROPERTIES: tuple[Property, ...] = ()
 
 FACTORIES: dict[str, Callable[..., Property]] = {
     "head_of_line_blocking": make_head_of_line_blocking,
     "unchunked_prefill_blocked": make_unchunked_prefill_blocked,
     "priority_inversion": make_priority_inversion,
+    "repeated_preemption": make_repeated_preemption,
 }
