@@ -61,6 +61,12 @@ class Config:
     # ---- derived values --------------------------------------------------------------
 
     @property
+    def token_budget(self) -> int:
+        """The nearest to vLLM's per-step token budget: max_prefill_tokens, the input cap of
+        one prefill batch (managers/schedule_policy.py:607). Decode batches are not capped."""
+        return self.max_prefill_tokens
+
+    @property
     def chunking(self) -> bool:
         """Chunked prefill is on (managers/scheduler.py:1335-1336: a size <= 0 means off)."""
         return self.chunked_prefill_size is not None and self.chunked_prefill_size > 0

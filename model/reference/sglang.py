@@ -23,6 +23,7 @@ The code is our own; loops and `break` sit where upstream has them.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from fractions import Fraction
@@ -291,22 +292,31 @@ class SGLangScheduler:
             token_budget_left=self.cfg.max_prefill_tokens - sum(n for _, n in facts.scheduled),
             extra=self._extra(facts, chunked_id))
 
-    def state_key(self) -> tuple[object, ...]:
+    def state_key(self, extra: Mapping[str, Hashable] | None = None) -> tuple[object, ...]:
         """The state with requests named by position (running order, chunked request,
         waiting order): everything that steers later decisions. Arrival order only matters
         through the queues' order, so it is dropped; the step counter and retraction counts
-        steer nothing."""
+        steer nothing. `extra[id]` is appended to a request's entry (the explorer's
+        per-request property history)."""
+        extra = extra or {}
+
         def one(r: Req) -> tuple[object, ...]:
             return (r.prompt_len, r.max_new_tokens, r.cached_prefix_len, r.output_len, r.kv,
-                    r.prefix_len, r.is_retracted, r.finished())
-        last = None
-        if self.last_batch is not None:
-            last = (self.last_batch.kind,
-                    tuple(self._position(r) for r in self.last_batch.reqs))
+                    r.prefix_len, r.is_retracted, r.finished(), extra.get(r.rid))
+        running, full = self._merged()
         chunked = None if self.chunked_req is None else one(self.chunked_req)
-        return (self.free, self.batch_is_full, self.ratio.current,
-                tuple(one(r) for r in self.running), chunked,
-                tuple(one(r) for r in self.waiting), last)
+        return (self.free, full, self.ratio.current, tuple(one(r) for r in running), chunked,
+                tuple(one(r) for r in self.waiting))
+
+    def _merged(self) -> tuple[list[Req], bool]:
+        """The running batch and latch as the next step's merge will leave them (the state
+        between two steps, without mutating anything)."""
+        last = self.last_batch
+        if last is None or last.kind not in (BATCH_PREFILL, BATCH_MIXED):
+            return list(self.running), self.batch_is_full
+        kept = [r for r in last.reqs if not r.finished() and r is not self.chunked_req]
+        full = self.batch_is_full and len(kept) == len(last.reqs)
+        return [*self.running, *kept], full
 
     # ---- merge (S:3785-3835) -----------------------------------------------------------
 
@@ -559,14 +569,6 @@ class SGLangScheduler:
         running = [self.requests[rid] for rid in self._running_after(batch)]
         chunked = [self.chunked_req] if self.chunked_req is not None else []
         return running + chunked + list(self.waiting)
-
-    def _position(self, req: Req) -> int:
-        held = [*self.running, *([self.chunked_req] if self.chunked_req else []),
-                *self.waiting]
-        for k, r in enumerate(held):
-            if r is req:
-                return k
-        return -1
 
     def _extra(self, facts: _StepFacts, chunked_id: str | None) -> tuple[tuple[str, object],
                                                                           ...]:
