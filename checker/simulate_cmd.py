@@ -13,7 +13,7 @@ from typing import Any
 from checker.config_flags import add_config_flags, apply_config_flags
 from model.errors import ConfigError, InputError
 from model.reference.vllm_v1 import PHASE_DECODE, chunk_phase, iter_steps
-from model.state import VLLM_VERSION, Config, Simulation, StepRecord, Workload
+from model.state import ENGINE_VLLM_V1, VLLM_VERSION, Config, Simulation, StepRecord, Workload
 from model.vllm_config import RULES, check_field_types, rejection
 from model.workload import check_requests_admissible, load_workload, parse_workload
 
@@ -49,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Load, check, simulate, print. Bad input raises InputError (exit 2 in the CLI)."""
     workload = load_workload(args.workload)
+    if workload.engine != ENGINE_VLLM_V1:
+        return _run_engine(args, workload)
     workload = replace(workload, config=apply_config_flags(args, workload.config))
     result = simulate_checked(workload, validate_config=not args.no_validate)
     if args.json:
@@ -60,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
 
 def simulate_workload_dict(doc: dict[str, Any], validate: bool = True) -> dict[str, Any]:
     """The `simulate --json` document for a workload given as its JSON object."""
-    result = simulate_checked(parse_workload(doc), validate_config=validate)
+    workload = parse_workload(doc)
+    if workload.engine != ENGINE_VLLM_V1:
+        return _engine_simulation(workload, validate)[0].to_json()
+    result = simulate_checked(workload, validate_config=validate)
     return result.simulation.to_json()
 
 
@@ -159,3 +164,80 @@ def _row(step: SimulatedStep, cfg: Config) -> list[str]:
 def _ids(items: Iterable[str]) -> str:
     text = " ".join(items)
     return text or "-"
+
+
+# ---------------------------------------------------------------------------------------
+# Engines other than vLLM V1: their reference through model.engines.run, their own facts
+# per step through EngineModel.describe_step
+# ---------------------------------------------------------------------------------------
+
+
+def _engine_simulation(workload: Workload, validate: bool
+                       ) -> tuple[Simulation, ConfigError | None]:
+    """Check the workload as the engine would, then simulate it on its reference."""
+    from model import engines
+    from model.engines.run import simulate
+
+    engine = engines.get(workload.engine)
+    rejected_by = engine.rejection(workload.config)
+    if validate and rejected_by is not None:
+        raise InputError(
+            f"{rejected_by} [rule {rejected_by.rule}; pass --no-validate to simulate it anyway]")
+    engine.check_admissible(workload)
+    return Simulation(workload=workload, steps=simulate(workload), validated=validate), \
+        rejected_by
+
+
+def _run_engine(args: argparse.Namespace, workload: Workload) -> int:
+    from checker.config_flags import _DEST_PREFIX, CONFIG_FLAGS
+
+    given = [f.field for f in CONFIG_FLAGS if getattr(args, _DEST_PREFIX + f.field, None)
+             is not None]
+    if given:
+        raise InputError(f"config flags name vLLM fields ({given[0]}); for engine "
+                         f"{workload.engine!r} set the field in the workload's 'config'")
+    simulation, rejected_by = _engine_simulation(workload, validate=not args.no_validate)
+    if args.json:
+        print(json.dumps(simulation.to_json(), indent=2))
+    else:
+        print(render_engine_text(simulation, rejected_by))
+    return 0
+
+
+def render_engine_text(sim: Simulation, rejected_by: ConfigError | None = None) -> str:
+    """The table for a non-vLLM engine: the shared columns, then the engine's own facts."""
+    from model import engines
+
+    engine = engines.get(sim.workload.engine)
+    lines = []
+    if not sim.validated:
+        lines.append("configuration not validated (--no-validate)"
+                     + (f"; {engine.title} would reject it by rule {rejected_by.rule}"
+                        if rejected_by is not None else ""))
+    lines.append(f"{engine.title} {engine.version} reference scheduler, {len(sim.steps)} steps "
+                 "(one step = one scheduler iteration)")
+    lines.append("config: " + " ".join(f"{k}={v}" for k, v in
+                                       engine.config_to_dict(sim.workload.config).items()))
+    lines.append("phase: p = prefill (extend) tokens, d = decode token of a running request; "
+                 "free_blocks is read right after scheduling")
+    observed = engine.observe(sim.workload, sim.steps)
+    ids = [r.id for r in sim.workload.arrival_order()]
+    header = ["step", "tokens", "scheduled (id:tokens+phase)", "admitted", "resumed",
+              "preempted", "finished", "free_blocks", engine.title]
+    rows = [header]
+    for record, step in zip(sim.steps, observed, strict=True):
+        running = {ids[i] for i, o in enumerate(step.slots) if o.was_running}
+        scheduled = " ".join(f"{rid}:{n}{'d' if rid in running else 'p'}"
+                             for rid, n in record.scheduled)
+        rows.append([str(record.step), str(sum(n for _, n in record.scheduled)),
+                     scheduled or "-", _ids(record.admitted), _ids(record.resumed),
+                     _ids(record.preempted),
+                     _ids(f"{rid}={reason}" for rid, reason in record.finished),
+                     str(record.free_blocks),
+                     engine.describe_step(record) if engine.describe_step else ""])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for row in rows:
+        cells = [cell.rjust(w) if i in (0, 1, 7) else cell.ljust(w)
+                 for i, (cell, w) in enumerate(zip(row, widths, strict=True))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)

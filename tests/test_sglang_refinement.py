@@ -1,0 +1,117 @@
+"""SGLang: the reference refines the rules (every StepRecord field and the ratio after every
+step agree on random workloads), and the rules are branch-free (one symbolic run builds and
+evaluates to the concrete one)."""
+
+from dataclasses import replace
+
+import z3
+from hypothesis import given
+from hypothesis import strategies as st
+
+from model.engines.run import simulate
+from model.engines.sglang import run_rules, to_record
+from model.errors import InputError
+from model.ops import SymbolicOps, as_python
+from model.rules import sglang as rules
+from model.sglang_config import Config
+from model.state import EosEvent, RequestSpec, Workload
+
+
+@st.composite
+def workloads(draw):
+    cfg = Config(
+        max_total_num_tokens=draw(st.integers(14, 26)),
+        chunked_prefill_size=draw(st.sampled_from([None, 2, 3, 4, 8])),
+        max_prefill_tokens=draw(st.sampled_from([2, 4, 8, 16])),
+        max_running_requests=draw(st.sampled_from([None, 1, 2, 3, 8])),
+        schedule_policy=draw(st.sampled_from(["fcfs", "lof", "lpm"])),
+        schedule_conservativeness=draw(st.sampled_from([1.0, 0.1, 0.3, 2.0])),
+        enable_mixed_chunk=draw(st.booleans()),
+        disable_radix_cache=draw(st.booleans()),
+        context_length=draw(st.sampled_from([20, 64])),
+        new_token_ratio_decay_steps=draw(st.sampled_from([600, 2])),
+    )
+    if cfg.mixed_chunk and cfg.chunked_prefill_size <= cfg.effective_max_running_requests:
+        cfg = replace(cfg, enable_mixed_chunk=False)
+    steps = draw(st.integers(1, 18))
+    n = draw(st.integers(1, 4))
+    requests = []
+    for i in range(n):
+        p = draw(st.integers(1, cfg.max_req_input_len - 1))
+        requests.append(RequestSpec(f"q{i}", p, draw(st.integers(1, 12)),
+                                    draw(st.integers(1, min(steps, 4))), 0,
+                                    draw(st.integers(0, p))))
+    eos = tuple(EosEvent(f"q{draw(st.integers(0, n - 1))}", draw(st.integers(1, steps)))
+                for _ in range(draw(st.integers(0, 2))))
+    return Workload(config=cfg, requests=tuple(requests), eos=eos, steps=steps,
+                    engine="sglang")
+
+
+def _without_bad_eos(w):
+    kept = []
+    for e in w.eos:
+        try:
+            simulate(replace(w, eos=(*kept, e)))
+        except InputError:
+            continue
+        kept.append(e)
+    return replace(w, eos=tuple(kept))
+
+
+@given(workloads())
+def test_reference_and_rules_agree_on_every_step_and_ratio(w):
+    w = _without_bad_eos(w)
+    reference = simulate(w)
+    run = run_rules(w)
+    for ref, observed, state in zip(reference, run.steps, run.states[1:], strict=True):
+        got = to_record(observed, run.ids)
+        assert got == replace(ref, extra=()), f"step {ref.step}:\n ref {ref}\n got {got}"
+        extra = dict(ref.extra)
+        ratio = run.cfg.ratio(state.ratio_n, state.ratio_b)
+        assert round(float(ratio), 6) == extra["new_token_ratio_after"]
+        kind = {"prefill": rules.KIND_PREFILL, "decode": rules.KIND_DECODE}.get(
+            extra["batch"], rules.KIND_OTHER)
+        assert observed.step_kind == kind
+
+
+def test_refinement_covers_retraction_chunking_and_mixed_batches():
+    """A fixed workload that exercises what random ones rarely reach."""
+    cfg = Config(max_total_num_tokens=14, chunked_prefill_size=6, max_prefill_tokens=16,
+                 max_running_requests=3, schedule_conservativeness=0.1,
+                 enable_mixed_chunk=True, context_length=64, disable_radix_cache=True)
+    reqs = (RequestSpec("c", 1, 6, 2), RequestSpec("b", 1, 5, 3), RequestSpec("a", 1, 4, 4))
+    w = Workload(config=cfg, requests=reqs, steps=16, engine="sglang")
+    reference = simulate(w)
+    kinds = {dict(r.extra)["batch"] for r in reference}
+    assert {"prefill", "mixed", "decode"} <= kinds
+    assert any(r.preempted for r in reference) and any(r.resumed for r in reference)
+    run = run_rules(w)
+    for ref, observed in zip(reference, run.steps, strict=True):
+        assert to_record(observed, run.ids) == replace(ref, extra=())
+
+
+def test_rules_are_branch_free_one_symbolic_run_equals_the_concrete_one():
+    cfg = Config(max_total_num_tokens=14, chunked_prefill_size=3, max_prefill_tokens=8,
+                 max_running_requests=3, schedule_policy="lof", enable_mixed_chunk=False,
+                 schedule_conservativeness=0.3, context_length=64)
+    w = Workload(config=cfg, requests=(RequestSpec("a", 5, 4, 1), RequestSpec("b", 2, 6, 1),
+                                       RequestSpec("c", 4, 3, 2)), steps=8, engine="sglang")
+    concrete = run_rules(w)
+    ops = SymbolicOps()
+    state = concrete.states[0]
+    solver = z3.Solver()
+    for t, expected in enumerate(concrete.states[1:], start=1):
+        eos = tuple(z3.BoolVal(False) for _ in concrete.specs)
+        state, _ = rules.step(ops, concrete.cfg, concrete.specs, state, eos)
+        solver.add(*ops.take_definitions())
+        assert solver.check() == z3.sat
+        model = solver.model()
+        for got, want in zip(state.slots, expected.slots, strict=True):
+            for name in ("status", "kv", "computed", "outputs"):
+                value = getattr(got, name)
+                value = model.eval(value, model_completion=True) if isinstance(
+                    value, z3.ExprRef) else value
+                assert as_python(value) == getattr(want, name), (t, name)
+        free = model.eval(state.free, model_completion=True) if isinstance(
+            state.free, z3.ExprRef) else state.free
+        assert as_python(free) == expected.free
