@@ -2,9 +2,9 @@
 engine's steps: an engine without mixed chunk or chunk size reads them with SGLang's
 defaults, mixed off and the token budget as the chunk).
 
-Words: a request's *extend* in a step is the tokens scheduled to it while it was not in the
-running batch when the step began (a prefill chunk); a *decode* is a token scheduled to a
-request that was.
+Words: a *decode* is the one token scheduled to a request that was running when the step
+began and lacked exactly that token; any other scheduled tokens are an *extend* (a prefill
+chunk, or the recomputation of a retracted request).
 """
 
 from __future__ import annotations
@@ -24,12 +24,15 @@ def _any(ops: Ops, xs: Sequence[Bool]) -> Bool:
     return ops.or_(*xs) if xs else False
 
 
-def _extends(ops: Ops, o: SlotObs) -> Bool:
-    return ops.and_(o.scheduled > 0, ops.not_(o.was_running))
-
-
 def _decodes(ops: Ops, o: SlotObs) -> Bool:
-    return ops.and_(o.scheduled > 0, o.was_running)
+    """A decode: one token to a running request that lacked exactly one."""
+    return ops.and_(o.scheduled > 0, o.was_running,
+                    o.num_tokens - o.num_computed_tokens_before == 1)
+
+
+def _extends(ops: Ops, o: SlotObs) -> Bool:
+    """A prefill (extend) chunk: any other scheduled tokens."""
+    return ops.and_(o.scheduled > 0, ops.not_(_decodes(ops, o)))
 
 
 def _mixed(s: Step) -> bool:
