@@ -28,7 +28,9 @@ class MistralrsConfig:
     """The knobs the paged-attention scheduler reads (names as upstream spells them).
 
     `waiting_timeout` is upstream's constant WAITING_TIMEOUT (scheduler.rs:48); it is a
-    field so that bounded checks can reach the starvation escape in a few steps.
+    field so that bounded checks can reach the starvation escape in a few steps; it must be
+    at least 1 (with 0, two sequences that cannot fit together would preempt each other
+    forever inside one schedule() call; upstream's 64 never does).
     `num_gpu_blocks` includes the null block (kv_cache_manager.rs:107-110).
     """
 
@@ -57,7 +59,7 @@ class MistralrsConfig:
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in fields(MistralrsConfig))
 _MINIMUM = {"max_num_batched_tokens": 1, "max_num_seqs": 1, "max_decode_steps_before_prefill": 1,
-            "block_size": 1, "num_gpu_blocks": 2, "waiting_timeout": 0}
+            "block_size": 1, "num_gpu_blocks": 2, "waiting_timeout": 1}
 
 
 def parse_config(raw: Any) -> MistralrsConfig:

@@ -97,9 +97,9 @@ class BaselineScheduler:
         if self.batch:
             kind = KIND_DECODE
             scheduled = [(m, 1) for m in self.batch if not m.done]
-        elif self.launch_due():
+        elif self.launch_due() and self._launch():
             kind = KIND_PREFILL
-            admitted = [m.id for m in self._launch()]
+            admitted = [m.id for m in self.batch]
             scheduled = [(m, m.prompt_len) for m in self.batch]
         else:
             kind, scheduled = KIND_IDLE, []
