@@ -28,3 +28,19 @@ def disagreements(pairs: list[tuple[Verdict, Verdict]]) -> list[str]:
             out.append(f"{a.property} on {a.config}: {a.method} {a.label} (depth {a.depth}), "
                        f"{b.method} {b.label} (depth {b.depth})")
     return out
+
+
+def pairs(verdicts: list[Verdict]) -> list[tuple[Verdict, Verdict]]:
+    """(bmc, explore) verdicts of the same check, in order; a check run by one method only
+    (the manifest's `methods`) has no pair."""
+    def key(v: Verdict) -> tuple[object, ...]:
+        return (v.engine, v.property, v.config, v.params)
+    bmc = [v for v in verdicts if v.method != "explore"]
+    explored = [v for v in verdicts if v.method == "explore"]
+    out = []
+    for b in bmc:
+        match = next((x for x in explored if key(x) == key(b)), None)
+        if match is not None:
+            explored.remove(match)
+            out.append((b, match))
+    return out

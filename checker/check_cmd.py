@@ -183,7 +183,8 @@ def run(args: argparse.Namespace) -> int:
     methods = ("bmc", "explore") if args.method == "both" else (args.method,)
     jobs = [Job(args.engine, prop, params, nc, e.expected if e else None, args.timeout,
                 method=method)
-            for method in methods for e, nc, prop, params in rows]
+            for method in methods for e, nc, prop, params in rows
+            if e is None or method in e.methods]
     results = _execute(jobs, args.jobs)
     verdicts = []
     for res in results:
@@ -195,11 +196,8 @@ def run(args: argparse.Namespace) -> int:
                 _write(res, itf_path, txt_path)
             path = str(itf_path)
         verdicts.append(replace(res.verdict, counterexample=path))
-    disagreements = []
-    if args.method == "both":
-        n = len(rows)
-        disagreements = agreement.disagreements(list(zip(verdicts[:n], verdicts[n:],
-                                                         strict=True)))
+    disagreements = agreement.disagreements(agreement.pairs(verdicts)) \
+        if args.method == "both" else []
     _print(verdicts, args.json, disagreements)
     if args.html:
         from checker.show import report  # the report's imports are needed only here

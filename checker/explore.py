@@ -25,7 +25,7 @@ import copy
 import itertools
 import time
 from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import networkx as nx
 
@@ -162,12 +162,19 @@ def _slot_key(o: SlotObs) -> tuple[object, ...]:
 
 
 class Explorer:
-    """One bounded exploration of one property on one configuration."""
+    """One bounded exploration of one configuration for one or more properties.
 
-    def __init__(self, prop: Property, family: Family, bounds: Bounds, timeout_s: float,
-                 symmetric: bool = True, keep_graph: bool = False,
+    Several step properties share one exploration (their state keys are the same): each is
+    decided at its first violating layer exactly as if explored alone, because up to that
+    layer no path violates it and the kept paths are the same."""
+
+    def __init__(self, props: Sequence[Property], family: Family, bounds: Bounds,
+                 timeout_s: float, symmetric: bool = True, keep_graph: bool = False,
                  max_states: int = 2_000_000) -> None:
-        self.prop, self.family, self.bounds = prop, family, bounds
+        if len(props) > 1 and any(p.kind != "step" for p in props):
+            raise ValueError("only step properties share an exploration")
+        self.props, self.family, self.bounds = tuple(props), family, bounds
+        self.prop = self.props[0]  # the key shape: window and kind are the same for all
         self.engine: EngineModel = engines.get(family.engine)
         self.rule_cfg = self.engine.rule_config(family.base)
         self.kinds = menu(bounds, self.rule_cfg)
@@ -179,43 +186,61 @@ class Explorer:
         self.start = time.monotonic()
 
     def run(self) -> ExploreResult:
-        """Breadth-first to `bounds.depth`: the first violating layer gives the result."""
+        """The result for the first (or only) property."""
+        return self.run_all()[0]
+
+    def run_all(self) -> tuple[ExploreResult, ...]:
+        """Breadth-first to `bounds.depth`; each property's first violating layer gives its
+        result, and the search stops when every property is decided."""
         root = self.engine.scheduler(self.family.base)
         first = _Node(self._key(root, 0, (), ()), root, _Path(), ())
         self.graph.add_node(first.key, depth=0)
         self.nodes[first.key] = first
         layer = {first.key: first}
+        found: dict[int, tuple[int, _Node]] = {}
         for depth in range(1, self.bounds.depth + 1):
-            found, layer, reason = self._expand(layer, depth)
+            violations, layer, reason = self._expand(layer, depth, found)
             if reason:
-                return self._result("unknown", depth - 1, reason=reason)
-            if found is not None:
-                workload = workload_of(self.family, found.path, depth)
-                return self._result("violated", depth, workload=workload)
-            if not layer:
+                return tuple(self._decided(i, found) if i in found
+                             else self._result("unknown", depth - 1, reason=reason)
+                             for i in range(len(self.props)))
+            for i, nodes in violations.items():
+                found[i] = (depth, min(nodes, key=lambda n: n.path.sort_key()))
+            if len(found) == len(self.props) or not layer:
                 break
         if self.prop.kind == "lasso":
             lasso = self._lasso()
             if lasso is not None:
                 node, loop, depth = lasso
-                return self._result("violated", depth, loop=loop,
-                                    workload=workload_of(self.family, node.path, depth))
-        return self._result("holds", self.bounds.depth)
+                return (self._result("violated", depth, loop=loop,
+                                     workload=workload_of(self.family, node.path, depth)),)
+        return tuple(self._decided(i, found) if i in found
+                     else self._result("holds", self.bounds.depth)
+                     for i in range(len(self.props)))
+
+    def _decided(self, i: int, found: dict[int, tuple[int, _Node]]) -> ExploreResult:
+        depth, node = found[i]
+        return self._result("violated", depth, workload=workload_of(self.family, node.path,
+                                                                     depth))
 
     # ---- one layer ----------------------------------------------------------------------
 
-    def _expand(self, layer: dict[Hashable, _Node], depth: int
-                ) -> tuple[_Node | None, dict[Hashable, _Node], str]:
+    def _expand(self, layer: dict[Hashable, _Node], depth: int,
+                found: dict[int, tuple[int, _Node]]
+                ) -> tuple[dict[int, list[_Node]], dict[Hashable, _Node], str]:
         nxt: dict[Hashable, _Node] = {}
-        violations: list[_Node] = []
+        violations: dict[int, list[_Node]] = {}
+        pending = [i for i in range(len(self.props)) if i not in found]
         for node in sorted(layer.values(), key=lambda n: n.path.sort_key()):
             for child, steps in self._successors(node, depth):
                 self.transitions += 1
                 if time.monotonic() > self.deadline:
-                    return None, nxt, "time limit"
-                if self.prop.kind != "lasso" and not self.prop.holds(CONCRETE, steps,
-                                                                     len(steps) - 1):
-                    violations.append(child)
+                    return {}, nxt, "time limit"
+                failing = [i for i in pending if self.props[i].kind != "lasso"
+                           and not self.props[i].holds(CONCRETE, steps, len(steps) - 1)]
+                for i in failing:
+                    violations.setdefault(i, []).append(child)
+                if len(failing) == len(pending):
                     continue
                 self._add_edge(node, child, steps[-1])
                 if child.key in self.graph.nodes and "depth" in self.graph.nodes[child.key]:
@@ -224,13 +249,11 @@ class Explorer:
                 if old is None or child.path.sort_key() < old.path.sort_key():
                     nxt[child.key] = child
             if len(self.graph) > self.max_states:
-                return None, nxt, f"state limit {self.max_states}"
+                return {}, nxt, f"state limit {self.max_states}"
         for key, node in nxt.items():
             self.graph.nodes[key]["depth"] = depth
             self.nodes[key] = node
-        if violations:
-            return min(violations, key=lambda n: n.path.sort_key()), nxt, ""
-        return None, nxt, ""
+        return violations, nxt, ""
 
     def _add_edge(self, node: _Node, child: _Node, last: Step) -> None:
         fits = any(o.held and o.prompt_len + o.max_tokens <= last.cfg.max_model_len
@@ -323,7 +346,76 @@ class Explorer:
                              self.graph if self.keep_graph else None)
 
 
+MAX_FAMILY_CONFIGS = 64
+
+
+def family_members(family: Family) -> list[object]:
+    """Every config of a ranged family (the base alone if it has no ranges) that the engine
+    accepts when the family is validated: the explorer checks a family config by config."""
+    engine = engines.get(family.engine)
+    names = [name for name, _, _ in family.ranges]
+    spans = [range(lo, hi + 1) for _, lo, hi in family.ranges]
+    members = []
+    for values in itertools.product(*spans):
+        cfg = replace(family.base, **dict(zip(names, values, strict=True)))
+        if family.validated and engine.rejection(cfg) is not None:
+            continue
+        members.append(cfg)
+    return members
+
+
 def check(prop: Property, family: Family, bounds: Bounds, timeout_s: float,
           symmetric: bool = True, keep_graph: bool = False) -> ExploreResult:
     """Explore to `bounds.depth` for a violation of `prop` (see the module docstring)."""
-    return Explorer(prop, family, bounds, timeout_s, symmetric, keep_graph).run()
+    if not family.ranges:
+        return Explorer((prop,), family, bounds, timeout_s, symmetric, keep_graph).run()
+    return check_many((prop,), family, bounds, timeout_s, symmetric)[0]
+
+
+def check_many(props: Sequence[Property], family: Family, bounds: Bounds, timeout_s: float,
+               symmetric: bool = True) -> tuple[ExploreResult, ...]:
+    """Several step properties in one exploration (or one property of any kind). A ranged
+    family is explored config by config (at most MAX_FAMILY_CONFIGS of them); a property's
+    result is its shortest, then least, violation over all of them."""
+    if not family.ranges:
+        return Explorer(props, family, bounds, timeout_s, symmetric).run_all()
+    members = family_members(family)
+    if len(members) > MAX_FAMILY_CONFIGS:
+        stats = ExploreStats(0, 0, 0, 0.0, 0)
+        why = (f"the family has {len(members)} configs; the explorer enumerates at most "
+               f"{MAX_FAMILY_CONFIGS}")
+        return tuple(ExploreResult("unknown", 0, stats, reason=why) for _ in props)
+    deadline = time.monotonic() + timeout_s
+    runs = []
+    for cfg in members:
+        single = replace(family, base=cfg, ranges=())
+        runs.append(Explorer(props, single, bounds, deadline - time.monotonic(),
+                             symmetric).run_all())
+    stats = ExploreStats(
+        states=sum(r[0].stats.states for r in runs),
+        transitions=sum(r[0].stats.transitions for r in runs),
+        depth_reached=max(r[0].stats.depth_reached for r in runs),
+        seconds=sum(r[0].stats.seconds for r in runs),
+        kinds=max(r[0].stats.kinds for r in runs))
+    out = []
+    for i in range(len(props)):
+        results = [r[i] for r in runs]
+        unknown = [r for r in results if r.status == "unknown"]
+        violated = [r for r in results if r.status == "violated"]
+        if unknown:
+            out.append(replace(unknown[0], stats=stats))
+        elif violated:
+            first = min(violated, key=lambda r: (r.depth, _workload_key(r.workload)))
+            out.append(replace(first, stats=stats))
+        else:
+            out.append(ExploreResult("holds", bounds.depth, stats,
+                                     reason=f"{len(members)} configs of the family"))
+    return tuple(out)
+
+
+def _workload_key(w: Workload | None) -> tuple[object, ...]:
+    assert w is not None
+    specs = [x for r in w.arrival_order() for x in (r.arrival_step, r.prompt_len,
+                                                      r.max_tokens, r.priority,
+                                                      r.cached_prefix_len)]
+    return (len(w.requests), specs, sorted((e.step, e.id) for e in w.eos))

@@ -4,7 +4,7 @@ arguments, so jobs can run in a process pool here or on a cluster engine elsewhe
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from checker import bmc, explore, induction
 from checker.replay import DivergenceError, ReplayResult, replay
@@ -48,27 +48,50 @@ def _bounds(nc: NamedConfig) -> Bounds:
 
 
 def run_batch(jobs: list[Job]) -> list[JobResult]:
-    """Run jobs in order in this process (jobs of one config share the invariant proof)."""
-    return [run(job) for job in jobs]
+    """Run jobs in this process, results in job order. Jobs of one config share the
+    invariant proof; explore jobs of step properties on one config share one exploration."""
+    out: list[JobResult | None] = [None] * len(jobs)
+    shared: dict[tuple[object, ...], list[int]] = {}
+    for i, job in enumerate(jobs):
+        if job.method == "explore" and catalogue.get(job.property,
+                                                     **dict(job.params)).kind == "step":
+            shared.setdefault((job.engine, job.config, job.timeout_s), []).append(i)
+    for indices in shared.values():
+        for i, res in zip(indices, run_explore_shared([jobs[i] for i in indices]),
+                          strict=True):
+            out[i] = res
+    return [res if res is not None else run(job) for job, res in zip(jobs, out, strict=True)]
 
 
 def run(job: Job) -> JobResult:
     """Decide one property with the job's method (see `run_bmc`, `run_explore`)."""
-    if job.method == "explore":
-        return run_explore(job)
-    return run_bmc(job)
+    result = run_explore(job) if job.method == "explore" else run_bmc(job)
+    return replace(result, verdict=replace(result.verdict, params=job.params))
 
 
 def run_explore(job: Job) -> JobResult:
     """Explicit-state exploration of the reference to the bounds: VIOLATED (shortest, the
     least workload seen, replayed) or HOLDS up to the depth; UNKNOWN on a limit."""
     prop = catalogue.get(job.property, **dict(job.params))
-    family, bounds = _family(job.config), _bounds(job.config)
-    if family.ranges:
-        return JobResult(Verdict(job.engine, job.property, job.config.name, "explore",
-                                 UNKNOWN, 0, 0.0, job.expected, None,
-                                 "the explorer checks single configs, not ranged families"))
-    result = explore.check(prop, family, bounds, job.timeout_s)
+    result = explore.check(prop, _family(job.config), _bounds(job.config), job.timeout_s)
+    return explored(job, result)
+
+
+def run_explore_shared(jobs: list[Job]) -> list[JobResult]:
+    """Explore jobs of step properties on one config and bounds in one exploration."""
+    props = [catalogue.get(j.property, **dict(j.params)) for j in jobs]
+    first = jobs[0]
+    results = explore.check_many(props, _family(first.config), _bounds(first.config),
+                                 first.timeout_s)
+    out = []
+    for job, result in zip(jobs, results, strict=True):
+        res = explored(job, result)
+        out.append(replace(res, verdict=replace(res.verdict, params=job.params)))
+    return out
+
+
+def explored(job: Job, result: explore.ExploreResult) -> JobResult:
+    """The JobResult of an exploration: its verdict, and a violation's replay."""
     stats = result.stats
     detail = (f"{stats.states} states, {stats.transitions} transitions, "
               f"{stats.states_per_second:.0f} states/s, {stats.kinds} request kinds")

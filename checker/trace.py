@@ -40,6 +40,7 @@ class Verdict:
     expected: str | None = None
     counterexample: str | None = None
     detail: str = ""
+    params: tuple[tuple[str, int], ...] = ()
 
     @property
     def label(self) -> str:
@@ -53,6 +54,9 @@ class Verdict:
             return self.verdict != UNKNOWN
         if self.expected == HOLDS:
             return self.verdict in (HOLDS, PROVED)
+        if self.expected == PROVED and self.method == "explore":
+            # The explorer only bounds; the proof is the other method's to give.
+            return self.verdict == HOLDS
         return self.verdict == self.expected
 
     def to_json(self) -> dict[str, object]:
@@ -62,5 +66,5 @@ class Verdict:
             "method": self.method, "verdict": self.verdict, "label": self.label,
             "depth": self.depth, "seconds": round(self.seconds, 3), "expected": self.expected,
             "as_expected": self.as_expected, "counterexample": self.counterexample,
-            "detail": self.detail,
+            "detail": self.detail, "params": dict(self.params),
         }

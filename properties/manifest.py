@@ -43,6 +43,7 @@ class Entry:
     evidence: str
     suite: str
     bounds: tuple[tuple[str, int], ...] = ()
+    methods: tuple[str, ...] = ("bmc", "explore")  # which methods the entry is checked by
 
     @property
     def slug(self) -> str:
@@ -107,7 +108,8 @@ def _load_file(path: Path) -> Manifest:
                 params=tuple(sorted(raw.get("params", {}).items())), config=cfg_name,
                 expected=raw["expected"], evidence=raw["evidence"],
                 suite=raw.get("suite", "default"),
-                bounds=tuple(raw.get("bounds", {}).items())))
+                bounds=tuple(raw.get("bounds", {}).items()),
+                methods=tuple(raw.get("methods", ("bmc", "explore")))))
     return Manifest(configs=configs, entries=tuple(entries))
 
 

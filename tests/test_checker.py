@@ -14,6 +14,7 @@ from checker.cli import main
 from checker.jobs import Job, JobResult, run
 from checker.replay import replay
 from checker.symbolic import Bounds, Family, extend, new_unrolling
+from model import engines
 from model.ops import CONCRETE, SymbolicOps, as_python
 from model.rules import vllm_v1 as rules
 from model.slots import run_rules, to_slots
@@ -121,7 +122,8 @@ def test_every_violated_manifest_entry_has_a_stored_counterexample():
     m = load()
     for e in m.entries:
         if e.expected == "VIOLATED":
-            assert (ROOT / "counterexamples/vllm_v1" / f"{e.slug}.itf.json").exists(), e.slug
+            folder = ROOT / "counterexamples" / engines.get(e.engine).folder
+            assert (folder / f"{e.slug}.itf.json").exists(), (e.engine, e.slug)
 
 
 def test_check_prints_json_verdicts_that_meet_the_manifest(capsys):

@@ -1,0 +1,157 @@
+"""The explicit-state explorer: same verdicts as BMC, symmetry reduction that changes no
+verdict, lassos that replay on the reference, graph export."""
+
+import copy
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import networkx as nx
+import pytest
+
+from checker import agreement, bmc, explore
+from checker.jobs import Job, run, run_batch
+from checker.symbolic import Bounds, Family
+from checker.trace import VIOLATED
+from model.engines.run import simulate
+from model.reference.vllm_v1 import VllmV1Scheduler
+from model.state import Config, RequestSpec
+from properties import catalogue, manifest
+
+TINY = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, block_size=2,
+              num_gpu_blocks=5)
+FAMILY = Family(TINY)
+
+
+def test_starvation_is_found_at_the_same_depth_with_the_same_least_workload_as_bmc():
+    prop = catalogue.get("starvation", k=3)
+    bounds = Bounds(slots=2, depth=4, max_prompt_len=4, max_max_tokens=3)
+    explored = explore.check(prop, FAMILY, bounds, 120)
+    searched = bmc.check(prop, FAMILY, bounds, 120)
+    assert explored.status == searched.status == "violated"
+    assert explored.depth == searched.depth == 3
+    assert explored.workload == searched.workload
+
+
+def test_a_property_that_holds_is_explored_to_the_full_depth():
+    def explored(depth: int) -> explore.ExploreResult:
+        bounds = Bounds(slots=2, depth=depth, max_prompt_len=3, max_max_tokens=5)
+        return explore.check(catalogue.get("budget_respected"), FAMILY, bounds, 120)
+    deep, shallow = explored(5), explored(2)
+    assert deep.status == "holds" and deep.depth == 5 and deep.stats.depth_reached == 5
+    # requests that live 5 steps reach states a 2-step search cannot
+    assert deep.stats.states > shallow.stats.states
+    assert deep.stats.transitions > deep.stats.states
+
+
+@pytest.mark.parametrize("name,params", [("starvation", {"k": 2}), ("head_of_line", {"k": 2}),
+                                          ("running_before_waiting", {}),
+                                          ("preemption_storm", {"m": 0})])
+def test_symmetry_reduction_changes_no_verdict_and_never_adds_states(name, params):
+    prop = catalogue.get(name, **params)
+    bounds = Bounds(slots=2, depth=4, max_prompt_len=3, max_max_tokens=2)
+    reduced = explore.check(prop, FAMILY, bounds, 120, symmetric=True)
+    full = explore.check(prop, FAMILY, bounds, 120, symmetric=False)
+    assert (reduced.status, reduced.depth) == (full.status, full.depth)
+    assert reduced.stats.states <= full.stats.states
+
+
+def test_symmetry_merges_two_identical_requests():
+    bounds = Bounds(slots=2, depth=3, max_prompt_len=2, max_max_tokens=2)
+    prop = catalogue.get("budget_respected")
+    reduced = explore.check(prop, FAMILY, bounds, 120, symmetric=True)
+    full = explore.check(prop, FAMILY, bounds, 120, symmetric=False)
+    assert reduced.stats.states < full.stats.states
+
+
+def test_the_never_finishes_lasso_replays_on_the_reference():
+    nc = manifest.load().configs["tiny_fcfs"]
+    nc = manifest.with_bounds(nc, slots=1, depth=6, max_prompt_len=8, max_max_tokens=6)
+    res = run(Job("vllm-v1", "never_finishes", (), nc, VIOLATED, 120, method="explore"))
+    assert res.verdict.verdict == VIOLATED
+    assert res.counterexample is not None and res.counterexample.loop is not None
+    assert res.replayed is not None and res.replayed.loop == res.counterexample.loop
+    # The run really repeats: the loop's state comes back and the request never finishes.
+    cex = res.counterexample
+    records = simulate(cex.workload)
+    assert not any(rid == "r0" for rec in records for rid, _ in rec.finished)
+
+
+def test_shared_exploration_decides_each_property_as_alone():
+    nc = manifest.with_bounds(manifest.load().configs["tiny_fcfs"], slots=2, depth=3)
+    names = ["budget_respected", "kv_blocks_conserved", "running_before_waiting"]
+    jobs = [Job("vllm-v1", n, (), nc, None, 120, method="explore") for n in names]
+    together = run_batch(jobs)
+    alone = [run(j) for j in jobs]
+    assert [r.verdict.label for r in together] == [r.verdict.label for r in alone]
+
+
+def test_a_ranged_family_is_explored_config_by_config():
+    family = Family(TINY, ranges=(("max_num_batched_tokens", 1, 3), ("max_num_seqs", 1, 3)))
+    members = explore.family_members(family)
+    # validated: budget >= max_num_seqs
+    assert {(c.max_num_batched_tokens, c.max_num_seqs) for c in members} == {
+        (1, 1), (2, 1), (2, 2), (3, 1), (3, 2), (3, 3)}
+    bounds = Bounds(slots=2, depth=2, max_prompt_len=2, max_max_tokens=1)
+    result = explore.check(catalogue.get("budget_respected"), family, bounds, 120)
+    assert result.status == "holds"
+
+
+def test_the_reference_scheduler_copies_share_no_mutable_state():
+    sched = VllmV1Scheduler(TINY)
+    sched.add_request(RequestSpec("a", 3, 2))
+    sched.add_request(RequestSpec("b", 4, 2))
+    sched.step()
+    twin = copy.deepcopy(sched)
+    before = sched.state_key()
+    twin.step(frozenset({"a"}))
+    twin.step()
+    assert sched.state_key() == before  # stepping the copy left the original alone
+    again = copy.deepcopy(sched)
+    assert [again.step() for _ in range(3)] == [sched.step() for _ in range(3)]
+
+
+def test_agreement_flags_a_depth_mismatch_and_an_unknown():
+    from checker.trace import HOLDS, PROVED, UNKNOWN, Verdict
+
+    def v(method, verdict, depth):
+        return Verdict("vllm-v1", "p", "c", method, verdict, depth, 0.0)
+    assert agreement.disagreements([(v("induction", PROVED, 1), v("explore", HOLDS, 4))]) == []
+    assert agreement.disagreements([(v("bmc", VIOLATED, 3), v("explore", VIOLATED, 4))])
+    assert agreement.disagreements([(v("bmc", HOLDS, 3), v("explore", UNKNOWN, 0))])
+
+
+def test_dot_and_graphml_exports_describe_the_explored_graph(tmp_path):
+    dot, graphml = tmp_path / "g.dot", tmp_path / "g.graphml"
+    cmd = [sys.executable, "-m", "checker.cli", "check", "--method", "explore",
+           "--property", "budget_respected", "--config", "tiny_fcfs", "--slots", "1",
+           "--depth", "3", "--dot", str(dot), "--graphml", str(graphml)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert "holds at depth 3" in out.stdout
+    graph = nx.read_graphml(graphml)
+    assert graph.number_of_nodes() > 3
+    assert dot.read_text().startswith("digraph explored {")
+    assert dot.read_text().count("->") == graph.number_of_edges()
+    ET.parse(graphml)
+
+
+def test_export_needs_exactly_one_check(tmp_path):
+    cmd = [sys.executable, "-m", "checker.cli", "check", "--method", "explore",
+           "--dot", str(tmp_path / "g.dot")]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "pick one with --property and --config" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_bmc_and_the_explorer_agree_on_every_default_manifest_entry():
+    cmd = [sys.executable, "-m", "checker.cli", "check", "--method", "both", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    verdicts = json.loads(out.stdout)
+    explored = [v for v in verdicts if v["method"] == "explore"]
+    entries = [e for e in manifest.load().entries
+               if e.engine == "vllm-v1" and e.suite == "default" and "explore" in e.methods]
+    assert len(explored) == len(entries)
