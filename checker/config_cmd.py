@@ -91,13 +91,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             ("--concurrency", "slots", "requests in a witness (default 3)"),
             ("--depth", "depth", "steps searched (default 5)"),
             ("--max-prompt-len", "max_prompt_len", "longest prompt (default max_model_len-1)"),
-            ("--max-tokens", "max_max_tokens", "largest max_tokens (default max_model_len-1)"),
+            ("--max-tokens", "max_max_tokens", "largest max_tokens (default depth+1)"),
             ("--starvation-steps", "starvation_steps", "K for starvation (default 3)"),
             ("--hol-steps", "hol_steps", "K for head-of-line blocking (default 1)"),
             ("--preemptions", "max_preemptions", "M for repeated preemption (default 1)")):
         env.add_argument(flag, dest=dest, type=positive_int, metavar="N", help=text)
     env.add_argument("--timeout", type=_seconds, metavar="S",
-                     help="seconds per hazard before UNKNOWN (default 20)")
+                     help="seconds per hazard before UNKNOWN (default 40)")
     env.add_argument("--hazard", action="append", choices=HAZARD_NAMES,
                      help="decide only this hazard (repeatable)")
     out = parser.add_argument_group("output")

@@ -46,9 +46,9 @@ class Envelope:
     slots: int = 3
     depth: int = 5
     max_prompt_len: int | None = None  # None: max_model_len - 1
-    max_max_tokens: int | None = None  # None: max_model_len - 1
+    max_max_tokens: int | None = None  # None: depth + 1 (no witness lost, see bounds_of)
     max_priority: int = 1
-    timeout_s: float = 20.0
+    timeout_s: float = 40.0
     starvation_steps: int = 3
     hol_steps: int = 1
     unchunked_steps: int = 2
@@ -356,9 +356,13 @@ def _within_capacity(h: Hazard, cfg: Config, env: Envelope) -> HazardResult | No
 def bounds_of(h: Hazard, cfg: Config, env: Envelope) -> dict[str, int]:
     """The BMC bounds of one hazard's query."""
     top = cfg.max_model_len - 1
+    # max_tokens is read only by the stop check (sched/utils.py:114-119): within `depth`
+    # steps a request samples at most `depth` tokens, so any max_tokens above depth + 1
+    # behaves as depth + 1 and the default bound loses no witness.
+    tokens = env.max_max_tokens or min(top, env.depth + 1)
     return {"slots": h.slots or env.slots, "depth": env.depth,
             "max_prompt_len": min(env.max_prompt_len or top, top),
-            "max_max_tokens": env.max_max_tokens or top, "max_priority": env.max_priority}
+            "max_max_tokens": tokens, "max_priority": env.max_priority}
 
 
 def _check(h: Hazard, cfg: Config, env: Envelope) -> HazardResult:
