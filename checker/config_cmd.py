@@ -55,13 +55,19 @@ _IGNORED = "ignored_"
 
 # vLLM flags this command reads besides the Config fields (engine/arg_utils.py).
 _ENGINE_FLAGS: tuple[tuple[tuple[str, ...], str, dict[str, object]], ...] = (
-    (("--performance-mode",), "performance_mode", {"choices": PERFORMANCE_MODES}),
-    (("--tensor-parallel-size", "-tp"), "tensor_parallel_size", {"type": positive_int}),
-    (("--pipeline-parallel-size", "-pp"), "pipeline_parallel_size", {"type": positive_int}),
-    (("--speculative-config", "-sc"), "speculative_config", {"metavar": "JSON"}),
-    (("--spec-tokens",), "spec_tokens", {"type": positive_int}),
-    (("--spec-method",), "spec_method", {"choices": SPEC_METHODS}),
-    (("--model",), "model", {}),
+    (("--performance-mode",), "performance_mode",
+     {"choices": PERFORMANCE_MODES, "help": "throughput doubles unset batch sizes"}),
+    (("--tensor-parallel-size", "-tp"), "tensor_parallel_size",
+     {"type": positive_int, "metavar": "N", "help": "world size factor (CPU defaults)"}),
+    (("--pipeline-parallel-size", "-pp"), "pipeline_parallel_size",
+     {"type": positive_int, "metavar": "N", "help": "world size factor (CPU defaults)"}),
+    (("--speculative-config", "-sc"), "speculative_config",
+     {"metavar": "JSON", "help": "method and num_speculative_tokens (budget rules)"}),
+    (("--spec-tokens",), "spec_tokens",
+     {"type": positive_int, "metavar": "N", "help": "num_speculative_tokens"}),
+    (("--spec-method",), "spec_method", {"choices": SPEC_METHODS, "metavar": "METHOD",
+                                          "help": "speculative method"}),
+    (("--model",), "model", {"help": "the model tag (printed only)"}),
 )
 
 
@@ -76,10 +82,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flags, dest, extra in _ENGINE_FLAGS:
         vllm.add_argument(*flags, dest=dest, default=None, **extra)  # type: ignore[arg-type]
     vllm.add_argument("--enable-lora", dest="enable_lora", default=None,
-                      action=argparse.BooleanOptionalAction)
+                      action=argparse.BooleanOptionalAction,
+                      help="LoRA on (a speculative-decoding budget rule)")
+    vllm.add_argument("--file", metavar="CONFIG.yaml",
+                      help="the YAML file `vllm serve --config` reads (command-line flags win)")
     machine = parser.add_argument_group("the machine")
-    machine.add_argument("--file", metavar="CONFIG.yaml",
-                         help="the YAML file `vllm serve --config` reads; flags given here win")
     machine.add_argument("--gpu-memory-gib", type=_gib, metavar="G",
                          help="device memory in GiB (picks vLLM's default tier)")
     machine.add_argument("--device", metavar="NAME",

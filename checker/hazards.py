@@ -192,9 +192,10 @@ def _no_hol(cfg: Config) -> str | None:
 def _no_self_preemption(cfg: Config) -> str | None:
     need = per_request_blocks(cfg)
     return (f"a request alone holds at most cdiv(max_model_len - 1, block_size) = {need} "
-            "blocks, and vLLM starts only if the pool holds cdiv(max_model_len, block_size) "
-            "besides the null block (kv_cache_utils.py:1003-1040, checked above), so a lone "
-            "request never preempts itself and runs until max_tokens or max_model_len")
+            "blocks, and vLLM refuses to start unless the pool holds cdiv(max_model_len, "
+            "block_size) besides the null block (kv_cache_utils.py:1003-1040), so in every "
+            "engine that starts a lone request never preempts itself and runs until "
+            "max_tokens or max_model_len")
 
 
 def ample_pool(cfg: Config) -> int:

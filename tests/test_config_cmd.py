@@ -242,3 +242,14 @@ def test_output_is_deterministic(capsys):
         for h in doc["hazards"]:
             h.pop("seconds")
     assert strip[0] == strip[1]
+
+
+@pytest.mark.slow
+def test_explain_rules_json_lists_every_scheduler_config_rule(capsys):
+    from model.vllm_config import RULES
+    code, out, _ = run_cli(capsys, "--explain-rules", "--json")
+    doc = json.loads(out)
+    assert code == 0
+    assert [r["rule"] for r in doc] == [r.name for r in RULES]
+    seqs = next(r for r in doc if r["rule"] == "batched_tokens_ge_num_seqs")
+    assert seqs["verdict"] == "WITNESSED" and seqs["witness"]["steps"]
