@@ -1,0 +1,60 @@
+"""SGLang through the checker: stored counterexamples replay on the reference, BMC and the
+explorer agree on a manifest entry, and the behaviour equivalence used for lassos."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from checker import itf
+from checker.cli import main
+from checker.replay import replay
+from model.engines import sglang as engine
+from model.ops import CONCRETE
+from model.rules import sglang as rules
+from model.sglang_config import Config
+from model.state import RequestSpec, Workload
+
+ROOT = Path(__file__).resolve().parents[1]
+STORED = sorted((ROOT / "counterexamples" / "sglang").glob("*.itf.json"))
+
+
+def test_there_are_stored_sglang_counterexamples():
+    assert {p.name.split("__")[0] for p in STORED} >= {
+        "admission_never_overcommits", "budget_respected", "running_before_waiting"}
+
+
+@pytest.mark.parametrize("path", STORED, ids=lambda p: p.name)
+def test_stored_counterexample_replays_on_the_reference_at_its_step(path):
+    cex = itf.read_counterexample(path)
+    assert cex.engine == "sglang"
+    assert replay(cex).violated_at == cex.violated_at
+    assert path.with_suffix("").with_suffix(".txt").exists()
+
+
+def test_bmc_and_explorer_agree_on_the_first_request_exemption(capsys):
+    code = main(["check", "--engine", "sglang", "--property", "budget_respected",
+                 "--method", "both", "--json", "--jobs", "1"])
+    rows = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [(r["method"], r["verdict"], r["depth"]) for r in rows] == [
+        ("bmc", "VIOLATED", 1), ("explore", "VIOLATED", 1)]
+
+
+def test_same_behaviour_ignores_key_counters_but_not_progress():
+    cfg = Config(max_total_num_tokens=40, context_length=64)
+    w = Workload(config=cfg, requests=(RequestSpec("a", 3, 6), RequestSpec("b", 2, 6)),
+                 steps=3, engine="sglang")
+    run = engine.run_rules(w)
+    state = run.states[-1]
+    shifted = replace(state, next_run_key=state.next_run_key + 7, wait_tail=state.wait_tail + 3,
+                      slots=tuple(replace(s, run_key=s.run_key + 7) for s in state.slots))
+    assert engine.same_behaviour(CONCRETE, state, shifted)
+    assert not engine.same_behaviour(CONCRETE, state, run.states[-2])
+    assert not engine.same_behaviour(CONCRETE, state, replace(state, ratio_n=state.ratio_n - 1))
+
+
+def test_initial_state_has_python_bool_leaves_for_the_generic_bmc():
+    state = rules.initial_state(2, rules.SGLangRuleConfig.from_config(Config()))
+    assert state.batch_is_full is False and all(s.retracted is False for s in state.slots)
