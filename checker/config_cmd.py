@@ -443,7 +443,7 @@ def print_report(req: Request, checked: Checked, notes: tuple[str, ...],
 
 
 def _hazard_lines(r: HazardResult) -> list[str]:
-    lines = [f"  [{r.verdict}] {r.name}: {r.title}", f"      {r.detail} ({r.seconds:.1f} s)"]
+    lines = [f"  [{r.verdict}] {r.name}: {r.title}", f"      {r.detail}"]
     if r.witness is None:
         return lines
     w = r.witness

@@ -165,6 +165,18 @@ def capacity_lemma(cfg: Config, timeout_s: float = 5.0, requests: int | None = N
             f"{cap}, any lengths)")
 
 
+def decode_starvation(cfg: Config) -> str:
+    """Seed 000's theorem applied to the config: running decodes alone (one token each)
+    use the whole budget only when there are at least as many as the budget
+    (checker/theorems.py, proved for all sizes)."""
+    seats, budget = cfg.max_num_active_reqs, cfg.token_budget
+    if seats < budget:
+        return (f"running decodes alone never starve a prompt: at most {seats} decode at "
+                f"once, below the {budget}-token budget (seed 000's theorem)")
+    return (f"once {budget} requests decode at once they alone use the {budget}-token "
+            "budget and every waiting prompt gets 0 tokens (seed 000's theorem)")
+
+
 def pool_shortfall(cfg: Config) -> str:
     """How many longest requests fill the pool, for the detail of a KV hazard."""
     c = per_request_blocks(cfg)
@@ -327,6 +339,8 @@ def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool) -> HazardRes
     result = _within_capacity(h, cfg, env) or _check(h, cfg, env)
     if h.needs_pool and result.verdict == BOUNDED:
         result = replace(result, detail=result.detail + "; " + pool_shortfall(cfg))
+    if h.name == "starvation":
+        result = replace(result, detail=result.detail + "; " + decode_starvation(cfg))
     if result.verdict == BOUNDED and h.construct is not None:
         result = _constructed(h, cfg, env) or result
     if not pool_known and result.verdict in (WITNESSED, BOUNDED):

@@ -253,3 +253,9 @@ def test_explain_rules_json_lists_every_scheduler_config_rule(capsys):
     assert [r["rule"] for r in doc] == [r.name for r in RULES]
     seqs = next(r for r in doc if r["rule"] == "batched_tokens_ge_num_seqs")
     assert seqs["verdict"] == "WITNESSED" and seqs["witness"]["steps"]
+
+
+def test_text_output_is_deterministic(capsys):
+    first = run_cli(capsys, *SMALL, "--hazard", "head_of_line", "--hazard", "self_preemption")
+    second = run_cli(capsys, *SMALL, "--hazard", "head_of_line", "--hazard", "self_preemption")
+    assert first == second and "[WITNESSED] head_of_line" in first[1]
