@@ -242,3 +242,16 @@ def test_prompts_outside_max_req_input_len_are_refused(prompt_len):
     with pytest.raises(InputError, match="max_req_input_len"):
         _run(Config(max_total_num_tokens=16, context_length=64),
              [RequestSpec("x", prompt_len, 2)], 1)
+
+
+def test_finished_requests_still_listed_count_against_the_cap_but_not_the_request_slots():
+    # After step 2, a and b finished in a decode and stay in running_batch.reqs; at step 4
+    # the chunked request holds a slot. allocatable = min(5 - 3, 5 - 1 - 1) = 2, so c joins
+    # the last chunk (S:3907-3925; mem_cache/common.py:421 frees a finished request's slot).
+    cfg = Config(max_total_num_tokens=200, chunked_prefill_size=8, max_running_requests=5,
+                 context_length=64)
+    reqs = [RequestSpec("a", 2, 2), RequestSpec("b", 2, 2), RequestSpec("d", 2, 9),
+            RequestSpec("long", 10, 3, 3), RequestSpec("c", 2, 3, 4)]
+    records = _run(cfg, reqs, 4)
+    assert records[1].finished == (("a", "length"), ("b", "length"))
+    assert records[3].scheduled == (("long", 2), ("c", 2))

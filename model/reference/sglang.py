@@ -337,11 +337,13 @@ class SGLangScheduler:
 
     def _num_allocatable_reqs(self, running_bs: int, chunked_slot: int) -> int:
         """`get_num_allocatable_reqs` (S:3907-3925): the running cap less the running
-        batch, and the free request slots. The chunked request of the pass start holds a
-        slot (req_pool_idx) even after its last chunk is taken; admitted requests take
-        theirs only in prepare_for_extend."""
+        batch (finished requests still listed count), and the free request slots: a finished
+        request gave its slot back (mem_cache/common.py:421), the chunked request of the
+        pass start holds one (req_pool_idx) even after its last chunk is taken, admitted
+        requests take theirs only in prepare_for_extend."""
         cap = self.cfg.effective_max_running_requests
-        return min(cap - running_bs, cap - running_bs - chunked_slot)
+        live = sum(1 for r in self.running if not r.finished())
+        return min(cap - running_bs, cap - live - chunked_slot)
 
     def _sort_waiting(self) -> None:
         """`calc_priority` (P:209-298): sorts in place and stably; FCFS leaves the list.

@@ -323,7 +323,11 @@ def _prefill(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w: _Wor
     num_waiting = ops.sum([ops.to_int(s == WAITING) for s in w.status])
     w.full = ops.and_(w.full, running_bs > 0)  # S:3967-3971
     attempt = ops.or_(has_c, ops.and_(ops.not_(w.full), num_waiting > 0))  # S:3973-3976
-    allocatable = cfg.max_num_seqs - running_bs - ops.to_int(has_c)  # S:3907-3925
+    # S:3907-3925: the cap less the running batch (finished-but-listed requests count), and
+    # the free request slots (finished requests gave theirs back; the chunked one holds one).
+    live = ops.sum([ops.to_int(s == RUNNING) for s in w.status])
+    allocatable = ops.min(cfg.max_num_seqs - running_bs,
+                          cfg.max_num_seqs - live - ops.to_int(has_c))
     blocked = ops.and_(attempt, ops.not_(has_c), allocatable <= 0)  # S:3997-4004
     w.full = ops.or_(w.full, blocked)
     go = ops.and_(attempt, ops.not_(blocked))
