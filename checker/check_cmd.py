@@ -27,12 +27,14 @@ from properties.manifest import Entry, NamedConfig, custom_config, load, with_bo
 
 COUNTEREXAMPLES = Path("counterexamples")
 METHODS = ("bmc", "explore", "both")
+ALL = "all"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `batchproof check`."""
     parser.add_argument("--engine", default=ENGINE_VLLM_V1,
-                        help=f"engine to check (supported: {', '.join(engines.names())})")
+                        help=f"engine to check: {', '.join(engines.names())}, or {ALL!r} "
+                        "for every engine's manifest (default vllm-v1)")
     parser.add_argument("--method", choices=METHODS, default="bmc",
                         help="bmc: theorem, k-induction, then bounded model checking (z3); "
                         "explore: explicit-state exploration of the reference (networkx); "
@@ -94,16 +96,19 @@ def _flags_given(args: argparse.Namespace) -> bool:
 def _select(args: argparse.Namespace) -> list[tuple[Entry | None, NamedConfig, str,
                                                     tuple[tuple[str, int], ...]]]:
     """(manifest entry or None, config, property, params) rows to check."""
-    engines.get(args.engine)  # InputError naming the engines if unknown
+    if args.engine != ALL:
+        engines.get(args.engine)  # InputError naming the engines if unknown
     manifest = load()
     known = set(catalogue.names())
     for name in args.property or []:
         if name not in known:
             raise InputError(f"unknown property {name!r}; known: {', '.join(sorted(known))}")
-    entries = [e for e in manifest.entries if e.engine == args.engine]
+    entries = [e for e in manifest.entries if args.engine in (ALL, e.engine)]
     if args.property:
         entries = [e for e in entries if e.property in args.property]
     if args.config_file or _flags_given(args):
+        if args.engine == ALL:
+            raise InputError("a custom configuration needs one engine; add --engine NAME")
         return _custom_rows(args, entries, manifest.configs)
     if args.config:
         if args.config not in manifest.configs:
@@ -122,12 +127,30 @@ def _select(args: argparse.Namespace) -> list[tuple[Entry | None, NamedConfig, s
 
 def _custom_rows(args: argparse.Namespace, entries: list[Entry],
                  configs: dict[str, NamedConfig]) -> list:
-    base = load_workload(args.config_file).config if args.config_file else Config()
-    cfg = apply_config_flags(args, base)
-    check_field_types(cfg)
-    if not args.no_validate:
-        validate(cfg)
-    nc = custom_config("custom", cfg, validated=not args.no_validate)
+    engine = engines.get(args.engine)
+    if args.config_file:
+        workload = load_workload(args.config_file)
+        if workload.engine != args.engine:
+            raise InputError(f"{args.config_file} is a {workload.engine} workload but "
+                             f"--engine is {args.engine}; pass --engine {workload.engine}")
+        base = workload.config
+    elif args.engine == ENGINE_VLLM_V1:
+        base = Config()
+    else:
+        raise InputError(f"the vLLM flags configure vllm-v1, not {args.engine}; give "
+                         f"{args.engine}'s config with --config-file WORKLOAD.json")
+    if args.engine == ENGINE_VLLM_V1:
+        cfg = apply_config_flags(args, base)
+        check_field_types(cfg)
+        if not args.no_validate:
+            validate(cfg)
+    else:
+        cfg = base
+        rejected = engine.rejection(cfg)
+        if rejected is not None and not args.no_validate:
+            raise InputError(f"{rejected} [rule {rejected.rule}; pass --no-validate to "
+                             "check it anyway]")
+    nc = custom_config("custom", cfg, validated=not args.no_validate, engine=args.engine)
     nc = with_bounds(nc, slots=args.slots or 3, depth=args.depth or 6, max_prompt_len=8,
                      max_max_tokens=6)
     seen, rows = set(), []
@@ -181,7 +204,8 @@ def run(args: argparse.Namespace) -> int:
     if args.dot or args.graphml:
         return export_graph(args, rows)
     methods = ("bmc", "explore") if args.method == "both" else (args.method,)
-    jobs = [Job(args.engine, prop, params, nc, e.expected if e else None, args.timeout,
+    jobs = [Job(e.engine if e else args.engine, prop, params, nc,
+                e.expected if e else None, args.timeout,
                 method=method)
             for method in methods for e, nc, prop, params in rows
             if e is None or method in e.methods]
@@ -191,14 +215,17 @@ def run(args: argparse.Namespace) -> int:
         path = None
         if res.counterexample is not None and res.replayed is not None:
             slug = f"{res.counterexample.property}__{res.counterexample.config_name}"
-            itf_path, txt_path = _paths(args.engine, slug)
+            itf_path, txt_path = _paths(res.verdict.engine, slug)
             if args.write and res.verdict.method == methods[0]:
                 _write(res, itf_path, txt_path)
             path = str(itf_path)
         verdicts.append(replace(res.verdict, counterexample=path))
-    disagreements = agreement.disagreements(agreement.pairs(verdicts)) \
-        if args.method == "both" else []
+    pairs = agreement.pairs(verdicts) if args.method == "both" else []
+    disagreements = agreement.disagreements(pairs)
     _print(verdicts, args.json, disagreements)
+    if pairs and not args.json:
+        print(f"bmc and explore: {len(pairs) - len(disagreements)} of {len(pairs)} checks "
+              "agree")
     if args.html:
         from checker.show import report  # the report's imports are needed only here
         report.write_html(args.html, results, verdicts)
@@ -232,10 +259,13 @@ def _print(verdicts: list[Verdict], as_json: bool, disagreements: list[str]) -> 
         json.dump([v.to_json() for v in verdicts], sys.stdout, indent=1)
         sys.stdout.write("\n")
         return
-    header = ("property", "config", "verdict", "expected", "method", "depth", "seconds",
-              "counterexample")
-    rows = [(v.property, v.config, v.label, v.expected or "-", v.method, str(v.depth),
-             f"{v.seconds:.1f}", v.counterexample or "-") for v in verdicts]
+    several = len({v.engine for v in verdicts}) > 1
+    header = (("engine",) if several else ()) + (
+        "property", "config", "verdict", "expected", "method", "depth", "seconds",
+        "counterexample")
+    rows = [((v.engine,) if several else ()) + (
+        v.property, v.config, v.label, v.expected or "-", v.method, str(v.depth),
+        f"{v.seconds:.1f}", v.counterexample or "-") for v in verdicts]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
