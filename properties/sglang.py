@@ -101,7 +101,7 @@ def admission_never_overcommits(ops: Ops, steps: Sequence[Step], t: int) -> Bool
 
 def prefill_budgets_respected(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
     """With chunked prefill on, a batch's prefill tokens plus its mixed decode tokens never
-    exceed chunked_prefill_size (managers/schedule_policy.py:607-624, 1551-1575,
+    exceed chunked_prefill_size (managers/schedule_policy.py:607-624, 1549-1575,
     1092-1173); KV allocation never exceeds the free pool; the running batch never exceeds
     max_running_requests (managers/scheduler.py:3907-3925, 4081-4095)."""
     s = steps[t]

@@ -192,13 +192,13 @@ class PrefillAdder:
         total_tokens = extend + max_new_left + 1  # P:1349-1352, per-request page
         if not total_tokens < self.rem_total_tokens:  # PB:114-129, strict
             return AddReqResult.NO_TOKEN
-        # Without chunking, only the first request may exceed the input cap (P:1533-1539).
+        # Without chunking, only the first request may exceed the input cap (P:1530-1536).
         if (self.rem_chunk_tokens is None and self.can_run_list
                 and extend >= self.rem_input_tokens):
             return AddReqResult.OTHER
         max_new = min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS)  # P:1542: not the remainder
         chunked = False
-        if self.rem_chunk_tokens is not None and extend > self.rem_chunk_tokens:  # P:1551
+        if self.rem_chunk_tokens is not None and extend > self.rem_chunk_tokens:  # P:1549
             extend = self.rem_chunk_tokens  # page size 1: no alignment (P:1567-1573)
             if extend <= 0:
                 return AddReqResult.OTHER

@@ -144,7 +144,7 @@ def max_new_tokens(ops: Ops, cfg: SGLangRuleConfig, spec: SlotSpec) -> Int:
 
 def new_chunk_len(ops: Ops, extend: Int, rem_chunk: Int) -> tuple[Bool, Int]:
     """A new request is chunked when its extend exceeds the chunk budget, and then gets the
-    whole budget (P:1551-1575, page size 1): (chunked, extend admitted)."""
+    whole budget (P:1549-1575, page size 1): (chunked, extend admitted)."""
     chunked = extend > rem_chunk
     return chunked, ops.ite(chunked, rem_chunk, extend)
 
@@ -390,7 +390,7 @@ def _admit_waiting(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w
         y = _mem_terms(cfg, w, a) - (extend + left + 1)
         mem_ok = _reservation_below(ops, cfg, a.res, y, w.ratio_n, w.ratio_b)
         other = ops.and_(ops.not_(cfg.enable_chunked_prefill), a.count > 0,
-                         extend >= a.rem_input)  # P:1533-1539
+                         extend >= a.rem_input)  # P:1530-1536
         if cfg.enable_chunked_prefill:
             chunked, e = new_chunk_len(ops, extend, a.rem_chunk)
             other = ops.or_(other, ops.and_(chunked, e <= 0))
