@@ -48,6 +48,12 @@ class BaselineConfig:
         """KV tokens of the pool."""
         return self.num_kv_blocks * self.block_size
 
+    @property
+    def token_budget(self) -> int:
+        """No per-step budget: one forward prefills the whole batch. The most it can take,
+        max_batch_size rows of the pool's length, stands in where a budget is shown."""
+        return self.max_batch_size * self.token_capacity
+
 
 STATIC_DEFAULTS = BaselineConfig()
 DYNAMIC_DEFAULTS = BaselineConfig(launch=LAUNCH_IDLE, pad_finished=False, flush_timeout=0)

@@ -42,6 +42,11 @@ class MistralrsConfig:
     waiting_timeout: int = 64
 
     @property
+    def token_budget(self) -> int:
+        """Tokens per step (scheduler/mod.rs:21)."""
+        return self.max_num_batched_tokens
+
+    @property
     def usable_blocks(self) -> int:
         """Allocatable blocks: the pool less the null block (kv_cache_manager.rs:107-110)."""
         return self.num_gpu_blocks - 1

@@ -10,7 +10,7 @@ over the running batch.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 from model.baselines_config import LAUNCH_FULL, BaselineConfig
@@ -140,12 +140,16 @@ class BaselineScheduler:
                    ("idle_slots", idle_rows), ("padded_rows", padded)),
         )
 
-    def state_key(self) -> Hashable:
+    def state_key(self, extra: Mapping[str, Hashable] | None = None) -> Hashable:
         """Requests named by position (batch order, then queue order). A queued request's
         wait steers a flush once it is the head, so waits are kept, capped at the timeout
-        (beyond which they no longer matter); the step counter itself does not."""
+        (beyond which they no longer matter); the step counter itself does not. `extra[id]`
+        is appended to a request's entry (the explorer's per-request property history)."""
+        extra = extra or {}
+
         def one(m: Member) -> tuple[object, ...]:
-            return (m.prompt_len, m.max_tokens, m.num_output_tokens, m.blocks, m.done)
+            return (m.prompt_len, m.max_tokens, m.num_output_tokens, m.blocks, m.done,
+                    extra.get(m.id))
         queued_waits = tuple(min(self.current_step - m.arrival_step, self.cfg.flush_timeout)
                              for m in self.queue)
         return (self.free_blocks, tuple(one(m) for m in self.batch),

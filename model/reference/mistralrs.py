@@ -14,7 +14,7 @@ exactly one uncomputed token, so its completion cost is 1 (S:292-296).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 from model.errors import InputError
@@ -311,15 +311,18 @@ class MistralrsScheduler:
                    ("blocks", tuple((s.id, s.blocks) for s in held))),
         )
 
-    def state_key(self) -> Hashable:
+    def state_key(self, extra: Mapping[str, Hashable] | None = None) -> Hashable:
         """Requests named by position (running order, then waiting order). Timestamps only
         order the decode rows, so their relative rank among held requests is kept;
-        num_preemptions and the step counter steer nothing."""
+        num_preemptions and the step counter steer nothing. `extra[id]` is appended to a
+        request's entry (the explorer's per-request property history)."""
         held = [*self.running, *self.waiting]
         rank = {s.id: k for k, s in enumerate(sorted(held, key=lambda s: s.timestamp))}
+        extra = extra or {}
 
         def one(s: Seq) -> tuple[object, ...]:
             return (s.state, s.prompt_len, s.max_tokens, s.num_output_tokens,
-                    s.num_computed_tokens, s.blocks, s.waiting_count, rank[s.id])
+                    s.num_computed_tokens, s.blocks, s.waiting_count, rank[s.id],
+                    extra.get(s.id))
         return (self.free_blocks, self.decode_steps_since_prefill, self.completion_cursor,
                 tuple(one(s) for s in self.running), tuple(one(s) for s in self.waiting))
