@@ -58,3 +58,18 @@ def test_same_behaviour_ignores_key_counters_but_not_progress():
 def test_initial_state_has_python_bool_leaves_for_the_generic_bmc():
     state = rules.initial_state(2, rules.SGLangRuleConfig.from_config(Config()))
     assert state.batch_is_full is False and all(s.retracted is False for s in state.slots)
+
+
+@pytest.mark.slow
+def test_the_sglang_manifest_is_met_and_both_methods_agree(capsys):
+    """About five minutes on one core: every entry, BMC and the explorer."""
+    main(["check", "--engine", "sglang", "--method", "both", "--json", "--jobs", "1"])
+    rows = json.loads(capsys.readouterr().out)
+    by_entry: dict = {}
+    for r in rows:
+        by_entry.setdefault((r["property"], r["config"]), {})[r["method"]] = r
+        assert r["as_expected"] or (r["expected"] == "PROVED" and r["verdict"] == "HOLDS"), r
+    for entry, methods in by_entry.items():
+        kinds = {m: ("VIOLATED" if r["verdict"] == "VIOLATED" else "HOLDS")
+                 for m, r in methods.items()}
+        assert len(set(kinds.values())) == 1, (entry, kinds)
