@@ -19,6 +19,7 @@ EXIT_INCONCLUSIVE = 3
 # subcommand -> module with `add_arguments(parser)` and `run(args) -> int`
 _COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("checker.simulate_cmd", "run a workload through the reference scheduler"),
+    "compare": ("checker.compare_cmd", "run one workload through several engines and compare"),
     "seeds": ("checker.seeds", "reproduce the seed write-ups' tables and timelines"),
     "check": ("checker.check_cmd", "check properties against the manifest (BMC, k-induction)"),
     "replay": ("checker.replay_cmd", "replay a counterexample on the reference scheduler"),
