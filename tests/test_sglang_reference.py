@@ -255,3 +255,13 @@ def test_finished_requests_still_listed_count_against_the_cap_but_not_the_reques
     records = _run(cfg, reqs, 4)
     assert records[1].finished == (("a", "length"), ("b", "length"))
     assert records[3].scheduled == (("long", 2), ("c", 2))
+
+
+def test_a_retracted_request_waits_behind_requests_already_waiting():
+    # vLLM prepends a preempted request (request_queue.py:92-94); SGLang appends a
+    # retracted one (scheduler.py:4415-4416, 3353-3368).
+    from model.workload import load_workload
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    records = simulate(load_workload(root / "examples" / "sglang_retracted_to_tail.json"))
+    assert records[5].preempted == ("r1",) and records[5].waiting == ("r2", "r1")
+    assert records[6].admitted == ("r2",)
