@@ -12,7 +12,7 @@ from model.engines import mistralrs as engine
 from model.engines.run import simulate
 from model.errors import InputError
 from model.mistralrs_config import MistralrsConfig
-from model.ops import CONCRETE, SymbolicOps
+from model.ops import CONCRETE, SymbolicOps, as_python
 from model.rules import mistralrs as rules
 from model.state import EosEvent, RequestSpec, SlotSpec, Workload
 
@@ -83,3 +83,34 @@ def test_rules_build_under_symbolic_ops():
         state, observed = rules.step(ops, cfg, specs, state, [z3.Bool(f"e{t}{i}")
                                                               for i in range(2)])
     assert isinstance(observed.slots[0].scheduled, z3.ExprRef)
+
+
+def test_symbolic_rules_evaluate_to_the_concrete_ones():
+    """The twin: one symbolic unrolling, pinned to a concrete workload by constraints,
+    gives the same observables as the concrete run."""
+    cfg = rules.MistralrsRuleConfig.from_config(MistralrsConfig(
+        max_num_batched_tokens=4, max_num_seqs=2, max_decode_steps_before_prefill=2,
+        block_size=2, num_gpu_blocks=5, waiting_timeout=1))
+    values = [(5, 2, 1), (3, 2, 1)]
+    concrete_specs = [SlotSpec(*v) for v in values]
+    ops = SymbolicOps()
+    specs = [SlotSpec(z3.Int(f"p{i}"), z3.Int(f"m{i}"), z3.Int(f"a{i}")) for i in range(2)]
+    pins = [x == v for s, vals in zip(specs, values, strict=True)
+            for x, v in zip((s.prompt_len, s.max_tokens, s.arrival_step), vals, strict=True)]
+    sym, conc = rules.initial_state(2, cfg), rules.initial_state(2, cfg)
+    pairs = []
+    for _ in range(5):
+        sym, s_obs = rules.step(ops, cfg, specs, sym, [False, False])
+        conc, c_obs = rules.step(CONCRETE, cfg, concrete_specs, conc, [False, False])
+        pairs.append((s_obs, c_obs))
+    solver = z3.Solver()
+    solver.add(*ops.take_definitions(), *pins)
+    assert solver.check() == z3.sat
+    model = solver.model()
+    for s_obs, c_obs in pairs:
+        for so, co in zip(s_obs.slots, c_obs.slots, strict=True):
+            for field in ("scheduled", "preempted", "admitted", "finished", "blocks"):
+                got = getattr(so, field)
+                if isinstance(got, z3.ExprRef):
+                    got = as_python(model.eval(got, model_completion=True))
+                assert int(got) == int(getattr(co, field)), field
