@@ -34,6 +34,7 @@ class BmcResult:
     workload: Workload | None = None
     loop: int | None = None
     reason: str = ""
+    minimal: bool = True  # False: minimisation hit the time limit
 
 
 def violation_at(prop: Property, u: Unrolling, d: int) -> Bool:
@@ -94,11 +95,14 @@ def check(prop: Property, family: Family, bounds: Bounds, timeout_s: float) -> B
                              reason=solver.reason_unknown())
         if result == z3.sat:
             remaining = timeout_s - (time.monotonic() - start)
+            first = solver.model()
             model = minimal_model(u, violation, max(1, int(remaining * 1000)))
-            if model is None:
-                return BmcResult("unknown", d, time.monotonic() - start,
-                                 reason="minimisation gave up")
+            minimal = model is not None
+            # A witness the solver found is still a witness when minimising runs out of
+            # time: report it, replayed like any other, marked as not minimal.
+            model = model if model is not None else first
             loop = _loop_index(u, model, d) if prop.kind == "lasso" else None
             workload = workload_of(u, model, family.base, d)
-            return BmcResult("violated", d, time.monotonic() - start, workload, loop)
+            return BmcResult("violated", d, time.monotonic() - start, workload, loop,
+                             minimal=minimal)
     return BmcResult("holds", bounds.depth, time.monotonic() - start)

@@ -28,7 +28,6 @@ from checker.hazards import (
     Envelope,
     HazardResult,
     RuleReason,
-    Witness,
     ample_pool,
     decide_all,
     explain_rules,
@@ -448,27 +447,12 @@ def _hazard_lines(r: HazardResult) -> list[str]:
         return lines
     w = r.witness
     table = render.requests_table(w.workload)
-    timeline = _fit_free_blocks(render.timeline(w.workload, w.shown(), highlight=w.violated_at,
-                                                loop=w.loop), w)
+    timeline = render.timeline(w.workload, w.shown(), highlight=w.violated_at, loop=w.loop)
     body = ["requests:", *_compact(table.rstrip("\n").split("\n"))]
     if w.first_shown > 1:
         body.append(f"(steps 1-{w.first_shown - 1} not shown)")
     body += _compact(timeline.rstrip("\n").split("\n"), rows_from=2 if "v" in timeline else 1)
     return lines + ["      " + line if line else "" for line in body] + [""]
-
-
-def _fit_free_blocks(timeline: str, w: Witness) -> str:
-    """The renderer sizes columns by the token cells; a pool of 100000+ blocks would run
-    its free-block numbers together, so that row is then written as a list."""
-    shown = w.shown()
-    label = max(len("free blocks"), *(len(r.id) for r in w.workload.requests))
-    header = timeline.split("\n", 1)[0]
-    width = (len(header) - label) // max(1, len(shown))
-    if all(len(str(r.free_blocks)) < width for r in shown):
-        return timeline
-    row = "free blocks per step: " + ", ".join(str(r.free_blocks) for r in shown)
-    return "\n".join(row if line.startswith("free blocks") else line
-                     for line in timeline.split("\n"))
 
 
 def _compact(lines: list[str], rows_from: int = 0) -> list[str]:

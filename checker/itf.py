@@ -60,6 +60,8 @@ def to_itf(cex: Counterexample, records: tuple[StepRecord, ...]) -> dict[str, An
     }
     if cex.loop is not None:
         doc["loop"] = cex.loop
+    if not cex.minimal:
+        doc["#meta"]["minimal"] = False
     return doc
 
 
@@ -86,4 +88,4 @@ def read_counterexample(path: str | Path) -> Counterexample:
         config_name=meta.get("config", "?"), workload=parse_workload(meta["workload"]),
         method=meta.get("method", "?"), bounds=tuple(meta.get("bounds", {}).items()),
         violated_at=int(meta.get("violated_at", meta["workload"].get("steps", 1))),
-        loop=doc.get("loop"))
+        loop=doc.get("loop"), minimal=bool(meta.get("minimal", True)))

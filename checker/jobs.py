@@ -161,10 +161,11 @@ def run_bmc(job: Job) -> JobResult:
         engine=job.engine, property=job.property, params=job.params,
         config_name=job.config.name, workload=result.workload, method="bmc",
         bounds=tuple(sorted(dict(job.config.bounds).items())), violated_at=result.depth,
-        loop=result.loop)
+        loop=result.loop, minimal=result.minimal)
     try:
         replayed = replay(cex)
     except DivergenceError as exc:
         return JobResult(verdict(UNKNOWN, result.depth, f"divergence: {exc}", "bmc"), cex)
-    return JobResult(verdict(VIOLATED, result.depth, "replayed on the reference", "bmc"),
-                     cex, replayed)
+    note = "" if result.minimal else "; not minimised (minimisation hit the time limit)"
+    return JobResult(verdict(VIOLATED, result.depth, "replayed on the reference" + note,
+                             "bmc"), cex, replayed)

@@ -40,7 +40,7 @@ def objectives(u: Unrolling) -> list[z3.ArithRef]:
 
 def minimal_model(u: Unrolling, violation: Bool, timeout_ms: int) -> z3.ModelRef | None:
     """The lexicographically least model of the unrolling plus `violation`, or None when
-    the solver gives up (then the caller reports UNKNOWN)."""
+    the solver gives up (the caller then keeps the first witness, marked not minimal)."""
     opt = z3.Optimize()
     opt.set(priority="lex", timeout=timeout_ms)
     opt.add(*u.constraints, violation)

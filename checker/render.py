@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from model import engines
 from model.state import StepRecord, Workload
 
 
@@ -32,7 +33,10 @@ def timeline(workload: Workload, records: Sequence[StepRecord], highlight: int |
              loop: int | None = None) -> str:
     """The run as a table; `highlight` marks the violating step, `loop` the lasso start."""
     ids = [r.id for r in workload.arrival_order()]
-    width = max([4] + [len(_cell(rec, rid)) + 1 for rec in records for rid in ids])
+    totals = [sum(n for _, n in r.scheduled) for r in records]
+    width = max([4] + [len(_cell(rec, rid)) + 1 for rec in records for rid in ids]
+                + [len(str(r.free_blocks)) + 1 for r in records]
+                + [len(str(t)) + 1 for t in totals])
     label = max(len("free blocks"), *(len(i) for i in ids))
     head = "step".ljust(label) + "".join(str(r.step).rjust(width) for r in records)
     lines = [head]
@@ -45,10 +49,9 @@ def timeline(workload: Workload, records: Sequence[StepRecord], highlight: int |
         lines.append(" " * label + "".join(marks))
     for rid in ids:
         lines.append(rid.ljust(label) + "".join(_cell(r, rid).rjust(width) for r in records))
-    budget = workload.config.token_budget
-    lines.append("tokens".ljust(label) + "".join(
-        f"{sum(n for _, n in r.scheduled)}".rjust(width) for r in records)
-        + f"   (budget {budget})")
+    budget = engines.get(workload.engine).rule_config(workload.config).token_budget
+    lines.append("tokens".ljust(label) + "".join(str(t).rjust(width) for t in totals)
+                 + f"   (budget {budget})")
     lines.append("free blocks".ljust(label) + "".join(str(r.free_blocks).rjust(width)
                                                       for r in records))
     lines.append("")

@@ -24,6 +24,7 @@ class Counterexample:
     bounds: tuple[tuple[str, int], ...]
     violated_at: int  # 1-based step where the property fails (the last step)
     loop: int | None = None
+    minimal: bool = True  # False when minimisation ran out of time
 
 
 @dataclass(frozen=True, slots=True)
