@@ -3,6 +3,7 @@ sglang/srt/ of the v0.5.22 wheel) and the observations of the digest's CPU harne
 (shared/reference/sglang_mistralrs_rules.md §1.10)."""
 
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ from model.reference.sglang import (
 )
 from model.sglang_config import Config
 from model.state import RequestSpec, Workload
+from model.workload import load_workload
 
 
 def _req(rid, prompt, max_new, out=0, kv=0, cached=0):
@@ -260,8 +262,7 @@ def test_finished_requests_still_listed_count_against_the_cap_but_not_the_reques
 def test_a_retracted_request_waits_behind_requests_already_waiting():
     # vLLM prepends a preempted request (request_queue.py:92-94); SGLang appends a
     # retracted one (scheduler.py:4415-4416, 3353-3368).
-    from model.workload import load_workload
-    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[1]
     records = simulate(load_workload(root / "examples" / "sglang_retracted_to_tail.json"))
     assert records[5].preempted == ("r1",) and records[5].waiting == ("r2", "r1")
     assert records[6].admitted == ("r2",)
