@@ -145,9 +145,11 @@ def decode_stall_ceil_l_over_c(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
     out: list[Bool] = []
     for i in range(len(s.slots)):
         done = ops.and_(_extends(ops, s.slots[i]), s.slots[i].sampled)
-        for a in range(t + 1):
+        for a in range(max(0, t - STALL_WINDOW + 1), t + 1):
             run = [_extends(ops, steps[u].slots[i]) for u in range(a, t + 1)]
             partial = [ops.not_(steps[u].slots[i].sampled) for u in range(a, t)]
+            # A run reaching back past the window is not judged (a = t - window + 1 only
+            # when the request also got nothing the step before).
             starts = ops.not_(_extends(ops, steps[a - 1].slots[i])) if a > 0 else True
             window = ops.and_(done, starts, *run, *partial)
             total = ops.sum([steps[u].slots[i].scheduled for u in range(a, t + 1)])
@@ -166,7 +168,15 @@ def _prop(f: object) -> Property:
     return Property(f.__name__, "step", f.__doc__ or "", f)  # type: ignore[attr-defined]
 
 
-PROPERTIES: tuple[Property, ...] = tuple(_prop(f) for f in (
-    no_decode_in_prefill_batch, at_most_one_chunked, retraction_keeps_one,
-    admission_never_overcommits, prefill_budgets_respected, decode_stall_ceil_l_over_c,
-))
+# The stall property reads the chunk run back to its first step, so it is a window
+# property: the explorer then keys states by the last STALL_WINDOW - 1 steps, and runs
+# longer than the window are not judged (the manifest's depths stay within it).
+STALL_WINDOW = 6
+
+PROPERTIES: tuple[Property, ...] = (
+    *(_prop(f) for f in (no_decode_in_prefill_batch, at_most_one_chunked,
+                         retraction_keeps_one, admission_never_overcommits,
+                         prefill_budgets_respected)),
+    Property("decode_stall_ceil_l_over_c", "window", decode_stall_ceil_l_over_c.__doc__ or "",
+             decode_stall_ceil_l_over_c, window=STALL_WINDOW),
+)
