@@ -49,7 +49,7 @@ def decode_stall_unbounded(timeout_s: float) -> TheoremResult:
                       z3.Implies(exact, z3.Or(done == nc, z3.And(done == big_l,
                                                                  nc - big_c < big_l))))
 
-    # Admission (P:1551-1575): a budget of at most C, the whole C when served first; an
+    # Admission (P:1549-1575): a budget of at most C, the whole C when served first; an
     # extend of 0 would be refused (OTHER), so the budget is >= 1.
     chunked, e1 = new_chunk_len(ops, big_l, first_budget)
     admit = z3.And(first_budget >= 1, first_budget <= big_c,
