@@ -6,14 +6,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from checker import bmc, explore, induction
+from checker import bmc, explore, induction, theorems_sglang
 from checker.replay import DivergenceError, ReplayResult, replay
 from checker.symbolic import Bounds, Family
-from checker.theorems import THEOREMS
+from checker.theorems import THEOREMS as VLLM_THEOREMS
 from checker.trace import HOLDS, PROVED, UNKNOWN, VIOLATED, Counterexample, Verdict
 from model.state import ENGINE_VLLM_V1
 from properties import catalogue
 from properties.manifest import NamedConfig
+
+# Closed-form theorems per engine: property -> proof attempt (checker/theorems*.py).
+THEOREMS = {ENGINE_VLLM_V1: VLLM_THEOREMS, "sglang": theorems_sglang.THEOREMS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +133,9 @@ def run_bmc(job: Job) -> JobResult:
                        time.monotonic() - start, job.expected, path, detail)
 
     notes = []
-    if job.property in THEOREMS and job.config.validated and job.engine == ENGINE_VLLM_V1:
-        th = THEOREMS[job.property](job.timeout_s)
+    theorems = THEOREMS.get(job.engine, {})
+    if job.property in theorems and job.config.validated:
+        th = theorems[job.property](job.timeout_s)
         if th.proved:
             return JobResult(verdict(PROVED, 0, th.detail, "theorem"))
         notes.append(f"theorem not proved ({th.detail})")

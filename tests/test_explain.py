@@ -62,7 +62,10 @@ def test_svg_has_one_block_per_scheduled_request_with_heights_summing_to_tokens(
     for rec in records:
         heights = [float(b.get("height")) for b in blocks if b.get("data-step") == str(rec.step)]
         assert sum(heights) == pytest.approx(sum(n for _, n in rec.scheduled) * unit, abs=0.05)
-        assert sum(heights) <= source.timeline.budget * unit + 0.05
+        # a column is as tall as the budget unless the step exceeds it (SGLang's first
+        # request is exempt from its prefill budgets; that is the budget_respected finding)
+        total = sum(n for _, n in rec.scheduled)
+        assert sum(heights) <= max(source.timeline.budget, total) * unit + 0.05
 
 
 @pytest.mark.parametrize("path", STORED, ids=lambda p: p.name)
@@ -95,7 +98,9 @@ def test_decodes_are_hatched_and_prefill_chunks_are_not():
 
 
 def test_derived_phases_agree_with_the_references_chunk_phase():
-    for workload in (load_workload(EXAMPLE), *(sources.load(p).workload for p in STORED)):
+    workloads = (load_workload(EXAMPLE), *(sources.load(p).workload for p in STORED))
+    # chunk_phase is vLLM's; other engines' phases are checked by their own tests
+    for workload in (w for w in workloads if w.engine == "vllm-v1"):
         expected, records = [], []
         for before, record in iter_steps(workload):
             views = {v.request_id: v for v in before}
