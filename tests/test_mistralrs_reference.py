@@ -135,3 +135,15 @@ def test_eos_must_name_a_sampling_request():
 def test_bad_config_is_one_line_input_error(raw, fix):
     with pytest.raises(InputError, match=fix):
         parse_config(raw)
+
+
+def test_a_sequence_that_outgrows_the_pool_is_rejected_not_left_spinning():
+    # S:837-840 a lone decoder that cannot grow preempts itself; S:676-681 its whole
+    # sequence no longer fits; after WAITING_TIMEOUT failures the escape finds nothing to
+    # preempt and rejects it with an error (S:722-737)
+    cfg = MistralrsConfig(max_num_batched_tokens=4, block_size=2, num_gpu_blocks=5,
+                          waiting_timeout=1)
+    records = run(cfg, [RequestSpec("a", 3, 7)], 9)
+    assert [r.step for r in records if r.preempted == ("a",)] == [7]
+    assert records[-1].finished == (("a", "error"),)
+    assert records[-1].free_blocks == cfg.usable_blocks
