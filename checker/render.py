@@ -30,8 +30,9 @@ def _cell(rec: StepRecord, rid: str) -> str:
 
 
 def timeline(workload: Workload, records: Sequence[StepRecord], highlight: int | None = None,
-             loop: int | None = None) -> str:
-    """The run as a table; `highlight` marks the violating step, `loop` the lasso start."""
+             loop: int | None = None, budget: int | None = None) -> str:
+    """The run as a table; `highlight` marks the violating step, `loop` the lasso start,
+    `budget` the token budget shown (default: the engine's, from the workload's config)."""
     ids = [r.id for r in workload.arrival_order()]
     totals = [sum(n for _, n in r.scheduled) for r in records]
     width = max([4] + [len(_cell(rec, rid)) + 1 for rec in records for rid in ids]
@@ -49,7 +50,8 @@ def timeline(workload: Workload, records: Sequence[StepRecord], highlight: int |
         lines.append(" " * label + "".join(marks))
     for rid in ids:
         lines.append(rid.ljust(label) + "".join(_cell(r, rid).rjust(width) for r in records))
-    budget = engines.get(workload.engine).rule_config(workload.config).token_budget
+    if budget is None:
+        budget = engines.get(workload.engine).rule_config(workload.config).token_budget
     lines.append("tokens".ljust(label) + "".join(str(t).rjust(width) for t in totals)
                  + f"   (budget {budget})")
     lines.append("free blocks".ljust(label) + "".join(str(r.free_blocks).rjust(width)

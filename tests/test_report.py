@@ -1,6 +1,7 @@
 """The HTML report of `batchproof check --html`: self-contained, every counterexample drawn,
 verdicts with the manifest's expectations and evidence, configurations, rules tables."""
 
+import html
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -60,7 +61,7 @@ def test_the_report_names_expectations_evidence_configs_and_rules():
     for v in verdicts:
         entry = next(e for e in manifest.entries
                      if (e.property, e.config) == (v.property, v.config))
-        assert entry.evidence.replace("'", "&#x27;") in page
+        assert html.escape(entry.evidence) in page
         assert f"<h3>{v.config} " in page  # its configuration section
     assert "vllm/v1/core/sched/scheduler.py:796-802" in page  # preemption's victim rule
     assert "<code>VllmV1Scheduler._pop_victim</code>" in page

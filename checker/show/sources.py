@@ -5,7 +5,7 @@ the text rendering needs."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +34,11 @@ class Source:
     counterexample: Counterexample | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class BudgetOnly:
-    """A config stand-in for the text renderer, which reads only the token budget."""
-
-    token_budget: int
-
-
 def text_timeline(source: Source) -> str:
     """The text timeline (checker/render.py) of any engine's run."""
     tl = source.timeline
-    shim = replace(source.workload, config=BudgetOnly(tl.budget))
-    return render.timeline(shim, source.records, highlight=tl.violated_at, loop=tl.loop)
+    return render.timeline(source.workload, source.records, highlight=tl.violated_at,
+                           loop=tl.loop, budget=tl.budget)
 
 
 def token_budget(engine: str, config: Any) -> int:
