@@ -220,14 +220,15 @@ def render_engine_text(sim: Simulation, rejected_by: ConfigError | None = None) 
                                        engine.config_to_dict(sim.workload.config).items()))
     lines.append("phase: p = prefill (extend) tokens, d = decode token of a running request; "
                  "free_blocks is read right after scheduling")
-    observed = engine.observe(sim.workload, sim.steps)
-    ids = [r.id for r in sim.workload.arrival_order()]
+    from checker.show.timeline import DECODE, phases
+
     header = ["step", "tokens", "scheduled (id:tokens+phase)", "admitted", "resumed",
               "preempted", "finished", "free_blocks", engine.title]
     rows = [header]
-    for record, step in zip(sim.steps, observed, strict=True):
-        running = {ids[i] for i, o in enumerate(step.slots) if o.was_running}
-        scheduled = " ".join(f"{rid}:{n}{'d' if rid in running else 'p'}"
+    # The phase of a chunk from the records and prompt lengths alone, as explain draws it:
+    # a decode is the one newest sampled token of a request that already has output.
+    for record, step_phases in zip(sim.steps, phases(sim.workload, sim.steps), strict=True):
+        scheduled = " ".join(f"{rid}:{n}{'d' if step_phases[rid] == DECODE else 'p'}"
                              for rid, n in record.scheduled)
         rows.append([str(record.step), str(sum(n for _, n in record.scheduled)),
                      scheduled or "-", _ids(record.admitted), _ids(record.resumed),
