@@ -114,6 +114,20 @@ class Workload:
         indexed = sorted(enumerate(self.requests), key=lambda p: (p[1].arrival_step, p[0]))
         return tuple(r for _, r in indexed)
 
+    def arrivals_by_step(self) -> dict[int, tuple[RequestSpec, ...]]:
+        """For each step, the requests added just before it, in arrival order."""
+        out: dict[int, list[RequestSpec]] = {}
+        for spec in self.arrival_order():
+            out.setdefault(spec.arrival_step, []).append(spec)
+        return {step: tuple(specs) for step, specs in out.items()}
+
+    def eos_ids_by_step(self) -> dict[int, frozenset[str]]:
+        """For each step, the requests whose token sampled in it is EOS."""
+        out: dict[int, set[str]] = {}
+        for e in self.eos:
+            out.setdefault(e.step, set()).add(e.id)
+        return {step: frozenset(ids) for step, ids in out.items()}
+
     def eos_steps(self) -> dict[str, frozenset[int]]:
         """For each request id, the steps in which it samples EOS."""
         out: dict[str, set[int]] = {}

@@ -9,9 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from model.baselines_config import DYNAMIC_DEFAULTS, STATIC_DEFAULTS
-from model.engines.run import simulate
+from model.engines.run import simulate, without_unsampled_eos
 from model.engines.static import rules_to_record
-from model.errors import InputError
 from model.ops import CONCRETE, SymbolicOps
 from model.rules import baselines as rules
 from model.state import EosEvent, RequestSpec, SlotSpec, Workload
@@ -40,15 +39,6 @@ def workloads(draw):
     return Workload(config=cfg, requests=tuple(requests), eos=eos, steps=steps, engine=engine)
 
 
-def _without_bad_eos(w: Workload) -> Workload:
-    kept = []
-    for e in w.eos:
-        try:
-            simulate(replace(w, eos=(*kept, e)))
-        except InputError:
-            continue
-        kept.append(e)
-    return replace(w, eos=tuple(kept))
 
 
 def run_rules(w: Workload):
@@ -69,7 +59,7 @@ def run_rules(w: Workload):
 
 @given(workloads())
 def test_reference_and_rules_agree_on_every_step(w):
-    w = _without_bad_eos(w)
+    w = without_unsampled_eos(w)
     for ref, got in zip(simulate(w), run_rules(w), strict=True):
         assert got == ref, f"step {ref.step}:\n reference {ref}\n rules     {got}"
 

@@ -2,15 +2,13 @@
 StepRecord field must agree (DESIGN.md, "Three semantics, kept honest"); the rules build
 under SymbolicOps (the twin test: they are branch-free)."""
 
-from dataclasses import replace
 
 import z3
 from hypothesis import given
 from hypothesis import strategies as st
 
 from model.engines import mistralrs as engine
-from model.engines.run import simulate
-from model.errors import InputError
+from model.engines.run import simulate, without_unsampled_eos
 from model.mistralrs_config import MistralrsConfig
 from model.ops import CONCRETE, SymbolicOps, as_python
 from model.rules import mistralrs as rules
@@ -35,15 +33,6 @@ def workloads(draw):
     return Workload(config=cfg, requests=requests, eos=eos, steps=steps, engine="mistralrs")
 
 
-def _without_bad_eos(w: Workload) -> Workload:
-    kept = []
-    for e in w.eos:
-        try:
-            simulate(replace(w, eos=(*kept, e)))
-        except InputError:
-            continue
-        kept.append(e)
-    return replace(w, eos=tuple(kept))
 
 
 def run_rules(w: Workload):
@@ -65,7 +54,7 @@ def run_rules(w: Workload):
 
 @given(workloads())
 def test_reference_and_rules_agree_on_every_step(w):
-    w = _without_bad_eos(w)
+    w = without_unsampled_eos(w)
     reference = simulate(w)
     by_rules = run_rules(w)
     for ref, got in zip(reference, by_rules, strict=True):

@@ -1,12 +1,11 @@
 """The reference refines the rules: both run the same random workloads, and every step's
 observables must be equal (DESIGN.md, "Three semantics, kept honest")."""
 
-from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from model.errors import InputError
+from model.engines.run import without_unsampled_eos
 from model.reference.vllm_v1 import simulate
 from model.slots import run_rules, to_record, to_slots
 from model.state import Config, EosEvent, RequestSpec, Workload
@@ -42,21 +41,11 @@ def workloads(draw):
     return Workload(config=cfg, requests=requests, eos=eos, steps=steps)
 
 
-def _without_bad_eos(w: Workload) -> Workload:
-    """Drop EOS entries for steps in which the request samples nothing (an input error)."""
-    kept = []
-    for e in w.eos:
-        try:
-            simulate(replace(w, eos=(*kept, e)))
-        except InputError:
-            continue
-        kept.append(e)
-    return replace(w, eos=tuple(kept))
 
 
 @given(workloads())
 def test_reference_and_rules_agree_on_every_step(w):
-    w = _without_bad_eos(w)
+    w = without_unsampled_eos(w)
     reference = simulate(w)
     sw = to_slots(w)
     by_rules = tuple(to_record(s, sw.ids) for s in run_rules(sw))

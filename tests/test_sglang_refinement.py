@@ -8,9 +8,8 @@ import z3
 from hypothesis import given
 from hypothesis import strategies as st
 
-from model.engines.run import simulate
+from model.engines.run import simulate, without_unsampled_eos
 from model.engines.sglang import run_rules, to_record
-from model.errors import InputError
 from model.ops import SymbolicOps, as_python
 from model.rules import sglang as rules
 from model.sglang_config import Config
@@ -47,20 +46,11 @@ def workloads(draw):
                     engine="sglang")
 
 
-def _without_bad_eos(w):
-    kept = []
-    for e in w.eos:
-        try:
-            simulate(replace(w, eos=(*kept, e)))
-        except InputError:
-            continue
-        kept.append(e)
-    return replace(w, eos=tuple(kept))
 
 
 @given(workloads())
 def test_reference_and_rules_agree_on_every_step_and_ratio(w):
-    w = _without_bad_eos(w)
+    w = without_unsampled_eos(w)
     reference = simulate(w)
     run = run_rules(w)
     for ref, observed, state in zip(reference, run.steps, run.states[1:], strict=True):

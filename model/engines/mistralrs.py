@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from model.engines.base import EngineModel
+from model.engines.observe import observed_step
 from model.errors import InputError
 from model.mistralrs_config import (
     ENGINE_MISTRALRS,
@@ -79,12 +80,8 @@ def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ..
             outputs[rid] += int(sampled)
             ncomp[rid] = now
         released = sum(o.blocks for o in slots if o.finished and o.running_after)
-        steps.append(Step(
-            step=rec.step, slots=tuple(slots), free_blocks=rec.free_blocks,
-            free_blocks_end=rec.free_blocks + released, token_budget_left=rec.token_budget_left,
-            num_running=len(rec.running),
-            num_running_end=len(rec.running) - sum(1 for r in rec.running if r in finished),
-            any_preempted=bool(rec.preempted), cfg=rcfg, step_kind=_KIND_CODE[extra["kind"]]))
+        steps.append(observed_step(rec, slots, rcfg, released,
+                                   step_kind=_KIND_CODE[extra["kind"]]))
         running = tuple(r for r in rec.running if r not in finished)
         waiting = rec.waiting
     return tuple(steps)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from model.engines import get
 from model.engines.base import ReferenceScheduler
+from model.errors import InputError
 from model.reference.vllm_v1 import check_eos_steps
-from model.state import RequestSpec, StepRecord, Workload
+from model.state import EosEvent, StepRecord, Workload
 
 
 def iter_records(workload: Workload) -> Iterator[tuple[ReferenceScheduler, StepRecord]]:
@@ -16,18 +18,26 @@ def iter_records(workload: Workload) -> Iterator[tuple[ReferenceScheduler, StepR
     are added in arrival order; the eos entries of step s are passed to that step."""
     check_eos_steps(workload)
     scheduler = get(workload.engine).scheduler(workload.config)
-    arrivals: dict[int, list[RequestSpec]] = {}
-    for spec in workload.arrival_order():
-        arrivals.setdefault(spec.arrival_step, []).append(spec)
-    eos_by_step: dict[int, set[str]] = {}
-    for e in workload.eos:
-        eos_by_step.setdefault(e.step, set()).add(e.id)
+    arrivals, eos = workload.arrivals_by_step(), workload.eos_ids_by_step()
     for step in range(1, workload.steps + 1):
         for spec in arrivals.get(step, ()):
             scheduler.add_request(spec)
-        yield scheduler, scheduler.step(frozenset(eos_by_step.get(step, ())))
+        yield scheduler, scheduler.step(eos.get(step, frozenset()))
 
 
 def simulate(workload: Workload) -> tuple[StepRecord, ...]:
     """The reference's records of the workload, whatever its engine."""
     return tuple(record for _, record in iter_records(workload))
+
+
+def without_unsampled_eos(workload: Workload) -> Workload:
+    """The workload less the EOS entries of steps in which their request samples no token
+    (the reference rejects those as bad input): random workloads are made valid this way."""
+    kept: list[EosEvent] = []
+    for e in workload.eos:
+        try:
+            simulate(replace(workload, eos=(*kept, e)))
+        except InputError:
+            continue
+        kept.append(e)
+    return replace(workload, eos=tuple(kept))

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from model.engines.base import EngineModel
+from model.engines.observe import observed_step
 from model.errors import InputError
 from model.ops import CONCRETE, Bool, Ops
 from model.reference.sglang import (
@@ -85,14 +86,9 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
                 priority=0, arrival_time=i))
             outputs[rid] += int(sampled)
             computed[rid] = now
-        finished_blocks = sum(o.blocks for o in slots if o.finished)
-        steps.append(Step(
-            step=rec.step, slots=tuple(slots), free_blocks=rec.free_blocks,
-            free_blocks_end=rec.free_blocks + finished_blocks,
-            token_budget_left=rec.token_budget_left, num_running=len(rec.running),
-            num_running_end=len(rec.running) - sum(1 for r in rec.running if r in finished),
-            any_preempted=bool(rec.preempted), cfg=rcfg,
-            step_kind=_KIND.get(extra["batch"], rules.KIND_OTHER)))
+        released = sum(o.blocks for o in slots if o.finished)
+        steps.append(observed_step(rec, slots, rcfg, released,
+                                   step_kind=_KIND.get(extra["batch"], rules.KIND_OTHER)))
         running = tuple(r for r in rec.running if r not in finished)
         waiting = rec.waiting
         chunked = now_chunked

@@ -15,6 +15,7 @@ from model.baselines_config import (
     rejection,
 )
 from model.engines.base import EngineModel
+from model.engines.observe import observed_step
 from model.errors import InputError
 from model.reference.baselines import KIND_DECODE, KIND_PREFILL, BaselineScheduler, reservation
 from model.rules import baselines as rules
@@ -74,13 +75,11 @@ def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ..
             outputs[rid] += int(n > 0)
         released = sum(o.blocks for o in slots) if batch and not (
             set(rec.running) - set(finished)) else 0
-        steps.append(Step(
-            step=rec.step, slots=tuple(slots), free_blocks=rec.free_blocks,
-            free_blocks_end=rec.free_blocks + released, token_budget_left=rec.token_budget_left,
-            num_running=len(rec.running),
-            num_running_end=len(rec.running) - sum(1 for r in rec.running if r in finished),
-            any_preempted=False, cfg=rcfg, step_kind=_KIND_CODE.get(extra["kind"], 0),
-            idle_slots=extra["idle_slots"], padded_rows=extra["padded_rows"]))
+        # batching baselines never preempt, so any_preempted is False here
+        steps.append(observed_step(rec, slots, rcfg, released,
+                                   step_kind=_KIND_CODE.get(extra["kind"], 0),
+                                   idle_slots=extra["idle_slots"],
+                                   padded_rows=extra["padded_rows"]))
         live = set(rec.running) - set(finished)
         waiting = set(rec.waiting)
     return tuple(steps)

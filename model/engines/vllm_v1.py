@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from model.engines.base import EngineModel
+from model.engines.observe import observed_step
 from model.ops import Bool, Ops
 from model.reference.vllm_v1 import VllmV1Scheduler, cdiv
 from model.rules import vllm_v1 as rules
@@ -79,13 +80,8 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
                 arrival_time=i))
             outputs[rid] += int(sampled)
             ncomp[rid] = now
-        finished_blocks = sum(o.blocks for o in slots if o.finished)
-        steps.append(Step(
-            step=rec.step, slots=tuple(slots), free_blocks=rec.free_blocks,
-            free_blocks_end=rec.free_blocks + finished_blocks,
-            token_budget_left=rec.token_budget_left, num_running=len(rec.running),
-            num_running_end=len(rec.running) - sum(1 for r in rec.running if r in finished),
-            any_preempted=bool(rec.preempted), cfg=rcfg))
+        released = sum(o.blocks for o in slots if o.finished)
+        steps.append(observed_step(rec, slots, rcfg, released))
         running = tuple(r for r in rec.running if r not in finished)
         waiting = rec.waiting
     return tuple(steps)

@@ -642,17 +642,12 @@ def iter_steps(workload: Workload) -> Iterator[tuple[tuple[RequestView, ...], St
     """
     check_eos_steps(workload)
     scheduler = VllmV1Scheduler(workload.config)
-    arrivals: dict[int, list[RequestSpec]] = {}
-    for spec in workload.arrival_order():
-        arrivals.setdefault(spec.arrival_step, []).append(spec)
-    eos_by_step: dict[int, set[str]] = {}
-    for e in workload.eos:
-        eos_by_step.setdefault(e.step, set()).add(e.id)
+    arrivals, eos = workload.arrivals_by_step(), workload.eos_ids_by_step()
     for step in range(1, workload.steps + 1):
         for spec in arrivals.get(step, ()):
             scheduler.add_request(spec)
         before = scheduler.views()
-        yield before, scheduler.step(frozenset(eos_by_step.get(step, ())))
+        yield before, scheduler.step(eos.get(step, frozenset()))
 
 
 def simulate(workload: Workload) -> tuple[StepRecord, ...]:
