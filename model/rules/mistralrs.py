@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from model.mistralrs_config import MistralrsConfig
 from model.ops import Bool, Int, Ops
+from model.rules.common import arrive_at_tail
 from model.state import SlotObs, SlotSpec, Step
 
 ABSENT, WAITING, PROMPT, DECODE, FINISHED = 0, 1, 2, 3, 4
@@ -136,22 +137,9 @@ def _count(ops: Ops, flags: Sequence[Bool]) -> Int:
     return ops.sum([ops.to_int(f) for f in flags])
 
 
-def _arrive(ops: Ops, specs: Sequence[SlotSpec], state: MistralrsState, t: int
-            ) -> MistralrsState:
-    """Arrivals join the back of `waiting` in slot order (`add_seq`, S:1082-1084)."""
-    tail = state.wait_tail
-    slots = []
-    for spec, s in zip(specs, state.slots, strict=True):
-        arrives = ops.and_(s.status == ABSENT, spec.arrival_step == t)
-        slots.append(MistralrsSlot(
-            status=ops.ite(arrives, WAITING, s.status), num_computed_tokens=s.num_computed_tokens,
-            num_output_tokens=s.num_output_tokens, blocks=s.blocks,
-            waiting_count=s.waiting_count, num_preemptions=s.num_preemptions,
-            run_key=s.run_key, wait_key=ops.ite(arrives, tail, s.wait_key)))
-        tail = ops.ite(arrives, tail + 1, tail)
-    return MistralrsState(tuple(slots), state.free_blocks, state.decode_steps_since_prefill,
-                          state.completion_cursor, state.next_run_key, state.wait_head, tail,
-                          state.step)
+def _arrive(ops: Ops, specs: Sequence[SlotSpec], state: MistralrsState, t: int) -> MistralrsState:
+    """Arrivals join the waiting tail in slot order (`add_seq`, S:1082-1084)."""
+    return arrive_at_tail(ops, specs, state, t, ABSENT, WAITING)
 
 
 def completion_is_due(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, k: Int) -> Bool:

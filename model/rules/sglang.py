@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 
 from model.ops import Bool, Int, Ops
+from model.rules.common import arrive_at_tail
 from model.rules.vllm_v1 import _pick, _select_min  # the shared ite-fold selection
 from model.sglang_config import CLIP_MAX_NEW_TOKENS, WAITING_QUEUE_PREFIX_MATCH_MAX, Config
 from model.state import SlotObs, SlotSpec, Step
@@ -238,15 +239,8 @@ def _checkpoint(ops: Ops, w: _Work) -> None:
 
 
 def _arrive(ops: Ops, specs: Sequence[SlotSpec], state: SGLangState, t: int) -> SGLangState:
-    """Arrivals join the waiting list's tail in slot order (S:3353-3368)."""
-    tail = state.wait_tail
-    slots = []
-    for spec, s in zip(specs, state.slots, strict=True):
-        arrives = ops.and_(s.status == ABSENT, spec.arrival_step == t)
-        slots.append(replace(s, status=ops.ite(arrives, WAITING, s.status),
-                             wait_key=ops.ite(arrives, tail, s.wait_key)))
-        tail = ops.ite(arrives, tail + 1, tail)
-    return replace(state, slots=tuple(slots), wait_tail=tail)
+    """Arrivals join the waiting tail in slot order (S:3353-3368)."""
+    return arrive_at_tail(ops, specs, state, t, ABSENT, WAITING)
 
 
 def _in_running_batch(ops: Ops, status: Int) -> Bool:

@@ -12,9 +12,10 @@ Line numbers are relative to `vllm/` in v0.32.0.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from model.ops import Bool, Int, Ops
+from model.rules.common import arrive_at_tail
 from model.state import (
     ABSENT,
     FINISHED,
@@ -110,16 +111,9 @@ def _threshold(ops: Ops, cfg: RuleConfig, num_held: Int, num_slots: int) -> Int:
 
 
 def _arrive(ops: Ops, specs: Sequence[SlotSpec], state: SchedState, t: int) -> SchedState:
-    """Requests whose arrival step is `t` join the waiting tail in slot order
-    (scheduler.py:2616-2634; request_queue.py:75-90)."""
-    tail = state.wait_tail
-    slots = []
-    for spec, s in zip(specs, state.slots, strict=True):
-        arrives = ops.and_(s.status == ABSENT, spec.arrival_step == t)
-        slots.append(replace(s, status=ops.ite(arrives, WAITING, s.status),
-                             wait_key=ops.ite(arrives, tail, s.wait_key)))
-        tail = ops.ite(arrives, tail + 1, tail)
-    return replace(state, slots=tuple(slots), wait_tail=tail)
+    """Arrivals join the waiting tail in slot order (scheduler.py:2616-2634;
+    request_queue.py:75-90)."""
+    return arrive_at_tail(ops, specs, state, t, ABSENT, WAITING)
 
 
 def _victim(ops: Ops, cfg: RuleConfig, w: _Work, specs: Sequence[SlotSpec]) -> list[Bool]:
