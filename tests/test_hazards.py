@@ -16,9 +16,9 @@ from checker.hazards import (
     ample_pool,
     capacity_lemma,
     decide,
-    explain_rules,
     per_request_blocks,
 )
+from checker.rule_reasons import explain_rules
 from model.engines.vllm_v1 import records_to_steps
 from model.ops import CONCRETE
 from model.reference.vllm_v1 import simulate
