@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from checker import compare_cmd
+from checker import property_matrix
 from checker.cli import main
 from model import engines
 
@@ -106,9 +106,9 @@ def test_a_request_an_engine_refuses_is_a_skip_not_a_crash(tmp_path, capsys):
 
 def test_the_property_matrix_matches_the_manifests():
     page = (ROOT / "docs" / "property_matrix.md").read_text()
-    assert compare_cmd.matrix_entries(page) == compare_cmd.manifest_rows(), (
+    assert property_matrix.matrix_entries(page) == property_matrix.manifest_rows(), (
         "docs/property_matrix.md is stale: run "
-        "python -m checker.compare_cmd --write-matrix docs/property_matrix.md")
+        "python -m checker.property_matrix --write docs/property_matrix.md")
 
 
 def test_render_matrix_marks_departures():
@@ -116,6 +116,6 @@ def test_render_matrix_marks_departures():
              "explore", False),
             ("static", "starvation", (("k", 3),), "st_tiny", "VIOLATED", "VIOLATED", "bmc",
              True)]
-    page = compare_cmd.render_matrix(rows)
+    page = property_matrix.render_matrix(rows)
     assert "| starvation k=3 | HOLDS(5) [mr_tiny] (!) | VIOLATED [st_tiny] |" in page
     assert "- mistralrs starvation k=3 on mr_tiny: HOLDS(5) by explore, expected VIOLATED" in page
