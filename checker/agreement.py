@@ -1,12 +1,16 @@
 """BMC and the explorer must agree: the same verdict for every check at the same bounds.
 
 PROVED and HOLDS(k) both say "no violation within the bounds"; VIOLATED must be found by
-both at the same (shortest) depth; an UNKNOWN on either side is a disagreement too, since
-it leaves the verdict unconfirmed.
+both at the same (shortest) depth and with the same least counterexample (both order
+workloads by checker/minimize.py's key, the explorer over the runs it keeps); an UNKNOWN
+on either side is a disagreement too, since it leaves the verdict unconfirmed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from checker.jobs import JobResult
 from checker.trace import HOLDS, PROVED, UNKNOWN, VIOLATED, Verdict
 
 
@@ -20,23 +24,29 @@ def outcome(v: Verdict) -> str:
     return "unknown"
 
 
-def disagreements(pairs: list[tuple[Verdict, Verdict]]) -> list[str]:
-    """One line per (bmc, explore) pair whose outcomes differ."""
+def disagreements(pairs: Sequence[tuple[JobResult, JobResult]]) -> list[str]:
+    """One line per (bmc, explore) pair whose outcomes, or counterexamples, differ."""
     out = []
-    for a, b in pairs:
+    for x, y in pairs:
+        a, b = x.verdict, y.verdict
+        head = f"{a.property} on {a.config}: {a.method} {a.label} (depth {a.depth}), " \
+               f"{b.method} {b.label} (depth {b.depth})"
         if outcome(a) != outcome(b) or outcome(a) == "unknown":
-            out.append(f"{a.property} on {a.config}: {a.method} {a.label} (depth {a.depth}), "
-                       f"{b.method} {b.label} (depth {b.depth})")
+            out.append(head)
+        elif x.counterexample is not None and y.counterexample is not None \
+                and x.counterexample.workload != y.counterexample.workload:
+            out.append(head + ": different least counterexamples")
     return out
 
 
-def pairs(verdicts: list[Verdict]) -> list[tuple[Verdict, Verdict]]:
-    """(bmc, explore) verdicts of the same check, in order; a check run by one method only
+def pairs(results: Sequence[JobResult]) -> list[tuple[JobResult, JobResult]]:
+    """(bmc, explore) results of the same check, in order; a check run by one method only
     (the manifest's `methods`) has no pair."""
-    def key(v: Verdict) -> tuple[object, ...]:
+    def key(r: JobResult) -> tuple[object, ...]:
+        v = r.verdict
         return (v.engine, v.property, v.config, v.params)
-    bmc = [v for v in verdicts if v.method != "explore"]
-    explored = [v for v in verdicts if v.method == "explore"]
+    bmc = [r for r in results if r.verdict.method != "explore"]
+    explored = [r for r in results if r.verdict.method == "explore"]
     out = []
     for b in bmc:
         match = next((x for x in explored if key(x) == key(b)), None)

@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
                 _write(res, itf_path, txt_path)
             path = str(itf_path)
         verdicts.append(replace(res.verdict, counterexample=path))
-    pairs = agreement.pairs(verdicts) if args.method == "both" else []
+    pairs = agreement.pairs(results) if args.method == "both" else []
     disagreements = agreement.disagreements(pairs)
     _print(verdicts, args.json, disagreements)
     if pairs and not args.json:

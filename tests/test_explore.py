@@ -16,7 +16,7 @@ from checker.symbolic import Bounds, Family
 from checker.trace import VIOLATED
 from model.engines.run import simulate
 from model.reference.vllm_v1 import VllmV1Scheduler
-from model.state import Config, RequestSpec
+from model.state import Config, RequestSpec, Workload
 from properties import catalogue, manifest
 
 TINY = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, block_size=2,
@@ -112,14 +112,23 @@ def test_the_reference_scheduler_copies_share_no_mutable_state():
     assert [again.step() for _ in range(3)] == [sched.step() for _ in range(3)]
 
 
-def test_agreement_flags_a_depth_mismatch_and_an_unknown():
-    from checker.trace import HOLDS, PROVED, UNKNOWN, Verdict
+def test_agreement_flags_a_depth_mismatch_an_unknown_and_another_counterexample():
+    from checker.jobs import JobResult
+    from checker.trace import HOLDS, PROVED, UNKNOWN, Counterexample, Verdict
 
-    def v(method, verdict, depth):
-        return Verdict("vllm-v1", "p", "c", method, verdict, depth, 0.0)
-    assert agreement.disagreements([(v("induction", PROVED, 1), v("explore", HOLDS, 4))]) == []
-    assert agreement.disagreements([(v("bmc", VIOLATED, 3), v("explore", VIOLATED, 4))])
-    assert agreement.disagreements([(v("bmc", HOLDS, 3), v("explore", UNKNOWN, 0))])
+    def r(method, verdict, depth, prompt_len=None):
+        cex = None
+        if prompt_len is not None:
+            w = Workload(config=TINY, requests=(RequestSpec("r0", prompt_len, 1),), steps=depth)
+            cex = Counterexample("vllm-v1", "p", (), "c", w, method, (), depth)
+        return JobResult(Verdict("vllm-v1", "p", "c", method, verdict, depth, 0.0), cex)
+    assert agreement.disagreements([(r("induction", PROVED, 1), r("explore", HOLDS, 4))]) == []
+    assert agreement.disagreements([(r("bmc", VIOLATED, 3, 2), r("explore", VIOLATED, 3, 2))]) \
+        == []
+    assert agreement.disagreements([(r("bmc", VIOLATED, 3), r("explore", VIOLATED, 4))])
+    assert agreement.disagreements([(r("bmc", HOLDS, 3), r("explore", UNKNOWN, 0))])
+    different = agreement.disagreements([(r("bmc", VIOLATED, 3, 2), r("explore", VIOLATED, 3, 5))])
+    assert different and "different least counterexamples" in different[0]
 
 
 def test_dot_and_graphml_exports_describe_the_explored_graph(tmp_path):
