@@ -138,6 +138,7 @@ def test_dot_and_graphml_exports_describe_the_explored_graph(tmp_path):
            "--depth", "3", "--dot", str(dot), "--graphml", str(graphml)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert "holds at depth 3" in out.stdout
+    assert "symmetry reduction:" in out.stdout and "same verdict: True" in out.stdout
     graph = nx.read_graphml(graphml)
     assert graph.number_of_nodes() > 3
     assert dot.read_text().startswith("digraph explored {")
