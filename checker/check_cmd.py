@@ -12,10 +12,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from checker import agreement, itf, render
+from checker import agreement
 from checker.config_flags import add_config_flags, apply_config_flags
 from checker.graph_export import export_graph
 from checker.jobs import Job, JobResult, run_batch
+from checker.show import itf
+from checker.show import text as render
 from checker.trace import UNKNOWN, Verdict
 from model import engines
 from model.errors import InputError

@@ -8,9 +8,9 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from checker import render
 from checker.hazards import HazardResult
 from checker.rule_reasons import RuleReason
+from checker.show import text as render
 from model.errors import ConfigError
 from model.state import Config
 

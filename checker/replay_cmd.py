@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from checker import itf, render
 from checker.replay import DivergenceError, replay
+from checker.show import itf
+from checker.show import text as render
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from checker import itf
 from checker.cli import main
 from checker.replay import replay
+from checker.show import itf
 
 ROOT = Path(__file__).resolve().parents[1]
 STORED = sorted((ROOT / "counterexamples" / "baselines").glob("*.itf.json"))

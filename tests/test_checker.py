@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import z3
 
-from checker import itf, theorems
+from checker import theorems
 from checker.check_cmd import golden_text
 from checker.cli import main
 from checker.jobs import Job, JobResult, run
 from checker.replay import replay
+from checker.show import itf
 from checker.symbolic import Bounds, Family, extend, new_unrolling
 from model import engines
 from model.ops import CONCRETE, SymbolicOps, as_python

@@ -7,10 +7,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from checker.cli import main
-from checker.itf import read_counterexample
 from checker.jobs import JobResult
 from checker.replay import replay
 from checker.show import report, sources
+from checker.show.itf import read_counterexample
 from checker.trace import VIOLATED, Verdict
 from properties.manifest import load
 

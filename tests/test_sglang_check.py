@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from checker import itf
 from checker.cli import main
 from checker.replay import replay
+from checker.show import itf
 from model.engines import sglang as engine
 from model.ops import CONCRETE
 from model.rules import sglang as rules

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checker import itf, render
+from checker.show import itf
+from checker.show import text as render
 from checker.show import timeline as tl
 from checker.trace import Counterexample
 from model import engines
@@ -35,7 +36,7 @@ class Source:
 
 
 def text_timeline(source: Source) -> str:
-    """The text timeline (checker/render.py) of any engine's run."""
+    """The text timeline (checker/show/text.py) of any engine's run."""
     tl = source.timeline
     return render.timeline(source.workload, source.records, highlight=tl.violated_at,
                            loop=tl.loop, budget=tl.budget)
