@@ -166,3 +166,27 @@ def test_explain_renders_a_stored_counterexample(capsys):
 
 def test_concrete_ops_fold_like_python():
     assert CONCRETE.min(3, 2) == 2 and CONCRETE.cdiv(5, 2) == 3 and CONCRETE.ite(False, 1, 2) == 2
+
+
+def test_another_engines_config_file_is_checked_under_that_engine(capsys):
+    example = str(ROOT / "examples" / "sglang_chunked_stall.json")
+    code = main(["check", "--engine", "sglang", "--config-file", example, "--property",
+                 "at_most_one_chunked", "--depth", "2", "--slots", "1", "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [(r["engine"], r["config"], r["verdict"]) for r in rows] == [
+        ("sglang", "custom", "HOLDS")]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--engine", "mistralrs", "--config-file", "examples/sglang_chunked_stall.json"],
+     "is a sglang workload but --engine is mistralrs"),
+    (["--engine", "sglang", "--max-num-seqs", "4"], "the vLLM flags configure vllm-v1"),
+    (["--engine", "all", "--max-num-seqs", "4"], "a custom configuration needs one engine"),
+])
+def test_a_custom_config_for_the_wrong_engine_is_one_line_and_exit_2(argv, message, capsys,
+                                                                     monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["check", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
