@@ -7,38 +7,41 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from model import engines
 from model.ops import CONCRETE
-from model.rules import vllm_v1 as rules
-from model.state import FINISH_LENGTH as LENGTH
-from model.state import FINISH_STOP as STOP
 from model.state import (
-    RuleConfig,
-    SchedState,
+    ENGINE_VLLM_V1,
     SlotSpec,
     Step,
     StepRecord,
     Workload,
 )
+from model.state import FINISH_LENGTH as LENGTH
+from model.state import FINISH_STOP as STOP
 
 
 @dataclass(frozen=True, slots=True)
 class SlotWorkload:
     """A workload laid out on slots: specs, the EOS matrix eos[t][i], and the ids."""
 
-    cfg: RuleConfig
+    cfg: Any  # the engine's rule config
     specs: tuple[SlotSpec, ...]
     eos: tuple[tuple[bool, ...], ...]
     ids: tuple[str, ...]
+    engine: str = ENGINE_VLLM_V1
 
 
 def to_slots(workload: Workload, num_slots: int | None = None) -> SlotWorkload:
-    """Lay a workload on slots in arrival order; extra slots stay unused."""
+    """Lay a workload on slots in arrival order, under its engine's rule config; extra slots
+    stay unused."""
     ordered = workload.arrival_order()
     n = len(ordered) if num_slots is None else num_slots
     if n < len(ordered):
         raise ValueError(f"{len(ordered)} requests do not fit in {n} slots")
-    specs = [SlotSpec(r.prompt_len, r.max_tokens, r.arrival_step, r.priority) for r in ordered]
+    specs = [SlotSpec(r.prompt_len, r.max_tokens, r.arrival_step, r.priority, r.cached_prefix_len)
+             for r in ordered]
     specs += [SlotSpec(1, 1, 0, 0)] * (n - len(ordered))
     ids = tuple(r.id for r in ordered)
     eos_steps = workload.eos_steps()
@@ -46,15 +49,17 @@ def to_slots(workload: Workload, num_slots: int | None = None) -> SlotWorkload:
         tuple(i < len(ids) and t in eos_steps.get(ids[i], ()) for i in range(n))
         for t in range(1, workload.steps + 1)
     )
-    return SlotWorkload(RuleConfig.from_config(workload.config), tuple(specs), eos, ids)
+    cfg = engines.get(workload.engine).rule_config(workload.config)
+    return SlotWorkload(cfg, tuple(specs), eos, ids, workload.engine)
 
 
 def run_rules(sw: SlotWorkload) -> tuple[Step, ...]:
-    """Run the rules under ConcreteOps: the rules as a simulator."""
-    state = SchedState.initial(len(sw.specs), sw.cfg.usable_blocks)
+    """Run the engine's rules under ConcreteOps: the rules as a simulator."""
+    engine = engines.get(sw.engine)
+    state = engine.initial_state(len(sw.specs), sw.cfg)
     out = []
     for eos in sw.eos:
-        state, observed = rules.step(CONCRETE, sw.cfg, sw.specs, state, eos)
+        state, observed = engine.step(CONCRETE, sw.cfg, sw.specs, state, eos)
         out.append(observed)
     return tuple(out)
 

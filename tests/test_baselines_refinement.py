@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from model.baselines_config import DYNAMIC_DEFAULTS, STATIC_DEFAULTS
 from model.engines.run import simulate, without_unsampled_eos
 from model.engines.static import rules_to_record
-from model.ops import CONCRETE, SymbolicOps
+from model.ops import SymbolicOps
 from model.rules import baselines as rules
+from model.slots import run_rules as slot_rules
+from model.slots import to_slots
 from model.state import EosEvent, RequestSpec, SlotSpec, Workload
 
 
@@ -39,22 +41,10 @@ def workloads(draw):
     return Workload(config=cfg, requests=tuple(requests), eos=eos, steps=steps, engine=engine)
 
 
-
-
 def run_rules(w: Workload):
     """The rules under ConcreteOps as StepRecords."""
-    ordered = w.arrival_order()
-    ids = [r.id for r in ordered]
-    specs = [SlotSpec(r.prompt_len, r.max_tokens, r.arrival_step) for r in ordered]
-    cfg = rules.BaselineRuleConfig.from_config(w.config)
-    eos_steps = w.eos_steps()
-    state = rules.initial_state(len(specs), cfg)
-    out = []
-    for t in range(1, w.steps + 1):
-        state, observed = rules.step(CONCRETE, cfg, specs, state,
-                                     [t in eos_steps.get(rid, ()) for rid in ids])
-        out.append(rules_to_record(observed, ids))
-    return out
+    sw = to_slots(w)
+    return [rules_to_record(observed, sw.ids) for observed in slot_rules(sw)]
 
 
 @given(workloads())

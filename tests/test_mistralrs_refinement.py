@@ -12,6 +12,7 @@ from model.engines.run import simulate, without_unsampled_eos
 from model.mistralrs_config import MistralrsConfig
 from model.ops import CONCRETE, SymbolicOps, as_python
 from model.rules import mistralrs as rules
+from model.slots import to_slots
 from model.state import EosEvent, RequestSpec, SlotSpec, Workload
 
 
@@ -33,21 +34,14 @@ def workloads(draw):
     return Workload(config=cfg, requests=requests, eos=eos, steps=steps, engine="mistralrs")
 
 
-
-
 def run_rules(w: Workload):
     """The rules under ConcreteOps as StepRecords (slot i = i-th request in arrival order)."""
-    ordered = w.arrival_order()
-    ids = [r.id for r in ordered]
-    specs = [SlotSpec(r.prompt_len, r.max_tokens, r.arrival_step) for r in ordered]
-    cfg = rules.MistralrsRuleConfig.from_config(w.config)
-    eos_steps = w.eos_steps()
-    state = rules.initial_state(len(specs), cfg)
+    sw = to_slots(w)
+    state = rules.initial_state(len(sw.specs), sw.cfg)
     out = []
-    for t in range(1, w.steps + 1):
-        eos = [t in eos_steps.get(rid, ()) for rid in ids]
-        state, observed, chunk = rules.step_with_chunk(CONCRETE, cfg, specs, state, eos)
-        out.append(engine.rules_to_record(observed, ids, chunk,
+    for eos in sw.eos:
+        state, observed, chunk = rules.step_with_chunk(CONCRETE, sw.cfg, sw.specs, state, eos)
+        out.append(engine.rules_to_record(observed, sw.ids, chunk,
                                           state.decode_steps_since_prefill))
     return out
 

@@ -41,8 +41,6 @@ def workloads(draw):
     return Workload(config=cfg, requests=requests, eos=eos, steps=steps)
 
 
-
-
 @given(workloads())
 def test_reference_and_rules_agree_on_every_step(w):
     w = without_unsampled_eos(w)

@@ -46,8 +46,6 @@ def workloads(draw):
                     engine="sglang")
 
 
-
-
 @given(workloads())
 def test_reference_and_rules_agree_on_every_step_and_ratio(w):
     w = without_unsampled_eos(w)

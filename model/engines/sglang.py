@@ -20,6 +20,7 @@ from model.reference.sglang import (
 )
 from model.rules import sglang as rules
 from model.sglang_config import ENGINE_SGLANG, SGLANG_VERSION, Config, parse_config, rejection
+from model.slots import to_slots
 from model.state import FINISH_LENGTH, FINISH_STOP, SlotObs, SlotSpec, Step, StepRecord, Workload
 
 _KIND = {BATCH_PREFILL: rules.KIND_PREFILL, BATCH_DECODE: rules.KIND_DECODE,
@@ -137,20 +138,14 @@ class SlotRun:
 
 def run_rules(workload: Workload) -> SlotRun:
     """Run the rules under ConcreteOps on a workload (slot i = i-th arrival)."""
-    ordered = workload.arrival_order()
-    specs = tuple(SlotSpec(r.prompt_len, r.max_tokens, r.arrival_step, 0, r.cached_prefix_len)
-                  for r in ordered)
-    ids = tuple(r.id for r in ordered)
-    cfg = rules.SGLangRuleConfig.from_config(workload.config)
-    eos_steps = workload.eos_steps()
-    state = rules.initial_state(len(specs), cfg)
+    sw = to_slots(workload)
+    state = rules.initial_state(len(sw.specs), sw.cfg)
     states, steps = [state], []
-    for t in range(1, workload.steps + 1):
-        eos = tuple(t in eos_steps.get(rid, ()) for rid in ids)
-        state, observed = rules.step(CONCRETE, cfg, specs, state, eos)
+    for eos in sw.eos:
+        state, observed = rules.step(CONCRETE, sw.cfg, sw.specs, state, eos)
         states.append(state)
         steps.append(observed)
-    return SlotRun(cfg, specs, ids, tuple(states), tuple(steps))
+    return SlotRun(sw.cfg, sw.specs, sw.ids, tuple(states), tuple(steps))
 
 
 def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
