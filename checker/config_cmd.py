@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from checker.config_flags import (
@@ -123,24 +124,21 @@ def _add_ignored(parser: argparse.ArgumentParser) -> None:
                             help=argparse.SUPPRESS)
 
 
-def _gib(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB") from None
-    if not 0 < value < 1e6:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of GiB")
-    return value
+def _positive_number(unit: str) -> Callable[[str], float]:
+    """An argparse type: a number in (0, 1e6) of `unit`, errors naming the unit."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit}") from None
+        if not 0 < value < 1e6:
+            raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of {unit}")
+        return value
+    return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < 1e6:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
-    return value
+_gib = _positive_number("GiB")
+_seconds = _positive_number("seconds")
 
 
 class _FileParser(argparse.ArgumentParser):
