@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from checker import bmc, explore
-from checker.symbolic import Bounds, Family
-from model.state import Config
+from checker.methods import bmc, explore
+from checker.methods.symbolic import Bounds, Family
+from model.vllm.config import Config
 from properties import catalogue
 
 TINY = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, block_size=2,

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from model.errors import InputError
-from model.state import CONFIG_FIELDS, ENGINE_VLLM_V1, Config, EosEvent, RequestSpec, Workload
+from model import registry as engines
+from model.core.errors import InputError
+from model.core.types import DEFAULT_ENGINE, EosEvent, RequestSpec, Workload
 
 _TOP_KEYS = {"engine", "config", "requests", "eos", "steps"}
 _REQUEST_KEYS = {"id", "prompt_len", "max_tokens", "arrival_step", "priority",
@@ -37,9 +37,7 @@ def parse_workload(doc: Any) -> Workload:
     unknown = sorted(set(doc) - _TOP_KEYS)
     if unknown:
         raise InputError(f"unknown workload key {unknown[0]!r}; known keys: {sorted(_TOP_KEYS)}")
-    from model import engines  # the registry imports this module
-
-    engine = doc.get("engine", ENGINE_VLLM_V1)
+    engine = doc.get("engine", DEFAULT_ENGINE)
     if not isinstance(engine, str):
         raise InputError(f"'engine' must be a string, got {engine!r}")
     config = engines.get(engine).parse_config(doc.get("config", {}))
@@ -54,16 +52,6 @@ def parse_workload(doc: Any) -> Workload:
     eos = tuple(_parse_eos(i, e, set(ids)) for i, e in enumerate(_list(doc, "eos")))
     return Workload(config=config, requests=requests, eos=eos, steps=steps, engine=engine)
 
-
-def parse_config(raw: Any, base: Config | None = None) -> Config:
-    """Overlay a dict of vLLM field names on `base` (default: vLLM's defaults)."""
-    if not isinstance(raw, dict):
-        raise InputError("'config' must be a JSON object of vLLM field names")
-    unknown = sorted(set(raw) - set(CONFIG_FIELDS))
-    if unknown:
-        raise InputError(
-            f"unknown config field {unknown[0]!r}; known fields: {', '.join(CONFIG_FIELDS)}")
-    return replace(base or Config(), **raw)
 
 
 def _list(doc: dict[str, Any], key: str) -> list[Any]:
@@ -116,17 +104,6 @@ def _int(where: str, key: str, value: Any, minimum: int | None) -> int:
         raise InputError(f"{where}: {key} must be >= {minimum}, got {value}")
     return value
 
-
-def check_requests_admissible(workload: Workload) -> None:
-    """vLLM's input processor rejects these prompts before they reach the scheduler
-    (vllm/v1/engine/input_processor.py:574-602)."""
-    mml = workload.config.max_model_len
-    for r in workload.requests:
-        if r.prompt_len >= mml:
-            raise InputError(
-                f"request {r.id!r}: prompt_len {r.prompt_len} must be below max_model_len "
-                f"{mml} (vLLM rejects it before scheduling, input_processor.py:574-602); "
-                "shorten the prompt or raise max_model_len")
 
 
 def workload_to_json(w: Workload) -> dict[str, Any]:

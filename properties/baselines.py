@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from model.ops import Bool, Ops
-from model.state import Step
+from model.core.ops import Bool, Ops
+from model.core.types import Step
 from properties.catalogue import Property
 
 

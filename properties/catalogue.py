@@ -15,8 +15,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from model.ops import Bool, Int, Ops
-from model.state import SlotObs, Step
+from model.core.ops import Bool, Int, Ops
+from model.core.types import SlotObs, Step
 
 Holds = Callable[[Ops, Sequence[Step], int], Bool]
 
@@ -202,7 +202,7 @@ def make_head_of_line(k: int) -> Property:
 
 
 def _never_finishes(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
-    """Lasso property: evaluated by the checker on a loop; see checker/bmc.py."""
+    """Lasso property: evaluated by the checker on a loop; see checker/methods/bmc.py."""
     return True
 
 

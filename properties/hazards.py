@@ -1,7 +1,7 @@
 """Serving hazards that `batchproof config` looks for, over Ops and the Step observables.
 
 Each property holds when the hazard does not occur; a violation is a run that shows it.
-They read only observables (model/state.py Step/SlotObs), so the reference replays them.
+They read only observables (model/core/types.py Step/SlotObs), so the reference replays them.
 Lines are relative to vllm/ in v0.32.0.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from model.ops import Bool, Int, Ops
-from model.state import SlotObs, Step
+from model.core.ops import Bool, Int, Ops
+from model.core.types import SlotObs, Step
 from properties.catalogue import Property
 
 

@@ -1,8 +1,9 @@
 """Load the manifest: named configurations and expected verdicts with evidence.
 
-`manifest.toml` holds vLLM V1's; each other engine has `manifest_<engine>.toml`, whose
-top-level `engine = "..."` is the default engine of its configs and entries (a config's
-fields are parsed by that engine, model/engines/)."""
+Each engine room has one file, `properties/manifests/<folder>.toml` (vLLM V1's is
+vllm_v1.toml, the two batching baselines share baselines.toml); its top-level
+`engine = "..."` is the default engine of its configs and entries (a config's fields are
+parsed by that engine's `parse_config`). A file without it is vLLM V1's."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from model import engines
-from model.errors import InputError
-from model.state import ENGINE_VLLM_V1
+from model import registry as engines
+from model.core.errors import InputError
+from model.core.types import DEFAULT_ENGINE
 
-MANIFEST = Path(__file__).with_name("manifest.toml")
+MANIFESTS = Path(__file__).with_name("manifests")
+MANIFEST = MANIFESTS / "vllm_v1.toml"
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +30,7 @@ class NamedConfig:
     ranges: tuple[tuple[str, int, int], ...]
     validated: bool
     bounds: tuple[tuple[str, int], ...]
-    engine: str = ENGINE_VLLM_V1
+    engine: str = DEFAULT_ENGINE
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +71,8 @@ def _named(name: str, raw: dict[str, Any], engine: str) -> NamedConfig:
 
 
 def manifest_files() -> tuple[Path, ...]:
-    """manifest.toml, then every manifest_<engine>.toml beside it."""
-    return (MANIFEST, *sorted(MANIFEST.parent.glob("manifest_*.toml")))
+    """vLLM V1's manifest, then every other engine's, by file name."""
+    return (MANIFEST, *sorted(p for p in MANIFESTS.glob("*.toml") if p != MANIFEST))
 
 
 def load(path: Path | None = None) -> Manifest:
@@ -94,7 +96,7 @@ def _load_file(path: Path) -> Manifest:
         doc = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise InputError(f"cannot read manifest {path}: {exc}") from None
-    default_engine = doc.get("engine", ENGINE_VLLM_V1)
+    default_engine = doc.get("engine", DEFAULT_ENGINE)
     configs = {name: _named(name, raw, default_engine)
                for name, raw in doc.get("configs", {}).items()}
     entries = []
@@ -114,7 +116,7 @@ def _load_file(path: Path) -> Manifest:
 
 
 def custom_config(name: str, cfg: Any, base: NamedConfig | None = None,
-                  validated: bool = True, engine: str = ENGINE_VLLM_V1) -> NamedConfig:
+                  validated: bool = True, engine: str = DEFAULT_ENGINE) -> NamedConfig:
     """A user's configuration (flags or file) with the bounds of `base` if given."""
     bounds = base.bounds if base is not None else ()
     return NamedConfig(name=name, description="user configuration", config=cfg, ranges=(),

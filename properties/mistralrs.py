@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from model.ops import Bool, Int, Ops
-from model.state import Step
+from model.core.ops import Bool, Int, Ops
+from model.core.types import Step
 from properties.catalogue import Property
 
 STEP_PROMPT, STEP_DECODE = 1, 2  # model.state.Step.step_kind

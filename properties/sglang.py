@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from model.ops import Bool, Int, Ops
-from model.state import SlotObs, Step
+from model.core.ops import Bool, Int, Ops
+from model.core.types import SlotObs, Step
 from properties.catalogue import Property
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from checker.cli import main
-from checker.replay import replay
+from checker.cli.main import main
+from checker.methods.replay import replay
 from checker.show import itf
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from model.baselines_config import DYNAMIC_DEFAULTS, STATIC_DEFAULTS, parse_config
-from model.engines import get
-from model.engines.run import simulate
-from model.errors import InputError
-from model.state import RequestSpec, Workload
+from model.baselines.config import DYNAMIC_DEFAULTS, STATIC_DEFAULTS, parse_config
+from model.core.errors import InputError
+from model.core.types import RequestSpec, Workload
+from model.registry import get
+from model.run import simulate
 
 STATIC = replace(STATIC_DEFAULTS, max_batch_size=2, block_size=2, num_kv_blocks=8,
                  flush_timeout=3)

@@ -8,14 +8,14 @@ import z3
 from hypothesis import given
 from hypothesis import strategies as st
 
-from model.baselines_config import DYNAMIC_DEFAULTS, STATIC_DEFAULTS
-from model.engines.run import simulate, without_unsampled_eos
-from model.engines.static import rules_to_record
-from model.ops import SymbolicOps
-from model.rules import baselines as rules
+from model.baselines import rules
+from model.baselines.config import DYNAMIC_DEFAULTS, STATIC_DEFAULTS
+from model.baselines.static import rules_to_record
+from model.core.ops import SymbolicOps
+from model.core.types import EosEvent, RequestSpec, SlotSpec, Workload
+from model.run import simulate, without_unsampled_eos
 from model.slots import run_rules as slot_rules
 from model.slots import to_slots
-from model.state import EosEvent, RequestSpec, SlotSpec, Workload
 
 
 @st.composite

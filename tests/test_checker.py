@@ -8,18 +8,20 @@ from pathlib import Path
 import pytest
 import z3
 
-from checker import theorems
-from checker.check_cmd import golden_text
-from checker.cli import main
-from checker.jobs import Job, JobResult, run
-from checker.replay import replay
+from checker.cli.check import golden_text
+from checker.cli.main import main
+from checker.methods.jobs import Job, JobResult, run
+from checker.methods.replay import replay
+from checker.methods.symbolic import Bounds, Family, extend, new_unrolling
+from checker.methods.theorems import vllm_v1 as theorems
 from checker.show import itf
-from checker.symbolic import Bounds, Family, extend, new_unrolling
-from model import engines
-from model.ops import CONCRETE, SymbolicOps, as_python
-from model.rules import vllm_v1 as rules
+from model import registry as engines
+from model.core.ops import CONCRETE, SymbolicOps, as_python
+from model.core.types import EosEvent, RequestSpec, Workload
 from model.slots import run_rules, to_slots
-from model.state import Config, EosEvent, RequestSpec, SchedState, Workload
+from model.vllm import rules
+from model.vllm.config import Config
+from model.vllm.state import SchedState
 from properties import catalogue
 from properties.manifest import load, with_bounds
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from checker import property_matrix
-from checker.cli import main
-from model import engines
+from checker.cli.main import main
+from checker.docs import property_matrix
+from model import registry as engines
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "compare_mixed.json"
@@ -108,7 +108,7 @@ def test_the_property_matrix_matches_the_manifests():
     page = (ROOT / "docs" / "property_matrix.md").read_text()
     assert property_matrix.matrix_entries(page) == property_matrix.manifest_rows(), (
         "docs/property_matrix.md is stale: run "
-        "python -m checker.property_matrix --write docs/property_matrix.md")
+        "python -m checker.docs.property_matrix --write docs/property_matrix.md")
 
 
 def test_render_matrix_marks_departures():

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from checker.cli import main
+from checker.cli.main import main
 
 H100 = ("--device", "h100")
 FAST = ("--hazard", "priority_inversion")  # decided without a search under fcfs
@@ -246,7 +246,7 @@ def test_output_is_deterministic(capsys):
 
 @pytest.mark.slow
 def test_explain_rules_json_lists_every_scheduler_config_rule(capsys):
-    from model.vllm_config import RULES
+    from model.vllm.validation import RULES
     code, out, _ = run_cli(capsys, "--explain-rules", "--json")
     doc = json.loads(out)
     assert code == 0

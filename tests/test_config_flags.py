@@ -4,13 +4,8 @@ import argparse
 
 import pytest
 
-from checker.config_flags import (
-    CONFIG_FLAGS,
-    FLAG_FOR_FIELD,
-    add_config_flags,
-    apply_config_flags,
-)
-from model.state import CONFIG_FIELDS, Config
+from checker.config.flags import CONFIG_FLAGS, FLAG_FOR_FIELD, add_config_flags, apply_config_flags
+from model.vllm.config import CONFIG_FIELDS, Config
 
 
 class _Raising(argparse.ArgumentParser):

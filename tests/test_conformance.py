@@ -23,8 +23,9 @@ from checker.conformance.generate import (
 from checker.conformance.shrink import candidates, is_admissible, shrink
 from checker.conformance.validation import our_verdict, vllm_rules
 from checker.conformance.vllm_real import vllm_available, vllm_unavailable_reason
-from model.state import Config, EosEvent, RequestSpec, StepRecord, Workload
-from model.vllm_config import RULES
+from model.core.types import EosEvent, RequestSpec, StepRecord, Workload
+from model.vllm.config import Config
+from model.vllm.validation import RULES
 
 needs_vllm = pytest.mark.skipif(
     not vllm_available(), reason=f"{vllm_unavailable_reason()}")
@@ -333,7 +334,7 @@ def test_non_positive_batch_sizes_are_rejected_under_positive_fields():
 @pytest.mark.conformance
 @needs_vllm
 def test_a_departing_reference_is_caught_shrunk_and_reported(monkeypatch, capsys):
-    import model.reference.vllm_v1 as reference
+    import model.vllm.reference as reference
     from checker.conformance.__main__ import main
 
     honest = reference.iter_steps

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from checker import docs_gen
-from checker.trace import Verdict
-from model import engines
+from checker.docs import gen as docs_gen
+from checker.methods.verdict import Verdict
+from model import registry as engines
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

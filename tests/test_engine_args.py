@@ -1,11 +1,11 @@
-"""EngineArgs resolution (model/vllm_engine_args.py) tier by tier, and vLLM's startup rules
-(model/vllm_startup.py), against engine/arg_utils.py and v1/core/kv_cache_utils.py."""
+"""EngineArgs resolution (model/vllm/engine_args.py) tier by tier, and vLLM's startup rules
+(model/vllm/startup.py), against engine/arg_utils.py and v1/core/kv_cache_utils.py."""
 
 import pytest
 
-from model.errors import InputError
-from model.state import Config
-from model.vllm_engine_args import (
+from model.core.errors import InputError
+from model.vllm.config import Config
+from model.vllm.engine_args import (
     ORIGIN_CLAMPED,
     ORIGIN_DEFAULT,
     ORIGIN_DOUBLED,
@@ -17,7 +17,7 @@ from model.vllm_engine_args import (
     device_with_memory,
     resolve,
 )
-from model.vllm_startup import SpecDecode, kv_rejection, spec_rejection
+from model.vllm.startup import SpecDecode, kv_rejection, spec_rejection
 
 GPU_24GB = device_with_memory(22.0)
 

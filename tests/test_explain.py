@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from checker.cli import main
-from checker.explain_cmd import explain
-from checker.replay import replay
+from checker.cli.explain import explain
+from checker.cli.main import main
+from checker.cli.simulate import simulate_workload_dict
+from checker.methods.replay import replay
 from checker.show import markdown, sources, svg
 from checker.show.timeline import DECODE, PREFILL, UNKNOWN, phases
-from checker.simulate_cmd import simulate_workload_dict
-from model.reference.vllm_v1 import chunk_phase, iter_steps
+from model.vllm.reference import chunk_phase, iter_steps
 from model.workload import load_workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ def test_text_of_a_counterexample_is_its_golden_txt(path, capsys):
 def test_markdown_and_svg_match_their_golden_files(path, fmt, suffix, capsys):
     assert main(["explain", str(path), "--format", fmt]) == 0
     assert capsys.readouterr().out == _stem(path).with_suffix(suffix).read_text(), (
-        "regenerate the golden files with `python -m checker.docs_gen --write`")
+        "regenerate the golden files with `python -m checker.docs.gen --write`")
 
 
 def _blocks(doc):

@@ -10,13 +10,14 @@ import xml.etree.ElementTree as ET
 import networkx as nx
 import pytest
 
-from checker import agreement, bmc, explore
-from checker.jobs import Job, run, run_batch
-from checker.symbolic import Bounds, Family
-from checker.trace import VIOLATED
-from model.engines.run import simulate
-from model.reference.vllm_v1 import VllmV1Scheduler
-from model.state import Config, RequestSpec, Workload
+from checker.methods import agreement, bmc, explore
+from checker.methods.jobs import Job, run, run_batch
+from checker.methods.symbolic import Bounds, Family
+from checker.methods.verdict import VIOLATED
+from model.core.types import RequestSpec, Workload
+from model.run import simulate
+from model.vllm.config import Config
+from model.vllm.reference import VllmV1Scheduler
 from properties import catalogue, manifest
 
 TINY = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, block_size=2,
@@ -113,8 +114,8 @@ def test_the_reference_scheduler_copies_share_no_mutable_state():
 
 
 def test_agreement_flags_a_depth_mismatch_an_unknown_and_another_counterexample():
-    from checker.jobs import JobResult
-    from checker.trace import HOLDS, PROVED, UNKNOWN, Counterexample, Verdict
+    from checker.methods.jobs import JobResult
+    from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, Counterexample, Verdict
 
     def r(method, verdict, depth, prompt_len=None):
         cex = None

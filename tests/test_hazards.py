@@ -1,4 +1,4 @@
-"""Hazards (checker/hazards.py, properties/hazards.py): each one witnessed where vLLM shows
+"""Hazards (checker/config/hazards.py, properties/hazards.py): each one witnessed where vLLM shows
 it and proved absent (or bounded) where it cannot happen; witnesses fail the property on
 the reference; closed-form arguments agree with the checker."""
 
@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from checker.hazards import (
+from checker.config.hazards import (
     ABSENT,
     BOUNDED,
     HAZARDS,
@@ -18,11 +18,11 @@ from checker.hazards import (
     decide,
     per_request_blocks,
 )
-from checker.rule_reasons import explain_rules
-from model.engines.vllm_v1 import records_to_steps
-from model.ops import CONCRETE
-from model.reference.vllm_v1 import simulate
-from model.state import Config
+from checker.config.rule_reasons import explain_rules
+from model.core.ops import CONCRETE
+from model.vllm.config import Config
+from model.vllm.engine import records_to_steps
+from model.vllm.reference import simulate
 from properties import catalogue
 
 H = {h.name: h for h in HAZARDS}
@@ -124,7 +124,7 @@ def test_kv_hazards_are_proved_absent_when_the_pool_holds_every_seat():
 @pytest.mark.slow
 def test_the_capacity_argument_agrees_with_the_checker():
     # ROOMY is PROVED absent by the lemma; the BMC must find no witness there either
-    from checker.hazards import _check
+    from checker.config.hazards import _check
     for name in ("head_of_line", "repeated_preemption"):
         assert _check(H[name], ROOMY, replace(ENV, depth=4)).verdict == BOUNDED
 
@@ -137,7 +137,7 @@ def test_self_preemption_is_absent_once_the_startup_check_passes():
 def test_without_the_startup_check_a_lone_request_can_livelock():
     # 5 blocks (4 usable) < cdiv(16, 2): vLLM refuses this pool at startup; the checker
     # shows why: a lone request outgrows the pool, preempts itself and never finishes
-    from checker.hazards import _check
+    from checker.config.hazards import _check
     tiny = replace(SMALL, num_gpu_blocks=5)
     r = _check(H["self_preemption"], tiny, replace(ENV, depth=6, max_prompt_len=8,
                                                    max_max_tokens=6))

@@ -3,10 +3,10 @@ scheduler.rs at commit 9e922623f24b; upstream test names are cited where we mirr
 
 import pytest
 
-from model.engines.run import simulate
-from model.errors import InputError
-from model.mistralrs_config import MistralrsConfig, parse_config
-from model.reference.mistralrs import (
+from model.core.errors import InputError
+from model.core.types import EosEvent, RequestSpec, Workload
+from model.mistralrs.config import MistralrsConfig, parse_config
+from model.mistralrs.reference import (
     DECODE,
     KIND_DECODE,
     KIND_PROMPT,
@@ -14,7 +14,7 @@ from model.reference.mistralrs import (
     MistralrsScheduler,
     Seq,
 )
-from model.state import EosEvent, RequestSpec, Workload
+from model.run import simulate
 
 
 def kinds(records):

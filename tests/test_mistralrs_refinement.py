@@ -7,13 +7,12 @@ import z3
 from hypothesis import given
 from hypothesis import strategies as st
 
-from model.engines import mistralrs as engine
-from model.engines.run import simulate, without_unsampled_eos
-from model.mistralrs_config import MistralrsConfig
-from model.ops import CONCRETE, SymbolicOps, as_python
-from model.rules import mistralrs as rules
+from model.core.ops import CONCRETE, SymbolicOps, as_python
+from model.core.types import EosEvent, RequestSpec, SlotSpec, Workload
+from model.mistralrs import engine, rules
+from model.mistralrs.config import MistralrsConfig
+from model.run import simulate, without_unsampled_eos
 from model.slots import to_slots
-from model.state import EosEvent, RequestSpec, SlotSpec, Workload
 
 
 @st.composite

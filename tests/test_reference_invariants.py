@@ -6,9 +6,10 @@ import copy
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from model.reference.vllm_v1 import VllmV1Scheduler, cdiv
-from model.state import POLICY_FCFS, POLICY_PRIORITY, Config, RequestSpec
-from model.vllm_config import is_valid
+from model.core.types import RequestSpec
+from model.vllm.config import POLICY_FCFS, POLICY_PRIORITY, Config
+from model.vllm.reference import VllmV1Scheduler, cdiv
+from model.vllm.validation import is_valid
 
 
 @st.composite

@@ -1,10 +1,12 @@
 """One test (or a few) per rule of the vLLM V1 reference scheduler. Each names the upstream
-rule it pins; line numbers are in model/reference/vllm_v1.py."""
+rule it pins; line numbers are in model/vllm/reference.py."""
 
 import pytest
 
-from model.errors import InputError
-from model.reference.vllm_v1 import (
+from model.core.errors import InputError
+from model.core.types import EosEvent, RequestSpec, Workload
+from model.vllm.config import POLICY_PRIORITY, Config
+from model.vllm.reference import (
     PHASE_DECODE,
     PHASE_PREFILL,
     Request,
@@ -16,7 +18,6 @@ from model.reference.vllm_v1 import (
     running_num_new_tokens,
     simulate,
 )
-from model.state import POLICY_PRIORITY, Config, EosEvent, RequestSpec, Workload
 
 
 def req(rid, prompt_len, max_tokens=100, arrival_step=1, priority=0):

@@ -6,12 +6,12 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from checker.cli import main
-from checker.jobs import JobResult
-from checker.replay import replay
+from checker.cli.main import main
+from checker.methods.jobs import JobResult
+from checker.methods.replay import replay
+from checker.methods.verdict import VIOLATED, Verdict
 from checker.show import report, sources
 from checker.show.itf import read_counterexample
-from checker.trace import VIOLATED, Verdict
 from properties.manifest import load
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,13 +2,18 @@
 observables must be equal (DESIGN.md, "Three semantics, kept honest")."""
 
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from model.engines.run import without_unsampled_eos
-from model.reference.vllm_v1 import simulate
-from model.slots import run_rules, to_record, to_slots
-from model.state import Config, EosEvent, RequestSpec, Workload
+from model.core.ops import CONCRETE
+from model.core.types import EosEvent, RequestSpec, Workload
+from model.run import without_unsampled_eos
+from model.slots import run_rules, to_slots
+from model.vllm.config import Config
+from model.vllm.engine import ENGINE
+from model.vllm.records import to_record
+from model.vllm.reference import simulate
+from model.vllm.validation import is_valid
 
 
 @st.composite
@@ -49,3 +54,16 @@ def test_reference_and_rules_agree_on_every_step(w):
     by_rules = tuple(to_record(s, sw.ids) for s in run_rules(sw))
     for ref, got in zip(reference, by_rules, strict=True):
         assert got == ref, f"step {ref.step}:\n reference {ref}\n rules     {got}"
+
+
+@given(workloads())
+def test_the_induction_invariant_holds_on_every_state_the_rules_reach(w):
+    # model/vllm/invariant.py is proved inductive over validated configs; every concrete
+    # run of such a config must stay inside it.
+    assume(is_valid(w.config))
+    sw = to_slots(w)
+    state = ENGINE.initial_state(len(sw.specs), sw.cfg)
+    assert ENGINE.well_formed(CONCRETE, sw.cfg, sw.specs, state)
+    for eos in sw.eos:
+        state, _ = ENGINE.step(CONCRETE, sw.cfg, sw.specs, state, eos)
+        assert ENGINE.well_formed(CONCRETE, sw.cfg, sw.specs, state), state

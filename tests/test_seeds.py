@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from checker.cli import main
-from checker.seeds import COMMAND, prefill_outcome, render_page, seed_config, timeline_steps
+from checker.cli.main import main
+from checker.docs.seeds import COMMAND, prefill_outcome, render_page, seed_config, timeline_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "seed_reproductions.md"

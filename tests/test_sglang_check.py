@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from checker.cli import main
-from checker.replay import replay
+from checker.cli.main import main
+from checker.methods.replay import replay
 from checker.show import itf
-from model.engines import sglang as engine
-from model.ops import CONCRETE
-from model.rules import sglang as rules
-from model.sglang_config import Config
-from model.state import RequestSpec, Workload
+from model.core.ops import CONCRETE
+from model.core.types import RequestSpec, Workload
+from model.sglang import engine, rules
+from model.sglang.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]
 STORED = sorted((ROOT / "counterexamples" / "sglang").glob("*.itf.json"))

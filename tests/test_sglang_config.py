@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-import checker.theorems_sglang as th
-from checker.cli import main
-from model import engines
-from model.errors import InputError
-from model.sglang_config import Config, parse_config, rejection
+from checker.cli.main import main
+from checker.methods.theorems import sglang as th
+from model import registry as engines
+from model.core.errors import InputError
+from model.sglang.config import Config, parse_config, rejection
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "sglang_chunked_stall.json"

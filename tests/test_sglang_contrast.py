@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from checker import contrast
-from model.engines.run import simulate
+from checker.docs import contrast
+from model.run import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 

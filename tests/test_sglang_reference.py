@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from model.engines.run import simulate
-from model.reference.sglang import (
+from model.core.types import RequestSpec, Workload
+from model.run import simulate
+from model.sglang.config import Config
+from model.sglang.reference import (
     FINISH_ABORT,
     AddReqResult,
     PrefillAdder,
@@ -17,8 +19,6 @@ from model.reference.sglang import (
     SGLangScheduler,
     estimate_ratio_after_retract,
 )
-from model.sglang_config import Config
-from model.state import RequestSpec, Workload
 from model.workload import load_workload
 
 
@@ -240,7 +240,7 @@ def test_ratio_resets_only_when_nothing_is_running_chunked_or_waiting():
 
 @pytest.mark.parametrize("prompt_len", [0, 10])
 def test_prompts_outside_max_req_input_len_are_refused(prompt_len):
-    from model.errors import InputError
+    from model.core.errors import InputError
     with pytest.raises(InputError, match="max_req_input_len"):
         _run(Config(max_total_num_tokens=16, context_length=64),
              [RequestSpec("x", prompt_len, 2)], 1)

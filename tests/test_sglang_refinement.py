@@ -8,12 +8,12 @@ import z3
 from hypothesis import given
 from hypothesis import strategies as st
 
-from model.engines.run import simulate, without_unsampled_eos
-from model.engines.sglang import run_rules, to_record
-from model.ops import SymbolicOps, as_python
-from model.rules import sglang as rules
-from model.sglang_config import Config
-from model.state import EosEvent, RequestSpec, Workload
+from model.core.ops import SymbolicOps, as_python
+from model.core.types import EosEvent, RequestSpec, Workload
+from model.run import simulate, without_unsampled_eos
+from model.sglang import rules
+from model.sglang.config import Config
+from model.sglang.engine import run_rules, to_record
 
 
 @st.composite

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from checker.cli import main
-from checker.simulate_cmd import simulate_workload_dict
+from checker.cli.main import main
+from checker.cli.simulate import simulate_workload_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 GROUP_A = ROOT / "examples" / "seed_group_a.json"

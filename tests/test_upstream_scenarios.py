@@ -15,8 +15,9 @@ preemption order; the digest prints them sorted (the driver reads a set), so the
 list is asserted against the digest's too.
 """
 
-from model.reference.vllm_v1 import VllmV1Scheduler
-from model.state import POLICY_PRIORITY, Config, RequestSpec, StepRecord
+from model.core.types import RequestSpec, StepRecord
+from model.vllm.config import POLICY_PRIORITY, Config
+from model.vllm.reference import VllmV1Scheduler
 
 TEN = tuple(f"d{i}" for i in range(10))
 

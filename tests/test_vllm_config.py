@@ -1,11 +1,11 @@
-"""vLLM SchedulerConfig validation (model/vllm_config.py): one test per rule, with the
+"""vLLM SchedulerConfig validation (model/vllm/validation.py): one test per rule, with the
 boundary vLLM draws."""
 
 import pytest
 
-from model.errors import ConfigError, InputError
-from model.state import Config
-from model.vllm_config import RULES, check_field_types, is_valid, validate
+from model.core.errors import ConfigError, InputError
+from model.vllm.config import Config
+from model.vllm.validation import RULES, check_field_types, is_valid, validate
 
 
 def rule_of(cfg):

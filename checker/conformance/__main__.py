@@ -15,7 +15,8 @@ import time
 from collections.abc import Sequence
 
 from checker.conformance.generate import random_workload
-from model.state import VLLM_VERSION, Workload
+from model.core.types import Workload
+from model.vllm.config import VLLM_VERSION
 from model.workload import workload_to_json
 
 EXIT_OK, EXIT_DIVERGED, EXIT_UNAVAILABLE = 0, 1, 2

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from model.state import Workload
+from model.core.types import Workload
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 
-from model.state import VLLM_VERSION, StepRecord, Workload
+from model.core.types import StepRecord, Workload
+from model.vllm.config import VLLM_VERSION
 
 REAL = f"vLLM {VLLM_VERSION} (real)"
 REFERENCE = "model.reference.vllm_v1"
@@ -102,7 +103,7 @@ def first_divergence(workload: Workload, real: tuple[StepRecord, ...],
 
 def _reference_records(workload: Workload) -> Iterator[StepRecord]:
     """The reference's records, step by step (so an exception names its step)."""
-    from model.reference import vllm_v1
+    from model.vllm import reference as vllm_v1
 
     iter_steps = getattr(vllm_v1, "iter_steps", None)
     if iter_steps is None:

@@ -29,18 +29,9 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from model.state import (
-    FINISH_LENGTH,
-    FINISH_STOP,
-    POLICY_FCFS,
-    POLICY_PRIORITY,
-    Config,
-    EosEvent,
-    RequestSpec,
-    StepRecord,
-    Workload,
-)
-from model.vllm_config import validate
+from model.core.types import FINISH_LENGTH, FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
+from model.vllm.config import POLICY_FCFS, POLICY_PRIORITY, Config
+from model.vllm.validation import validate
 
 #: Features decided by the workload alone (config and requests), in report order.
 STATIC_FEATURES: tuple[str, ...] = (

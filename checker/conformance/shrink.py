@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from model.errors import InputError
-from model.state import POLICY_FCFS, Config, RequestSpec, Workload
-from model.vllm_config import validate
+from model.core.errors import InputError
+from model.core.types import RequestSpec, Workload
+from model.vllm.config import POLICY_FCFS, Config
+from model.vllm.validation import validate
 
 #: Config fields shrunk towards a smaller integer, with their floor.
 _CONFIG_INTS: tuple[tuple[str, int], ...] = (

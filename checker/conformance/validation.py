@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.errors import InputError
-from model.state import Config
-from model.vllm_config import validate
+from model.core.errors import InputError
+from model.vllm.config import Config
+from model.vllm.validation import validate
 
 # vLLM's messages (vllm/config/scheduler.py:315-357) -> our rule names.
 _MESSAGE_RULES: tuple[tuple[str, str], ...] = (

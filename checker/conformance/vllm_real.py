@@ -49,17 +49,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from model.errors import InputError
-from model.state import (
-    FINISH_LENGTH,
-    FINISH_STOP,
-    Config,
-    EosEvent,
-    RequestSpec,
-    StepRecord,
-    Workload,
-)
-from model.workload import check_requests_admissible
+from model.core.errors import InputError
+from model.core.types import FINISH_LENGTH, FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
+from model.vllm.config import Config, check_requests_admissible
 
 EOS_TOKEN_ID = 2
 OTHER_TOKEN_ID = 100

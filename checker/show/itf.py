@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from checker.trace import Counterexample
-from model import engines
-from model.errors import InputError
-from model.state import StepRecord
+from checker.methods.verdict import Counterexample
+from model import registry as engines
+from model.core.errors import InputError
+from model.core.types import StepRecord
 from model.workload import parse_workload, workload_to_json
 
 VARS = ["step", "scheduled", "admitted", "resumed", "preempted", "finished", "free_blocks",

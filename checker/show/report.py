@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
-from checker.jobs import JobResult
+from checker.methods.jobs import JobResult
+from checker.methods.verdict import UNKNOWN, Verdict
 from checker.show import sources, svg
 from checker.show.timeline import Timeline
-from checker.trace import UNKNOWN, Verdict
-from model import engines
-from model.engines.run import simulate
+from model import registry as engines
+from model.run import simulate
 from properties.manifest import Entry, Manifest, NamedConfig, load
 
 _CSS = """

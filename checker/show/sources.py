@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from checker.methods.verdict import Counterexample
 from checker.show import itf
 from checker.show import text as render
 from checker.show import timeline as tl
-from checker.trace import Counterexample
-from model import engines
-from model.engines.run import simulate
-from model.errors import InputError
-from model.state import RequestSpec, StepRecord, Workload
+from model import registry as engines
+from model.core.errors import InputError
+from model.core.types import RequestSpec, StepRecord, Workload
+from model.run import simulate
 from model.workload import parse_workload
 from properties import catalogue
 

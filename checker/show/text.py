@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from model import engines
-from model.state import StepRecord, Workload
+from model import registry as engines
+from model.core.types import StepRecord, Workload
 
 
 def _cell(rec: StepRecord, rid: str) -> str:

@@ -4,7 +4,7 @@ StepRecords of the simulation contract and, when known, the workload's requests.
 
 A chunk is a *decode* when it is the one newest sampled token of a request that already
 has output (num_computed_tokens before the step == num_tokens - 1, as vLLM's display
-convention in model/reference/vllm_v1.chunk_phase); any other chunk, including the
+convention in model/vllm/reference.chunk_phase); any other chunk, including the
 recomputation of a preempted request, is a *prefill* chunk. Without the requests (a
 simulation document that carries only steps) the prompt lengths are unknown and so is
 the phase.
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from model.state import FINISH_STOP, RequestSpec, StepRecord, Workload
+from model.core.types import FINISH_STOP, RequestSpec, StepRecord, Workload
 
 PREFILL, DECODE, UNKNOWN = "prefill", "decode", "unknown"
 

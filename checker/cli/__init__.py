@@ -1,0 +1,1 @@
+"""The command line: the argument parser (main.py) and one module per command."""

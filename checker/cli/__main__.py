@@ -1,0 +1,5 @@
+"""`python -m checker.cli` is the `batchproof` command."""
+
+from checker.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,290 @@
+"""`batchproof check`: decide properties and compare with the manifest.
+
+Exit codes: 0 every verdict as the manifest expects; 1 a verdict departs; 2 bad input;
+3 inconclusive (UNKNOWN: solver unknown or time limit)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from checker.config.flags import add_config_flags, apply_config_flags
+from checker.methods import agreement
+from checker.methods.jobs import Job, JobResult, run_batch
+from checker.methods.verdict import UNKNOWN, Verdict
+from checker.show import itf
+from checker.show import text as render
+from checker.show.graph import export_graph
+from model import registry as engines
+from model.core.errors import InputError
+from model.vllm.config import ENGINE_VLLM_V1, Config
+from model.vllm.validation import check_field_types, validate
+from model.workload import load_workload
+from properties import catalogue
+from properties.manifest import Entry, NamedConfig, custom_config, load, with_bounds
+
+COUNTEREXAMPLES = Path("counterexamples")
+METHODS = ("bmc", "explore", "both")
+ALL = "all"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `batchproof check`."""
+    parser.add_argument("--engine", default=ENGINE_VLLM_V1,
+                        help=f"engine to check: {', '.join(engines.names())}, or {ALL!r} "
+                        "for every engine's manifest (default vllm-v1)")
+    parser.add_argument("--method", choices=METHODS, default="bmc",
+                        help="bmc: theorem, k-induction, then bounded model checking (z3); "
+                        "explore: explicit-state exploration of the reference (networkx); "
+                        "both: run the two and require the same verdicts (default bmc)")
+    parser.add_argument("--dot", metavar="FILE",
+                        help="with one check and --method explore: write the explored graph "
+                        "as Graphviz DOT")
+    parser.add_argument("--graphml", metavar="FILE",
+                        help="with one check and --method explore: write the explored graph "
+                        "as GraphML")
+    parser.add_argument("--property", action="append", metavar="NAME",
+                        help="check only this property (repeatable); see --list")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--config", metavar="NAME", help="a manifest configuration")
+    src.add_argument("--config-file", metavar="F",
+                     help="a workload JSON whose 'config' is checked (vLLM field names)")
+    parser.add_argument("--no-validate", action="store_true",
+                        help="check a configuration vLLM's SchedulerConfig would reject")
+    parser.add_argument("--suite", choices=["default", "slow", "all"], default="default",
+                        help="which manifest entries to run (default: default)")
+    parser.add_argument("--depth", type=_positive, help="BMC depth (overrides the manifest)")
+    parser.add_argument("--slots", type=_positive, help="request slots (overrides the manifest)")
+    parser.add_argument("--timeout", type=_positive_float, default=300.0, metavar="S",
+                        help="seconds per check before UNKNOWN (default 300)")
+    parser.add_argument("--jobs", type=_positive, default=2, help="worker processes (default 2)")
+    parser.add_argument("--json", action="store_true", help="print verdicts as JSON")
+    parser.add_argument("--write", action="store_true",
+                        help="write counterexamples (ITF JSON + text timeline) to counterexamples/")
+    parser.add_argument("--html", metavar="FILE",
+                        help="also write a self-contained HTML report (checker/show/report.py)")
+    parser.add_argument("--list", action="store_true", help="list properties and configs")
+    add_config_flags(parser)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value}")
+    return value
+
+
+def _flags_given(args: argparse.Namespace) -> bool:
+    return apply_config_flags(args, Config()) != Config()
+
+
+def _select(args: argparse.Namespace) -> list[tuple[Entry | None, NamedConfig, str,
+                                                    tuple[tuple[str, int], ...]]]:
+    """(manifest entry or None, config, property, params) rows to check."""
+    if args.engine != ALL:
+        engines.get(args.engine)  # InputError naming the engines if unknown
+    manifest = load()
+    known = set(catalogue.names())
+    for name in args.property or []:
+        if name not in known:
+            raise InputError(f"unknown property {name!r}; known: {', '.join(sorted(known))}")
+    entries = [e for e in manifest.entries if args.engine in (ALL, e.engine)]
+    if args.property:
+        entries = [e for e in entries if e.property in args.property]
+    if args.config_file or _flags_given(args):
+        if args.engine == ALL:
+            raise InputError("a custom configuration needs one engine; add --engine NAME")
+        return _custom_rows(args, entries, manifest.configs)
+    if args.config:
+        if args.config not in manifest.configs:
+            raise InputError(f"unknown config {args.config!r}; manifest configs: "
+                             f"{', '.join(manifest.configs)}")
+        entries = [e for e in entries if e.config == args.config]
+    elif args.suite != "all" and not args.property:
+        entries = [e for e in entries if e.suite == args.suite]
+    rows = []
+    for e in entries:
+        nc = with_bounds(manifest.configs[e.config], **dict(e.bounds))
+        rows.append((e, with_bounds(nc, depth=args.depth, slots=args.slots), e.property,
+                     e.params))
+    return rows
+
+
+def _custom_rows(args: argparse.Namespace, entries: list[Entry],
+                 configs: dict[str, NamedConfig]) -> list:
+    engine = engines.get(args.engine)
+    if args.config_file:
+        workload = load_workload(args.config_file)
+        if workload.engine != args.engine:
+            raise InputError(f"{args.config_file} is a {workload.engine} workload but "
+                             f"--engine is {args.engine}; pass --engine {workload.engine}")
+        base = workload.config
+    elif args.engine == ENGINE_VLLM_V1:
+        base = Config()
+    else:
+        raise InputError(f"the vLLM flags configure vllm-v1, not {args.engine}; give "
+                         f"{args.engine}'s config with --config-file WORKLOAD.json")
+    if args.engine == ENGINE_VLLM_V1:
+        cfg = apply_config_flags(args, base)
+        check_field_types(cfg)
+        if not args.no_validate:
+            validate(cfg)
+    else:
+        cfg = base
+        rejected = engine.rejection(cfg)
+        if rejected is not None and not args.no_validate:
+            raise InputError(f"{rejected} [rule {rejected.rule}; pass --no-validate to "
+                             "check it anyway]")
+    nc = custom_config("custom", cfg, validated=not args.no_validate, engine=args.engine)
+    nc = with_bounds(nc, slots=args.slots or 3, depth=args.depth or 6, max_prompt_len=8,
+                     max_max_tokens=6)
+    seen, rows = set(), []
+    for e in entries:
+        if (e.property, e.params) not in seen:
+            seen.add((e.property, e.params))
+            rows.append((None, nc, e.property, e.params))
+    return rows
+
+
+def _paths(engine: str, slug: str) -> tuple[Path, Path]:
+    folder = COUNTEREXAMPLES / engines.get(engine).folder
+    return folder / f"{slug}.itf.json", folder / f"{slug}.txt"
+
+
+def golden_text(result: JobResult) -> str:
+    """The text rendering stored beside a counterexample."""
+    cex, rep = result.counterexample, result.replayed
+    assert cex is not None and rep is not None
+    prop = catalogue.get(cex.property, **dict(cex.params))
+    head = [f"{cex.engine} {cex.property} {dict(cex.params) or ''} on {cex.config_name}: "
+            f"VIOLATED at step {cex.violated_at} (found by {cex.method}, replayed on the "
+            "reference)".replace(" {} ", " "),
+            f"property: {prop.description}", "config: " + " ".join(
+                f"{k}={v}" for k, v in cex.workload.config.to_dict().items()),
+            "requests:"]
+    shown = rep.records[: cex.violated_at]
+    return ("\n".join(head) + "\n" + render.requests_table(cex.workload) + "\n"
+            + render.timeline(cex.workload, shown, highlight=cex.violated_at, loop=cex.loop))
+
+
+def _write(result: JobResult, itf_path: Path, txt_path: Path) -> None:
+    cex = result.counterexample
+    assert cex is not None and result.replayed is not None
+    itf_path.parent.mkdir(parents=True, exist_ok=True)
+    itf_path.write_text(itf.dumps(itf.to_itf(cex, result.replayed.records)))
+    txt_path.write_text(golden_text(result))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the selected checks; print the table or JSON; return the exit code."""
+    if args.list:
+        manifest = load()
+        print("properties: " + ", ".join(catalogue.names()))
+        for nc in manifest.configs.values():
+            print(f"config {nc.name}: {nc.description}")
+        return 0
+    rows = _select(args)
+    if not rows:
+        raise InputError("no manifest entry matches; see 'batchproof check --list'")
+    if args.dot or args.graphml:
+        return export_graph(args, rows)
+    methods = ("bmc", "explore") if args.method == "both" else (args.method,)
+    jobs = [Job(e.engine if e else args.engine, prop, params, nc,
+                e.expected if e else None, args.timeout,
+                method=method)
+            for method in methods for e, nc, prop, params in rows
+            if e is None or method in e.methods]
+    results = _execute(jobs, args.jobs)
+    verdicts = []
+    for res in results:
+        path = None
+        if res.counterexample is not None and res.replayed is not None:
+            slug = f"{res.counterexample.property}__{res.counterexample.config_name}"
+            itf_path, txt_path = _paths(res.verdict.engine, slug)
+            if args.write and res.verdict.method == methods[0]:
+                _write(res, itf_path, txt_path)
+            path = str(itf_path)
+        verdicts.append(replace(res.verdict, counterexample=path))
+    pairs = agreement.pairs(results) if args.method == "both" else []
+    disagreements = agreement.disagreements(pairs)
+    _print(verdicts, args.json, disagreements)
+    if pairs and not args.json:
+        print(f"bmc and explore: {len(pairs) - len(disagreements)} of {len(pairs)} checks "
+              "agree")
+    if args.html:
+        from checker.show import report  # the report's imports are needed only here
+        report.write_html(args.html, results, verdicts)
+    if disagreements:
+        return 1
+    return _exit_code(verdicts)
+
+
+def _execute(jobs: list[Job], workers: int) -> list[JobResult]:
+    """Run jobs grouped by config (one invariant proof per config and process)."""
+    groups: dict[str, list[int]] = {}
+    for i, job in enumerate(jobs):
+        groups.setdefault(job.config.name + repr(job.config.bounds), []).append(i)
+    batches = sorted(groups.values(), key=len, reverse=True)
+    out: list[JobResult | None] = [None] * len(jobs)
+    if workers == 1 or len(batches) == 1:
+        for batch in batches:
+            for i, res in zip(batch, run_batch([jobs[i] for i in batch]), strict=True):
+                out[i] = res
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = [(b, pool.submit(run_batch, [jobs[i] for i in b])) for b in batches]
+            for batch, fut in futures:
+                for i, res in zip(batch, fut.result(), strict=True):
+                    out[i] = res
+    return [r for r in out if r is not None]
+
+
+def _print(verdicts: list[Verdict], as_json: bool, disagreements: list[str]) -> None:
+    if as_json:
+        json.dump([v.to_json() for v in verdicts], sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return
+    several = len({v.engine for v in verdicts}) > 1
+    header = (("engine",) if several else ()) + (
+        "property", "config", "verdict", "expected", "method", "depth", "seconds",
+        "counterexample")
+    rows = [((v.engine,) if several else ()) + (
+        v.property, v.config, v.label, v.expected or "-", v.method, str(v.depth),
+        f"{v.seconds:.1f}", v.counterexample or "-") for v in verdicts]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    bad = [v for v in verdicts if not v.as_expected]
+    total = sum(v.seconds for v in verdicts)
+    print(f"\n{len(verdicts)} checks, {len(verdicts) - len(bad)} as expected, "
+          f"{sum(v.verdict == UNKNOWN for v in verdicts)} unknown; {total:.1f} s of checking")
+    for v in bad:
+        print(f"departs: {v.property} on {v.config} ({v.method}): {v.label}, expected "
+              f"{v.expected}" + (f" ({v.detail})" if v.detail else ""))
+    for line in disagreements:
+        print(f"methods disagree: {line}")
+
+
+def _exit_code(verdicts: list[Verdict]) -> int:
+    if any(not v.as_expected and v.verdict != UNKNOWN for v in verdicts):
+        return 1
+    if any(v.verdict == UNKNOWN for v in verdicts):
+        return 3
+    return 0

@@ -1,0 +1,293 @@
+"""`batchproof config [vllm serve flags]`: check a vLLM serving configuration.
+
+Prints the effective configuration (each value with its origin, resolved as vLLM's
+EngineArgs resolves it), applies vLLM's validation and startup rules, then decides each
+serving hazard (checker/config/hazards.py). `--explain-rules` shows what each SchedulerConfig
+rule prevents. Exit codes: 0 valid and no hazard witnessed; 1 a hazard witnessed (only
+with --strict); 2 invalid configuration or input; 3 inconclusive (UNKNOWN).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import replace
+
+from checker.config.flags import CONFIG_FLAGS, add_config_flags, apply_config_flags, positive_int
+from checker.config.hazards import (
+    HAZARD_NAMES,
+    UNKNOWN_LABEL,
+    WITNESSED,
+    Envelope,
+    decide_all,
+)
+from checker.config.report import print_invalid, print_reasons, print_report
+from checker.config.resolve import Request, check_config
+from checker.config.rule_reasons import explain_rules
+from model.core.errors import InputError
+from model.vllm.config import Config
+from model.vllm.engine_args import (
+    DEVICE_KEYS,
+    PERFORMANCE_MODES,
+    USAGES,
+    Device,
+    EngineArgs,
+    device_named,
+    device_with_memory,
+)
+from model.vllm.serve_yaml import IGNORED_BOOL_FLAGS, IGNORED_VALUE_FLAGS, NOT_MODELLED, yaml_tokens
+from model.vllm.startup import SPEC_METHODS, SpecDecode
+
+EXIT_OK, EXIT_HAZARD, EXIT_INVALID, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+_IGNORED = "ignored_"
+
+# vLLM flags this command reads besides the Config fields (engine/arg_utils.py).
+_ENGINE_FLAGS: tuple[tuple[tuple[str, ...], str, dict[str, object]], ...] = (
+    (("--performance-mode",), "performance_mode",
+     {"choices": PERFORMANCE_MODES, "help": "throughput doubles unset batch sizes"}),
+    (("--tensor-parallel-size", "-tp"), "tensor_parallel_size",
+     {"type": positive_int, "metavar": "N", "help": "world size factor (CPU defaults)"}),
+    (("--pipeline-parallel-size", "-pp"), "pipeline_parallel_size",
+     {"type": positive_int, "metavar": "N", "help": "world size factor (CPU defaults)"}),
+    (("--speculative-config", "-sc"), "speculative_config",
+     {"metavar": "JSON", "help": "method and num_speculative_tokens (budget rules)"}),
+    (("--spec-tokens",), "spec_tokens",
+     {"type": positive_int, "metavar": "N", "help": "num_speculative_tokens"}),
+    (("--spec-method",), "spec_method", {"choices": SPEC_METHODS, "metavar": "METHOD",
+                                          "help": "speculative method"}),
+    (("--model",), "model", {"help": "the model tag (printed only)"}),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `batchproof config`: vLLM's own, the machine, the workload envelope."""
+    parser.allow_abbrev = False  # a misspelt vLLM flag must be an error, not a prefix match
+    parser.add_argument("serve", nargs="*", metavar="MODEL",
+                        help="optional: the model tag of `vllm serve MODEL` (a pasted "
+                        "'vllm serve' prefix is dropped)")
+    add_config_flags(parser)
+    vllm = parser.add_argument_group("other vLLM flags read by the checker")
+    for flags, dest, extra in _ENGINE_FLAGS:
+        vllm.add_argument(*flags, dest=dest, default=None, **extra)  # type: ignore[arg-type]
+    vllm.add_argument("--enable-lora", dest="enable_lora", default=None,
+                      action=argparse.BooleanOptionalAction,
+                      help="LoRA on (a speculative-decoding budget rule)")
+    vllm.add_argument("--file", metavar="CONFIG.yaml",
+                      help="the YAML file `vllm serve --config` reads (command-line flags win)")
+    machine = parser.add_argument_group("the machine")
+    machine.add_argument("--gpu-memory-gib", type=_gib, metavar="G",
+                         help="device memory in GiB (picks vLLM's default tier)")
+    machine.add_argument("--device", metavar="NAME",
+                         help=f"a device name instead: {', '.join(DEVICE_KEYS)}")
+    machine.add_argument("--usage", choices=USAGES, default=None,
+                         help="serve (`vllm serve`, default), llm (`vllm.LLM`), engine")
+    env = parser.add_argument_group("workload envelope and hazard search")
+    for flag, dest, text in (
+            ("--concurrency", "slots", "requests in a witness (default 3)"),
+            ("--depth", "depth", "steps searched (default 5)"),
+            ("--max-prompt-len", "max_prompt_len", "longest prompt (default max_model_len-1)"),
+            ("--max-tokens", "max_max_tokens", "largest max_tokens (default depth+1)"),
+            ("--starvation-steps", "starvation_steps", "K for starvation (default 3)"),
+            ("--hol-steps", "hol_steps", "K for head-of-line blocking (default 1)"),
+            ("--preemptions", "max_preemptions", "M for repeated preemption (default 1)")):
+        env.add_argument(flag, dest=dest, type=positive_int, metavar="N", help=text)
+    env.add_argument("--timeout", type=_seconds, metavar="S",
+                     help="seconds per hazard before UNKNOWN (default 40)")
+    env.add_argument("--hazard", action="append", choices=HAZARD_NAMES,
+                     help="decide only this hazard (repeatable)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print one JSON document")
+    out.add_argument("--strict", action="store_true", help="exit 1 when a hazard is witnessed")
+    out.add_argument("--explain-rules", action="store_true",
+                     help="show what each SchedulerConfig rule prevents (minimal traces)")
+    _add_ignored(parser)
+
+
+def _add_ignored(parser: argparse.ArgumentParser) -> None:
+    """vLLM flags the model does not read: accepted, then listed as ignored."""
+    for name in IGNORED_BOOL_FLAGS:
+        parser.add_argument("--" + name.replace("_", "-"), dest=_IGNORED + name, default=None,
+                            action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS)
+    shorts = {"quantization": "-q", "data_parallel_size": "-dp", "compilation_config": "-O"}
+    for name in IGNORED_VALUE_FLAGS:
+        flags = ["--" + name.replace("_", "-")] + ([shorts[name]] if name in shorts else [])
+        parser.add_argument(*flags, dest=_IGNORED + name, default=None, nargs="+",
+                            help=argparse.SUPPRESS)
+
+
+def _positive_number(unit: str) -> Callable[[str], float]:
+    """An argparse type: a number in (0, 1e6) of `unit`, errors naming the unit."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit}") from None
+        if not 0 < value < 1e6:
+            raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of {unit}")
+        return value
+    return parse
+
+
+_gib = _positive_number("GiB")
+_seconds = _positive_number("seconds")
+
+
+class _FileParser(argparse.ArgumentParser):
+    """Parses a YAML file's tokens; errors name the file, in one line."""
+
+    path = ""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(f"{self.path}: {message}; use vLLM flag names as keys")
+
+
+# The vLLM flags a YAML file may hold (batchproof's own flags may not).
+_VLLM_DESTS = frozenset(
+    ["config_" + f.field for f in CONFIG_FLAGS] + [d for _, d, _ in _ENGINE_FLAGS]
+    + ["enable_lora"] + [_IGNORED + n for n in IGNORED_BOOL_FLAGS + IGNORED_VALUE_FLAGS])
+
+
+def merged_args(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with the YAML file's values under those given on the command line
+    (cli > config > defaults, utils/argparse_utils.py:526-531)."""
+    if not args.file:
+        return args
+    parser = _FileParser(prog="config", add_help=False)
+    parser.path = args.file
+    add_arguments(parser)
+    from_file = parser.parse_args(yaml_tokens(args.file))
+    merged = argparse.Namespace(**vars(args))
+    for dest, value in vars(from_file).items():
+        if value is None or value == [] or (value is False and dest not in _VLLM_DESTS):
+            continue
+        if dest not in _VLLM_DESTS:
+            key = dest.replace("config_", "")
+            raise InputError(f"{args.file}: {key!r} is a batchproof option, not a vLLM flag; "
+                             "give it on the command line")
+        if getattr(args, dest, None) is None:
+            setattr(merged, dest, value)
+    return merged
+
+
+
+def parse_request(args: argparse.Namespace) -> Request:
+    """Build the request from the (merged) arguments; InputError on bad input."""
+    overrides = apply_config_flags(args, Config())
+    given = {f.field: getattr(args, "config_" + f.field) for f in CONFIG_FLAGS}
+    if given["max_model_len"] is None:
+        raise InputError("give --max-model-len N: the model's context length (batchproof "
+                         "does not read the model's config.json)")
+    ea = EngineArgs(
+        max_model_len=overrides.max_model_len,
+        max_num_batched_tokens=given["max_num_batched_tokens"],
+        max_num_seqs=given["max_num_seqs"],
+        enable_chunked_prefill=given["enable_chunked_prefill"],
+        performance_mode=args.performance_mode or "balanced",
+        usage=args.usage or "serve",
+        world_size=(args.tensor_parallel_size or 1) * (args.pipeline_parallel_size or 1),
+        block_size=given["block_size"], num_gpu_blocks=given["num_gpu_blocks"],
+        long_prefill_token_threshold=given["long_prefill_token_threshold"],
+        long_prefill_token_threshold_adaptive=given["long_prefill_token_threshold_adaptive"],
+        policy=given["policy"], watermark=given["watermark"],
+        scheduler_reserve_full_isl=given["scheduler_reserve_full_isl"],
+        max_num_active_seqs=given["max_num_active_seqs"],
+        max_num_scheduled_tokens=given["max_num_scheduled_tokens"])
+    return Request(engine_args=ea, device=_device(args), spec=_spec(args),
+                   lora=bool(args.enable_lora), model=_model(args),
+                   ignored=_ignored(args), envelope=_envelope(args))
+
+
+def _device(args: argparse.Namespace) -> Device | None:
+    if args.device and args.gpu_memory_gib:
+        raise InputError("give --device or --gpu-memory-gib, not both")
+    if args.device:
+        return device_named(args.device)
+    if args.gpu_memory_gib:
+        return device_with_memory(args.gpu_memory_gib)
+    return None
+
+
+def _spec(args: argparse.Namespace) -> SpecDecode | None:
+    doc: dict[str, object] = {}
+    if args.speculative_config:
+        try:
+            raw = json.loads(args.speculative_config)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"--speculative-config is not valid JSON ({exc.msg}); give "
+                             'e.g. \'{"method": "eagle3", "num_speculative_tokens": 3}\'') from None
+        if not isinstance(raw, dict):
+            raise InputError("--speculative-config must be a JSON object")
+        doc = {str(k).replace("-", "_"): v for k, v in raw.items()}
+    for key, value in (("num_speculative_tokens", args.spec_tokens),
+                       ("method", args.spec_method)):
+        if value is not None:
+            if key in doc:
+                raise InputError(f"--spec-{'tokens' if 'tokens' in key else 'method'} and "
+                                 f"--speculative-config['{key}'] are mutually exclusive "
+                                 "(engine/arg_utils.py:2068-2081)")
+            doc[key] = value
+    if not doc:
+        return None
+    k = doc.get("num_speculative_tokens")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InputError(f"num_speculative_tokens must be a positive integer, got {k!r}; "
+                         "give it in --speculative-config or --spec-tokens")
+    method = str(doc.get("method", "eagle3"))
+    if method not in SPEC_METHODS:
+        raise InputError(f"unknown speculative method {method!r}; known: "
+                         f"{', '.join(SPEC_METHODS)}")
+    return SpecDecode(k, method, bool(doc.get("parallel_drafting", False)))
+
+
+def _model(args: argparse.Namespace) -> str:
+    words = list(args.serve)
+    if words[:1] == ["vllm"]:
+        words = words[1:]
+    if words[:1] == ["serve"]:
+        words = words[1:]
+    if len(words) > 1:
+        raise InputError(f"unexpected arguments {' '.join(words[1:])!r}; give one model tag "
+                         "and flags")
+    return args.model or (words[0] if words else "")
+
+
+def _ignored(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(sorted(dest[len(_IGNORED):] for dest, value in vars(args).items()
+                        if dest.startswith(_IGNORED) and value is not None))
+
+
+def _envelope(args: argparse.Namespace) -> Envelope:
+    fields = {name: getattr(args, name) for name in (
+        "slots", "depth", "max_prompt_len", "max_max_tokens", "starvation_steps",
+        "hol_steps", "max_preemptions") if getattr(args, name) is not None}
+    if args.timeout is not None:
+        fields["timeout_s"] = args.timeout
+    return replace(Envelope(), **fields)
+
+
+
+def run(args: argparse.Namespace) -> int:
+    """Parse, resolve, validate, decide the hazards, print; return the exit code."""
+    args = merged_args(args)
+    if args.explain_rules:
+        reasons = explain_rules(_envelope(args).timeout_s)
+        print_reasons(reasons, args.json)
+        return EXIT_INCONCLUSIVE if any(r.verdict == UNKNOWN_LABEL for r in reasons) else 0
+    req = parse_request(args)
+    checked = check_config(req)
+    pool_notes = ("gpu_memory_utilization", "kv_cache_memory_bytes")
+    notes = tuple(NOT_MODELLED[n] for n in req.ignored if n in NOT_MODELLED
+                  and not (checked.pool_known and n in pool_notes))
+    if checked.error is not None:
+        print_invalid(req, checked, notes, args.json)
+        return EXIT_INVALID
+    assert checked.config is not None
+    results = decide_all(checked.config, req.envelope, checked.pool_known,
+                         tuple(args.hazard or ()))
+    print_report(req, checked, notes, results, args.json)
+    if args.strict and any(r.verdict == WITNESSED for r in results):
+        return EXIT_HAZARD
+    if any(r.verdict == UNKNOWN_LABEL for r in results):
+        return EXIT_INCONCLUSIVE
+    return EXIT_OK

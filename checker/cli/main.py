@@ -1,0 +1,72 @@
+"""The `batchproof` command line. Exit codes: 0 as expected, 1 a verdict departs from the
+manifest, 2 bad input or usage, 3 inconclusive."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+from collections.abc import Sequence
+
+from model.core.errors import InputError
+
+EXIT_OK = 0
+EXIT_DEPARTS = 1
+EXIT_BAD_INPUT = 2
+EXIT_INCONCLUSIVE = 3
+
+# subcommand -> module with `add_arguments(parser)` and `run(args) -> int`
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": ("checker.cli.simulate", "run a workload through the reference scheduler"),
+    "compare": ("checker.cli.compare", "run one workload through several engines and compare"),
+    "seeds": ("checker.cli.seeds", "reproduce the seed write-ups' tables and timelines"),
+    "check": ("checker.cli.check",
+              "check properties against the manifest (theorems, k-induction, BMC, explorer)"),
+    "replay": ("checker.cli.replay", "replay a counterexample on the reference scheduler"),
+    "explain": ("checker.cli.explain", "render a counterexample or simulation as a timeline"),
+    "config": ("checker.cli.config", "check a vLLM serving configuration: rules and hazards"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors in one line with exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"batchproof: error: {message}; see 'batchproof --help'\n")
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with one subparser per available command."""
+    parser = _Parser(prog="batchproof", description=__doc__)
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    for name, (module_name, help_text) in _COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `batchproof ... | head` ends quietly
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    module = importlib.import_module(_COMMANDS[args.command][0])
+    try:
+        return int(module.run(args))
+    except InputError as exc:
+        sys.stderr.write(f"batchproof: error: {exc}\n")
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,168 @@
+"""Command-line overrides for every Config field, spelled as vLLM spells them.
+
+vLLM's flags are in vllm/engine/arg_utils.py: --max-model-len (966), --block-size (1355),
+--num-gpu-blocks-override (1367), and the SchedulerConfig group (1703-1764):
+--max-num-batched-tokens, --max-num-scheduled-tokens, --max-num-seqs,
+--max-num-active-seqs, --long-prefill-token-threshold,
+--[no-]long-prefill-token-threshold-adaptive, --scheduling-policy,
+--[no-]enable-chunked-prefill, --[no-]scheduler-reserve-full-isl, --watermark. Boolean
+fields use argparse's BooleanOptionalAction, as vLLM does (arg_utils.py:380).
+
+Flags reject garbage (non-numbers, negatives, zero sizes) at parse time, so the CLI prints
+one line and exits 2. Rules that relate two fields (max_num_batched_tokens >=
+max_num_seqs ...) are vLLM's validation, left to model.vllm_config.validate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from model.vllm.config import CONFIG_FIELDS, POLICY_FCFS, POLICY_PRIORITY, Config
+
+_DEST_PREFIX = "config_"
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    return _int_at_least(text, 1)
+
+
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_int(text: str) -> int:
+    """An integer >= 1, also written as vLLM's human-readable form: '8k' = 8000,
+    '8K' = 8192, '25.6k' = 25600 (utils/argparse_utils.py:29-73, used for
+    --max-num-batched-tokens, --max-num-scheduled-tokens and --max-model-len,
+    engine/arg_utils.py:390-403)."""
+    value = text.strip()
+    if value.lower() == "auto":
+        raise argparse.ArgumentTypeError(
+            f"{text!r} (fit max_model_len to memory) is not modelled; give a number")
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtKMGT])", value)
+    if match is None:
+        return _int_at_least(text, 1)
+    number, suffix = match.groups()
+    if suffix in _BINARY:
+        if "." in number:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: no decimals with a binary suffix; write {number}{suffix.lower()}")
+        return _at_least(text, int(number) * _BINARY[suffix], 1)
+    return _at_least(text, int(float(number) * _DECIMAL[suffix]), 1)
+
+
+def _at_least(text: str, value: int, minimum: int) -> int:
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r} must be an integer >= {minimum}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0."""
+    return _int_at_least(text, 0)
+
+
+def blocks_int(text: str) -> int:
+    """A KV pool size: an integer >= 2 (block 0 is vLLM's null block)."""
+    return _int_at_least(text, 2)
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0.0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
+def _int_at_least(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r} must be an integer >= {minimum}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigFlag:
+    """One Config field's command-line flag."""
+
+    field: str
+    flags: tuple[str, ...]
+    kind: str  # "int", "float", "bool" or "choice"
+    help: str
+    parse: Callable[[str], int | float] | None = None
+    choices: tuple[str, ...] = ()
+
+
+CONFIG_FLAGS: tuple[ConfigFlag, ...] = (
+    ConfigFlag("max_num_batched_tokens", ("--max-num-batched-tokens",), "int",
+               "token budget per step (input side)", human_int),
+    ConfigFlag("max_num_seqs", ("--max-num-seqs",), "int",
+               "max running requests", positive_int),
+    ConfigFlag("max_model_len", ("--max-model-len",), "int",
+               "max tokens per request (prompt + output)", human_int),
+    ConfigFlag("block_size", ("--block-size",), "int",
+               "tokens per KV block", positive_int),
+    ConfigFlag("num_gpu_blocks", ("--num-gpu-blocks-override", "--num-gpu-blocks"), "int",
+               "KV blocks in the pool, including vLLM's null block 0", blocks_int),
+    ConfigFlag("enable_chunked_prefill", ("--enable-chunked-prefill",), "bool",
+               "split prompts to fit the remaining budget"),
+    ConfigFlag("long_prefill_token_threshold", ("--long-prefill-token-threshold",), "int",
+               "cap on one request's tokens per step (0 = off)", non_negative_int),
+    ConfigFlag("long_prefill_token_threshold_adaptive",
+               ("--long-prefill-token-threshold-adaptive",), "bool",
+               "floor the threshold at max_num_batched_tokens // requests"),
+    ConfigFlag("policy", ("--scheduling-policy",), "choice",
+               "waiting order and preemption victim", None, (POLICY_FCFS, POLICY_PRIORITY)),
+    ConfigFlag("watermark", ("--watermark",), "float",
+               "fraction of KV blocks kept free when admitting", non_negative_float),
+    ConfigFlag("scheduler_reserve_full_isl", ("--scheduler-reserve-full-isl",), "bool",
+               "admit only if the whole current sequence fits in free blocks"),
+    ConfigFlag("max_num_active_seqs", ("--max-num-active-seqs",), "int",
+               "admission cap on running (default: max_num_seqs)", positive_int),
+    ConfigFlag("max_num_scheduled_tokens", ("--max-num-scheduled-tokens",), "int",
+               "tokens the scheduler may issue per step (default: max_num_batched_tokens)",
+               human_int),
+)
+
+FLAG_FOR_FIELD: dict[str, str] = {f.field: f.flags[0] for f in CONFIG_FLAGS}
+assert set(FLAG_FOR_FIELD) == set(CONFIG_FIELDS), "every Config field needs a flag"
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """Add one override flag per Config field (vLLM spelling); unset flags leave the
+    workload's or default value alone."""
+    group = parser.add_argument_group(
+        "vLLM configuration overrides",
+        "override the workload's config; names as in vllm serve")
+    for flag in CONFIG_FLAGS:
+        dest = _DEST_PREFIX + flag.field
+        if flag.kind == "bool":
+            group.add_argument(*flag.flags, dest=dest, default=None,
+                               action=argparse.BooleanOptionalAction, help=flag.help)
+        elif flag.kind == "choice":
+            group.add_argument(*flag.flags, dest=dest, default=None,
+                               choices=flag.choices, help=flag.help)
+        else:
+            group.add_argument(*flag.flags, dest=dest, default=None, type=flag.parse,
+                               metavar="N" if flag.kind == "int" else "X", help=flag.help)
+
+
+def apply_config_flags(args: argparse.Namespace, cfg: Config) -> Config:
+    """`cfg` with every flag that was given on the command line applied."""
+    overrides = {}
+    for flag in CONFIG_FLAGS:
+        value = getattr(args, _DEST_PREFIX + flag.field, None)
+        if value is not None:
+            overrides[flag.field] = value
+    return replace(cfg, **overrides)

@@ -1,0 +1,430 @@
+"""Serving hazards of one vLLM configuration, each decided honestly:
+
+- PROVED absent: a closed-form argument over all request counts and lengths (capacity
+  lemma below, z3-checked for the config's numbers), or the hazard needs a setting the
+  config does not have (chunked prefill off, the PRIORITY policy);
+- WITNESSED: a minimal trace from the checker (BMC through checker.jobs), replayed on
+  the reference; or, for hazards that need more requests than the bound allows, a
+  constructed trace checked on the reference (said so, and not minimal);
+- HOLDS within bounds: no witness with at most `slots` requests and `depth` steps;
+- UNKNOWN: solver unknown, time limit, or the KV pool size was not given.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import z3
+
+from checker.methods.jobs import Job, JobResult, run
+from checker.methods.replay import ReplayResult
+from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED
+from model.core.ops import CONCRETE
+from model.core.types import RequestSpec, StepRecord, Workload
+from model.vllm.config import ENGINE_VLLM_V1, POLICY_PRIORITY, Config
+from model.vllm.engine import records_to_steps
+from model.vllm.reference import simulate
+from properties import catalogue
+from properties.manifest import custom_config, with_bounds
+
+ABSENT, WITNESSED, BOUNDED = "PROVED absent", "WITNESSED", "HOLDS within bounds"
+UNKNOWN_LABEL = "UNKNOWN"
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """The workload bound the hazards are searched within, and the hazard parameters."""
+
+    slots: int = 3
+    depth: int = 5
+    max_prompt_len: int | None = None  # None: max_model_len - 1
+    max_max_tokens: int | None = None  # None: depth + 1 (no witness lost, see bounds_of)
+    max_priority: int = 1
+    timeout_s: float = 40.0
+    starvation_steps: int = 3
+    hol_steps: int = 1
+    unchunked_steps: int = 2
+    inversion_steps: int = 2
+    max_preemptions: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Witness:
+    """A run that shows a hazard: the workload, the reference's records, the step."""
+
+    workload: Workload
+    replayed: ReplayResult
+    violated_at: int
+    minimal: bool
+    loop: int | None = None
+    first_shown: int = 1  # long constructed runs show only their last steps
+
+    def shown(self) -> tuple[StepRecord, ...]:
+        """The records the output shows: steps first_shown .. violated_at."""
+        return self.replayed.records[self.first_shown - 1: self.violated_at]
+
+
+@dataclass(frozen=True, slots=True)
+class HazardResult:
+    """One hazard's verdict with its evidence."""
+
+    name: str
+    title: str
+    verdict: str
+    detail: str
+    bounds: tuple[tuple[str, int], ...] = ()
+    witness: Witness | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        """The `--json` object of this hazard."""
+        out: dict[str, object] = {
+            "hazard": self.name, "title": self.title, "verdict": self.verdict,
+            "detail": self.detail, "bounds": dict(self.bounds),
+            "seconds": round(self.seconds, 3), "witness": None}
+        if self.witness is not None:
+            w = self.witness
+            out["witness"] = {
+                "minimal": w.minimal, "violated_at": w.violated_at, "loop": w.loop,
+                "first_step_shown": w.first_shown,
+                "requests": [{"id": r.id, "prompt_len": r.prompt_len,
+                              "max_tokens": r.max_tokens, "arrival_step": r.arrival_step,
+                              "priority": r.priority} for r in w.workload.requests],
+                "eos": [{"id": e.id, "step": e.step} for e in w.workload.eos],
+                "steps": [rec.to_json() for rec in w.shown()]}
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Hazard:
+    """A hazard: the property that rules it out, how to prove it absent, and how to build
+    a witness when the bound is too small."""
+
+    name: str
+    title: str
+    property: str
+    params: Callable[[Envelope], tuple[tuple[str, int], ...]]
+    upstream: str
+    needs_pool: bool
+    absent: Callable[[Config], str | None]  # the argument, when it applies
+    slots: int | None = None  # overrides the envelope's (lasso: one request)
+    construct: Callable[[Config, Envelope], Workload | None] | None = None
+    kv_only: Callable[[Config], bool] = lambda cfg: False  # needs an allocation failure
+    min_requests: Callable[[Config], int] = lambda cfg: 1  # fewer cannot show it
+
+
+# --- closed-form arguments ----------------------------------------------------------------
+
+def per_request_blocks(cfg: Config) -> int:
+    """The most blocks one live request ever holds: its computed tokens stay below
+    max_model_len (scheduler.py:716-721 caps them at max_model_len - 1; a request
+    finishes at max_model_len, sched/utils.py:114-119), so cdiv(max_model_len - 1,
+    block_size) (the rules' invariant blocks = cdiv(num_computed_tokens, block_size),
+    proved inductive in checker/induction.well_formed)."""
+    return -(-(cfg.max_model_len - 1) // cfg.block_size)
+
+
+def capacity_lemma(cfg: Config, timeout_s: float = 5.0, requests: int | None = None
+                   ) -> str | None:
+    """When the usable pool holds max_num_active_reqs requests of the largest size plus
+    the watermark, no allocation ever fails: the RUNNING loop never preempts
+    (scheduler.py:777-844) and the waiting head never fails its block checks
+    (kv_cache_manager.py:522-539, 575-579). Checked with z3 for this config's numbers
+    and ANY number R <= max_num_active_reqs of requests holding ANY blocks up to the
+    per-request bound. Returns the argument, or None when the pool is smaller."""
+    c, usable, wm = per_request_blocks(cfg), cfg.usable_blocks, cfg.watermark_blocks
+    cap = cfg.max_num_active_reqs if requests is None else min(requests,
+                                                                cfg.max_num_active_reqs)
+    held, others, need, r = z3.Ints("held_by_others held_self need requests")
+    # A running request asking for blocks: others (R - 1 requests) hold <= (R - 1) * c,
+    # it ends with at most c; a waiting head is tried only while R < cap (922-924), so
+    # R - 1 <= cap - 1 others hold blocks and the head needs at most c plus the watermark.
+    running_ok = z3.Implies(
+        z3.And(r >= 1, r <= cap, held >= 0, held <= (r - 1) * c, need >= 0, need <= c),
+        held + need <= usable)
+    admit_ok = z3.Implies(
+        z3.And(r >= 0, r <= cap - 1, held >= 0, held <= r * c, need >= 0, need <= c),
+        held + need + wm <= usable)
+    s = z3.Solver()
+    s.set(timeout=int(timeout_s * 1000))
+    s.add(z3.Not(z3.And(running_ok, admit_ok)))
+    if s.check() != z3.unsat:
+        return None
+    who = "max_num_active_reqs=" if requests is None else "at most "
+    return (f"the {usable} usable blocks hold {who}{cap} requests of at most "
+            f"cdiv(max_model_len - 1, block_size) = {c} blocks each plus the watermark "
+            f"({wm}), so no block allocation ever fails (z3: any number of requests up to "
+            f"{cap}, any lengths)")
+
+
+def decode_starvation(cfg: Config) -> str:
+    """Seed 000's theorem applied to the config: running decodes alone (one token each)
+    use the whole budget only when there are at least as many as the budget
+    (checker/methods/theorems/vllm_v1.py, proved for all sizes)."""
+    seats, budget = cfg.max_num_active_reqs, cfg.token_budget
+    if seats < budget:
+        return (f"running decodes alone never starve a prompt: at most {seats} decode at "
+                f"once, below the {budget}-token budget (seed 000's theorem)")
+    return (f"once {budget} requests decode at once they alone use the {budget}-token "
+            "budget and every waiting prompt gets 0 tokens (seed 000's theorem)")
+
+
+def pool_shortfall(cfg: Config) -> str:
+    """How many longest requests fill the pool, for the detail of a KV hazard."""
+    c = per_request_blocks(cfg)
+    fits = (cfg.usable_blocks - cfg.watermark_blocks) // c
+    return (f"the pool holds {fits} requests of max_model_len ({c} blocks each), fewer than "
+            f"max_num_active_reqs={cfg.max_num_active_reqs}: KV pressure needs about "
+            f"{fits + 1} long concurrent requests")
+
+
+def _no_preemption(cfg: Config) -> str | None:
+    lemma = capacity_lemma(cfg)
+    return None if lemma is None else lemma + ": no request is ever preempted"
+
+
+def _no_hol(cfg: Config) -> str | None:
+    if not cfg.enable_chunked_prefill:
+        return None  # the head can still be refused for the budget (scheduler.py:1160-1167)
+    lemma = capacity_lemma(cfg)
+    if lemma is None:
+        return None
+    return (lemma + "; with chunked prefill on the head is then only refused when no "
+            "budget or seat is left, which stops every request behind it too")
+
+
+def _no_self_preemption(cfg: Config) -> str | None:
+    need = per_request_blocks(cfg)
+    return (f"a request alone holds at most cdiv(max_model_len - 1, block_size) = {need} "
+            "blocks, and vLLM refuses to start unless the pool holds cdiv(max_model_len, "
+            "block_size) besides the null block (kv_cache_utils.py:1003-1040), so in every "
+            "engine that starts a lone request never preempts itself and runs until "
+            "max_tokens or max_model_len")
+
+
+def ample_pool(cfg: Config) -> int:
+    """A pool size (with the null block) for which capacity_lemma holds: used when the
+    user did not give the pool, for hazards that do not need it."""
+    want = cfg.max_num_active_reqs * per_request_blocks(cfg)
+    blocks = want + 2
+    while (blocks - 1) - int(cfg.watermark * blocks) < want:
+        blocks *= 2
+    return blocks
+
+
+def _chunked_on(cfg: Config) -> str | None:
+    if cfg.enable_chunked_prefill:
+        return ("chunked prefill is on: a prompt takes what is left of the budget, the "
+                "refusal at scheduler.py:1160-1167 needs chunked prefill off")
+    return None
+
+
+def _not_priority(cfg: Config) -> str | None:
+    if cfg.policy != POLICY_PRIORITY:
+        return ("the policy is fcfs: the waiting queue ignores priorities by design "
+                "(request_queue.py:75-128), so no request is 'better' than another")
+    return None
+
+
+def never(cfg: Config) -> str | None:
+    """No setting rules the hazard out."""
+    return None
+
+
+# --- constructed witnesses (more requests than the bound) --------------------------------
+
+def _inversion_workload(cfg: Config, env: Envelope) -> Workload | None:
+    """max_num_active_reqs requests of priority 1 take every seat at step 1, then one of
+    priority 0 arrives: it waits while they decode (scheduler.py:922-924)."""
+    cap = cfg.max_num_active_reqs
+    if cfg.policy != POLICY_PRIORITY or cap > 2048:  # about 8 s of reference checking
+        return None
+    steps = env.inversion_steps + 1
+    low = [RequestSpec(id=f"r{i}", prompt_len=1, max_tokens=steps + 1, arrival_step=1,
+                       priority=1) for i in range(cap)]
+    high = RequestSpec(id=f"r{cap}", prompt_len=1, max_tokens=1, arrival_step=2, priority=0)
+    return Workload(config=cfg, requests=(*low, high), steps=steps)
+
+
+def _hol_workload(cfg: Config, env: Envelope) -> Workload | None:
+    """Long prompts arrive together, then one 1-token request. With chunked prefill they
+    are admitted one after another as the budget frees (each passes the full-sequence
+    check while it fits); the first that no longer fits the pool stops admission, and the
+    small request behind it waits (scheduler.py:1275-1282). Needs more seats than
+    long requests the pool holds."""
+    bs, budget = cfg.block_size, cfg.token_budget
+    grow = 8
+    for _ in range(8):
+        prompt = cfg.max_model_len - 1 - grow
+        if prompt < bs:
+            return None
+        each = -(-prompt // bs)
+        fillers = (cfg.usable_blocks - cfg.watermark_blocks) // each + 1
+        steps = fillers * (-(-prompt // budget) + 1) + env.hol_steps + 2
+        if steps <= grow:
+            break
+        grow = 2 * steps
+    else:
+        return None
+    # The reference run and the O(requests^2) property check stay within seconds.
+    if fillers + 1 > cfg.max_num_active_reqs or fillers > 256 or fillers * steps > 300_000:
+        return None
+    longs = [RequestSpec(id=f"r{i}", prompt_len=prompt, max_tokens=grow, arrival_step=1)
+             for i in range(fillers)]
+    small = RequestSpec(id=f"r{fillers}", prompt_len=1, max_tokens=1, arrival_step=1)
+    return Workload(config=cfg, requests=(*longs, small), steps=steps)
+
+
+# --- the hazards --------------------------------------------------------------------------
+
+HAZARDS: tuple[Hazard, ...] = (
+    Hazard("starvation", "a waiting prompt gets 0 tokens for K steps in a row",
+           "starvation", lambda e: (("k", e.starvation_steps),),
+           "scheduler.py:657-887 serves RUNNING first; 912 stops when the budget is spent",
+           False, never),
+    Hazard("head_of_line", "a request that fits waits behind one that does not",
+           "head_of_line_blocking", lambda e: (("k", e.hol_steps),),
+           "scheduler.py:1160-1167, 1275-1282: any refusal of the waiting head ends "
+           "admission for the step", True, _no_hol, construct=_hol_workload,
+           kv_only=lambda cfg: bool(cfg.enable_chunked_prefill)),
+    Hazard("self_preemption", "a request that fits max_model_len can never finish "
+           "(self-preemption livelock)", "never_finishes", lambda e: (),
+           "kv_cache_manager.py:522-539 admits on the current sequence; scheduler.py:842-848 "
+           "a request that outgrows the pool preempts itself", False, _no_self_preemption,
+           slots=1),
+    Hazard("repeated_preemption", "one request is preempted more than M times",
+           "repeated_preemption", lambda e: (("m", e.max_preemptions),),
+           "scheduler.py:777-844 preempts on every allocation failure, no cap on "
+           "num_preemptions (1608)", True, _no_preemption, kv_only=lambda cfg: True),
+    Hazard("unchunked_blocking", "chunked prefill off: the waiting head is refused K "
+           "steps for the budget running requests used", "unchunked_prefill_blocked",
+           lambda e: (("k", e.unchunked_steps),),
+           "scheduler.py:1160-1167 breaks when the whole prompt exceeds the budget left",
+           False, _chunked_on),
+    Hazard("priority_inversion", "a better-priority request waits K steps while "
+           "worse-priority ones hold every seat", "priority_inversion",
+           lambda e: (("k", e.inversion_steps),),
+           "scheduler.py:922-924 stops admission when running is full; the RUNNING loop "
+           "preempts only for KV blocks (777-844)", False, _not_priority,
+           construct=_inversion_workload, min_requests=lambda cfg: cfg.max_num_active_reqs + 1),
+)
+HAZARD_NAMES: tuple[str, ...] = tuple(h.name for h in HAZARDS)
+
+
+def decide_all(cfg: Config, env: Envelope, pool_known: bool,
+               only: tuple[str, ...] = ()) -> tuple[HazardResult, ...]:
+    """Every hazard's verdict for `cfg` (in HAZARDS order)."""
+    return tuple(decide(h, cfg, env, pool_known) for h in HAZARDS
+                 if not only or h.name in only)
+
+
+def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool) -> HazardResult:
+    """One hazard: the closed-form argument, else the checker, else a constructed run."""
+    start = time.monotonic()
+    argument = h.absent(cfg)
+    if argument is not None and (pool_known or not h.needs_pool):
+        return HazardResult(h.name, h.title, ABSENT, argument,
+                            seconds=time.monotonic() - start)
+    if h.needs_pool and not pool_known:
+        return HazardResult(h.name, h.title, UNKNOWN_LABEL,
+                            "needs the KV pool size: give --num-gpu-blocks N (vLLM logs "
+                            "it at startup as the number of GPU blocks)",
+                            seconds=time.monotonic() - start)
+    result = _within_capacity(h, cfg, env) or _check(h, cfg, env)
+    if h.needs_pool and result.verdict == BOUNDED:
+        result = replace(result, detail=result.detail + "; " + pool_shortfall(cfg))
+    if h.name == "starvation":
+        result = replace(result, detail=result.detail + "; " + decode_starvation(cfg))
+    if result.verdict == BOUNDED and h.construct is not None:
+        result = _constructed(h, cfg, env) or result
+    if not pool_known and result.verdict in (WITNESSED, BOUNDED):
+        result = replace(result, detail=result.detail + f"; assuming a KV pool of "
+                         f"{cfg.num_gpu_blocks} blocks that never runs out (give "
+                         "--num-gpu-blocks for your pool)")
+    return replace(result, seconds=time.monotonic() - start)
+
+
+def _within_capacity(h: Hazard, cfg: Config, env: Envelope) -> HazardResult | None:
+    """A hazard that cannot occur within the bound, decided without a search: it needs
+    more requests than the bound has, or (KV-only) the bound's requests cannot exhaust
+    the pool (capacity lemma)."""
+    bounds = bounds_of(h, cfg, env)
+    need = h.min_requests(cfg)
+    if bounds["slots"] < need:
+        return HazardResult(h.name, h.title, BOUNDED, f"no witness with {bounds['slots']} "
+                            f"request(s): it needs at least {need}", tuple(bounds.items()))
+    if not h.kv_only(cfg):
+        return None
+    lemma = capacity_lemma(cfg, requests=bounds["slots"])
+    if lemma is None:
+        return None
+    return HazardResult(h.name, h.title, BOUNDED, f"no witness with {bounds['slots']} "
+                        f"request(s) over any number of steps: {lemma}", tuple(bounds.items()))
+
+
+def bounds_of(h: Hazard, cfg: Config, env: Envelope) -> dict[str, int]:
+    """The BMC bounds of one hazard's query."""
+    top = cfg.max_model_len - 1
+    # max_tokens is read only by the stop check (sched/utils.py:114-119): within `depth`
+    # steps a request samples at most `depth` tokens, so any max_tokens above depth + 1
+    # behaves as depth + 1 and the default bound loses no witness.
+    tokens = env.max_max_tokens or min(top, env.depth + 1)
+    return {"slots": h.slots or env.slots, "depth": env.depth,
+            "max_prompt_len": min(env.max_prompt_len or top, top),
+            "max_max_tokens": tokens, "max_priority": env.max_priority}
+
+
+def _check(h: Hazard, cfg: Config, env: Envelope) -> HazardResult:
+    bounds = bounds_of(h, cfg, env)
+    nc = with_bounds(custom_config("user", cfg, validated=True), **bounds)
+    job = Job(engine=ENGINE_VLLM_V1, property=h.property, params=h.params(env), config=nc,
+              expected=None, timeout_s=env.timeout_s)
+    return from_job(h, run(job), bounds)
+
+
+def from_job(h: Hazard, res: JobResult, bounds: dict[str, int]) -> HazardResult:
+    """A job's verdict in hazard terms. A proof over a fixed number of request slots is
+    not a proof for every number of requests, so it is reported within bounds."""
+    v = res.verdict
+    bt = tuple(bounds.items())
+    if v.verdict == VIOLATED and res.counterexample is not None and res.replayed is not None:
+        cex = res.counterexample
+        return HazardResult(h.name, h.title, WITNESSED,
+                            f"minimal trace found by {v.method}, replayed on the reference",
+                            bt, Witness(cex.workload, res.replayed, cex.violated_at, True,
+                                        cex.loop))
+    if v.verdict == PROVED:
+        return HazardResult(h.name, h.title, BOUNDED,
+                            f"no witness with {bounds['slots']} request(s) over any number of "
+                            f"steps ({v.detail})", bt)
+    if v.verdict == HOLDS:
+        return HazardResult(h.name, h.title, BOUNDED,
+                            f"no witness with {bounds['slots']} request(s) in {v.depth} steps"
+                            f" (prompts <= {bounds['max_prompt_len']}, max_tokens <= "
+                            f"{bounds['max_max_tokens']})", bt)
+    assert v.verdict == UNKNOWN
+    return HazardResult(h.name, h.title, UNKNOWN_LABEL, v.detail or "solver unknown", bt)
+
+
+def _constructed(h: Hazard, cfg: Config, env: Envelope) -> HazardResult | None:
+    """Run the hazard's constructed workload on the reference and check the property
+    there; a witness only if the property fails on the reference."""
+    assert h.construct is not None
+    workload = h.construct(cfg, env)
+    if workload is None:
+        return None
+    prop = catalogue.get(h.property, **dict(h.params(env)))
+    records = simulate(workload)
+    steps = records_to_steps(workload, records)
+    failing = [t for t in range(len(steps)) if not prop.holds(CONCRETE, steps, t)]
+    if not failing:
+        return None
+    at = failing[0] + 1
+    shown = max(1, at - 5)
+    return HazardResult(
+        h.name, h.title, WITNESSED,
+        f"needs {len(workload.requests)} requests, more than the checker's bound of "
+        f"{env.slots}: a constructed run, checked on the reference (not minimised)", (),
+        Witness(workload, ReplayResult(records, at), at, False, first_shown=shown))

@@ -1,0 +1,198 @@
+"""What `batchproof config` prints: the effective configuration with origins, the rule a
+configuration breaks, each hazard's verdict and witness timeline, the rule reasons; as text
+or as one JSON document."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from checker.config.hazards import HazardResult
+from checker.config.resolve import Checked, Request
+from checker.config.rule_reasons import RuleReason
+from checker.show import text as render
+from model.core.errors import ConfigError
+from model.vllm.config import Config
+
+SCOPE = ("model scope: vLLM V1's synchronous Scheduler, one data-parallel rank, prefix "
+         "caching off, no speculative decoding in the step (vllm serve runs AsyncScheduler "
+         "by default: the same rules with one step of look-ahead)")
+
+
+def _show(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "unset" if value is None else str(value)
+
+
+def warnings(cfg: Config, req: Request) -> tuple[str, ...]:
+    """vLLM's logged warnings for this configuration."""
+    out = []
+    if cfg.max_num_batched_tokens > cfg.max_num_seqs * cfg.max_model_len:
+        out.append(f"max_num_batched_tokens ({cfg.max_num_batched_tokens}) exceeds "
+                   f"max_num_seqs * max_model_len ({cfg.max_num_seqs * cfg.max_model_len}); "
+                   "vLLM warns this may lead to unexpected behaviour "
+                   "(config/scheduler.py:344-350)")
+    if req.spec is not None and cfg.token_budget < 8192:
+        out.append(f"max_num_scheduled_tokens is {cfg.token_budget} with speculative "
+                   "decoding; vLLM warns below 8192 (config/vllm.py:2274-2282)")
+    return tuple(out)
+
+
+def _header(req: Request, checked: Checked) -> list[str]:
+    eff = checked.effective
+    assert eff is not None
+    dev = eff.device
+    where = (f"device {dev.key} ({dev.memory_gib:g} GiB)" if dev.key != "custom"
+             else f"a device of {dev.memory_gib:g} GiB")
+    if req.device is None:
+        where = "device not given (both batch sizes set by the user)"
+    lines = [f"batchproof config: vLLM 0.32.0{' ' + req.model if req.model else ''}, "
+             f"usage {eff.usage}, {where}, performance mode {eff.performance_mode}", "",
+             "effective configuration (as vLLM's EngineArgs resolves it):"]
+    rows = [(name, _show(r.value), r.origin, r.why) for name, r in eff.values]
+    if not checked.pool_known:
+        rows = [(n, v if n != "num_gpu_blocks" else "unknown", o, w) for n, v, o, w in rows]
+    w0, w1, w2 = (max(len(r[i]) for r in rows) for i in range(3))
+    lines += [f"  {n.ljust(w0)}  {v.rjust(w1)}  {o.ljust(w2)}  {w}" for n, v, o, w in rows]
+    if req.spec is not None:
+        lines.append(f"  speculative decoding: {req.spec.method}, num_speculative_tokens="
+                     f"{req.spec.num_speculative_tokens}, {req.spec.draft_slots} draft slot(s) "
+                     "per request")
+    if req.ignored:
+        lines.append("ignored vLLM flags (not read by the scheduler model): "
+                     + ", ".join("--" + n.replace("_", "-") for n in req.ignored))
+    return lines
+
+
+def print_invalid(req: Request, checked: Checked, notes: tuple[str, ...],
+                  as_json: bool) -> None:
+    """The effective configuration and the rule it breaks (error line on stderr)."""
+    assert checked.error is not None
+    if as_json:
+        print(json.dumps(_json_doc(req, checked, notes, ()), indent=1))
+    else:
+        print("\n".join(_header(req, checked) + ["", "validation: INVALID (vLLM refuses to "
+                                                    f"start: rule {checked.error.rule})"]))
+    write_error(checked.error)
+
+
+def print_report(req: Request, checked: Checked, notes: tuple[str, ...],
+                 results: tuple[HazardResult, ...], as_json: bool) -> None:
+    """The full report: effective configuration, validation, hazards."""
+    if as_json:
+        print(json.dumps(_json_doc(req, checked, notes, results), indent=1))
+        return
+    assert checked.config is not None
+    lines = _header(req, checked)
+    lines += ["note: " + n for n in notes]
+    lines += ["warning: " + w for w in warnings(checked.config, req)]
+    kv = ("the KV pool holds one max_model_len request" if checked.pool_known
+          else "KV startup check not applied: pool size not given (--num-gpu-blocks)")
+    spec = "; speculative-decoding budget rules hold" if req.spec is not None else ""
+    lines += ["", f"validation: valid: every SchedulerConfig rule holds; {kv}{spec}", "",
+              SCOPE, "", "hazards:"]
+    for r in results:
+        lines += _hazard_lines(r)
+    counts = {v: sum(r.verdict == v for r in results) for v in
+              ("WITNESSED", "PROVED absent", "HOLDS within bounds", "UNKNOWN")}
+    lines.append("summary: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    print("\n".join(lines))
+
+
+def _hazard_lines(r: HazardResult) -> list[str]:
+    lines = [f"  [{r.verdict}] {r.name}: {r.title}", f"      {r.detail}"]
+    if r.witness is None:
+        return lines
+    w = r.witness
+    table = render.requests_table(w.workload)
+    timeline = render.timeline(w.workload, w.shown(), highlight=w.violated_at, loop=w.loop)
+    body = ["requests:", *_compact(table.rstrip("\n").split("\n"))]
+    if w.first_shown > 1:
+        body.append(f"(steps 1-{w.first_shown - 1} not shown)")
+    body += _compact(timeline.rstrip("\n").split("\n"), rows_from=2 if "v" in timeline else 1)
+    return lines + ["      " + line if line else "" for line in body] + [""]
+
+
+def _compact(lines: list[str], rows_from: int = 0) -> list[str]:
+    """Collapse runs of three or more request rows that read the same apart from the
+    request id (constructed witnesses hold hundreds of alike requests)."""
+    def body(line: str) -> str | None:
+        text = line.strip()
+        if not text.startswith("r") or not text[1:2].isdigit():
+            return None
+        return text.split(maxsplit=1)[1] if " " in text else ""
+
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        key = body(lines[i]) if i >= rows_from else None
+        j = i + 1
+        while key is not None and j < len(lines) and body(lines[j]) == key:
+            j += 1
+        if j - i >= 3:
+            first = lines[i].strip().split()[0].rstrip(":")
+            last = lines[j - 1].strip().split()[0].rstrip(":")
+            out += [lines[i], f"  ... {first} to {last}: {j - i} alike"]
+        else:
+            out += lines[i:j]
+        i = j
+    return out
+
+
+def _json_doc(req: Request, checked: Checked, notes: tuple[str, ...],
+              results: tuple[HazardResult, ...]) -> dict[str, object]:
+    eff = checked.effective
+    assert eff is not None
+    err = checked.error
+    return {
+        "vllm_version": "0.32.0", "model": req.model, "usage": eff.usage,
+        "device": None if req.device is None else {"name": eff.device.key,
+                                                   "memory_gib": eff.device.memory_gib},
+        "performance_mode": eff.performance_mode,
+        "effective": {name: {"value": None if name == "num_gpu_blocks"
+                             and not checked.pool_known else r.value,
+                             "origin": r.origin, "why": r.why} for name, r in eff.values},
+        "speculative": None if req.spec is None else {
+            "method": req.spec.method, "num_speculative_tokens": req.spec.num_speculative_tokens,
+            "draft_slots": req.spec.draft_slots},
+        "ignored_flags": list(req.ignored), "notes": list(notes),
+        "warnings": [] if checked.config is None else list(warnings(checked.config, req)),
+        "valid": err is None,
+        "error": None if err is None else {"rule": err.rule, "message": str(err)},
+        "scope": SCOPE, "hazards": [r.to_json() for r in results],
+    }
+
+
+_SHOWN = ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "block_size",
+          "num_gpu_blocks")
+
+
+def print_reasons(reasons: tuple[RuleReason, ...], as_json: bool) -> None:
+    """--explain-rules: each rule, what dropping it lets happen, with the trace."""
+    if as_json:
+        print(json.dumps([r.to_json() for r in reasons], indent=1))
+        return
+    lines = ["why each SchedulerConfig rule exists (each rule dropped in turn, the others "
+             "kept; minimal traces replayed on the reference):", ""]
+    for r in reasons:
+        lines.append(f"rule {r.rule}: {r.text} ({r.upstream})")
+        lines.append(f"  [{r.verdict}] {r.detail}")
+        if r.result is not None and r.result.witness is not None:
+            cfg = r.result.witness.workload.config
+            lines.append("      config with the rule dropped: " + " ".join(
+                f"{k}={_show(v)}" for k, v in cfg.to_dict().items()
+                if k in _SHOWN or v != getattr(Config(), k)))
+            lines += _hazard_lines(r.result)[2:]
+        lines.append("")
+    print("\n".join(lines).rstrip())
+
+
+def error_line(error: ConfigError) -> str:
+    """The one-line error for an invalid configuration."""
+    return f"batchproof: error: rule {error.rule}: {error}"
+
+
+def write_error(error: ConfigError) -> None:
+    """Print the invalid configuration's error line on stderr."""
+    sys.stderr.write(error_line(error) + "\n")

@@ -1,0 +1,108 @@
+"""Bounded model checking with iterative deepening: the first depth at which the property
+can fail gives the shortest counterexample, which minimize.py then makes canonical."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import z3
+
+from checker.methods.minimize import minimal_model, workload_of
+from checker.methods.symbolic import (
+    Bounds,
+    Family,
+    Unrolling,
+    extend,
+    new_unrolling,
+    same_behaviour,
+)
+from model.core.ops import SYMBOLIC, Bool
+from model.core.types import Workload
+from properties.catalogue import Property
+
+Z3_SEED = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BmcResult:
+    """HOLDS up to `depth`, VIOLATED at `depth` with a workload, or UNKNOWN."""
+
+    status: str  # "holds" | "violated" | "unknown"
+    depth: int
+    seconds: float
+    workload: Workload | None = None
+    loop: int | None = None
+    reason: str = ""
+    minimal: bool = True  # False: minimisation hit the time limit
+
+
+def violation_at(prop: Property, u: Unrolling, d: int) -> Bool:
+    """The property fails at depth d (after d steps)."""
+    if prop.kind == "lasso":
+        return _lasso(u, d)
+    return z3.Not(_as_z3(prop.holds(SYMBOLIC, u.steps, d - 1)))
+
+
+def _as_z3(b: object) -> z3.BoolRef:
+    return z3.BoolVal(b) if isinstance(b, bool) else b
+
+
+def _lasso(u: Unrolling, d: int) -> Bool:
+    """The run returns at depth d to the behaviour of an earlier state i with a request
+    still unfinished, every request having arrived by step i: the loop i..d repeats
+    forever and that request never finishes."""
+    final = u.states[d]
+    options = []
+    for i in range(d):
+        start = u.states[i]
+        arrived = [z3.Or(s.arrival_step == 0, s.arrival_step <= i) for s in u.specs]
+        # held in step i+1 and arrived by step i: unfinished in state i.
+        stuck = [z3.And(_as_z3(obs.held), spec.prompt_len + spec.max_tokens
+                        <= u.cfg.max_model_len)
+                 for obs, spec in zip(u.steps[i].slots, u.specs, strict=True)]
+        options.append(z3.And(same_behaviour(u, start, final), *arrived, z3.Or(*stuck)))
+    return z3.Or(*options)
+
+
+def _loop_index(u: Unrolling, model: z3.ModelRef, d: int) -> int:
+    for i in range(d):
+        start = u.states[i]
+        arrived = [z3.Or(s.arrival_step == 0, s.arrival_step <= i) for s in u.specs]
+        if z3.is_true(model.eval(z3.And(same_behaviour(u, start, u.states[d]), *arrived),
+                                 model_completion=True)):
+            return i
+    raise AssertionError("lasso model without a loop")
+
+
+def check(prop: Property, family: Family, bounds: Bounds, timeout_s: float) -> BmcResult:
+    """Search depths 1..bounds.depth for a violation of `prop`."""
+    start = time.monotonic()
+    u = new_unrolling(family, bounds)
+    solver = z3.Solver()
+    solver.set(random_seed=Z3_SEED)
+    solver.add(*u.constraints)
+    for d in range(1, bounds.depth + 1):
+        solver.add(*extend(u))
+        remaining = timeout_s - (time.monotonic() - start)
+        if remaining <= 0:
+            return BmcResult("unknown", d - 1, time.monotonic() - start, reason="time limit")
+        solver.set(timeout=max(1, int(remaining * 1000)))
+        violation = violation_at(prop, u, d)
+        result = solver.check(violation)
+        if result == z3.unknown:
+            return BmcResult("unknown", d, time.monotonic() - start,
+                             reason=solver.reason_unknown())
+        if result == z3.sat:
+            remaining = timeout_s - (time.monotonic() - start)
+            first = solver.model()
+            model = minimal_model(u, violation, max(1, int(remaining * 1000)))
+            minimal = model is not None
+            # A witness the solver found is still a witness when minimising runs out of
+            # time: report it, replayed like any other, marked as not minimal.
+            model = model if model is not None else first
+            loop = _loop_index(u, model, d) if prop.kind == "lasso" else None
+            workload = workload_of(u, model, family.base, d)
+            return BmcResult("violated", d, time.monotonic() - start, workload, loop,
+                             minimal=minimal)
+    return BmcResult("holds", bounds.depth, time.monotonic() - start)

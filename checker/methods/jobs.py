@@ -1,0 +1,171 @@
+"""One check = one job (engine x property x config x method), a pure function of its
+arguments, so jobs can run in a process pool here or on a cluster engine elsewhere."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from checker.methods import bmc, explore, induction, theorems
+from checker.methods.replay import DivergenceError, ReplayResult, replay
+from checker.methods.symbolic import Bounds, Family
+from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED, Counterexample, Verdict
+from model import registry as engines
+from properties import catalogue
+from properties.manifest import NamedConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What to check."""
+
+    engine: str
+    property: str
+    params: tuple[tuple[str, int], ...]
+    config: NamedConfig
+    expected: str | None
+    timeout_s: float
+    max_k: int = 2
+    method: str = "bmc"  # "bmc" (theorem, induction, then BMC) | "explore"
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """A verdict and, when violated, the counterexample and its replay on the reference."""
+
+    verdict: Verdict
+    counterexample: Counterexample | None = None
+    replayed: ReplayResult | None = None
+
+
+def _family(nc: NamedConfig) -> Family:
+    return Family(base=nc.config, ranges=nc.ranges, validated=nc.validated, engine=nc.engine)
+
+
+def _bounds(nc: NamedConfig) -> Bounds:
+    return Bounds(**dict(nc.bounds))
+
+
+def run_batch(jobs: list[Job]) -> list[JobResult]:
+    """Run jobs in this process, results in job order. Jobs of one config share the
+    invariant proof; explore jobs of step properties on one config share one exploration."""
+    out: list[JobResult | None] = [None] * len(jobs)
+    shared: dict[tuple[object, ...], list[int]] = {}
+    for i, job in enumerate(jobs):
+        if job.method == "explore" and catalogue.get(job.property,
+                                                     **dict(job.params)).kind == "step":
+            shared.setdefault((job.engine, job.config, job.timeout_s), []).append(i)
+    for indices in shared.values():
+        for i, res in zip(indices, run_explore_shared([jobs[i] for i in indices]),
+                          strict=True):
+            out[i] = res
+    return [res if res is not None else run(job) for job, res in zip(jobs, out, strict=True)]
+
+
+def run(job: Job) -> JobResult:
+    """Decide one property with the job's method (see `run_bmc`, `run_explore`)."""
+    result = run_explore(job) if job.method == "explore" else run_bmc(job)
+    return replace(result, verdict=replace(result.verdict, params=job.params))
+
+
+def run_explore(job: Job) -> JobResult:
+    """Explicit-state exploration of the reference to the bounds: VIOLATED (shortest, the
+    least workload seen, replayed) or HOLDS up to the depth; UNKNOWN on a limit."""
+    prop = catalogue.get(job.property, **dict(job.params))
+    result = explore.check(prop, _family(job.config), _bounds(job.config), job.timeout_s)
+    return explored(job, result)
+
+
+def run_explore_shared(jobs: list[Job]) -> list[JobResult]:
+    """Explore jobs of step properties on one config and bounds in one exploration."""
+    props = [catalogue.get(j.property, **dict(j.params)) for j in jobs]
+    first = jobs[0]
+    results = explore.check_many(props, _family(first.config), _bounds(first.config),
+                                 first.timeout_s)
+    out = []
+    for job, result in zip(jobs, results, strict=True):
+        res = explored(job, result)
+        out.append(replace(res, verdict=replace(res.verdict, params=job.params)))
+    return out
+
+
+def explored(job: Job, result: explore.ExploreResult) -> JobResult:
+    """The JobResult of an exploration: its verdict, and a violation's replay."""
+    stats = result.stats
+    detail = (f"{stats.states} states, {stats.transitions} transitions, "
+              f"{stats.states_per_second:.0f} states/s, {stats.kinds} request kinds")
+
+    def verdict(v: str, why: str) -> Verdict:
+        return Verdict(job.engine, job.property, job.config.name, "explore", v, result.depth,
+                       stats.seconds, job.expected, None, why)
+
+    if result.status == "holds":
+        return JobResult(verdict(HOLDS, detail))
+    if result.status == "unknown":
+        return JobResult(verdict(UNKNOWN, f"{result.reason}; {detail}"))
+    assert result.workload is not None
+    cex = Counterexample(
+        engine=job.engine, property=job.property, params=job.params,
+        config_name=job.config.name, workload=result.workload, method="explore",
+        bounds=tuple(sorted(dict(job.config.bounds).items())), violated_at=result.depth,
+        loop=result.loop)
+    try:
+        replayed = replay(cex)
+    except DivergenceError as exc:
+        return JobResult(verdict(UNKNOWN, f"divergence: {exc}"), cex)
+    return JobResult(verdict(VIOLATED, f"replayed on the reference; {detail}"), cex, replayed)
+
+
+def run_bmc(job: Job) -> JobResult:
+    """Decide one property: a closed-form theorem or k-induction gives PROVED; otherwise
+    BMC gives VIOLATED (minimal, replayed) or HOLDS up to its depth; UNKNOWN otherwise."""
+    start = time.monotonic()
+    prop = catalogue.get(job.property, **dict(job.params))
+    family, bounds = _family(job.config), _bounds(job.config)
+
+    def verdict(v: str, depth: int, detail: str, method: str, path: str | None = None
+                ) -> Verdict:
+        return Verdict(job.engine, job.property, job.config.name, method, v, depth,
+                       time.monotonic() - start, job.expected, path, detail)
+
+    notes = []
+    engine = engines.get(job.engine)
+    proofs = theorems.for_engine(engine)
+    if job.property in proofs and job.config.validated:
+        th = proofs[job.property](job.timeout_s)
+        if th.proved:
+            return JobResult(verdict(PROVED, 0, th.detail, "theorem"))
+        notes.append(f"theorem not proved ({th.detail})")
+    if prop.kind == "step" and engine.well_formed is not None:
+        # The full timeout, not what is left, so the cached proof is shared across jobs.
+        wf = induction.prove_well_formed(family, bounds, job.timeout_s)
+        if wf.proved:
+            remaining = job.timeout_s - (time.monotonic() - start)
+            ind = induction.prove(prop, family, bounds, job.max_k, remaining)
+            if ind.proved:
+                return JobResult(verdict(
+                    PROVED, ind.k, f"{ind.k}-induction on {bounds.slots} slots, all request "
+                    "lengths", "induction"))
+            notes.append(f"induction: {ind.reason}")
+        else:
+            notes.append(f"invariant: {wf.reason}")
+    remaining = job.timeout_s - (time.monotonic() - start)
+    result = bmc.check(prop, family, bounds, remaining)
+    detail = "; ".join(notes)
+    if result.status == "holds":
+        return JobResult(verdict(HOLDS, result.depth, detail, "bmc"))
+    if result.status == "unknown":
+        return JobResult(verdict(UNKNOWN, result.depth, result.reason, "bmc"))
+    assert result.workload is not None
+    cex = Counterexample(
+        engine=job.engine, property=job.property, params=job.params,
+        config_name=job.config.name, workload=result.workload, method="bmc",
+        bounds=tuple(sorted(dict(job.config.bounds).items())), violated_at=result.depth,
+        loop=result.loop, minimal=result.minimal)
+    try:
+        replayed = replay(cex)
+    except DivergenceError as exc:
+        return JobResult(verdict(UNKNOWN, result.depth, f"divergence: {exc}", "bmc"), cex)
+    note = "" if result.minimal else "; not minimised (minimisation hit the time limit)"
+    return JobResult(verdict(VIOLATED, result.depth, "replayed on the reference" + note,
+                             "bmc"), cex, replayed)

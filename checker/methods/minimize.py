@@ -1,0 +1,75 @@
+"""Minimal counterexamples, by one documented order (the `sort_key`):
+
+1. fewest steps (iterative deepening in bmc.py finds the first violating depth);
+2. then fewest requests;
+3. then smallest numbers, shortlex over the vector
+   (per slot in arrival order: arrival_step, prompt_len, max_tokens, priority,
+    cached_prefix_len; then the ranged config fields in the engine's `ranged_fields`
+    order; then the EOS choices, step by step and slot by slot, false before true).
+
+Every free choice of the run is in that vector, so the minimum is one run: the same
+question gives the same file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import z3
+
+from checker.methods.symbolic import Unrolling, present
+from model.core.ops import Bool
+from model.core.types import EosEvent, RequestSpec, Workload
+
+
+def objectives(u: Unrolling) -> list[z3.ArithRef]:
+    """The shortlex vector after the step count, most significant first."""
+    objs: list[z3.ArithRef] = [z3.Sum([z3.If(p, 1, 0) for p in present(u.specs)])]
+    for spec in u.specs:
+        for value in (spec.arrival_step, spec.prompt_len, spec.max_tokens, spec.priority,
+                      spec.cached_prefix_len):
+            if isinstance(value, z3.ArithRef):
+                objs.append(value)
+    objs += [u.cfg_vars[name] for name in u.engine.ranged_fields if name in u.cfg_vars]
+    for eos in u.eos:
+        objs += [z3.If(e, 1, 0) for e in eos]
+    return objs
+
+
+def minimal_model(u: Unrolling, violation: Bool, timeout_ms: int) -> z3.ModelRef | None:
+    """The lexicographically least model of the unrolling plus `violation`, or None when
+    the solver gives up (the caller then keeps the first witness, marked not minimal)."""
+    opt = z3.Optimize()
+    opt.set(priority="lex", timeout=timeout_ms)
+    opt.add(*u.constraints, violation)
+    for obj in objectives(u):
+        opt.minimize(obj)
+    if opt.check() != z3.sat:
+        return None
+    return opt.model()
+
+
+def workload_of(u: Unrolling, model: z3.ModelRef, base: Any, depth: int) -> Workload:
+    """The concrete workload a model describes. Request ids are r0, r1, ... in arrival
+    order; EOS choices are kept only where the request samples a token."""
+    def val(x: object) -> int:
+        return model.eval(x, model_completion=True).as_long() if isinstance(x, z3.ExprRef) else x
+
+    cfg = replace(base, **{name: val(v) for name, v in u.cfg_vars.items()})
+    requests = []
+    for i, spec in enumerate(u.specs):
+        arrival = val(spec.arrival_step)
+        if arrival == 0:
+            continue
+        requests.append(RequestSpec(id=f"r{i}", prompt_len=val(spec.prompt_len),
+                                    max_tokens=val(spec.max_tokens), arrival_step=arrival,
+                                    priority=val(spec.priority),
+                                    cached_prefix_len=val(spec.cached_prefix_len)))
+    eos = []
+    for t, (choices, observed) in enumerate(zip(u.eos, u.steps, strict=False)):
+        for i, (e, obs) in enumerate(zip(choices, observed.slots, strict=True)):
+            if z3.is_true(model.eval(z3.And(e, obs.sampled), model_completion=True)):
+                eos.append(EosEvent(id=f"r{i}", step=t + 1))
+    return Workload(config=cfg, requests=tuple(requests), eos=tuple(eos), steps=depth,
+                    engine=u.engine.name)

@@ -1,0 +1,184 @@
+"""The rules unrolled over z3: symbolic configuration families, request slots, environment
+choices, and fresh state variables at each step boundary. Engine-generic: the engine's
+rules, initial state and behaviour equivalence come from its EngineModel."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any
+
+import z3
+
+from model import registry as engines
+from model.core.engine import EngineModel
+from model.core.ops import Bool, SymbolicOps
+from model.core.types import DEFAULT_ENGINE, SlotSpec, Step
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """The bounds of a query: request slots, steps, and the environment's number ranges."""
+
+    slots: int = 3
+    depth: int = 6
+    max_prompt_len: int = 8
+    max_max_tokens: int = 6
+    max_priority: int = 1
+    max_cached_prefix_len: int = 0  # SGLang LPM: 0 keeps every cached prefix empty
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """A configuration family: a base Config and inclusive ranges for some fields.
+
+    `validated` restricts the family to configs the engine accepts. Ranges are supported
+    for the fields an engine names in `EngineModel.ranged_fields` (vLLM V1's today); other
+    engines' families are single configs.
+    """
+
+    base: Any
+    ranges: tuple[tuple[str, int, int], ...] = ()
+    validated: bool = True
+    engine: str = DEFAULT_ENGINE
+
+
+@dataclass(slots=True)
+class Unrolling:
+    """Symbols and constraints of one unrolled query."""
+
+    engine: EngineModel
+    cfg: Any
+    cfg_vars: dict[str, z3.ArithRef]
+    specs: tuple[SlotSpec, ...]
+    eos: list[tuple[Bool, ...]] = field(default_factory=list)
+    states: list[Any] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    constraints: list[Bool] = field(default_factory=list)
+
+
+def family_config(family: Family) -> tuple[Any, dict[str, z3.ArithRef], list[Bool]]:
+    """The family as the engine's rule config with z3 constants for ranged fields, those
+    constants, and their range (and, if validated, the engine's validation) constraints."""
+    engine = engines.get(family.engine)
+    if not family.ranges:
+        cfg = engine.rule_config(family.base)
+        return cfg, {}, []
+    if not engine.ranged_fields:
+        raise ValueError(f"config ranges are not supported for {family.engine}: its model "
+                         "has no ranged config fields")
+    base = family.base
+    vars_: dict[str, z3.ArithRef] = {}
+    cons: list[Bool] = []
+    values: dict[str, object] = {name: getattr(base, name) for name in engine.ranged_fields}
+    for name, lo, hi in family.ranges:
+        if name not in engine.ranged_fields:
+            raise ValueError(f"field {name} cannot be ranged; ranged fields: "
+                             f"{engine.ranged_fields}")
+        v = z3.Int(f"cfg.{name}")
+        vars_[name] = v
+        cons += [v >= lo, v <= hi]
+        values[name] = v
+    assert engine.ranged_rule_config is not None
+    cfg = engine.ranged_rule_config(SymbolicOps(), base, values)
+    if family.validated and engine.family_constraints is not None:
+        cons += engine.family_constraints(base, values)
+    return cfg, vars_, cons
+
+
+def slot_specs(num_slots: int, cfg: Any, bounds: Bounds | None = None
+               ) -> tuple[tuple[SlotSpec, ...], list[Bool]]:
+    """Symbolic request slots and their constraints. With `bounds`, lengths, arrivals and
+    priorities are bounded as a BMC query needs; without, request lengths are unbounded
+    (induction proofs)."""
+    specs, cons = [], []
+    for i in range(num_slots):
+        p, m = z3.Int(f"r{i}.prompt_len"), z3.Int(f"r{i}.max_tokens")
+        a = z3.Int(f"r{i}.arrival_step")
+        pr = z3.Int(f"r{i}.priority") if cfg.policy_priority else 0
+        # vLLM's input processor rejects prompt_len >= max_model_len.
+        cons += [p >= 1, m >= 1, a >= 0, z3.Implies(a > 0, p < cfg.max_model_len)]
+        if bounds is not None:
+            cons += [p <= bounds.max_prompt_len, m <= bounds.max_max_tokens, a <= bounds.depth]
+            if cfg.policy_priority:
+                cons += [pr >= 0, pr <= bounds.max_priority]
+        c: object = 0
+        if bounds is not None and bounds.max_cached_prefix_len > 0:
+            c = z3.Int(f"r{i}.cached_prefix_len")
+            cons += [c >= 0, c <= bounds.max_cached_prefix_len, c <= p]
+        specs.append(SlotSpec(p, m, a, pr, c))
+    # Canonical slot order: used slots first, in arrival order (slot index = arrival_time).
+    for x, y in zip(specs, specs[1:], strict=False):
+        cons.append(z3.Implies(x.arrival_step == 0, y.arrival_step == 0))
+        cons.append(z3.Implies(y.arrival_step > 0, x.arrival_step <= y.arrival_step))
+    return tuple(specs), cons
+
+
+def fresh_state(tag: str, template: Any, step: object) -> Any:
+    """A state shaped like `template` (an engine's state dataclass) whose leaves are fresh
+    z3 constants named `tag.<path>`: Bool for a Python bool leaf, Int otherwise. Tuples of
+    slot dataclasses are walked; the `step` field takes `step` (an int or a z3 term)."""
+    return _fresh(tag, template, step)
+
+
+def _fresh(path: str, value: Any, step: object) -> Any:
+    if is_dataclass(value):
+        return replace(value, **{
+            f.name: step if f.name == "step" else _fresh(f"{path}.{f.name}",
+                                                         getattr(value, f.name), step)
+            for f in fields(value)})
+    if isinstance(value, tuple):
+        return tuple(_fresh(f"{path}.{i}", v, step) for i, v in enumerate(value))
+    if isinstance(value, bool) or z3.is_bool(value):
+        return z3.Bool(path)
+    return z3.Int(path)
+
+
+def _bind(fresh: Any, value: Any) -> list[Bool]:
+    """fresh == value, leaf by leaf (the `step` counter is not bound)."""
+    if is_dataclass(fresh):
+        out: list[Bool] = []
+        for f in fields(fresh):
+            if f.name != "step":
+                out += _bind(getattr(fresh, f.name), getattr(value, f.name))
+        return out
+    if isinstance(fresh, tuple):
+        return [c for a, b in zip(fresh, value, strict=True) for c in _bind(a, b)]
+    return [fresh == value]
+
+
+def new_unrolling(family: Family, bounds: Bounds) -> Unrolling:
+    """Symbols for a query: config family, request slots, the initial state."""
+    engine = engines.get(family.engine)
+    cfg, cfg_vars, cons = family_config(family)
+    specs, spec_cons = slot_specs(bounds.slots, cfg, bounds)
+    init = engine.initial_state(bounds.slots, cfg)
+    return Unrolling(engine=engine, cfg=cfg, cfg_vars=cfg_vars, specs=specs, states=[init],
+                     constraints=cons + spec_cons)
+
+
+def extend(u: Unrolling) -> list[Bool]:
+    """Add one step to the unrolling; return its new constraints."""
+    t = len(u.steps)
+    eos = tuple(z3.Bool(f"eos{t + 1}.{i}") for i in range(len(u.specs)))
+    ops = SymbolicOps()
+    nxt, observed = u.engine.step(ops, u.cfg, u.specs, u.states[-1], eos)
+    fresh = fresh_state(f"s{t + 1}", u.states[0], t + 1)
+    cons = ops.take_definitions() + _bind(fresh, nxt)
+    u.eos.append(eos)
+    u.states.append(fresh)
+    u.steps.append(observed)
+    u.constraints += cons
+    return cons
+
+
+def same_behaviour(u: Unrolling, a: Any, b: Any) -> Bool:
+    """The engine's behaviour equivalence of two states, as one z3 term."""
+    ops = SymbolicOps()
+    same = u.engine.same_behaviour(ops, a, b)
+    return z3.And(*ops.take_definitions(), z3.BoolVal(same) if isinstance(same, bool) else same)
+
+
+def present(specs: Sequence[SlotSpec]) -> list[Bool]:
+    """Per slot: the request is used in this trace."""
+    return [s.arrival_step > 0 for s in specs]

@@ -1,0 +1,74 @@
+"""What the checker needs to know about one serving engine (or batching baseline).
+
+Every engine supplies the three semantics of DESIGN.md with one shape, so bmc, induction,
+the explorer, replay and simulate work on any engine:
+- the rules: `initial_state`, `step` (branch-free over Ops), `same_behaviour`;
+- the reference: `scheduler(cfg)` (an imperative scheduler object) and `observe`, which
+  turns the reference's StepRecords into the Step observables properties read;
+- the configuration: parse, print, validate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from model.core.errors import ConfigError
+from model.core.ops import Bool, Ops
+from model.core.types import RequestSpec, SlotSpec, Step, StepRecord, Workload
+
+
+class ReferenceScheduler(Protocol):
+    """An engine's reference scheduler: requests are added before a step, one `step()` is
+    one scheduler iteration (schedule + model output + update)."""
+
+    def add_request(self, spec: RequestSpec) -> None:
+        """Add an arrived request (arrival order = call order)."""
+
+    def step(self, eos_ids: frozenset[str] = frozenset()) -> StepRecord:
+        """Run one iteration; `eos_ids` sample EOS in it (each must sample)."""
+
+    def state_key(self, extra: Mapping[str, Hashable] | None = None) -> Hashable:
+        """The scheduler's state as a hashable value in which requests are named by
+        their canonical position, never by id, so that runs which differ only in the ids
+        of interchangeable requests give the same key (the explorer's symmetry
+        reduction). Two schedulers with equal keys must behave the same from here on.
+        `extra[request_id]`, when given, is appended to that request's entry (the
+        explorer keys property history per request this way)."""
+
+
+@dataclass(frozen=True)
+class EngineModel:
+    """One engine: names, configuration, the rules and the reference."""
+
+    name: str  # as the CLI and workload JSON spell it: "vllm-v1", "sglang", ...
+    folder: str  # counterexamples/<folder>/
+    title: str  # for people: "vLLM V1", "SGLang"
+    version: str  # pinned upstream version or commit
+    # configuration
+    parse_config: Callable[[Any], Any]  # workload "config" object -> engine Config
+    config_to_dict: Callable[[Any], dict[str, object]]
+    rejection: Callable[[Any], ConfigError | None]  # the rule the engine rejects it by
+    check_admissible: Callable[[Workload], None]  # InputError for requests it refuses
+    # rules
+    rule_config: Callable[[Any], Any]  # Config -> the rules' config (concrete)
+    initial_state: Callable[[int, Any], Any]  # (num_slots, rule config) -> state
+    step: Callable[[Ops, Any, Sequence[SlotSpec], Any, Sequence[Bool]], tuple[Any, Step]]
+    same_behaviour: Callable[[Ops, Any, Any], Bool]
+    # reference
+    scheduler: Callable[[Any], ReferenceScheduler]
+    observe: Callable[[Workload, Sequence[StepRecord]], tuple[Step, ...]]
+    # optional: an inductive invariant of reachable states (enables k-induction)
+    well_formed: Callable[[Ops, Any, Sequence[SlotSpec], Any], Bool] | None = None
+    # optional: config families (a query ranges over these Config fields)
+    ranged_fields: tuple[str, ...] = ()
+    # (ops, base Config, field -> int or term) -> the rules' config over those values
+    ranged_rule_config: Callable[[Ops, Any, Mapping[str, object]], Any] | None = None
+    # (base Config, field -> int or term) -> constraints: the engine accepts the config
+    family_constraints: Callable[[Any, Mapping[str, object]], list[Bool]] | None = None
+    # optional: one line of engine-specific facts for a step's text row
+    describe_step: Callable[[StepRecord], str] | None = None
+    # the docs' rules table: (upstream file:line, reference function, rules function)
+    rules_table: tuple[tuple[str, str, str], ...] = ()
+    extra: Mapping[str, object] | None = None

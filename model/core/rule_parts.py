@@ -1,0 +1,51 @@
+"""Rule pieces every engine's scheduler shares, written once over Ops."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from model.core.ops import Bool, Int, Ops
+from model.core.types import SlotSpec
+
+State = TypeVar("State")
+
+
+def arrive_at_tail(ops: Ops, specs: Sequence[SlotSpec], state: State, t: Any, absent: int,
+                   waiting: int) -> State:
+    """Requests whose arrival step is `t` join the waiting queue's tail in slot order: an
+    absent slot becomes `waiting` with the tail counter as its queue key. `state` has
+    `slots` (each with `status` and `wait_key`) and `wait_tail`, as every engine's does."""
+    tail = state.wait_tail  # type: ignore[attr-defined]
+    slots = []
+    for spec, s in zip(specs, state.slots, strict=True):  # type: ignore[attr-defined]
+        arrives = ops.and_(s.status == absent, spec.arrival_step == t)
+        slots.append(replace(s, status=ops.ite(arrives, waiting, s.status),
+                             wait_key=ops.ite(arrives, tail, s.wait_key)))
+        tail = ops.ite(arrives, tail + 1, tail)
+    return replace(state, slots=tuple(slots), wait_tail=tail)  # type: ignore[type-var]
+
+
+# Ordered choices over slots as ite folds: the one-hot selection of the least key.
+
+
+def lt_key(ops: Ops, a: tuple[Int, ...], b: tuple[Int, ...]) -> Bool:
+    """Lexicographic a < b over tuples of ints."""
+    if len(a) == 1:
+        return a[0] < b[0]
+    return ops.or_(a[0] < b[0], ops.and_(a[0] == b[0], lt_key(ops, a[1:], b[1:])))
+
+def select_min(ops: Ops, eligible: Sequence[Bool], keys: Sequence[tuple[Int, ...]]) -> list[Bool]:
+    """One-hot selection of the eligible slot with the smallest key (keys are distinct
+    among eligible slots)."""
+    n = len(eligible)
+    return [
+        ops.and_(eligible[i], *[ops.not_(ops.and_(eligible[j], lt_key(ops, keys[j], keys[i])))
+                                for j in range(n) if j != i])
+        for i in range(n)
+    ]
+
+def pick(ops: Ops, sel: Sequence[Bool], values: Sequence[Int]) -> Int:
+    """The value of the selected slot (0 when none is selected)."""
+    return ops.sum([ops.ite(s, v, 0) for s, v in zip(sel, values, strict=True)])

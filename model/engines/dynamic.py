@@ -1,9 +1,0 @@
-"""Request-level dynamic batching as an EngineModel: the baselines' transition system
-(model/engines/static.py) launched whenever no batch runs, finished rows not computed."""
-
-from __future__ import annotations
-
-from model.baselines_config import DYNAMIC_DEFAULTS, ENGINE_DYNAMIC
-from model.engines.static import make_engine
-
-ENGINE = make_engine(ENGINE_DYNAMIC, "request-level dynamic batching", DYNAMIC_DEFAULTS)

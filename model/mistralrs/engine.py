@@ -1,0 +1,164 @@
+"""mistral.rs (commit 9e922623f24b) as an EngineModel: the rules of model/mistralrs/rules.py,
+the reference of model/mistralrs/reference.py, and the Step observables of a reference run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from model.core.engine import EngineModel
+from model.core.errors import InputError
+from model.core.observe import observed_step
+from model.core.types import FINISH_LENGTH, FINISH_STOP, SlotObs, Step, StepRecord, Workload
+from model.mistralrs import rules
+from model.mistralrs.config import (
+    ENGINE_MISTRALRS,
+    MISTRALRS_COMMIT,
+    MistralrsConfig,
+    parse_config,
+    rejection,
+)
+from model.mistralrs.reference import FINISH_ERROR, KIND_DECODE, KIND_PROMPT, MistralrsScheduler
+
+_KIND_CODE = {KIND_PROMPT: rules.KIND_PROMPT, KIND_DECODE: rules.KIND_DECODE}
+
+
+def check_admissible(workload: Workload) -> None:
+    """A prompt above the up-front capacity num_gpu_blocks * block_size is rejected before
+    it is ever scheduled (scheduler.rs:605-619); refuse it as bad input instead."""
+    cfg: MistralrsConfig = workload.config
+    for r in workload.requests:
+        if r.prompt_len >= cfg.token_capacity:
+            raise InputError(
+                f"request {r.id!r}: prompt_len {r.prompt_len} must be below the KV capacity "
+                f"num_gpu_blocks * block_size = {cfg.token_capacity} (mistral.rs rejects "
+                "larger sequences, scheduler.rs:605-619); shorten it or enlarge the pool")
+
+
+def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ...]:
+    """Step observables of a reference run (slot i = i-th request in arrival order). Blocks
+    per request come from the record's `blocks` extra (the reference's own pool)."""
+    cfg: MistralrsConfig = workload.config
+    rcfg = rules.MistralrsRuleConfig.from_config(cfg)
+    ordered = workload.arrival_order()
+    outputs = {r.id: 0 for r in ordered}
+    ncomp = {r.id: 0 for r in ordered}
+    preemptions = {r.id: 0 for r in ordered}
+    running: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    steps = []
+    for rec in records:
+        extra = dict(rec.extra)
+        blocks = dict(extra["blocks"])
+        arrived = {r.id for r in ordered if r.arrival_step == rec.step}
+        was_waiting = set(waiting) | arrived
+        sched = dict(rec.scheduled)
+        rank = {rid: k for k, (rid, _) in enumerate(rec.scheduled)}
+        after = dict(rec.num_computed_tokens)
+        finished = dict(rec.finished)
+        slots = []
+        for i, spec in enumerate(ordered):
+            rid = spec.id
+            ntok = spec.prompt_len + outputs[rid]
+            n = sched.get(rid, 0)
+            now = after.get(rid, 0 if rid in rec.preempted else ncomp[rid])
+            sampled = n > 0 and now >= ntok
+            preemptions[rid] += rec.preempted.count(rid)
+            slots.append(SlotObs(
+                held=rid in running or rid in was_waiting, was_running=rid in running,
+                was_waiting=rid in was_waiting, scheduled=n, serve_rank=rank.get(rid, 0),
+                admitted=rid in rec.admitted, resumed=rid in rec.resumed,
+                preempted=rid in rec.preempted, finished=rid in finished,
+                finished_stop=finished.get(rid) == FINISH_STOP, sampled=sampled,
+                num_tokens=ntok, num_computed_tokens_before=ncomp[rid], num_computed_tokens=now,
+                num_output_tokens=outputs[rid] + int(sampled), blocks=blocks.get(rid, 0),
+                num_preemptions=preemptions[rid], running_after=rid in rec.running,
+                waiting_after=rid in rec.waiting,
+                queue_key=rec.waiting.index(rid) if rid in rec.waiting else 0,
+                run_key=rec.running.index(rid) if rid in rec.running else 0,
+                prompt_len=spec.prompt_len, max_tokens=spec.max_tokens, priority=spec.priority,
+                arrival_time=i))
+            outputs[rid] += int(sampled)
+            ncomp[rid] = now
+        released = sum(o.blocks for o in slots if o.finished and o.running_after)
+        steps.append(observed_step(rec, slots, rcfg, released,
+                                   step_kind=_KIND_CODE[extra["kind"]]))
+        running = tuple(r for r in rec.running if r not in finished)
+        waiting = rec.waiting
+    return tuple(steps)
+
+
+def rules_to_record(observed: Step, ids: Sequence[str], chunk: int | None = None,
+                    decode_steps: int | None = None) -> StepRecord:
+    """The StepRecord of a concrete rules Step (slots -> request ids). Event orders follow
+    from the rules: admissions append to `running` (run_key order); escape victims are
+    popped from the running tail (descending run_key), decode-turn victims newest first
+    (descending slot index); rejected heads leave the waiting front in queue order."""
+    slots = list(enumerate(observed.slots))[: len(ids)]
+    served = sorted((o.serve_rank, i) for i, o in slots if o.scheduled > 0)
+    running = sorted((i for i, o in slots if o.running_after),
+                     key=lambda i: observed.slots[i].run_key)
+    waiting = sorted((i for i, o in slots if o.waiting_after),
+                     key=lambda i: observed.slots[i].queue_key)
+    decode = observed.step_kind == rules.KIND_DECODE
+    victims = sorted((i for i, o in slots if o.preempted),
+                     key=lambda i: i if decode else observed.slots[i].run_key, reverse=True)
+    joined = sorted((i for i, o in slots if o.admitted or o.resumed),
+                    key=lambda i: observed.slots[i].run_key)
+    rejected = sorted((i for i, o in slots if o.finished and not o.sampled),
+                      key=lambda i: observed.slots[i].queue_key)
+    finished = [(ids[i], FINISH_STOP if observed.slots[i].finished_stop else FINISH_LENGTH)
+                for _, i in served if observed.slots[i].finished]
+    extra: list[tuple[str, object]] = [("kind", KIND_DECODE if decode else KIND_PROMPT)]
+    if decode_steps is not None:
+        extra.append(("decode_steps_since_prefill", decode_steps))
+    extra.append(("chunk_size", None if decode else chunk))
+    extra.append(("blocks", tuple((ids[i], observed.slots[i].blocks)
+                                  for i in running + waiting)))
+    return StepRecord(
+        step=observed.step,
+        scheduled=tuple((ids[i], observed.slots[i].scheduled) for _, i in served),
+        admitted=tuple(ids[i] for i in joined if observed.slots[i].admitted),
+        resumed=tuple(ids[i] for i in joined if observed.slots[i].resumed),
+        preempted=tuple(ids[i] for i in victims),
+        finished=tuple(finished) + tuple((ids[i], FINISH_ERROR) for i in rejected),
+        free_blocks=observed.free_blocks,
+        num_computed_tokens=tuple((ids[i], observed.slots[i].num_computed_tokens)
+                                  for i in running + waiting),
+        running=tuple(ids[i] for i in running), waiting=tuple(ids[i] for i in waiting),
+        token_budget_left=observed.token_budget_left, extra=tuple(extra))
+
+
+def describe_step(record: StepRecord) -> str:
+    """One line of mistral.rs facts for `batchproof simulate`."""
+    extra = dict(record.extra)
+    chunk = f", chunk {extra['chunk_size']}" if extra.get("chunk_size") else ""
+    return (f"{extra['kind']} step{chunk}; decode steps since prefill "
+            f"{extra['decode_steps_since_prefill']}")
+
+
+RULES_TABLE: tuple[tuple[str, str, str], ...] = (
+    ("scheduler/mod.rs:21-22 (4096 tokens, 8 decode steps)", "MistralrsConfig",
+     "MistralrsRuleConfig.from_config"),
+    ("paged_attention/scheduler.rs:239-290 (completion_is_due)",
+     "MistralrsScheduler.completion_is_due", "rules.mistralrs.completion_is_due"),
+    ("paged_attention/scheduler.rs:585-765 (admission, whole-prompt allocation)",
+     "MistralrsScheduler._admit", "rules.mistralrs._admission"),
+    ("paged_attention/scheduler.rs:688-731 (64 failed attempts: preempt running tail)",
+     "MistralrsScheduler._escape", "rules.mistralrs._escape"),
+    ("paged_attention/scheduler.rs:136-237 (chunk = budget / #prompts)",
+     "MistralrsScheduler._prompt_turn", "rules.mistralrs._prompt_turn"),
+    ("paged_attention/scheduler.rs:796-856 (decode allocation, preempt newest)",
+     "MistralrsScheduler._decode_turn", "rules.mistralrs._decode_allocation"),
+    ("paged_attention/scheduler.rs:298-380 (round-robin decode selection)",
+     "MistralrsScheduler._completion_batch", "rules.mistralrs._round_robin"),
+    ("paged_attention/scheduler.rs:1026-1072 (recompute preemption, front of waiting)",
+     "MistralrsScheduler._preempt", "rules.mistralrs._preempt"),
+)
+
+ENGINE = EngineModel(
+    name=ENGINE_MISTRALRS, folder="mistralrs", title="mistral.rs", version=MISTRALRS_COMMIT,
+    parse_config=parse_config, config_to_dict=MistralrsConfig.to_dict, rejection=rejection,
+    check_admissible=check_admissible, rule_config=rules.MistralrsRuleConfig.from_config,
+    initial_state=rules.initial_state, step=rules.step, same_behaviour=rules.same_behaviour,
+    scheduler=MistralrsScheduler, observe=observe, describe_step=describe_step,
+    rules_table=RULES_TABLE)

@@ -1,1 +1,0 @@
-"""Imperative reference schedulers, one per engine: readable ports of upstream."""

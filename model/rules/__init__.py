@@ -1,1 +1,0 @@
-"""Branch-free step functions over Ops, one per engine."""

@@ -1,0 +1,43 @@
+"""Drive any engine's reference scheduler through a workload."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+from model.core.checks import check_eos_steps
+from model.core.engine import ReferenceScheduler
+from model.core.errors import InputError
+from model.core.types import EosEvent, StepRecord, Workload
+from model.registry import get
+
+
+def iter_records(workload: Workload) -> Iterator[tuple[ReferenceScheduler, StepRecord]]:
+    """Run `workload.steps` steps on the workload's engine, yielding the scheduler (after
+    the step) and the step's record. Before step s the requests with `arrival_step == s`
+    are added in arrival order; the eos entries of step s are passed to that step."""
+    check_eos_steps(workload)
+    scheduler = get(workload.engine).scheduler(workload.config)
+    arrivals, eos = workload.arrivals_by_step(), workload.eos_ids_by_step()
+    for step in range(1, workload.steps + 1):
+        for spec in arrivals.get(step, ()):
+            scheduler.add_request(spec)
+        yield scheduler, scheduler.step(eos.get(step, frozenset()))
+
+
+def simulate(workload: Workload) -> tuple[StepRecord, ...]:
+    """The reference's records of the workload, whatever its engine."""
+    return tuple(record for _, record in iter_records(workload))
+
+
+def without_unsampled_eos(workload: Workload) -> Workload:
+    """The workload less the EOS entries of steps in which their request samples no token
+    (the reference rejects those as bad input): random workloads are made valid this way."""
+    kept: list[EosEvent] = []
+    for e in workload.eos:
+        try:
+            simulate(replace(workload, eos=(*kept, e)))
+        except InputError:
+            continue
+        kept.append(e)
+    return replace(workload, eos=tuple(kept))

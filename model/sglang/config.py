@@ -1,0 +1,209 @@
+"""SGLang (v0.5.22) scheduler configuration: the fields the model reads, with SGLang's names,
+parsing of the workload's "config" object, validation, and the derived values
+(max_running_requests, the new-token-ratio constants as exact fractions).
+
+Paths are relative to `sglang/srt/` of the v0.5.22 wheel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from fractions import Fraction
+from typing import Any
+
+from model.core.errors import ConfigError, InputError
+
+SGLANG_VERSION = "0.5.22"
+ENGINE_SGLANG = "sglang"
+
+POLICY_FCFS = "fcfs"
+POLICY_LOF = "lof"
+POLICY_LPM = "lpm"
+POLICIES = (POLICY_FCFS, POLICY_LOF, POLICY_LPM)
+# Accepted by the CLI (arg_groups/fields/schedule.py:82-98) but not modelled here.
+_UNMODELLED_POLICIES = ("random", "dfs-weight", "routing-key", "hrrn",
+                        "shortest-prefill-first")
+
+CLIP_MAX_NEW_TOKENS = 4096  # managers/schedule_policy.py:85-87
+WAITING_QUEUE_PREFIX_MATCH_MAX = 128  # managers/schedule_policy.py:133
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The SGLang server arguments the scheduler model reads.
+
+    Defaults: arg_groups/fields/schedule.py:67-77 (max_prefill_tokens 16384), 82-98
+    (schedule_policy fcfs), 135-138 (schedule_conservativeness 1.0), 202-205
+    (enable_mixed_chunk off); arg_groups/fields/memory.py:64-70 (radix cache on).
+    `chunked_prefill_size` is chosen by GPU memory upstream (arg_groups/memory_hook.py:90-178);
+    4096 is its "memory unknown" value; None or a value <= 0 turns chunking off
+    (managers/scheduler.py:1316-1337). `max_total_num_tokens` (the KV pool in tokens) and
+    `context_length` come from memory profiling and the model upstream; ours are defaults.
+    The ratio fields are environment variables (environ.py:595-598): SGLANG_INIT_NEW_TOKEN_RATIO,
+    SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS,
+    SGLANG_RETRACT_DECODE_STEPS.
+    """
+
+    max_total_num_tokens: int = 8192
+    chunked_prefill_size: int | None = 4096
+    max_prefill_tokens: int = 16384
+    max_running_requests: int | None = None
+    schedule_policy: str = POLICY_FCFS
+    schedule_conservativeness: float = 1.0
+    enable_mixed_chunk: bool = False
+    disable_radix_cache: bool = False
+    context_length: int = 8192
+    init_new_token_ratio: float = 0.7
+    min_new_token_ratio_factor: float = 0.14
+    new_token_ratio_decay_steps: int = 600
+    retract_decode_steps: int = 20
+
+    # ---- derived values --------------------------------------------------------------
+
+    @property
+    def token_budget(self) -> int:
+        """The nearest to vLLM's per-step token budget: max_prefill_tokens, the input cap of
+        one prefill batch (managers/schedule_policy.py:607). Decode batches are not capped."""
+        return self.max_prefill_tokens
+
+    @property
+    def chunking(self) -> bool:
+        """Chunked prefill is on (managers/scheduler.py:1335-1336: a size <= 0 means off)."""
+        return self.chunked_prefill_size is not None and self.chunked_prefill_size > 0
+
+    @property
+    def mixed_chunk(self) -> bool:
+        """`is_mixed_chunk`: mixing needs chunked prefill on (scheduler.py:1338-1340)."""
+        return self.chunking and self.enable_mixed_chunk
+
+    @property
+    def effective_max_running_requests(self) -> int:
+        """`resolve_max_num_reqs` (mem_cache/kv_cache_configurator.py:2800-2813), one DP
+        rank, one PP stage: the user's value capped at half the pool, or else an estimate
+        from pool size and context length clamped to [2048, 4096], capped likewise."""
+        half = self.max_total_num_tokens // 2
+        if self.max_running_requests is not None:
+            return min(self.max_running_requests, half)
+        estimated = int(self.max_total_num_tokens / self.context_length * 512)
+        return min(max(min(estimated, 4096), 2048), half)
+
+    @property
+    def max_req_len(self) -> int:
+        """`min(context_len - 1, kv_capacity - 1)` (managers/tp_worker.py:549-552)."""
+        return min(self.context_length - 1, self.max_total_num_tokens - 1)
+
+    @property
+    def max_req_input_len(self) -> int:
+        """Prompts of this many tokens or more are refused (tp_worker.py:553;
+        managers/utils.py:254-282)."""
+        return self.max_req_len - 5
+
+    @property
+    def active_policy_is_lpm(self) -> bool:
+        """LPM survives only with the radix cache on (schedule_policy.py:320-340)."""
+        return self.schedule_policy == POLICY_LPM and not self.disable_radix_cache
+
+    def ratio_init(self) -> Fraction:
+        """`min(init * conservativeness, 1)` (new_token_ratio_tracker.py:21-26), exact."""
+        return min(_frac(self.init_new_token_ratio) * _frac(self.schedule_conservativeness),
+                   Fraction(1))
+
+    def ratio_floor(self) -> Fraction:
+        """`min(init * factor, 1)` (new_token_ratio_tracker.py:27-30), exact."""
+        return min(self.ratio_init() * _frac(self.min_new_token_ratio_factor), Fraction(1))
+
+    def ratio_decay(self) -> Fraction:
+        """`(init - min) / decay_steps` (new_token_ratio_tracker.py:31), exact."""
+        return (self.ratio_init() - self.ratio_floor()) / self.new_token_ratio_decay_steps
+
+    def clip_max_new_tokens(self, prompt_len: int, max_tokens: int) -> int:
+        """`init_req_max_new_tokens` (managers/scheduler.py:2585-2630), page size 1:
+        capped by the context (`max_req_len - input - 1`) and by an empty pool
+        (mem_cache/allocator/base.py:102-105: `capacity - input - page - 1`)."""
+        cap = min(max_tokens, self.max_req_len - prompt_len - 1,
+                  self.max_total_num_tokens - prompt_len - 2)
+        return max(0, cap)
+
+    def to_dict(self) -> dict[str, object]:
+        """The config as workload JSON spells it (SGLang's names)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config))
+
+
+def _frac(value: float) -> Fraction:
+    """A float as the exact decimal it was written as (0.7 -> 7/10), not its binary value.
+    Upstream computes in binary floats; the two differ only at exact ties."""
+    return Fraction(str(value))
+
+
+_INT_FIELDS = ("max_total_num_tokens", "max_prefill_tokens", "context_length",
+               "new_token_ratio_decay_steps", "retract_decode_steps")
+_FLOAT_FIELDS = ("schedule_conservativeness", "init_new_token_ratio",
+                 "min_new_token_ratio_factor")
+_BOOL_FIELDS = ("enable_mixed_chunk", "disable_radix_cache")
+
+
+def parse_config(raw: Any) -> Config:
+    """A Config from the workload's "config" object (SGLang names); InputError on an
+    unknown field, a wrong type or a value out of range."""
+    if not isinstance(raw, dict):
+        raise InputError("'config' must be a JSON object of SGLang server-argument names")
+    unknown = sorted(set(raw) - set(CONFIG_FIELDS))
+    if unknown:
+        raise InputError(f"unknown SGLang config field {unknown[0]!r}; known fields: "
+                         f"{', '.join(CONFIG_FIELDS)}")
+    for name, value in raw.items():
+        _check_field(name, value)
+    return Config(**raw)
+
+
+def _check_field(name: str, value: Any) -> None:
+    if name in _INT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"config {name} must be a positive integer, got {value!r}")
+    elif name in ("chunked_prefill_size", "max_running_requests"):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InputError(f"config {name} must be an integer or null, got {value!r}")
+        if name == "max_running_requests" and value is not None and value < 1:
+            raise InputError(f"config max_running_requests must be >= 1, got {value}")
+    elif name in _FLOAT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise InputError(f"config {name} must be a non-negative number, got {value!r}")
+    elif name in _BOOL_FIELDS:
+        if not isinstance(value, bool):
+            raise InputError(f"config {name} must be true or false, got {value!r}")
+    elif name == "schedule_policy":
+        if value in _UNMODELLED_POLICIES:
+            raise InputError(f"schedule_policy {value!r} is not modelled; use one of "
+                             f"{', '.join(POLICIES)}")
+        if value not in POLICIES:
+            raise InputError(f"unknown schedule_policy {value!r}; use one of "
+                             f"{', '.join(POLICIES)}")
+
+
+def rejection(cfg: Config) -> ConfigError | None:
+    """The rule SGLang (or this model's scope) rejects the configuration by, or None."""
+    if cfg.max_req_input_len < 1:
+        return ConfigError(
+            "pool_too_small",
+            f"max_total_num_tokens {cfg.max_total_num_tokens} and context_length "
+            f"{cfg.context_length} leave no room for a prompt (max_req_input_len = "
+            f"min(context_length, max_total_num_tokens) - 6 = {cfg.max_req_input_len}, "
+            "managers/tp_worker.py:549-553); raise them")
+    if cfg.effective_max_running_requests < 1:
+        return ConfigError(
+            "no_request_slots",
+            "max_running_requests resolves to 0 (kv_cache_configurator.py:2800-2813 caps it "
+            "at max_total_num_tokens // 2); raise max_total_num_tokens")
+    if cfg.mixed_chunk and cfg.chunked_prefill_size <= cfg.effective_max_running_requests:
+        return ConfigError(
+            "mixed_chunk_budget",
+            f"with enable_mixed_chunk the model needs chunked_prefill_size "
+            f"({cfg.chunked_prefill_size}) > max_running_requests "
+            f"({cfg.effective_max_running_requests}): otherwise the decode tokens can use "
+            "the whole chunk and upstream would schedule a non-positive chunk "
+            "(schedule_policy.py:623-624, prefill_budget.py:141-144); raise "
+            "chunked_prefill_size or lower max_running_requests")
+    return None

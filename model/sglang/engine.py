@@ -1,0 +1,260 @@
+"""SGLang (v0.5.22) as an EngineModel: the rules of model/sglang/rules.py, the reference of
+model/sglang/reference.py, and the Step observables of a reference run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from model.core.engine import EngineModel
+from model.core.errors import InputError
+from model.core.observe import observed_step
+from model.core.ops import CONCRETE, Bool, Ops
+from model.core.slots import lay_out
+from model.core.types import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    SlotObs,
+    SlotSpec,
+    Step,
+    StepRecord,
+    Workload,
+)
+from model.sglang import rules
+from model.sglang.config import ENGINE_SGLANG, SGLANG_VERSION, Config, parse_config, rejection
+from model.sglang.reference import (
+    BATCH_DECODE,
+    BATCH_MIXED,
+    BATCH_PREFILL,
+    FINISH_ABORT,
+    SGLangScheduler,
+    check_prompt,
+)
+
+_KIND = {BATCH_PREFILL: rules.KIND_PREFILL, BATCH_DECODE: rules.KIND_DECODE,
+         BATCH_MIXED: rules.KIND_OTHER}
+
+
+def check_admissible(workload: Workload) -> None:
+    """Requests SGLang refuses before scheduling (see check_prompt)."""
+    for r in workload.requests:
+        check_prompt(workload.config, r)
+
+
+def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ...]:
+    """Step observables of a reference run, slot i = i-th request in arrival order.
+
+    The record names the running batch, the chunked request and the waiting list after
+    scheduling; a request's own KV (`blocks`) is its computed tokens less the cache hit it
+    was admitted with (computed - scheduled in the step it joined)."""
+    cfg: Config = workload.config
+    rcfg = rules.SGLangRuleConfig.from_config(cfg)
+    ordered = workload.arrival_order()
+    outputs = {r.id: 0 for r in ordered}
+    computed = {r.id: 0 for r in ordered}
+    hits = {r.id: 0 for r in ordered}
+    retractions = {r.id: 0 for r in ordered}
+    running: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    chunked: str | None = None
+    steps = []
+    for rec in records:
+        extra = dict(rec.extra)
+        arrived = {r.id for r in ordered if r.arrival_step == rec.step}
+        sched = dict(rec.scheduled)
+        rank = {rid: k for k, (rid, _) in enumerate(rec.scheduled)}
+        after = dict(rec.num_computed_tokens)
+        finished = dict(rec.finished)
+        now_chunked = extra["chunked_req"]
+        slots = []
+        for i, spec in enumerate(ordered):
+            rid = spec.id
+            n = sched.get(rid, 0)
+            now = after.get(rid, 0)
+            if rid in rec.admitted or rid in rec.resumed:
+                hits[rid] = now - n
+            sampled = n > 0 and rid != now_chunked
+            held_now = rid in rec.running or rid == now_chunked
+            retractions[rid] += rid in rec.preempted
+            slots.append(SlotObs(
+                held=rid in running or rid in waiting or rid in arrived or rid == chunked,
+                was_running=rid in running, was_waiting=rid in waiting or rid in arrived,
+                scheduled=n, serve_rank=rank.get(rid, 0), admitted=rid in rec.admitted,
+                resumed=rid in rec.resumed, preempted=rid in rec.preempted,
+                finished=rid in finished, finished_stop=finished.get(rid) == FINISH_STOP,
+                sampled=sampled, num_tokens=spec.prompt_len + outputs[rid],
+                num_computed_tokens_before=computed[rid], num_computed_tokens=now,
+                num_output_tokens=outputs[rid] + int(sampled),
+                blocks=now - hits[rid] if held_now else 0,
+                num_preemptions=retractions[rid], running_after=rid in rec.running,
+                waiting_after=rid in rec.waiting,
+                queue_key=rec.waiting.index(rid) if rid in rec.waiting else 0,
+                run_key=rec.running.index(rid) if rid in rec.running else 0,
+                prompt_len=spec.prompt_len,
+                max_tokens=cfg.clip_max_new_tokens(spec.prompt_len, spec.max_tokens),
+                priority=0, arrival_time=i))
+            outputs[rid] += int(sampled)
+            computed[rid] = now
+        released = sum(o.blocks for o in slots if o.finished)
+        steps.append(observed_step(rec, slots, rcfg, released,
+                                   step_kind=_KIND.get(extra["batch"], rules.KIND_OTHER)))
+        running = tuple(r for r in rec.running if r not in finished)
+        waiting = rec.waiting
+        chunked = now_chunked
+    return tuple(steps)
+
+
+def same_behaviour(ops: Ops, a: rules.SGLangState, b: rules.SGLangState) -> Bool:
+    """Two states from which the scheduler behaves the same: equal slots, pool, latch and
+    ratio, both queues in the same relative order. Key counters and retraction counts
+    steer nothing."""
+    cons: list[Bool] = [a.free == b.free, a.batch_is_full == b.batch_is_full,
+                        a.ratio_n == b.ratio_n, a.ratio_b == b.ratio_b]
+    for x, y in zip(a.slots, b.slots, strict=True):
+        cons += [x.status == y.status, x.kv == y.kv, x.computed == y.computed,
+                 x.outputs == y.outputs, x.retracted == y.retracted]
+    n = len(a.slots)
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                continue
+            x, y, u, v = a.slots[i], a.slots[j], b.slots[i], b.slots[j]
+            in_r = ops.and_(ops.or_(x.status == rules.RUNNING, x.status == rules.STALE),
+                            ops.or_(y.status == rules.RUNNING, y.status == rules.STALE))
+            both_waiting = ops.and_(x.status == rules.WAITING, y.status == rules.WAITING)
+            cons.append(ops.implies(in_r, (x.run_key < y.run_key) == (u.run_key < v.run_key)))
+            cons.append(ops.implies(both_waiting,
+                                    (x.wait_key < y.wait_key) == (u.wait_key < v.wait_key)))
+    return ops.and_(*cons)
+
+
+# ---------------------------------------------------------------------------------------
+# The rules as a simulator, and their StepRecords (for refinement tests)
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRun:
+    """A workload laid out on slots and the rules' concrete run of it."""
+
+    cfg: rules.SGLangRuleConfig
+    specs: tuple[SlotSpec, ...]
+    ids: tuple[str, ...]
+    states: tuple[rules.SGLangState, ...]
+    steps: tuple[Step, ...]
+
+
+def run_rules(workload: Workload) -> SlotRun:
+    """Run the rules under ConcreteOps on a workload (slot i = i-th arrival)."""
+    sw = lay_out(workload, rules.SGLangRuleConfig.from_config(workload.config))
+    state = rules.initial_state(len(sw.specs), sw.cfg)
+    states, steps = [state], []
+    for eos in sw.eos:
+        state, observed = rules.step(CONCRETE, sw.cfg, sw.specs, state, eos)
+        states.append(state)
+        steps.append(observed)
+    return SlotRun(sw.cfg, sw.specs, sw.ids, tuple(states), tuple(steps))
+
+
+def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
+    """The StepRecord of a concrete rules Step, without the engine-specific extras."""
+    slots = list(enumerate(observed.slots))
+    served = sorted((o.serve_rank, i) for i, o in slots if o.scheduled > 0)
+    running = sorted((o.run_key, i) for i, o in slots if o.running_after)
+    waiting = sorted((o.queue_key, i) for i, o in slots if o.waiting_after)
+    chunked = [i for i, o in slots if o.scheduled > 0 and not o.sampled]
+    victims = sorted((o.queue_key, i) for i, o in slots if o.preempted)
+    finished = [(k, i) for k, i in served if observed.slots[i].finished]
+    finished += [(len(slots), i) for i, o in slots if o.finished and o.scheduled == 0]
+
+    def reason(o: SlotObs) -> str:
+        if not o.sampled:
+            return FINISH_ABORT
+        return FINISH_STOP if o.finished_stop else FINISH_LENGTH
+
+    held = [i for _, i in running] + chunked + [i for _, i in waiting]
+    return StepRecord(
+        step=observed.step,
+        scheduled=tuple((ids[i], observed.slots[i].scheduled) for _, i in served),
+        admitted=tuple(ids[i] for _, i in served if observed.slots[i].admitted),
+        resumed=tuple(ids[i] for _, i in served if observed.slots[i].resumed),
+        preempted=tuple(ids[i] for _, i in victims),
+        finished=tuple((ids[i], reason(observed.slots[i])) for _, i in finished),
+        free_blocks=observed.free_blocks,
+        num_computed_tokens=tuple((ids[i], observed.slots[i].num_computed_tokens
+                                   if not observed.slots[i].waiting_after else 0)
+                                  for i in held),
+        running=tuple(ids[i] for _, i in running),
+        waiting=tuple(ids[i] for _, i in waiting),
+        token_budget_left=observed.token_budget_left,
+    )
+
+
+def describe_step(record: StepRecord) -> str:
+    """One line of SGLang facts: batch kind, budgets, ratio, latch, retractions."""
+    x = dict(record.extra)
+    parts = [f"{x['batch']}"]
+    if x["rem_input_tokens"] is not None:
+        parts.append(f"rem_input={x['rem_input_tokens']}")
+    if x["rem_chunk_tokens"] is not None:
+        parts.append(f"rem_chunk={x['rem_chunk_tokens']}")
+    if x["rem_total_tokens"] is not None:
+        parts.append(f"rem_total={x['rem_total_tokens']}")
+    parts.append(f"ratio={x['new_token_ratio']}")
+    if x["new_token_ratio_after"] != x["new_token_ratio"]:
+        parts[-1] += f"->{x['new_token_ratio_after']}"
+    if x["batch_is_full"]:
+        parts.append("batch_is_full")
+    if x["chunked_req"] is not None:
+        parts.append(f"chunked={x['chunked_req']}")
+    if x["retracted"]:
+        parts.append("retracted=" + ",".join(x["retracted"]))
+    if x["aborted"]:
+        parts.append("aborted=" + ",".join(x["aborted"]))
+    return " ".join(parts)
+
+
+def _parse(raw: object) -> Config:
+    return parse_config(raw)
+
+
+def _scheduler(cfg: Config) -> SGLangScheduler:
+    if not isinstance(cfg, Config):
+        raise InputError("the sglang engine needs an SGLang config")
+    return SGLangScheduler(cfg)
+
+
+RULES_TABLE: tuple[tuple[str, str, str], ...] = (
+    ("managers/scheduler.py:3785-3835", "SGLangScheduler._merge_last_batch",
+     "rules._finish (merge at the end of the step)"),
+    ("managers/scheduler.py:3954-4004", "SGLangScheduler._get_new_batch_prefill", "rules._prefill"),
+    ("managers/scheduler.py:3907-3925", "SGLangScheduler._num_allocatable_reqs",
+     "rules._prefill (allocatable)"),
+    ("managers/schedule_policy.py:209-311, 437-515", "SGLangScheduler._sort_waiting",
+     "rules._sort_waiting"),
+    ("managers/schedule_policy.py:1092-1173; mem_cache/prefill_budget.py:141-144",
+     "PrefillAdder.add_chunked_req", "rules._continue_chunk, rules.continuation_len"),
+    ("managers/schedule_policy.py:1336-1584; mem_cache/prefill_budget.py:114-129",
+     "PrefillAdder.add_one_req", "rules._admit_waiting, rules.new_chunk_len"),
+    ("managers/schedule_policy.py:830-900; mem_cache/prefill_budget.py:155-167",
+     "PrefillAdder.budget_state, _charge", "rules._Adder.charge, rules._admit_waiting"),
+    ("managers/scheduler.py:4251-4288", "SGLangScheduler._mix_running", "rules._mix"),
+    ("managers/scheduler.py:4335-4428", "SGLangScheduler._update_running_batch",
+     "rules._decode"),
+    ("managers/schedule_batch.py:3298-3426", "SGLangScheduler._retract_decode",
+     "rules._retract"),
+    ("managers/scheduler_components/new_token_ratio_tracker.py:21-49", "RatioTracker",
+     "rules._decayed, rules._decode (estimate), rules.step (reset)"),
+    ("managers/schedule_batch.py:1913-1950", "SGLangScheduler._process_results",
+     "rules._finish"),
+)
+
+
+ENGINE = EngineModel(
+    name=ENGINE_SGLANG, folder="sglang", title="SGLang", version=SGLANG_VERSION,
+    parse_config=_parse, config_to_dict=Config.to_dict, rejection=rejection,
+    check_admissible=check_admissible, rule_config=rules.SGLangRuleConfig.from_config,
+    initial_state=rules.initial_state, step=rules.step, same_behaviour=same_behaviour,
+    scheduler=_scheduler, observe=records_to_steps, describe_step=describe_step,
+    rules_table=RULES_TABLE,
+)

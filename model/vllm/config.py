@@ -1,0 +1,94 @@
+"""vLLM V1's scheduler configuration as the model reads it, and its workload JSON form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from model.core.errors import InputError
+from model.core.types import Workload
+
+ENGINE_VLLM_V1 = "vllm-v1"
+VLLM_VERSION = "0.32.0"
+
+POLICY_FCFS = "fcfs"
+POLICY_PRIORITY = "priority"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The vLLM V1 scheduler configuration that the model reads.
+
+    Defaults are SchedulerConfig's (vllm/config/scheduler.py:41-43, 79, 134, 159, 190, 196)
+    and CacheConfig's block size (vllm/config/cache.py:72). `max_model_len` comes from the
+    model in vLLM; 8192 is our default. `num_gpu_blocks` comes from memory profiling in
+    vLLM; our default (4096) is ample for small workloads. Block 0 of the pool is vLLM's
+    null block (vllm/v1/core/block_pool.py:185-188), so `num_gpu_blocks - 1` are usable.
+    """
+
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 128
+    max_model_len: int = 8192
+    block_size: int = 16
+    num_gpu_blocks: int = 4096
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    long_prefill_token_threshold_adaptive: bool = False
+    policy: str = POLICY_FCFS
+    watermark: float = 0.0
+    scheduler_reserve_full_isl: bool = True
+    max_num_active_seqs: int | None = None
+    max_num_scheduled_tokens: int | None = None
+
+    @property
+    def token_budget(self) -> int:
+        """Tokens the scheduler may issue per step (scheduler.py:137-141, 611)."""
+        if self.max_num_scheduled_tokens is None:
+            return self.max_num_batched_tokens
+        return self.max_num_scheduled_tokens
+
+    @property
+    def max_num_active_reqs(self) -> int:
+        """Admission cap on RUNNING (scheduler.py:129-136)."""
+        if self.max_num_active_seqs is None:
+            return self.max_num_seqs
+        return self.max_num_active_seqs
+
+    @property
+    def watermark_blocks(self) -> int:
+        """`int(watermark * num_blocks)` (kv_cache_manager.py:205-208)."""
+        return int(self.watermark * self.num_gpu_blocks)
+
+    @property
+    def usable_blocks(self) -> int:
+        """Blocks a request can hold: the pool less the null block (block_pool.py:185-188)."""
+        return self.num_gpu_blocks - 1
+
+    def to_dict(self) -> dict[str, object]:
+        """The config as workload JSON spells it (vLLM field names)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config))
+
+def parse_config(raw: Any, base: Config | None = None) -> Config:
+    """Overlay a dict of vLLM field names on `base` (default: vLLM's defaults)."""
+    if not isinstance(raw, dict):
+        raise InputError("'config' must be a JSON object of vLLM field names")
+    unknown = sorted(set(raw) - set(CONFIG_FIELDS))
+    if unknown:
+        raise InputError(
+            f"unknown config field {unknown[0]!r}; known fields: {', '.join(CONFIG_FIELDS)}")
+    return replace(base or Config(), **raw)
+
+
+def check_requests_admissible(workload: Workload) -> None:
+    """vLLM's input processor rejects these prompts before they reach the scheduler
+    (vllm/v1/engine/input_processor.py:574-602)."""
+    mml = workload.config.max_model_len
+    for r in workload.requests:
+        if r.prompt_len >= mml:
+            raise InputError(
+                f"request {r.id!r}: prompt_len {r.prompt_len} must be below max_model_len "
+                f"{mml} (vLLM rejects it before scheduling, input_processor.py:574-602); "
+                "shorten the prompt or raise max_model_len")

@@ -1,0 +1,151 @@
+"""vLLM V1 (v0.32.0) as an EngineModel: the rules of model/vllm/rules.py, the reference
+of model/vllm/reference.py, and the Step observables of a reference run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from model.core.engine import EngineModel
+from model.core.observe import observed_step
+from model.core.ops import Bool, Ops
+from model.core.types import SlotObs, Step, StepRecord, Workload
+from model.vllm import rules
+from model.vllm.config import (
+    ENGINE_VLLM_V1,
+    VLLM_VERSION,
+    Config,
+    check_requests_admissible,
+    parse_config,
+)
+from model.vllm.invariant import well_formed
+from model.vllm.reference import VllmV1Scheduler, cdiv
+from model.vllm.state import (
+    PREEMPTED,
+    RANGED_FIELDS,
+    RUNNING,
+    WAITING,
+    RuleConfig,
+    SchedState,
+    ranged_rule_config,
+)
+from model.vllm.validation import rejection, validation_constraints
+
+
+def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ...]:
+    """Step observables of a reference run, slot i = i-th request in arrival order.
+
+    The reference reports free blocks but not blocks per request; with prefix caching off
+    a running request holds exactly cdiv(min(num_computed_tokens, max_model_len),
+    block_size) blocks (kv_cache_manager.py:541-571), a waiting one none, so the
+    conservation property still cross-checks the reference's own pool accounting.
+    """
+    cfg = workload.config
+    rcfg = RuleConfig.from_config(cfg)
+    ordered = workload.arrival_order()
+    outputs = {r.id: 0 for r in ordered}
+    ncomp = {r.id: 0 for r in ordered}
+    preemptions = {r.id: 0 for r in ordered}
+    running: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    steps = []
+    for rec in records:
+        arrived = tuple(r.id for r in ordered if r.arrival_step == rec.step)
+        was_waiting = set(waiting) | set(arrived)
+        was_running = set(running)
+        sched = dict(rec.scheduled)
+        rank = {rid: k for k, (rid, _) in enumerate(rec.scheduled)}
+        after = dict(rec.num_computed_tokens)
+        finished = dict(rec.finished)
+        slots = []
+        for i, spec in enumerate(ordered):
+            rid = spec.id
+            ntok = spec.prompt_len + outputs[rid]
+            n = sched.get(rid, 0)
+            now = after.get(rid, ncomp[rid])
+            sampled = n > 0 and now >= ntok
+            preemptions[rid] += rid in rec.preempted
+            blocks = (cdiv(min(now, cfg.max_model_len), cfg.block_size)
+                      if rid in rec.running else 0)
+            queue_key = rec.waiting.index(rid) if rid in rec.waiting else 0
+            slots.append(SlotObs(
+                held=rid in was_running or rid in was_waiting, was_running=rid in was_running,
+                was_waiting=rid in was_waiting, scheduled=n, serve_rank=rank.get(rid, 0),
+                admitted=rid in rec.admitted, resumed=rid in rec.resumed,
+                preempted=rid in rec.preempted, finished=rid in finished,
+                finished_stop=finished.get(rid) == "stop", sampled=sampled, num_tokens=ntok,
+                num_computed_tokens_before=ncomp[rid], num_computed_tokens=now,
+                num_output_tokens=outputs[rid] + int(sampled), blocks=blocks,
+                num_preemptions=preemptions[rid], running_after=rid in rec.running,
+                waiting_after=rid in rec.waiting, queue_key=queue_key,
+                run_key=rec.running.index(rid) if rid in rec.running else 0,
+                prompt_len=spec.prompt_len, max_tokens=spec.max_tokens,
+                priority=spec.priority,
+                arrival_time=i))
+            outputs[rid] += int(sampled)
+            ncomp[rid] = now
+        released = sum(o.blocks for o in slots if o.finished)
+        steps.append(observed_step(rec, slots, rcfg, released))
+        running = tuple(r for r in rec.running if r not in finished)
+        waiting = rec.waiting
+    return tuple(steps)
+
+
+def same_behaviour(ops: Ops, a: SchedState, b: SchedState) -> Bool:
+    """Two states from which the scheduler behaves the same: equal slots and pool, queues in
+    the same relative order. Key counters and preemption counts do not steer decisions."""
+    cons: list[Bool] = [a.free_blocks == b.free_blocks]
+    for x, y in zip(a.slots, b.slots, strict=True):
+        cons += [x.status == y.status, x.num_computed_tokens == y.num_computed_tokens,
+                 x.num_output_tokens == y.num_output_tokens, x.blocks == y.blocks]
+    n = len(a.slots)
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                continue
+            x, y, u, v = a.slots[i], a.slots[j], b.slots[i], b.slots[j]
+            both_running = ops.and_(x.status == RUNNING, y.status == RUNNING)
+            both_waiting = ops.and_(ops.or_(x.status == WAITING, x.status == PREEMPTED),
+                                    ops.or_(y.status == WAITING, y.status == PREEMPTED))
+            cons.append(ops.implies(both_running,
+                                    (x.run_key < y.run_key) == (u.run_key < v.run_key)))
+            cons.append(ops.implies(both_waiting,
+                                    (x.wait_key < y.wait_key) == (u.wait_key < v.wait_key)))
+    return ops.and_(*cons)
+
+
+def _initial_state(num_slots: int, cfg: RuleConfig) -> SchedState:
+    return SchedState.initial(num_slots, cfg.usable_blocks)
+
+
+_S = "vllm/v1/core/sched/scheduler.py"
+# upstream file:line (v0.32.0) -> reference (model/vllm/reference.py) -> rules
+# (model/vllm/rules.py), as the two modules' docstrings cite them.
+RULES_TABLE: tuple[tuple[str, str, str], ...] = (
+    (f"{_S}:2616-2634", "VllmV1Scheduler.add_request", "_arrive"),
+    (f"{_S}:591-1556", "VllmV1Scheduler._schedule", "step"),
+    (f"{_S}:643-655", "effective_long_prefill_threshold", "_threshold"),
+    (f"{_S}:657-858", "VllmV1Scheduler._schedule_running", "_running_loop"),
+    (f"{_S}:703-721", "running_num_new_tokens", "running_tokens"),
+    (f"{_S}:796-802", "VllmV1Scheduler._pop_victim", "_victim"),
+    (f"{_S}:1571-1614", "VllmV1Scheduler._preempt_request", "_preempt"),
+    (f"{_S}:912-1369", "VllmV1Scheduler._schedule_waiting", "_waiting_loop"),
+    ("vllm/v1/core/kv_cache_manager.py:371-618", "VllmV1Scheduler._allocate_slots",
+     "blocks_needed"),
+    ("vllm/v1/core/sched/request_queue.py:75-128", "FcfsQueue", "_queue_key"),
+    ("vllm/v1/core/sched/request_queue.py:131-197", "PriorityQueue", "_queue_key"),
+    (f"{_S}:1616-1642", "VllmV1Scheduler._update_after_schedule", "_update"),
+    (f"{_S}:2026-2295", "VllmV1Scheduler._update_from_output", "_update"),
+    ("vllm/v1/core/sched/utils.py:98-119", "VllmV1Scheduler._check_stop", "_update"),
+    (f"{_S}:2714-2749", "VllmV1Scheduler._free_request", "_update"),
+)
+
+
+ENGINE = EngineModel(
+    name=ENGINE_VLLM_V1, folder="vllm_v1", title="vLLM V1", version=VLLM_VERSION,
+    parse_config=parse_config, config_to_dict=Config.to_dict, rejection=rejection,
+    check_admissible=check_requests_admissible, rule_config=RuleConfig.from_config,
+    initial_state=_initial_state, step=rules.step, same_behaviour=same_behaviour,
+    scheduler=VllmV1Scheduler, observe=records_to_steps, rules_table=RULES_TABLE,
+    well_formed=well_formed, ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
+    family_constraints=validation_constraints,
+)

@@ -1,0 +1,50 @@
+"""vLLM V1's StepRecords read back from the rules' concrete Steps (slots -> request ids),
+so the rules can be compared with the reference record by record."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from model.core.types import FINISH_LENGTH as LENGTH
+from model.core.types import FINISH_STOP as STOP
+from model.core.types import Step, StepRecord
+
+
+def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
+    """The contract's StepRecord of a concrete rules Step (slots -> request ids)."""
+    slots = list(enumerate(observed.slots))[: len(ids)]
+    served = sorted((o.serve_rank, i) for i, o in slots if o.scheduled > 0)
+    running = [i for i, o in slots if o.running_after]
+    running.sort(key=lambda i: _run_key(observed, i))
+    waiting = [i for i, o in slots if o.waiting_after]
+    if observed.cfg.policy_priority:
+        waiting.sort(key=lambda i: (observed.slots[i].priority, i))
+    else:
+        waiting.sort(key=lambda i: observed.slots[i].queue_key)
+    victims = [i for i, o in slots if o.preempted]
+    if observed.cfg.policy_priority:
+        # Each victim is the maximum (priority, arrival_time) left in `running`.
+        victims.sort(key=lambda i: (observed.slots[i].priority, i), reverse=True)
+    else:
+        # Each victim is running[-1]: the latest-admitted first.
+        victims.sort(key=lambda i: _run_key(observed, i), reverse=True)
+    held_order = running + waiting
+    return StepRecord(
+        step=observed.step,
+        scheduled=tuple((ids[i], observed.slots[i].scheduled) for _, i in served),
+        admitted=tuple(ids[i] for _, i in served if observed.slots[i].admitted),
+        resumed=tuple(ids[i] for _, i in served if observed.slots[i].resumed),
+        preempted=tuple(ids[i] for i in victims),
+        finished=tuple((ids[i], STOP if observed.slots[i].finished_stop else LENGTH)
+                       for _, i in served if observed.slots[i].finished),
+        free_blocks=observed.free_blocks,
+        num_computed_tokens=tuple((ids[i], observed.slots[i].num_computed_tokens)
+                                  for i in held_order),
+        running=tuple(ids[i] for i in running),
+        waiting=tuple(ids[i] for i in waiting),
+        token_budget_left=observed.token_budget_left,
+    )
+
+
+def _run_key(observed: Step, i: int) -> object:
+    return observed.slots[i].run_key

@@ -1,0 +1,649 @@
+"""Reference scheduler for vLLM V1 (v0.32.0): an imperative port of `Scheduler.schedule()`
+and `Scheduler.update_from_output()`, written to be read beside the upstream files.
+
+Scope: the synchronous `Scheduler` (not `AsyncScheduler`), full attention, prefix caching
+off, no speculative decoding, no KV connector, no multimodal/encoder inputs, no LoRA, no
+structured output, not paused. Under that scope `draft_slots == 0`,
+`num_output_placeholders == 0`, `num_tokens_with_spec == num_tokens`, every prefix-cache
+lookup hits 0 tokens and `kv_holding_waiting` stays empty, so those branches are left out.
+
+Citations (all paths relative to `vllm/`, v0.32.0):
+  S  = v1/core/sched/scheduler.py        Q = v1/core/sched/request_queue.py
+  K  = v1/core/kv_cache_manager.py       P = v1/core/block_pool.py
+  T  = v1/core/single_type_kv_cache_manager.py
+  U  = v1/core/sched/utils.py            R = v1/request.py
+
+The code is our own; loops, `break` and `continue` sit where upstream has them.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+from collections import deque
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from model.core.checks import check_eos_steps
+from model.core.errors import InputError
+from model.core.types import FINISH_LENGTH, FINISH_STOP, RequestSpec, StepRecord, Workload
+from model.vllm.config import POLICY_PRIORITY, Config
+from model.vllm.validation import check_field_types
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division, as vLLM's `cdiv`."""
+    return -(-a // b)
+
+
+class Status(Enum):
+    """The `RequestStatus` values reachable in scope (R:370-386)."""
+
+    WAITING = "WAITING"
+    RUNNING = "RUNNING"
+    PREEMPTED = "PREEMPTED"
+    FINISHED_STOPPED = "FINISHED_STOPPED"
+    FINISHED_LENGTH_CAPPED = "FINISHED_LENGTH_CAPPED"
+
+
+# ---------------------------------------------------------------------------------------
+# Requests and queues
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """Mutable per-request state the scheduler keeps (R:115, 184, 216, 294-296).
+
+    Mutable on purpose: this is the imperative reference. Identity equality, as upstream.
+    Output token ids are not modelled, only their count.
+    """
+
+    request_id: str
+    num_prompt_tokens: int
+    max_tokens: int
+    priority: int
+    arrival_time: int
+    num_output_tokens: int = 0
+    num_computed_tokens: int = 0
+    num_preemptions: int = 0
+    status: Status = Status.WAITING
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus outputs generated so far (R:294-296)."""
+        return self.num_prompt_tokens + self.num_output_tokens
+
+    def priority_key(self) -> tuple[int, int, str]:
+        """`Request.__lt__`: priority, then arrival_time, then request_id (R:357-367)."""
+        return (self.priority, self.arrival_time, self.request_id)
+
+    def __lt__(self, other: Request) -> bool:
+        return self.priority_key() < other.priority_key()
+
+
+class FcfsQueue:
+    """`FCFSRequestQueue`: a deque; add at the tail, pop/peek at the head, prepend with
+    appendleft (Q:75-128)."""
+
+    def __init__(self) -> None:
+        self._items: deque[Request] = deque()
+
+    def add_request(self, request: Request) -> None:
+        """Append at the tail (Q:78-80)."""
+        self._items.append(request)
+
+    def pop_request(self) -> Request:
+        """Pop the head (Q:82-84)."""
+        return self._items.popleft()
+
+    def peek_request(self) -> Request:
+        """The head, not removed (Q:86-90)."""
+        return self._items[0]
+
+    def prepend_request(self, request: Request) -> None:
+        """Put back at the head (Q:92-94)."""
+        self._items.appendleft(request)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(self._items)
+
+
+class PriorityQueue:
+    """`PriorityRequestQueue`: a heap ordered by `Request.__lt__`; prepending is a plain
+    insert, a heap has no front (Q:131-197)."""
+
+    def __init__(self) -> None:
+        self._heap: list[Request] = []
+
+    def add_request(self, request: Request) -> None:
+        """Heap insert (Q:143-145)."""
+        heapq.heappush(self._heap, request)
+
+    def pop_request(self) -> Request:
+        """Pop the smallest (priority, arrival_time, request_id) (Q:147-151)."""
+        return heapq.heappop(self._heap)
+
+    def peek_request(self) -> Request:
+        """The smallest, not removed (Q:153-157)."""
+        return self._heap[0]
+
+    def prepend_request(self, request: Request) -> None:
+        """Same as add_request (Q:159-164)."""
+        self.add_request(request)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __iter__(self) -> Iterator[Request]:
+        """Sorted order, as upstream's `__iter__` pops a copy of the heap (Q:193-197)."""
+        return iter(sorted(self._heap))
+
+
+RequestQueue = FcfsQueue | PriorityQueue
+
+
+# ---------------------------------------------------------------------------------------
+# KV blocks
+# ---------------------------------------------------------------------------------------
+
+
+class BlockPool:
+    """Counts KV blocks per request. Block 0 is the permanent null block, so
+    `num_gpu_blocks - 1` are usable (P:185-188). Full attention and no prefix caching:
+    a request's blocks are exactly the ones allocated for it, freed all at once."""
+
+    def __init__(self, num_gpu_blocks: int, block_size: int) -> None:
+        self.block_size = block_size
+        self.num_free_blocks = num_gpu_blocks - 1
+        self._held: dict[str, int] = {}
+
+    def blocks_held(self, request_id: str) -> int:
+        """Blocks the request holds now."""
+        return self._held.get(request_id, 0)
+
+    def num_blocks_to_allocate(self, request_id: str, num_tokens: int) -> int:
+        """New blocks for `num_tokens` slots: `cdiv(num_tokens, block_size)` less those
+        already held, floored at 0 (T:213, 229-235)."""
+        return max(cdiv(num_tokens, self.block_size) - self.blocks_held(request_id), 0)
+
+    def allocate(self, request_id: str, num_blocks: int) -> None:
+        """Take `num_blocks` from the free queue."""
+        if num_blocks > self.num_free_blocks:
+            raise AssertionError("allocation beyond the free blocks")
+        self.num_free_blocks -= num_blocks
+        self._held[request_id] = self.blocks_held(request_id) + num_blocks
+
+    def free(self, request_id: str) -> None:
+        """Return every block of the request to the free queue (K:620)."""
+        self.num_free_blocks += self._held.pop(request_id, 0)
+
+
+# ---------------------------------------------------------------------------------------
+# Pure token-count rules (small enough to test one by one)
+# ---------------------------------------------------------------------------------------
+
+
+def effective_long_prefill_threshold(cfg: Config, num_eligible_reqs: int) -> int:
+    """The per-request prefill cap for this step (S:643-655).
+
+    0 (no cap) when at most one request exists (running + waiting <= 1); with the adaptive
+    variant, floored at the fair share `max_num_batched_tokens // num_eligible_reqs`.
+    """
+    threshold = cfg.long_prefill_token_threshold if num_eligible_reqs > 1 else 0
+    if threshold > 0 and cfg.long_prefill_token_threshold_adaptive:
+        threshold = max(threshold, cfg.max_num_batched_tokens // num_eligible_reqs)
+    return threshold
+
+
+def running_num_new_tokens(
+    request: Request, threshold: int, token_budget: int, input_budget: int, max_model_len: int
+) -> int:
+    """Tokens a RUNNING request asks for this step (S:703-721).
+
+    The gap `num_tokens - num_computed_tokens`, cut to the long-prefill threshold, to both
+    budgets, and to `max_model_len - num_computed_tokens - 1` (one slot for the token
+    sampled in this step). That last cap never binds without spec decode, since a request
+    reaching `max_model_len` tokens finishes; it is kept for fidelity.
+    """
+    num_new_tokens = request.num_tokens - request.num_computed_tokens
+    if 0 < threshold < num_new_tokens:
+        num_new_tokens = threshold
+    num_new_tokens = min(num_new_tokens, token_budget, input_budget)
+    return min(num_new_tokens, max_model_len - request.num_computed_tokens - 1)
+
+
+# ---------------------------------------------------------------------------------------
+# Views and per-step scratch state
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """A read-only snapshot of one request the scheduler holds."""
+
+    request_id: str
+    status: str
+    num_prompt_tokens: int
+    num_output_tokens: int
+    num_tokens: int
+    num_computed_tokens: int
+    num_preemptions: int
+    blocks_held: int
+    priority: int
+    arrival_time: int
+
+
+@dataclass(slots=True)
+class _StepOutput:
+    """Scratch state of one `schedule()` call (the parts of SchedulerOutput we need)."""
+
+    token_budget: int
+    input_budget: int
+    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)  # insertion = order
+    scheduled_running_reqs: list[Request] = field(default_factory=list)
+    scheduled_new_reqs: list[Request] = field(default_factory=list)
+    scheduled_resumed_reqs: list[Request] = field(default_factory=list)
+    preempted_reqs: list[Request] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------
+# The scheduler
+# ---------------------------------------------------------------------------------------
+
+
+class VllmV1Scheduler:
+    """vLLM V1's synchronous scheduler, one `step()` = `schedule()` then a fake model
+    output then `update_from_output()` (v1/engine/core.py:657-687)."""
+
+    def __init__(self, cfg: Config) -> None:
+        check_field_types(cfg)
+        self.cfg = cfg
+        self.current_step = 0
+        self.requests: dict[str, Request] = {}
+        self.waiting: RequestQueue = (
+            PriorityQueue() if cfg.policy == POLICY_PRIORITY else FcfsQueue())  # S:223-231
+        self.running: list[Request] = []
+        self.block_pool = BlockPool(cfg.num_gpu_blocks, cfg.block_size)
+        self._num_arrived = 0
+        self._finished_ids: set[str] = set()
+
+    def __deepcopy__(self, memo: dict[int, object]) -> VllmV1Scheduler:
+        """A copy that shares nothing mutable (the explorer branches on copies): each
+        Request is copied once and the queues, the running list and the pool point at the
+        copies; the frozen config is shared."""
+        twin = copy.copy(self)
+        fresh = {rid: copy.copy(r) for rid, r in self.requests.items()}
+        twin.requests = fresh
+        twin.running = [fresh[r.request_id] for r in self.running]
+        twin.waiting = copy.copy(self.waiting)
+        if isinstance(self.waiting, FcfsQueue):
+            twin.waiting._items = deque(fresh[r.request_id] for r in self.waiting._items)
+        else:
+            twin.waiting._heap = [fresh[r.request_id] for r in self.waiting._heap]
+        twin.block_pool = copy.copy(self.block_pool)
+        twin.block_pool._held = dict(self.block_pool._held)
+        twin._finished_ids = set(self._finished_ids)
+        return twin
+
+    # ---- public API ----------------------------------------------------------------
+
+    def add_request(self, spec: RequestSpec) -> None:
+        """Add a request at the tail of `waiting` (S:2616-2634, 2457-2463). Its
+        `arrival_time` is its position in the order of `add_request` calls."""
+        if spec.id in self.requests or spec.id in self._finished_ids:
+            raise InputError(f"request id {spec.id!r} was added twice; ids must be unique")
+        if spec.prompt_len < 1 or spec.prompt_len >= self.cfg.max_model_len:
+            raise InputError(
+                f"request {spec.id!r}: prompt_len {spec.prompt_len} must be in "
+                f"[1, max_model_len={self.cfg.max_model_len}) (vLLM's input processor "
+                "rejects it, v1/engine/input_processor.py:574-602)")
+        request = Request(
+            request_id=spec.id,
+            num_prompt_tokens=spec.prompt_len,
+            max_tokens=spec.max_tokens,
+            priority=spec.priority,
+            arrival_time=self._num_arrived,
+        )
+        self._num_arrived += 1
+        self.requests[spec.id] = request
+        self.waiting.add_request(request)
+
+    def step(self, eos_ids: frozenset[str] = frozenset()) -> StepRecord:
+        """Run one iteration. `eos_ids` are the requests whose token sampled in this step
+        is EOS; each must actually sample in this step, else InputError."""
+        out = self._schedule()
+        free_blocks = self.block_pool.num_free_blocks
+        held = [*self.running, *self.waiting]
+        num_computed = tuple((r.request_id, r.num_computed_tokens) for r in held)
+        running_ids = tuple(r.request_id for r in self.running)
+        waiting_ids = tuple(r.request_id for r in self.waiting)
+        self._check_eos(out, eos_ids)
+        finished = self._update_from_output(out, eos_ids)
+        return StepRecord(
+            step=self.current_step,
+            scheduled=tuple(out.num_scheduled_tokens.items()),
+            admitted=tuple(r.request_id for r in out.scheduled_new_reqs),
+            resumed=tuple(r.request_id for r in out.scheduled_resumed_reqs),
+            preempted=tuple(r.request_id for r in out.preempted_reqs),
+            finished=finished,
+            free_blocks=free_blocks,
+            num_computed_tokens=num_computed,
+            running=running_ids,
+            waiting=waiting_ids,
+            token_budget_left=out.token_budget,
+        )
+
+    def state_key(self, extra: Mapping[str, Hashable] | None = None) -> tuple[object, ...]:
+        """The state with requests named by position (running order, then waiting order):
+        what steers every later decision. arrival_time only breaks priority ties, so its
+        relative rank is kept under PRIORITY and dropped under FCFS, where the deque order
+        says it all; num_preemptions and the step counter steer nothing. `extra[id]` is
+        appended to a request's entry (the explorer's per-request property history)."""
+        held = [*self.running, *self.waiting]
+        ranks = {id(r): k for k, r in enumerate(sorted(held, key=lambda r: r.arrival_time))}
+        priority = self.cfg.policy == POLICY_PRIORITY
+        extra = extra or {}
+
+        def one(r: Request) -> tuple[object, ...]:
+            return (r.status.value, r.num_prompt_tokens, r.max_tokens, r.num_output_tokens,
+                    r.num_computed_tokens, self.block_pool.blocks_held(r.request_id),
+                    r.priority if priority else 0, ranks[id(r)] if priority else 0,
+                    extra.get(r.request_id))
+        return (self.block_pool.num_free_blocks, tuple(one(r) for r in self.running),
+                tuple(one(r) for r in self.waiting))
+
+    def views(self) -> tuple[RequestView, ...]:
+        """Snapshots of every request held (running order, then waiting order)."""
+        return tuple(self._view(r) for r in [*self.running, *self.waiting])
+
+    def view(self, request_id: str) -> RequestView | None:
+        """Snapshot of one held request, None if it is not (or no longer) held."""
+        request = self.requests.get(request_id)
+        return None if request is None else self._view(request)
+
+    # ---- schedule() --------------------------------------------------------------------
+
+    def _schedule(self) -> _StepOutput:
+        """`Scheduler.schedule()` (S:591-1556), in scope."""
+        self.current_step += 1
+        out = _StepOutput(
+            token_budget=self.cfg.token_budget,  # S:611, 137-141
+            input_budget=self.cfg.max_num_batched_tokens,  # S:614
+        )
+        num_eligible_reqs = len(self.running) + len(self.waiting)  # S:643-644
+        threshold = effective_long_prefill_threshold(self.cfg, num_eligible_reqs)
+        self._schedule_running(out, threshold)
+        if not out.preempted_reqs:  # S:900: no admission in a step that preempted
+            self._schedule_waiting(out, threshold)
+        self._check_constraints(out)
+        self._update_after_schedule(out)
+        return out
+
+    def _schedule_running(self, out: _StepOutput, threshold: int) -> None:
+        """The RUNNING loop, in list order (S:657-858)."""
+        req_index = 0
+        while req_index < len(self.running) and out.token_budget > 0:  # S:659
+            request = self.running[req_index]
+            if out.input_budget <= 0:  # S:661 (draft_slots = 0)
+                break
+            num_new_tokens = running_num_new_tokens(
+                request, threshold, out.token_budget, out.input_budget, self.cfg.max_model_len)
+            if num_new_tokens == 0:  # S:755-773: skip, do not break
+                req_index += 1
+                continue
+            allocated = False
+            while True:  # S:777-844
+                if self._allocate_slots(request, num_new_tokens):
+                    allocated = True
+                    break
+                victim, req_index = self._pop_victim(out, req_index)
+                self._preempt_request(victim)  # S:836-840
+                out.preempted_reqs.append(victim)  # S:841
+                if victim is request:  # S:842-844: it preempted itself
+                    break
+            if not allocated:  # S:846-848: the RUNNING loop ends here
+                break
+            out.scheduled_running_reqs.append(request)  # S:851-858
+            out.num_scheduled_tokens[request.request_id] = num_new_tokens
+            out.token_budget -= num_new_tokens
+            out.input_budget -= num_new_tokens
+            req_index += 1
+
+    def _pop_victim(self, out: _StepOutput, req_index: int) -> tuple[Request, int]:
+        """Choose and remove the preemption victim; return it and the fixed-up index.
+
+        FCFS: `running[-1]` (S:802, 834). PRIORITY: the first maximum of
+        (priority, arrival_time) in running order (S:796-800); if it sits before the
+        current index the index moves back (S:809-812); if it was already scheduled in
+        this step its tokens go back to both budgets (S:814-832).
+        """
+        if self.cfg.policy != POLICY_PRIORITY:
+            return self.running.pop(), req_index
+        victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
+        victim_index = self.running.index(victim)
+        del self.running[victim_index]
+        if victim_index < req_index:
+            req_index -= 1
+        if victim in out.scheduled_running_reqs:
+            out.scheduled_running_reqs.remove(victim)
+            restored = out.num_scheduled_tokens.pop(victim.request_id)
+            out.token_budget += restored
+            out.input_budget += restored
+        return victim, req_index
+
+    def _schedule_waiting(self, out: _StepOutput, threshold: int) -> None:
+        """The WAITING loop (S:912-1369). Every failure to admit the head breaks the loop
+        (strict head-of-line); in scope nothing is ever skipped."""
+        while out.token_budget > 0:  # S:912
+            if not self.waiting or out.input_budget <= 0:  # S:918-919
+                break
+            if len(self.running) >= self.cfg.max_num_active_reqs:  # S:922-924
+                break
+            request = self.waiting.peek_request()
+            # S:960-1096: prefix caching off, so the lookup of a request with
+            # num_computed_tokens == 0 hits nothing; a preempted request was reset to 0.
+            num_computed_tokens = request.num_computed_tokens
+            request_token_budget = min(out.token_budget, out.input_budget)  # S:1118
+            # S:1129: num_tokens, not the prompt: a resumed request recomputes its outputs.
+            num_new_tokens = request.num_tokens - num_computed_tokens
+            if 0 < threshold < num_new_tokens:  # S:1155-1156
+                num_new_tokens = threshold
+            if not self.cfg.enable_chunked_prefill and num_new_tokens > request_token_budget:
+                break  # S:1160-1167
+            num_new_tokens = min(num_new_tokens, request_token_budget)  # S:1169
+            assert num_new_tokens > 0  # S:1170
+            if not self._allocate_slots(
+                request,
+                num_new_tokens,
+                full_sequence_must_fit=self.cfg.scheduler_reserve_full_isl,  # S:1270
+                has_scheduled_reqs=bool(self.running),  # S:1272
+            ):
+                break  # S:1275-1282: head-of-line, no preemption from here
+            self.waiting.pop_request()  # S:1343-1345
+            self.running.append(request)
+            if request.status == Status.WAITING:  # S:1353-1356
+                out.scheduled_new_reqs.append(request)
+            else:
+                out.scheduled_resumed_reqs.append(request)
+            out.num_scheduled_tokens[request.request_id] = num_new_tokens  # S:1365-1367
+            out.token_budget -= num_new_tokens
+            out.input_budget -= num_new_tokens
+            request.status = Status.RUNNING  # S:1368-1369
+            request.num_computed_tokens = num_computed_tokens
+
+    def _allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        full_sequence_must_fit: bool = False,
+        has_scheduled_reqs: bool = True,
+    ) -> bool:
+        """`KVCacheManager.allocate_slots` for full attention, no prefix hit (K:371-618).
+        True when the blocks were allocated, False where upstream returns None."""
+        if num_new_tokens == 0:  # K:474-482
+            raise ValueError("num_new_tokens must be greater than 0")
+        pool = self.block_pool
+        rid = request.request_id
+        max_model_len = self.cfg.max_model_len
+        total_computed_tokens = min(request.num_computed_tokens, max_model_len)  # K:501-507
+        watermark_blocks = 0  # K:509-516
+        if has_scheduled_reqs and request.status in (Status.WAITING, Status.PREEMPTED):
+            watermark_blocks = self.cfg.watermark_blocks
+        if full_sequence_must_fit:  # K:522-539: a check only, nothing is reserved
+            full_num_tokens = min(request.num_tokens, max_model_len)
+            required = pool.num_blocks_to_allocate(rid, full_num_tokens) + watermark_blocks
+            if required > pool.num_free_blocks:
+                return False
+        num_tokens_need_slot = min(total_computed_tokens + num_new_tokens, max_model_len)
+        num_blocks = pool.num_blocks_to_allocate(rid, num_tokens_need_slot)  # K:561-571
+        if num_blocks + watermark_blocks > pool.num_free_blocks:  # K:575-579
+            return False
+        pool.allocate(rid, num_blocks)  # K:594-599
+        return True
+
+    def _preempt_request(self, request: Request) -> None:
+        """`_preempt_request` (S:1571-1614); the caller already removed it from running.
+        Blocks freed, progress reset, outputs kept, back to the waiting queue's front
+        (FCFS appendleft; PRIORITY heap insert)."""
+        assert request.status == Status.RUNNING  # S:1584-1586
+        self.block_pool.free(request.request_id)  # S:1589
+        request.status = Status.PREEMPTED  # S:1592
+        request.num_computed_tokens = 0  # S:1593
+        request.num_preemptions += 1  # S:1608
+        self.waiting.prepend_request(request)  # S:1613
+
+    def _check_constraints(self, out: _StepOutput) -> None:
+        """The assertions of S:1404-1408. (S:1409, `len(running) <= max_num_seqs`, holds
+        only for configs vLLM accepts; it is a property we check, not an assertion here.)"""
+        assert sum(out.num_scheduled_tokens.values()) <= self.cfg.token_budget
+        assert out.token_budget >= 0
+        assert out.input_budget >= 0
+
+    def _update_after_schedule(self, out: _StepOutput) -> None:
+        """`num_computed_tokens` advances at schedule time (S:1616-1642)."""
+        for rid, num_tokens in out.num_scheduled_tokens.items():
+            self.requests[rid].num_computed_tokens += num_tokens
+
+    # ---- update_from_output() ----------------------------------------------------------
+
+    def _samples(self, request: Request) -> bool:
+        """A scheduled request samples a token unless its chunk was a partial prefill
+        (its num_computed_tokens is still below num_tokens) (S:2493-2510, R:201)."""
+        return request.num_computed_tokens >= request.num_tokens
+
+    def _check_eos(self, out: _StepOutput, eos_ids: Iterable[str]) -> None:
+        """Reject an EOS for a request that samples nothing in this step."""
+        for rid in sorted(eos_ids):
+            request = self.requests.get(rid)
+            reason = None
+            if request is None:
+                reason = ("it has already finished" if rid in self._finished_ids
+                          else "it has not arrived")
+            elif rid not in out.num_scheduled_tokens:
+                reason = "it is not scheduled in this step"
+            elif not self._samples(request):
+                reason = (f"its chunk is a partial prefill (num_computed_tokens "
+                          f"{request.num_computed_tokens} < num_tokens {request.num_tokens})")
+            if reason is not None:
+                raise InputError(
+                    f"eos for request {rid!r} in step {self.current_step}: the request "
+                    f"samples no token in that step ({reason}); EOS can only be the token "
+                    "a request samples")
+
+    def _update_from_output(
+        self, out: _StepOutput, eos_ids: frozenset[str]
+    ) -> tuple[tuple[str, str], ...]:
+        """`update_from_output` (S:2026-2295) with a fake model output: one token for each
+        request that samples; it is EOS exactly for `eos_ids`."""
+        finished: list[tuple[str, str]] = []
+        stopped: set[str] = set()
+        for rid in out.num_scheduled_tokens:  # scheduled order
+            request = self.requests[rid]
+            if not self._samples(request):
+                continue
+            request.num_output_tokens += 1  # S:2501-2502
+            reason = self._check_stop(request, rid in eos_ids)  # S:2506
+            if reason is None:
+                continue
+            request.status = (Status.FINISHED_STOPPED if reason == FINISH_STOP
+                              else Status.FINISHED_LENGTH_CAPPED)
+            self._free_request(request)  # S:2228-2230
+            finished.append((rid, reason))
+            stopped.add(rid)
+        if stopped:  # S:2293-2295
+            self.running = [r for r in self.running if r.request_id not in stopped]
+        return tuple(finished)
+
+    def _check_stop(self, request: Request, sampled_eos: bool) -> str | None:
+        """`check_stop` order (U:98-119): EOS first ("stop"), then `num_tokens >=
+        max_model_len` or `num_output_tokens >= max_tokens` ("length")."""
+        if sampled_eos:
+            return FINISH_STOP
+        if (request.num_tokens >= self.cfg.max_model_len
+                or request.num_output_tokens >= request.max_tokens):
+            return FINISH_LENGTH
+        return None
+
+    def _free_request(self, request: Request) -> None:
+        """Free the blocks and forget the request (S:2714-2749)."""
+        self.block_pool.free(request.request_id)
+        del self.requests[request.request_id]
+        self._finished_ids.add(request.request_id)
+
+    def _view(self, r: Request) -> RequestView:
+        return RequestView(
+            request_id=r.request_id, status=r.status.value,
+            num_prompt_tokens=r.num_prompt_tokens, num_output_tokens=r.num_output_tokens,
+            num_tokens=r.num_tokens, num_computed_tokens=r.num_computed_tokens,
+            num_preemptions=r.num_preemptions,
+            blocks_held=self.block_pool.blocks_held(r.request_id),
+            priority=r.priority, arrival_time=r.arrival_time,
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Driving a whole workload
+# ---------------------------------------------------------------------------------------
+
+
+
+def iter_steps(workload: Workload) -> Iterator[tuple[tuple[RequestView, ...], StepRecord]]:
+    """Run `workload.steps` steps, yielding for each the requests held just before its
+    `schedule()` (after that step's arrivals) and its record.
+
+    Before step s, the requests with `arrival_step == s` are added in workload list order
+    (so `arrival_time` is the position in `workload.arrival_order()`); the eos entries of
+    step s are passed to that step.
+    """
+    check_eos_steps(workload)
+    scheduler = VllmV1Scheduler(workload.config)
+    arrivals, eos = workload.arrivals_by_step(), workload.eos_ids_by_step()
+    for step in range(1, workload.steps + 1):
+        for spec in arrivals.get(step, ()):
+            scheduler.add_request(spec)
+        before = scheduler.views()
+        yield before, scheduler.step(eos.get(step, frozenset()))
+
+
+def simulate(workload: Workload) -> tuple[StepRecord, ...]:
+    """The records of `workload.steps` steps (see `iter_steps` for arrivals and eos)."""
+    return tuple(record for _, record in iter_steps(workload))
+
+
+PHASE_PREFILL = "prefill"
+PHASE_DECODE = "decode"
+
+
+def chunk_phase(before: RequestView, num_new_tokens: int) -> str:
+    """Name a scheduled chunk for display. vLLM has no phase field (S:593-602): a chunk
+    is a "decode" when it is the one newest sampled token of a request that already has
+    output (num_computed_tokens == num_tokens - 1); anything else, including the
+    recomputation of a resumed request's prompt and outputs, is a "prefill" chunk."""
+    is_decode = (num_new_tokens == 1 and before.num_output_tokens > 0
+                 and before.num_computed_tokens == before.num_tokens - 1)
+    return PHASE_DECODE if is_decode else PHASE_PREFILL

@@ -1,0 +1,318 @@
+"""vLLM V1 (v0.32.0) `Scheduler.schedule()` + `update_from_output()` as one branch-free step
+over a fixed number of request slots, written once over Ops.
+
+Scope: the synchronous scheduler with prefix caching off and no speculative decoding, KV
+connector, multimodal or LoRA (the reference scheduler's scope). Ordered loops are folds
+over slots: each iteration selects the slot with the smallest order key among those not
+yet visited, so the Python control flow never depends on a state value.
+
+Line numbers are relative to `vllm/` in v0.32.0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from model.core.ops import Bool, Int, Ops
+from model.core.rule_parts import arrive_at_tail, pick, select_min
+from model.core.types import SlotObs, SlotSpec, Step
+from model.vllm.state import (
+    ABSENT,
+    FINISHED,
+    PREEMPTED,
+    RUNNING,
+    WAITING,
+    RuleConfig,
+    SchedState,
+    SlotState,
+)
+
+
+@dataclass(slots=True)
+class _Work:
+    """Mutable scratch for one step (a fold accumulator, not a state type)."""
+
+    status: list[Int]
+    ncomp: list[Int]
+    blocks: list[Int]
+    run_key: list[Int]
+    wait_key: list[Int]
+    num_preemptions: list[Int]
+    scheduled: list[Int]
+    serve_rank: list[Int]
+    preempted: list[Bool]
+    visited: list[Bool]
+    free: Int
+    token_budget: Int
+    input_budget: Int
+    next_run_key: Int
+    wait_head: Int
+    served: Int
+    any_preempted: Bool
+
+
+def num_tokens(spec: SlotSpec, s: SlotState) -> Int:
+    """Prompt plus outputs so far (request.py:294-296)."""
+    return spec.prompt_len + s.num_output_tokens
+
+
+def running_tokens(ops: Ops, cfg: RuleConfig, remaining: Int, num_computed_tokens: Int,
+                   threshold: Int, token_budget: Int, input_budget: Int) -> Int:
+    """Tokens the running loop offers one running request (scheduler.py:703-721):
+    what it lacks, capped by the long-prefill threshold, both budgets, and
+    `max_model_len - num_computed_tokens - 1` (one sampled token per step)."""
+    n = ops.ite(ops.and_(threshold > 0, threshold < remaining), threshold, remaining)
+    n = ops.min(n, ops.min(token_budget, input_budget))
+    return ops.min(n, cfg.max_model_len - num_computed_tokens - 1)
+
+
+def blocks_needed(ops: Ops, cfg: RuleConfig, tokens: Int, held: Int) -> Int:
+    """New blocks to hold `tokens` (capped at max_model_len) given `held` blocks
+    (kv_cache_manager.py:541-571, single_type_kv_cache_manager.py:213-235)."""
+    return ops.max(ops.cdiv(ops.min(tokens, cfg.max_model_len), cfg.block_size) - held, 0)
+
+
+
+
+
+def _threshold(ops: Ops, cfg: RuleConfig, num_held: Int, num_slots: int) -> Int:
+    """The effective long-prefill threshold: 0 when at most one request exists
+    (scheduler.py:643-649); floored at a fair share when adaptive (650-655)."""
+    thr = ops.ite(num_held > 1, cfg.long_prefill_token_threshold, 0)
+    if not cfg.long_prefill_token_threshold_adaptive:
+        return thr
+    share: Int = 0
+    for count in range(2, num_slots + 1):
+        share = ops.ite(num_held == count, ops.floordiv(cfg.max_num_batched_tokens, count), share)
+    return ops.ite(thr > 0, ops.max(thr, share), thr)
+
+
+def _arrive(ops: Ops, specs: Sequence[SlotSpec], state: SchedState, t: int) -> SchedState:
+    """Arrivals join the waiting tail in slot order (scheduler.py:2616-2634;
+    request_queue.py:75-90)."""
+    return arrive_at_tail(ops, specs, state, t, ABSENT, WAITING)
+
+
+def _victim(ops: Ops, cfg: RuleConfig, w: _Work, specs: Sequence[SlotSpec]) -> list[Bool]:
+    """The preemption victim among running slots: FCFS `running[-1]`, PRIORITY the first
+    maximum of (priority, arrival_time) (scheduler.py:796-802)."""
+    in_running = [s == RUNNING for s in w.status]
+    if cfg.policy_priority:
+        keys = [(-specs[i].priority, -i) for i in range(len(specs))]
+    else:
+        keys = [(-k,) for k in w.run_key]
+    return select_min(ops, in_running, keys)
+
+
+def _preempt(ops: Ops, cfg: RuleConfig, w: _Work, victim: Sequence[Bool], do: Bool) -> None:
+    """`_preempt_request` (scheduler.py:1571-1614) on the selected victim, when `do`: free
+    its blocks, num_computed_tokens = 0, status PREEMPTED, prepend to waiting. Under
+    PRIORITY a victim already scheduled in this step gives its tokens back (814-832)."""
+    for i, v in enumerate(victim):
+        hit = ops.and_(do, v)
+        w.free = w.free + ops.ite(hit, w.blocks[i], 0)
+        if cfg.policy_priority:
+            w.token_budget = w.token_budget + ops.ite(hit, w.scheduled[i], 0)
+            w.input_budget = w.input_budget + ops.ite(hit, w.scheduled[i], 0)
+            w.scheduled[i] = ops.ite(hit, 0, w.scheduled[i])
+        w.blocks[i] = ops.ite(hit, 0, w.blocks[i])
+        w.status[i] = ops.ite(hit, PREEMPTED, w.status[i])
+        w.ncomp[i] = ops.ite(hit, 0, w.ncomp[i])
+        w.num_preemptions[i] = ops.ite(hit, w.num_preemptions[i] + 1, w.num_preemptions[i])
+        w.preempted[i] = ops.or_(w.preempted[i], hit)
+        w.wait_key[i] = ops.ite(hit, w.wait_head, w.wait_key[i])
+    w.wait_head = ops.ite(do, w.wait_head - 1, w.wait_head)
+    w.any_preempted = ops.or_(w.any_preempted, do)
+
+
+def _checkpoint(ops: Ops, w: _Work) -> None:
+    """Name every accumulator (identity under ConcreteOps; flat terms for the solver)."""
+    for name in ("status", "ncomp", "blocks", "run_key", "wait_key", "num_preemptions",
+                 "scheduled", "serve_rank", "preempted", "visited"):
+        setattr(w, name, [ops.name(v) for v in getattr(w, name)])
+    for name in ("free", "token_budget", "input_budget", "next_run_key", "wait_head",
+                 "served", "any_preempted"):
+        setattr(w, name, ops.name(getattr(w, name)))
+
+
+def _serve(ops: Ops, w: _Work, sel: Sequence[Bool], do: Bool, n: Int, need: Int) -> None:
+    """Record `n` tokens and `need` new blocks for the selected slot, when `do`
+    (scheduler.py:851-858 and 1343-1369)."""
+    for i, s in enumerate(sel):
+        hit = ops.and_(do, s)
+        w.scheduled[i] = ops.ite(hit, n, w.scheduled[i])
+        w.blocks[i] = ops.ite(hit, w.blocks[i] + need, w.blocks[i])
+        w.serve_rank[i] = ops.ite(hit, w.served, w.serve_rank[i])
+    w.free = ops.ite(do, w.free - need, w.free)
+    w.token_budget = ops.ite(do, w.token_budget - n, w.token_budget)
+    w.input_budget = ops.ite(do, w.input_budget - n, w.input_budget)
+    w.served = ops.ite(do, w.served + 1, w.served)
+
+
+def _running_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work,
+                  ntok: Sequence[Int], thr: Int) -> None:
+    """The RUNNING loop in list order (scheduler.py:657-887). A request offered 0 tokens is
+    skipped (755-773); an allocation failure preempts victims until the request fits or
+    preempts itself (777-844), and then the loop ends (846-848)."""
+    n_slots = len(specs)
+    stopped: Bool = False
+    for _ in range(n_slots):
+        eligible = [ops.and_(w.status[i] == RUNNING, ops.not_(w.visited[i]))
+                    for i in range(n_slots)]
+        sel = select_min(ops, eligible, [(k,) for k in w.run_key])
+        active = ops.and_(ops.not_(stopped), w.token_budget > 0, ops.or_(*eligible))
+        ncomp = pick(ops, sel, w.ncomp)
+        n = running_tokens(ops, cfg, pick(ops, sel, ntok) - ncomp, ncomp, thr,
+                           w.token_budget, w.input_budget)
+        wants = ops.and_(active, n > 0)
+        done: Bool = False
+        fits: Bool = False
+        for _ in range(n_slots):
+            # A RUNNING request pays no watermark and no full-sequence check (509-516).
+            need = blocks_needed(ops, cfg, ncomp + n, pick(ops, sel, w.blocks))
+            trying = ops.and_(wants, ops.not_(done))
+            ok = ops.and_(trying, need <= w.free)
+            fits = ops.or_(fits, ok)
+            done = ops.or_(done, ok)
+            victim = _victim(ops, cfg, w, specs)
+            evict = ops.and_(trying, ops.not_(ok))
+            _preempt(ops, cfg, w, victim, evict)
+            hits_self = [ops.and_(v, s) for v, s in zip(victim, sel, strict=True)]
+            self_preempted = ops.and_(evict, ops.or_(*hits_self))
+            done = ops.name(ops.or_(done, self_preempted))
+            fits = ops.name(fits)
+            _checkpoint(ops, w)
+        need = blocks_needed(ops, cfg, ncomp + n, pick(ops, sel, w.blocks))
+        _serve(ops, w, sel, fits, n, need)
+        stopped = ops.or_(stopped, ops.and_(wants, ops.not_(fits)),
+                          ops.not_(active))
+        for i in range(n_slots):
+            w.visited[i] = ops.or_(w.visited[i], ops.and_(active, sel[i]))
+        stopped = ops.name(stopped)
+        _checkpoint(ops, w)
+
+
+def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work,
+                  ntok: Sequence[Int], thr: Int) -> None:
+    """The WAITING loop (scheduler.py:900-1395), entered only when nothing was preempted in
+    this step. Every failure ends it: strict head-of-line (1160-1167, 1217-1219, 1275-1282).
+    With prefix caching off a waiting request has num_computed_tokens 0, so it asks for its
+    whole sequence, prompt plus outputs (1129)."""
+    n_slots = len(specs)
+    stopped: Bool = w.any_preempted
+    for _ in range(n_slots):
+        in_waiting = [ops.or_(w.status[i] == WAITING, w.status[i] == PREEMPTED)
+                      for i in range(n_slots)]
+        if cfg.policy_priority:
+            keys = [(specs[i].priority, i) for i in range(n_slots)]
+        else:
+            keys = [(k,) for k in w.wait_key]
+        sel = select_min(ops, in_waiting, keys)
+        num_running = ops.sum([ops.to_int(s == RUNNING) for s in w.status])
+        active = ops.and_(ops.not_(stopped), w.token_budget > 0, w.input_budget > 0,
+                          ops.or_(*in_waiting), num_running < cfg.max_num_active_reqs)
+        total = pick(ops, sel, ntok)
+        req_budget = ops.min(w.token_budget, w.input_budget)
+        n = ops.ite(ops.and_(thr > 0, thr < total), thr, total)
+        too_long = ops.and_(ops.not_(cfg.enable_chunked_prefill), n > req_budget)
+        n = ops.min(n, req_budget)
+        # Watermark only while `running` is non-empty (kv_cache_manager.py:509-516; 1272).
+        wm = ops.ite(num_running > 0, cfg.watermark_blocks, 0)
+        full_need = blocks_needed(ops, cfg, total, 0)
+        full_ok = ops.or_(ops.not_(cfg.scheduler_reserve_full_isl), full_need + wm <= w.free)
+        need = blocks_needed(ops, cfg, n, 0)
+        ok = ops.and_(active, ops.not_(too_long), full_ok, need + wm <= w.free)
+        _serve(ops, w, sel, ok, n, need)
+        for i in range(n_slots):
+            hit = ops.and_(ok, sel[i])
+            w.status[i] = ops.ite(hit, RUNNING, w.status[i])
+            w.run_key[i] = ops.ite(hit, w.next_run_key, w.run_key[i])
+        w.next_run_key = ops.ite(ok, w.next_run_key + 1, w.next_run_key)
+        stopped = ops.name(ops.or_(stopped, ops.not_(ok)))
+        _checkpoint(ops, w)
+
+
+def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState,
+         eos: Sequence[Bool]) -> tuple[SchedState, Step]:
+    """One engine step: arrivals, `schedule()`, then `update_from_output()` with the
+    environment's EOS choices (`eos[i]` matters only if slot i samples a token)."""
+    n_slots = len(specs)
+    t = state.step + 1
+    state = _arrive(ops, specs, state, t)
+    before = state.slots
+    ntok = [num_tokens(spec, s) for spec, s in zip(specs, before, strict=True)]
+    held = [ops.and_(s.status != ABSENT, s.status != FINISHED) for s in before]
+    w = _Work(
+        status=[s.status for s in before], ncomp=[s.num_computed_tokens for s in before],
+        blocks=[s.blocks for s in before], run_key=[s.run_key for s in before],
+        wait_key=[s.wait_key for s in before],
+        num_preemptions=[s.num_preemptions for s in before],
+        scheduled=[0] * n_slots, serve_rank=[0] * n_slots, preempted=[False] * n_slots,
+        visited=[False] * n_slots, free=state.free_blocks, token_budget=cfg.token_budget,
+        input_budget=cfg.max_num_batched_tokens, next_run_key=state.next_run_key,
+        wait_head=state.wait_head, served=0, any_preempted=False)
+    thr = _threshold(ops, cfg, ops.sum([ops.to_int(h) for h in held]), n_slots)
+    _running_loop(ops, cfg, specs, w, ntok, thr)
+    _waiting_loop(ops, cfg, specs, w, ntok, thr)
+    return _update(ops, cfg, specs, state, before, ntok, held, w, eos)
+
+
+def _queue_key(cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work, i: int,
+               n_slots: int) -> Int:
+    """A key whose order is the waiting queue's: the deque position under FCFS, and
+    (priority, arrival_time) under PRIORITY (request_queue.py:131-197)."""
+    if cfg.policy_priority:
+        return specs[i].priority * n_slots + i
+    return w.wait_key[i]
+
+
+def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState,
+            before: Sequence[SlotState], ntok: Sequence[Int], held: Sequence[Bool],
+            w: _Work, eos: Sequence[Bool]) -> tuple[SchedState, Step]:
+    """Advance num_computed_tokens at schedule time (scheduler.py:1616-1642), then apply the
+    model output: a request samples when it has no prompt left (a partial prefill chunk
+    samples nothing), and `check_stop` decides EOS, then length (sched/utils.py:98-119).
+    Finished requests release their blocks (scheduler.py:2228-2230)."""
+    slots: list[SlotState] = []
+    obs: list[SlotObs] = []
+    free_end = w.free
+    for i, spec in enumerate(specs):
+        ncomp = w.ncomp[i] + w.scheduled[i]
+        sampled = ops.and_(w.scheduled[i] > 0, ncomp >= ntok[i])
+        outputs = before[i].num_output_tokens + ops.to_int(sampled)
+        stop = ops.and_(sampled, eos[i])
+        length = ops.and_(sampled, ops.or_(spec.prompt_len + outputs >= cfg.max_model_len,
+                                           outputs >= spec.max_tokens))
+        finished = ops.or_(stop, length)
+        free_end = free_end + ops.ite(finished, w.blocks[i], 0)
+        status_after_sched = w.status[i]
+        slots.append(SlotState(
+            status=ops.ite(finished, FINISHED, status_after_sched), num_computed_tokens=ncomp,
+            num_output_tokens=outputs, blocks=ops.ite(finished, 0, w.blocks[i]),
+            run_key=w.run_key[i], wait_key=w.wait_key[i], num_preemptions=w.num_preemptions[i]))
+        obs.append(SlotObs(
+            held=held[i], was_running=before[i].status == RUNNING,
+            was_waiting=ops.or_(before[i].status == WAITING, before[i].status == PREEMPTED),
+            scheduled=w.scheduled[i], serve_rank=w.serve_rank[i],
+            admitted=ops.and_(before[i].status == WAITING, status_after_sched == RUNNING),
+            resumed=ops.and_(before[i].status == PREEMPTED, status_after_sched == RUNNING),
+            preempted=w.preempted[i], finished=finished, finished_stop=stop, sampled=sampled,
+            num_tokens=ntok[i], num_computed_tokens_before=before[i].num_computed_tokens,
+            num_computed_tokens=ncomp, num_output_tokens=outputs, blocks=w.blocks[i],
+            num_preemptions=w.num_preemptions[i], running_after=status_after_sched == RUNNING,
+            waiting_after=ops.or_(status_after_sched == WAITING,
+                                  status_after_sched == PREEMPTED),
+            queue_key=_queue_key(cfg, specs, w, i, n_slots=len(specs)), run_key=w.run_key[i],
+            prompt_len=spec.prompt_len, max_tokens=spec.max_tokens,
+            priority=spec.priority, arrival_time=i))
+    num_running = ops.sum([ops.to_int(s == RUNNING) for s in w.status])
+    num_running_end = ops.sum([ops.to_int(s.status == RUNNING) for s in slots])
+    new_state = SchedState(slots=tuple(slots), free_blocks=free_end,
+                           next_run_key=w.next_run_key, wait_head=w.wait_head,
+                           wait_tail=state.wait_tail, step=state.step + 1)
+    observed = Step(step=state.step + 1, slots=tuple(obs), free_blocks=w.free,
+                    free_blocks_end=free_end, token_budget_left=w.token_budget,
+                    num_running=num_running, num_running_end=num_running_end,
+                    any_preempted=w.any_preempted, cfg=cfg)
+    return new_state, observed

@@ -1,0 +1,117 @@
+"""Fixed-slot state of vLLM V1's rules (model/vllm/rules.py). Every field is a Python
+int/bool OR a z3 term, so one rule serves as simulator and as transition relation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from model.core.ops import Ops
+from model.vllm.config import POLICY_PRIORITY, Config
+
+# Config fields a query may give a range (checker/methods/symbolic.py); the rest are fixed.
+RANGED_FIELDS = ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "num_gpu_blocks",
+                 "long_prefill_token_threshold")
+
+# Slot status codes. A waiting request that was preempted keeps PREEMPTED (vLLM keeps
+# RequestStatus.PREEMPTED until it is re-admitted, request.py:370-386).
+ABSENT, WAITING, RUNNING, PREEMPTED, FINISHED = 0, 1, 2, 3, 4
+
+@dataclass(frozen=True, slots=True)
+class RuleConfig:
+    """The configuration as the rules read it: each field fixed (int/bool) or a z3 term.
+
+    `policy_priority` and `block_size` are always concrete: the first changes the shape of
+    the victim choice, the second would make block arithmetic non-linear.
+    """
+
+    token_budget: object
+    max_num_batched_tokens: object
+    max_num_active_reqs: object
+    max_num_seqs: object
+    max_model_len: object
+    usable_blocks: object
+    watermark_blocks: object
+    enable_chunked_prefill: object
+    long_prefill_token_threshold: object
+    scheduler_reserve_full_isl: object
+    block_size: int
+    policy_priority: bool
+    long_prefill_token_threshold_adaptive: bool = False
+
+    @staticmethod
+    def from_config(cfg: Config) -> RuleConfig:
+        """The concrete RuleConfig of a Config."""
+        return RuleConfig(
+            token_budget=cfg.token_budget,
+            max_num_batched_tokens=cfg.max_num_batched_tokens,
+            max_num_active_reqs=cfg.max_num_active_reqs,
+            max_num_seqs=cfg.max_num_seqs,
+            max_model_len=cfg.max_model_len,
+            usable_blocks=cfg.usable_blocks,
+            watermark_blocks=cfg.watermark_blocks,
+            enable_chunked_prefill=cfg.enable_chunked_prefill,
+            long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+            scheduler_reserve_full_isl=cfg.scheduler_reserve_full_isl,
+            block_size=cfg.block_size,
+            policy_priority=cfg.policy == POLICY_PRIORITY,
+            long_prefill_token_threshold_adaptive=cfg.long_prefill_token_threshold_adaptive,
+        )
+
+@dataclass(frozen=True, slots=True)
+class SlotState:
+    """One request slot between two steps.
+
+    `run_key` orders the running list and `wait_key` the FCFS waiting deque (smaller is
+    nearer the front); only their relative order matters.
+    """
+
+    status: object = ABSENT
+    num_computed_tokens: object = 0
+    num_output_tokens: object = 0
+    blocks: object = 0
+    run_key: object = 0
+    wait_key: object = 0
+    num_preemptions: object = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SchedState:
+    """The scheduler between two steps: slots, free blocks and the queue-key counters."""
+
+    slots: tuple[SlotState, ...]
+    free_blocks: object
+    next_run_key: object = 0
+    wait_head: object = 0
+    wait_tail: object = 1
+    step: int = 0
+
+    @staticmethod
+    def initial(num_slots: int, usable_blocks: object) -> SchedState:
+        """No request has arrived; every usable block is free."""
+        return SchedState(slots=tuple(SlotState() for _ in range(num_slots)),
+                          free_blocks=usable_blocks)
+
+
+def ranged_rule_config(ops: Ops, base: Config, values: Mapping[str, object]) -> RuleConfig:
+    """The RuleConfig of `base` with the RANGED_FIELDS taken from `values` (ints or
+    symbolic terms), derived fields following them as Config's properties derive them."""
+    cfg = RuleConfig.from_config(base)
+    blocks = values["num_gpu_blocks"]
+    wm = cfg.watermark_blocks
+    if not isinstance(blocks, int) and base.watermark:
+        # int(watermark * num_blocks) (kv_cache_manager.py:205-208) with a symbolic pool:
+        # the floor of the exact rational product.
+        w = Fraction(str(base.watermark))
+        wm = ops.floordiv(blocks * w.numerator, w.denominator)
+    budget = values["max_num_batched_tokens"]
+    if base.max_num_scheduled_tokens is not None:
+        budget = base.max_num_scheduled_tokens
+    seqs = values["max_num_seqs"]
+    return replace(
+        cfg, token_budget=budget, max_num_batched_tokens=values["max_num_batched_tokens"],
+        max_num_seqs=seqs,
+        max_num_active_reqs=seqs if base.max_num_active_seqs is None else base.max_num_active_seqs,
+        max_model_len=values["max_model_len"], usable_blocks=blocks - 1, watermark_blocks=wm,
+        long_prefill_token_threshold=values["long_prefill_token_threshold"])

@@ -1,0 +1,173 @@
+"""vLLM V1 configuration rules: field checks and SchedulerConfig validation (v0.32.0).
+
+Messages are our own words; each rule names the upstream line that enforces it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from model.core.errors import ConfigError, InputError
+from model.vllm.config import POLICY_FCFS, POLICY_PRIORITY, Config
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A SchedulerConfig validation rule."""
+
+    name: str
+    upstream: str
+    text: str
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("batched_tokens_ge_model_len_without_chunking", "vllm/config/scheduler.py:315-326",
+         "max_num_batched_tokens >= max_model_len when chunked prefill is off"),
+    Rule("batched_tokens_ge_num_seqs", "vllm/config/scheduler.py:328-333",
+         "max_num_batched_tokens >= max_num_seqs"),
+    Rule("active_seqs_le_num_seqs", "vllm/config/scheduler.py:335-342",
+         "max_num_active_seqs <= max_num_seqs"),
+    Rule("long_prefill_threshold_le_model_len", "vllm/config/scheduler.py:352-357",
+         "long_prefill_token_threshold <= max_model_len"),
+    Rule("positive_fields", "vllm/config/scheduler.py:48-77 (pydantic ge=1)",
+         "max_num_batched_tokens, max_num_seqs, max_num_scheduled_tokens, "
+         "max_num_active_seqs >= 1; long_prefill_token_threshold >= 0"),
+    Rule("watermark_range", "vllm/config/scheduler.py:196-201 (pydantic ge=0, lt=1)",
+         "0 <= watermark < 1"),
+    Rule("policy_known", "vllm/config/scheduler.py:21, 159; scheduler.py:216-221",
+         "policy is 'fcfs' or 'priority'"),
+)
+
+_INT_FIELDS = (
+    "max_num_batched_tokens", "max_num_seqs", "max_model_len", "block_size",
+    "num_gpu_blocks", "long_prefill_token_threshold",
+)
+_OPTIONAL_INT_FIELDS = ("max_num_active_seqs", "max_num_scheduled_tokens")
+_BOOL_FIELDS = (
+    "enable_chunked_prefill", "long_prefill_token_threshold_adaptive",
+    "scheduler_reserve_full_isl",
+)
+
+
+def check_field_types(cfg: Config) -> None:
+    """Reject values no configuration can have (wrong type, non-positive sizes).
+
+    These checks hold even under `--no-validate`: the model cannot run without them.
+    """
+    for name in _INT_FIELDS:
+        _require_int(name, getattr(cfg, name))
+    for name in _OPTIONAL_INT_FIELDS:
+        value = getattr(cfg, name)
+        if value is not None:
+            _require_int(name, value)
+    for name in _BOOL_FIELDS:
+        if not isinstance(getattr(cfg, name), bool):
+            raise InputError(f"{name} must be true or false, got {getattr(cfg, name)!r}")
+    if isinstance(cfg.watermark, bool) or not isinstance(cfg.watermark, int | float):
+        raise InputError(f"watermark must be a number in [0, 1), got {cfg.watermark!r}")
+    for name in ("max_num_batched_tokens", "max_num_seqs"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(
+                "positive_fields",
+                f"{name} must be >= 1, got {getattr(cfg, name)}; use a positive value "
+                "(vllm/config/scheduler.py:48, 62)")
+    for name in ("max_model_len", "block_size"):
+        if getattr(cfg, name) < 1:
+            raise InputError(f"{name} must be >= 1, got {getattr(cfg, name)}; use a positive value")
+    if cfg.num_gpu_blocks < 2:
+        raise InputError(
+            f"num_gpu_blocks must be >= 2 (block 0 is vLLM's null block), got "
+            f"{cfg.num_gpu_blocks}; give the pool at least 2 blocks")
+    if cfg.policy not in (POLICY_FCFS, POLICY_PRIORITY):
+        raise ConfigError(
+            "policy_known",
+            f"policy {cfg.policy!r} is not a vLLM scheduling policy; use 'fcfs' or 'priority' "
+            "(vllm/config/scheduler.py:21)")
+
+
+def _require_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{name} must be an integer, got {value!r}")
+
+
+def validate(cfg: Config) -> None:
+    """Apply every SchedulerConfig rule vLLM applies; raise ConfigError on the first broken.
+
+    The order is vLLM's: pydantic field constraints first, then
+    `verify_max_model_len` (vllm/config/scheduler.py:303-359).
+    """
+    check_field_types(cfg)
+    if cfg.long_prefill_token_threshold < 0:
+        raise ConfigError(
+            "positive_fields",
+            f"long_prefill_token_threshold must be >= 0, got {cfg.long_prefill_token_threshold}; "
+            "use 0 to disable it (vllm/config/scheduler.py:79)")
+    for name in _OPTIONAL_INT_FIELDS:
+        value = getattr(cfg, name)
+        if value is not None and value < 1:
+            raise ConfigError(
+                "positive_fields",
+                f"{name} must be >= 1, got {value}; leave it unset for the default "
+                "(vllm/config/scheduler.py:55-77)")
+    if not 0.0 <= cfg.watermark < 1.0:
+        raise ConfigError(
+            "watermark_range",
+            f"watermark must be in [0, 1), got {cfg.watermark}; it is the fraction of KV "
+            "blocks kept free at admission (vllm/config/scheduler.py:196-201)")
+    if not cfg.enable_chunked_prefill and cfg.max_num_batched_tokens < cfg.max_model_len:
+        raise ConfigError(
+            "batched_tokens_ge_model_len_without_chunking",
+            f"max_num_batched_tokens ({cfg.max_num_batched_tokens}) is below max_model_len "
+            f"({cfg.max_model_len}) with chunked prefill off, so a long prompt could never be "
+            "scheduled; raise max_num_batched_tokens, lower max_model_len or enable chunked "
+            "prefill (vllm/config/scheduler.py:315-326)")
+    if cfg.max_num_batched_tokens < cfg.max_num_seqs:
+        raise ConfigError(
+            "batched_tokens_ge_num_seqs",
+            f"max_num_batched_tokens ({cfg.max_num_batched_tokens}) is below max_num_seqs "
+            f"({cfg.max_num_seqs}); raise max_num_batched_tokens to at least "
+            f"{cfg.max_num_seqs} or lower max_num_seqs (vllm/config/scheduler.py:328-333)")
+    if cfg.max_num_active_seqs is not None and cfg.max_num_active_seqs > cfg.max_num_seqs:
+        raise ConfigError(
+            "active_seqs_le_num_seqs",
+            f"max_num_active_seqs ({cfg.max_num_active_seqs}) exceeds max_num_seqs "
+            f"({cfg.max_num_seqs}); lower it to at most {cfg.max_num_seqs} "
+            "(vllm/config/scheduler.py:335-342)")
+    if cfg.long_prefill_token_threshold > cfg.max_model_len:
+        raise ConfigError(
+            "long_prefill_threshold_le_model_len",
+            f"long_prefill_token_threshold ({cfg.long_prefill_token_threshold}) exceeds "
+            f"max_model_len ({cfg.max_model_len}); lower it to at most {cfg.max_model_len} "
+            "(vllm/config/scheduler.py:352-357)")
+
+
+def rejection(cfg: Config) -> ConfigError | None:
+    """The first SchedulerConfig rule that rejects `cfg`, or None if vLLM accepts it.
+    Field-type errors (no vLLM rule) still raise InputError."""
+    try:
+        validate(cfg)
+    except ConfigError as exc:
+        return exc
+    return None
+
+
+def is_valid(cfg: Config) -> bool:
+    """True when `validate` accepts the config."""
+    try:
+        validate(cfg)
+    except InputError:
+        return False
+    return True
+
+
+def validation_constraints(base: Config, values: Mapping[str, object]) -> list[object]:
+    """SchedulerConfig's rules (vllm/config/scheduler.py:315-357) over `values`, the
+    ranged fields as ints or symbolic terms: the configs of a family vLLM accepts."""
+    b, s, mml = values["max_num_batched_tokens"], values["max_num_seqs"], values["max_model_len"]
+    out: list[object] = [b >= s, values["long_prefill_token_threshold"] <= mml]
+    if not base.enable_chunked_prefill:
+        out.append(b >= mml)
+    if base.max_num_active_seqs is not None:
+        out.append(base.max_num_active_seqs <= s)
+    return [c for c in out if c is not True]
