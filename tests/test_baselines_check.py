@@ -24,7 +24,7 @@ def test_stored_counterexample_replays_on_the_reference_at_its_step(path):
 @pytest.mark.parametrize("engine", ["static", "dynamic"])
 def test_manifest_meets_both_methods(engine, capsys):
     code = main(["check", "--engine", engine, "--method", "both", "--json", "--jobs", "1"])
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["verdicts"]
     assert code == 0
     assert {r["method"] for r in rows} == {"bmc", "explore"}
 

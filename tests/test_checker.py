@@ -131,7 +131,7 @@ def test_every_violated_manifest_entry_has_a_stored_counterexample():
 
 def test_check_prints_json_verdicts_that_meet_the_manifest(capsys):
     code = main(["check", "--property", "head_of_line", "--json", "--jobs", "1"])
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["verdicts"]
     assert code == 0
     assert [r["verdict"] for r in rows] == ["VIOLATED"]
     assert set(rows[0]) >= {"property", "verdict", "depth", "seconds", "counterexample"}
@@ -174,7 +174,7 @@ def test_another_engines_config_file_is_checked_under_that_engine(capsys):
     example = str(ROOT / "examples" / "sglang_chunked_stall.json")
     code = main(["check", "--engine", "sglang", "--config-file", example, "--property",
                  "at_most_one_chunked", "--depth", "2", "--slots", "1", "--json"])
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["verdicts"]
     assert code == 0
     assert [(r["engine"], r["config"], r["verdict"]) for r in rows] == [
         ("sglang", "custom", "HOLDS")]

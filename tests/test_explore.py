@@ -127,7 +127,10 @@ def test_agreement_flags_a_depth_mismatch_an_unknown_and_another_counterexample(
     assert agreement.disagreements([(r("bmc", VIOLATED, 3, 2), r("explore", VIOLATED, 3, 2))]) \
         == []
     assert agreement.disagreements([(r("bmc", VIOLATED, 3), r("explore", VIOLATED, 4))])
-    assert agreement.disagreements([(r("bmc", HOLDS, 3), r("explore", UNKNOWN, 0))])
+    # An UNKNOWN side leaves the pair inconclusive, not a disagreement (issue 14).
+    assert agreement.disagreements([(r("bmc", HOLDS, 3), r("explore", UNKNOWN, 0))]) == []
+    assert agreement.compare(r("bmc", HOLDS, 3), r("explore", UNKNOWN, 0)).status \
+        == agreement.INCONCLUSIVE
     different = agreement.disagreements([(r("bmc", VIOLATED, 3, 2), r("explore", VIOLATED, 3, 5))])
     assert different and "different least counterexamples" in different[0]
 
@@ -161,7 +164,7 @@ def test_bmc_and_the_explorer_agree_on_every_default_manifest_entry():
     cmd = [sys.executable, "-m", "checker.cli", "check", "--method", "both", "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    verdicts = json.loads(out.stdout)
+    verdicts = json.loads(out.stdout)["verdicts"]
     explored = [v for v in verdicts if v["method"] == "explore"]
     entries = [e for e in manifest.load().entries
                if e.engine == "vllm-v1" and e.suite == "default" and "explore" in e.methods]

@@ -31,7 +31,7 @@ def test_stored_counterexample_replays_on_the_reference_at_its_step(path):
 def test_bmc_and_explorer_agree_on_the_starvation_escape(capsys):
     code = main(["check", "--engine", "mistralrs", "--property",
                  "no_admission_after_preemption", "--method", "both", "--json", "--jobs", "1"])
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["verdicts"]
     assert code == 0
     assert [(r["method"], r["verdict"], r["depth"]) for r in rows] == [
         ("bmc", "VIOLATED", 2), ("explore", "VIOLATED", 2)]
@@ -41,5 +41,5 @@ def test_bmc_and_explorer_agree_on_the_starvation_escape(capsys):
 def test_mistralrs_manifest_meets_both_methods(capsys):
     code = main(["check", "--engine", "mistralrs", "--method", "both", "--json", "--jobs", "1",
                  "--timeout", "120"])
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["verdicts"]
     assert code == 0, [r for r in rows if not r.get("as_expected", True)]

@@ -35,7 +35,7 @@ def test_stored_counterexample_replays_on_the_reference_at_its_step(path):
 def test_bmc_and_explorer_agree_on_the_first_request_exemption(capsys):
     code = main(["check", "--engine", "sglang", "--property", "budget_respected",
                  "--method", "both", "--json", "--jobs", "1"])
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["verdicts"]
     assert code == 0
     assert [(r["method"], r["verdict"], r["depth"]) for r in rows] == [
         ("bmc", "VIOLATED", 1), ("explore", "VIOLATED", 1)]
@@ -63,7 +63,7 @@ def test_initial_state_has_python_bool_leaves_for_the_generic_bmc():
 def test_the_sglang_manifest_is_met_and_both_methods_agree(capsys):
     """About five minutes on one core: every entry, BMC and the explorer."""
     main(["check", "--engine", "sglang", "--method", "both", "--json", "--jobs", "1"])
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["verdicts"]
     by_entry: dict = {}
     for r in rows:
         by_entry.setdefault((r["property"], r["config"]), {})[r["method"]] = r

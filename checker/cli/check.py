@@ -1,21 +1,24 @@
 """`batchproof check`: decide properties and compare with the manifest.
 
-Exit codes: 0 every verdict as the manifest expects; 1 a verdict departs; 2 bad input;
-3 inconclusive (UNKNOWN: solver unknown or time limit)."""
+Exit codes: 0 every verdict as the manifest expects; 1 a verdict departs, or with
+`--method both` the two methods disagree; 2 bad input; 3 inconclusive (UNKNOWN: solver
+unknown or time limit; with `--method both` also a verdict only one method decided)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 from checker.config.flags import add_config_flags, apply_config_flags
 from checker.methods import agreement
+from checker.methods.agreement import Agreement
 from checker.methods.jobs import Job, JobResult, run_batch
-from checker.methods.verdict import UNKNOWN, Verdict
+from checker.methods.verdict import AS_EXPECTED, DEPARTS, INCONCLUSIVE, UNKNOWN, Verdict
 from checker.show import itf
 from checker.show import text as render
 from checker.show.graph import export_graph
@@ -30,6 +33,7 @@ from properties.manifest import Entry, NamedConfig, custom_config, load, with_bo
 COUNTEREXAMPLES = Path("counterexamples")
 METHODS = ("bmc", "explore", "both")
 ALL = "all"
+JSON_SCHEMA = 1  # docs/schema/check.schema.json; bump it when the --json shape changes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -223,17 +227,40 @@ def run(args: argparse.Namespace) -> int:
             path = str(itf_path)
         verdicts.append(replace(res.verdict, counterexample=path))
     pairs = agreement.pairs(results) if args.method == "both" else []
-    disagreements = agreement.disagreements(pairs)
-    _print(verdicts, args.json, disagreements)
-    if pairs and not args.json:
-        print(f"bmc and explore: {len(pairs) - len(disagreements)} of {len(pairs)} checks "
-              "agree")
+    agreements = agreement.compare_all(pairs)
+    code = exit_code(verdicts, agreements)
+    if args.json:
+        json.dump(json_document(verdicts, agreements, code, args.method == "both"),
+                  sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        _print(verdicts, agreements)
     if args.html:
         from checker.show import report  # the report's imports are needed only here
         report.write_html(args.html, results, verdicts)
-    if disagreements:
-        return 1
-    return _exit_code(verdicts)
+    return code
+
+
+def json_document(verdicts: list[Verdict], agreements: list[Agreement], code: int,
+                  both: bool) -> dict[str, object]:
+    """The `--json` document, schema 1 (docs/schema/check.schema.json)."""
+    pairs = agreement.by_check(agreements)
+    rows = []
+    for v in verdicts:
+        pair = pairs.get(agreement.row_key(v))
+        rows.append(v.to_json(pair.status if pair is not None else None))
+    counts = {s: sum(v.status == s for v in verdicts)
+              for s in (AS_EXPECTED, DEPARTS, INCONCLUSIVE)}
+    agreed = None
+    if both:
+        agreed = {"pairs": len(agreements),
+                  **{s: sum(a.status == s for a in agreements)
+                     for s in (agreement.AGREE, agreement.DISAGREE, agreement.INCONCLUSIVE)},
+                  "notes": [a.line for a in agreements if a.status != agreement.AGREE]}
+    summary = {"checks": len(verdicts), **counts,
+               "seconds": round(sum(v.seconds for v in verdicts), 3),
+               "agreement": agreed, "exit_code": code}
+    return {"schema": JSON_SCHEMA, "verdicts": rows, "summary": summary}
 
 
 def _execute(jobs: list[Job], workers: int) -> list[JobResult]:
@@ -256,11 +283,7 @@ def _execute(jobs: list[Job], workers: int) -> list[JobResult]:
     return [r for r in out if r is not None]
 
 
-def _print(verdicts: list[Verdict], as_json: bool, disagreements: list[str]) -> None:
-    if as_json:
-        json.dump([v.to_json() for v in verdicts], sys.stdout, indent=1)
-        sys.stdout.write("\n")
-        return
+def _print(verdicts: list[Verdict], agreements: list[Agreement]) -> None:
     several = len({v.engine for v in verdicts}) > 1
     header = (("engine",) if several else ()) + (
         "property", "config", "verdict", "expected", "method", "depth", "seconds",
@@ -278,13 +301,25 @@ def _print(verdicts: list[Verdict], as_json: bool, disagreements: list[str]) -> 
     for v in bad:
         print(f"departs: {v.property} on {v.config} ({v.method}): {v.label}, expected "
               f"{v.expected}" + (f" ({v.detail})" if v.detail else ""))
-    for line in disagreements:
-        print(f"methods disagree: {line}")
+    for a in agreements:
+        if a.status == agreement.DISAGREE:
+            print(f"methods disagree: {a.line}")
+        elif a.status == agreement.INCONCLUSIVE:
+            print(f"methods inconclusive: {a.line}")
+    if agreements:
+        agree = sum(a.status == agreement.AGREE for a in agreements)
+        undecided = sum(a.status == agreement.INCONCLUSIVE for a in agreements)
+        print(f"bmc and explore: {agree} of {len(agreements)} checks agree"
+              + (f", {undecided} inconclusive" if undecided else ""))
 
 
-def _exit_code(verdicts: list[Verdict]) -> int:
-    if any(not v.as_expected and v.verdict != UNKNOWN for v in verdicts):
+def exit_code(verdicts: Sequence[Verdict], agreements: Sequence[Agreement] = ()) -> int:
+    """1 if a verdict departs or the methods disagree; else 3 if anything is
+    inconclusive; else 0."""
+    if any(v.status == DEPARTS for v in verdicts) \
+            or any(a.status == agreement.DISAGREE for a in agreements):
         return 1
-    if any(v.verdict == UNKNOWN for v in verdicts):
+    if any(v.status == INCONCLUSIVE for v in verdicts) \
+            or any(a.status == agreement.INCONCLUSIVE for a in agreements):
         return 3
     return 0

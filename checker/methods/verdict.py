@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from model.core.types import Workload
 
 PROVED, HOLDS, VIOLATED, UNKNOWN = "PROVED", "HOLDS", "VIOLATED", "UNKNOWN"
+# A verdict's standing against the manifest (the `status` of `check --json`).
+AS_EXPECTED, DEPARTS, INCONCLUSIVE = "as_expected", "departs", "inconclusive"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +62,22 @@ class Verdict:
             return self.verdict == HOLDS
         return self.verdict == self.expected
 
-    def to_json(self) -> dict[str, object]:
-        """The `--json` object for this verdict."""
+    @property
+    def status(self) -> str:
+        """`inconclusive` for UNKNOWN (whatever was expected), else `as_expected` or
+        `departs`: the three outcomes the exit code tells apart (3, 0, 1)."""
+        if self.verdict == UNKNOWN:
+            return INCONCLUSIVE
+        return AS_EXPECTED if self.as_expected else DEPARTS
+
+    def to_json(self, agreement: str | None = None) -> dict[str, object]:
+        """The `--json` object for this verdict; `agreement` is how the other method's
+        verdict on the same check compares (`check --method both`), else None."""
         return {
             "engine": self.engine, "property": self.property, "config": self.config,
             "method": self.method, "verdict": self.verdict, "label": self.label,
             "depth": self.depth, "seconds": round(self.seconds, 3), "expected": self.expected,
-            "as_expected": self.as_expected, "counterexample": self.counterexample,
+            "as_expected": self.as_expected, "status": self.status,
+            "agreement": agreement, "counterexample": self.counterexample,
             "detail": self.detail, "params": dict(self.params),
         }
