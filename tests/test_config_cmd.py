@@ -206,8 +206,10 @@ def test_missing_yaml_file_names_the_path(tmp_path, capsys):
 
 # --- hazards and exit codes ------------------------------------------------------------------
 
+# The synchronous Scheduler (the model's scope); prefix caching stays at vLLM's default.
 SMALL = ("--max-model-len", "16", "--max-num-batched-tokens", "4", "--max-num-seqs", "4",
-         "--block-size", "2", "--num-gpu-blocks", "9", "--concurrency", "3", "--depth", "4")
+         "--block-size", "2", "--num-gpu-blocks", "9", "--concurrency", "3", "--depth", "4",
+         "--no-async-scheduling")
 
 
 def test_a_witnessed_hazard_exits_0_by_default_and_1_with_strict(capsys):

@@ -85,7 +85,7 @@ def test_engine_is_registered():
 
 
 def test_decode_stall_theorem_is_proved():
-    assert th.THEOREMS["decode_stall_ceil_l_over_c"](30).proved
+    assert th.THEOREMS["decode_stall_ceil_l_over_c"].prove(30).proved
 
 
 def test_decode_stall_theorem_fails_when_continuing_chunks_could_exceed_c(monkeypatch):

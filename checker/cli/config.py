@@ -27,9 +27,19 @@ from checker.config.resolve import Request, check_config
 from checker.config.rule_reasons import explain_rules
 from model.core.errors import InputError
 from model.vllm.config import Config
+from model.vllm.deployment import (
+    CUSTOM_SCHEDULER,
+    KV_CONNECTOR,
+    PREFILL_INTERVAL,
+    QUEUE_LIMITS,
+    Deployment,
+    Feature,
+    serve_deployment,
+)
 from model.vllm.engine_args import (
     DEVICE_KEYS,
     PERFORMANCE_MODES,
+    PLATFORM_CPU,
     USAGES,
     Device,
     EngineArgs,
@@ -193,9 +203,10 @@ def parse_request(args: argparse.Namespace) -> Request:
         scheduler_reserve_full_isl=given["scheduler_reserve_full_isl"],
         max_num_active_seqs=given["max_num_active_seqs"],
         max_num_scheduled_tokens=given["max_num_scheduled_tokens"])
-    return Request(engine_args=ea, device=_device(args), spec=_spec(args),
-                   lora=bool(args.enable_lora), model=_model(args),
-                   ignored=_ignored(args), envelope=_envelope(args))
+    device, spec = _device(args), _spec(args)
+    return Request(engine_args=ea, device=device, spec=spec, lora=bool(args.enable_lora),
+                   model=_model(args), ignored=_ignored(args), envelope=_envelope(args),
+                   deployment=_deployment(args, device, spec))
 
 
 def _device(args: argparse.Namespace) -> Device | None:
@@ -238,6 +249,31 @@ def _spec(args: argparse.Namespace) -> SpecDecode | None:
         raise InputError(f"unknown speculative method {method!r}; known: "
                          f"{', '.join(SPEC_METHODS)}")
     return SpecDecode(k, method, bool(doc.get("parallel_drafting", False)))
+
+
+# Ignored value flags that, when given, turn on a scheduling feature the model leaves out.
+_FEATURE_FLAGS: tuple[tuple[str, Feature], ...] = (
+    ("kv_transfer_config", KV_CONNECTOR), ("max_num_queued_reqs", QUEUE_LIMITS),
+    ("max_num_queued_tokens", QUEUE_LIMITS), ("scheduler_cls", CUSTOM_SCHEDULER))
+
+
+def _deployment(args: argparse.Namespace, device: Device | None,
+                spec: SpecDecode | None) -> Deployment:
+    """The features `vllm serve` runs with these flags. Without --device the platform is
+    taken to be a GPU's, where vLLM serves with the AsyncScheduler."""
+    others: list[Feature] = []
+    for flag, feature in _FEATURE_FLAGS:
+        if getattr(args, _IGNORED + flag) is not None and feature not in others:
+            others.append(feature)
+    interval = getattr(args, _IGNORED + "prefill_schedule_interval")
+    if interval is not None and interval != ["1"]:
+        others.append(PREFILL_INTERVAL)
+    return serve_deployment(
+        prefix_caching=getattr(args, _IGNORED + "enable_prefix_caching"),
+        async_scheduling=getattr(args, _IGNORED + "async_scheduling"), speculative=spec,
+        lora=bool(args.enable_lora),
+        cpu_platform=device is not None and device.platform == PLATFORM_CPU,
+        pipeline_parallel=args.pipeline_parallel_size or 1, others=tuple(others))
 
 
 def _model(args: argparse.Namespace) -> str:
@@ -284,7 +320,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     assert checked.config is not None
     results = decide_all(checked.config, req.envelope, checked.pool_known,
-                         tuple(args.hazard or ()))
+                         tuple(args.hazard or ()), req.deployment)
     print_report(req, checked, notes, results, args.json)
     if args.strict and any(r.verdict == WITNESSED for r in results):
         return EXIT_HAZARD

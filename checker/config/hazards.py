@@ -24,6 +24,13 @@ from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED
 from model.core.ops import CONCRETE
 from model.core.types import RequestSpec, StepRecord, Workload
 from model.vllm.config import ENGINE_VLLM_V1, POLICY_PRIORITY, Config
+from model.vllm.deployment import (
+    MODEL_SCOPE,
+    PREFIX_CACHING,
+    Deployment,
+    Feature,
+    outside_reason,
+)
 from model.vllm.engine import records_to_steps
 from model.vllm.reference import simulate
 from properties import catalogue
@@ -98,6 +105,40 @@ class HazardResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ConfigPremise:
+    """A condition an argument assumes of the configuration."""
+
+    name: str
+    text: str
+    holds: Callable[[Config], bool]
+
+
+ANY_FEATURE = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class Argument:
+    """A closed-form argument that a hazard is absent. `claim` states it for the config's
+    numbers (None when they do not support it); it applies only when every premise holds
+    and every deployment feature the model leaves out is one it `holds_with` (feature
+    name, or ANY_FEATURE, -> why the argument does not depend on it)."""
+
+    claim: Callable[[Config], str | None]
+    premises: tuple[ConfigPremise, ...] = ()
+    holds_with: tuple[tuple[str, str], ...] = ()
+
+    def broken(self, cfg: Config) -> tuple[ConfigPremise, ...]:
+        """The premises `cfg` does not meet."""
+        return tuple(p for p in self.premises if not p.holds(cfg))
+
+    def uncovered(self, features: tuple[Feature, ...]) -> tuple[Feature, ...]:
+        """The features the argument does not hold with."""
+        names = {name for name, _ in self.holds_with}
+        return () if ANY_FEATURE in names else tuple(f for f in features
+                                                     if f.name not in names)
+
+
+@dataclass(frozen=True, slots=True)
 class Hazard:
     """A hazard: the property that rules it out, how to prove it absent, and how to build
     a witness when the bound is too small."""
@@ -108,7 +149,7 @@ class Hazard:
     params: Callable[[Envelope], tuple[tuple[str, int], ...]]
     upstream: str
     needs_pool: bool
-    absent: Callable[[Config], str | None]  # the argument, when it applies
+    absent: Argument
     slots: int | None = None  # overrides the envelope's (lasso: one request)
     construct: Callable[[Config, Envelope], Workload | None] | None = None
     kv_only: Callable[[Config], bool] = lambda cfg: False  # needs an allocation failure
@@ -180,14 +221,32 @@ def pool_shortfall(cfg: Config) -> str:
             f"{fits + 1} long concurrent requests")
 
 
+# Why the capacity arguments hold with prefix caching on: a request still references at
+# most cdiv(max_model_len - 1, block_size) blocks, a shared block is one block of the pool,
+# evictable cached blocks count as free and are evicted on demand (block_pool.py:868-875,
+# get_new_blocks), and a hit on an evictable block is allocated like a new one
+# (single_type_kv_cache_manager.py:175-265), so no request needs more than the lemma counts.
+_CACHE_SHARES_ONLY = (PREFIX_CACHING.name,
+                      "sharing and evictable cached blocks never raise a request's block "
+                      "need above the lemma's per-request bound (block_pool.py:868-875, "
+                      "single_type_kv_cache_manager.py:175-265)")
+
+CHUNKED_ON = ConfigPremise(
+    "chunked_prefill_on", "chunked prefill is on (with it off the waiting head is also "
+    "refused for the budget, scheduler.py:1160-1167)", lambda cfg: cfg.enable_chunked_prefill)
+LONE_PROMPT_FITS = ConfigPremise(
+    "lone_prompt_fits_budget", "a lone prompt can be scheduled: chunked prefill is on, or the "
+    "token budget (max_num_scheduled_tokens when set) covers max_model_len - 1 tokens "
+    "(scheduler.py:1160-1167 refuses a longer whole prompt every step)",
+    lambda cfg: cfg.enable_chunked_prefill or cfg.token_budget >= cfg.max_model_len - 1)
+
+
 def _no_preemption(cfg: Config) -> str | None:
     lemma = capacity_lemma(cfg)
     return None if lemma is None else lemma + ": no request is ever preempted"
 
 
 def _no_hol(cfg: Config) -> str | None:
-    if not cfg.enable_chunked_prefill:
-        return None  # the head can still be refused for the budget (scheduler.py:1160-1167)
     lemma = capacity_lemma(cfg)
     if lemma is None:
         return None
@@ -231,6 +290,21 @@ def _not_priority(cfg: Config) -> str | None:
 def never(cfg: Config) -> str | None:
     """No setting rules the hazard out."""
     return None
+
+
+NO_ARGUMENT = Argument(never)
+NO_PREEMPTION = Argument(_no_preemption, holds_with=(_CACHE_SHARES_ONLY,))
+NO_HOL = Argument(_no_hol, (CHUNKED_ON,), holds_with=(_CACHE_SHARES_ONLY,))
+NO_SELF_PREEMPTION = Argument(
+    _no_self_preemption, (LONE_PROMPT_FITS,), holds_with=((
+        PREFIX_CACHING.name, "a lone request shares no block with another and, never "
+        "preempted, never looks its own blocks up again (scheduler.py:960-967)"),))
+# Both hazards are defined by the setting they need (properties/hazards.py): no feature
+# of the engine makes them appear without it.
+CHUNKING_ON = Argument(_chunked_on, holds_with=((
+    ANY_FEATURE, "the refusal needs chunked prefill off (scheduler.py:1160-1167)"),))
+NOT_PRIORITY = Argument(_not_priority, holds_with=((
+    ANY_FEATURE, "an inversion needs priorities, which FCFS never reads"),))
 
 
 # --- constructed witnesses (more requests than the bound) --------------------------------
@@ -283,54 +357,67 @@ HAZARDS: tuple[Hazard, ...] = (
     Hazard("starvation", "a waiting prompt gets 0 tokens for K steps in a row",
            "starvation", lambda e: (("k", e.starvation_steps),),
            "scheduler.py:657-887 serves RUNNING first; 912 stops when the budget is spent",
-           False, never),
+           False, NO_ARGUMENT),
     Hazard("head_of_line", "a request that fits waits behind one that does not",
            "head_of_line_blocking", lambda e: (("k", e.hol_steps),),
            "scheduler.py:1160-1167, 1275-1282: any refusal of the waiting head ends "
-           "admission for the step", True, _no_hol, construct=_hol_workload,
+           "admission for the step", True, NO_HOL, construct=_hol_workload,
            kv_only=lambda cfg: bool(cfg.enable_chunked_prefill)),
     Hazard("self_preemption", "a request that fits max_model_len can never finish "
            "(self-preemption livelock)", "never_finishes", lambda e: (),
            "kv_cache_manager.py:522-539 admits on the current sequence; scheduler.py:842-848 "
-           "a request that outgrows the pool preempts itself", False, _no_self_preemption,
+           "a request that outgrows the pool preempts itself", False, NO_SELF_PREEMPTION,
            slots=1),
     Hazard("repeated_preemption", "one request is preempted more than M times",
            "repeated_preemption", lambda e: (("m", e.max_preemptions),),
            "scheduler.py:777-844 preempts on every allocation failure, no cap on "
-           "num_preemptions (1608)", True, _no_preemption, kv_only=lambda cfg: True),
+           "num_preemptions (1608)", True, NO_PREEMPTION, kv_only=lambda cfg: True),
     Hazard("unchunked_blocking", "chunked prefill off: the waiting head is refused K "
            "steps for the budget running requests used", "unchunked_prefill_blocked",
            lambda e: (("k", e.unchunked_steps),),
            "scheduler.py:1160-1167 breaks when the whole prompt exceeds the budget left",
-           False, _chunked_on),
+           False, CHUNKING_ON),
     Hazard("priority_inversion", "a better-priority request waits K steps while "
            "worse-priority ones hold every seat", "priority_inversion",
            lambda e: (("k", e.inversion_steps),),
            "scheduler.py:922-924 stops admission when running is full; the RUNNING loop "
-           "preempts only for KV blocks (777-844)", False, _not_priority,
+           "preempts only for KV blocks (777-844)", False, NOT_PRIORITY,
            construct=_inversion_workload, min_requests=lambda cfg: cfg.max_num_active_reqs + 1),
 )
 HAZARD_NAMES: tuple[str, ...] = tuple(h.name for h in HAZARDS)
 
 
-def decide_all(cfg: Config, env: Envelope, pool_known: bool,
-               only: tuple[str, ...] = ()) -> tuple[HazardResult, ...]:
-    """Every hazard's verdict for `cfg` (in HAZARDS order)."""
-    return tuple(decide(h, cfg, env, pool_known) for h in HAZARDS
+def decide_all(cfg: Config, env: Envelope, pool_known: bool, only: tuple[str, ...] = (),
+               deployment: Deployment = MODEL_SCOPE) -> tuple[HazardResult, ...]:
+    """Every hazard's verdict for `cfg` run as `deployment` (in HAZARDS order)."""
+    return tuple(decide(h, cfg, env, pool_known, deployment) for h in HAZARDS
                  if not only or h.name in only)
 
 
-def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool) -> HazardResult:
-    """One hazard: the closed-form argument, else the checker, else a constructed run."""
+def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool,
+           deployment: Deployment = MODEL_SCOPE) -> HazardResult:
+    """One hazard: the closed-form argument when its premises hold and it covers every
+    unmodelled feature the deployment turns on, else the checker, else a constructed run;
+    a verdict the model cannot give for this deployment is UNKNOWN with the reason."""
     start = time.monotonic()
-    argument = h.absent(cfg)
-    if argument is not None and (pool_known or not h.needs_pool):
-        return HazardResult(h.name, h.title, ABSENT, argument,
+    outside = deployment.outside_model()
+    broken = h.absent.broken(cfg)
+    argument = None if broken else h.absent.claim(cfg)
+    uncovered = h.absent.uncovered(outside)
+    if argument is not None and not uncovered and (pool_known or not h.needs_pool):
+        return HazardResult(h.name, h.title, ABSENT, argument + _still_holds(h, outside),
                             seconds=time.monotonic() - start)
+    why_not = ("; the argument that rules it out does not apply: "
+               + "; ".join(p.text for p in broken)) if broken else ""
     if h.needs_pool and not pool_known:
         return HazardResult(h.name, h.title, UNKNOWN_LABEL,
                             "needs the KV pool size: give --num-gpu-blocks N (vLLM logs "
                             "it at startup as the number of GPU blocks)",
+                            seconds=time.monotonic() - start)
+    if any(f != PREFIX_CACHING for f in outside):
+        # The model's runs are the synchronous Scheduler's: neither a witness nor a bound
+        # carries over to a deployment whose scheduler decides differently.
+        return HazardResult(h.name, h.title, UNKNOWN_LABEL, outside_reason(outside) + why_not,
                             seconds=time.monotonic() - start)
     result = _within_capacity(h, cfg, env) or _check(h, cfg, env)
     if h.needs_pool and result.verdict == BOUNDED:
@@ -343,7 +430,35 @@ def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool) -> HazardRes
         result = replace(result, detail=result.detail + f"; assuming a KV pool of "
                          f"{cfg.num_gpu_blocks} blocks that never runs out (give "
                          "--num-gpu-blocks for your pool)")
-    return replace(result, seconds=time.monotonic() - start)
+    if outside:
+        result = _with_prefix_caching(result)
+    return replace(result, detail=result.detail + why_not, seconds=time.monotonic() - start)
+
+
+def _still_holds(h: Hazard, outside: tuple[Feature, ...]) -> str:
+    """Why the argument holds with the unmodelled features on, one clause per reason."""
+    reasons = dict(h.absent.holds_with)
+    by_reason: dict[str, list[str]] = {}
+    for f in outside:
+        by_reason.setdefault(reasons.get(f.name, reasons.get(ANY_FEATURE, "")), []).append(f.name)
+    return "".join(f"; with {' and '.join(names)} on too: {why}"
+                   for why, names in by_reason.items())
+
+
+def _with_prefix_caching(result: HazardResult) -> HazardResult:
+    """A result of the model (which has no prefix cache) for a deployment whose only
+    unmodelled feature is prefix caching. The model's requests share no prefix, so the
+    cache finds a hit only for a preempted request looking its own blocks up again
+    (scheduler.py:960-967): a witness without preemption runs the same with the cache on.
+    Anything else (a bound, a witness that preempts) says nothing of shared prefixes."""
+    w = result.witness
+    if result.verdict == WITNESSED and w is not None and not any(
+            rec.preempted for rec in w.replayed.records[: w.violated_at]):
+        return replace(result, detail=result.detail + "; with prefix caching on it runs the "
+                       "same: its requests share no prefix and none is preempted")
+    return replace(result, verdict=UNKNOWN_LABEL, witness=None,
+                   detail=outside_reason((PREFIX_CACHING,)) + f" (the model found: "
+                   f"{result.verdict}: {result.detail})")
 
 
 def _within_capacity(h: Hazard, cfg: Config, env: Envelope) -> HazardResult | None:

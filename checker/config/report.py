@@ -13,10 +13,24 @@ from checker.config.rule_reasons import RuleReason
 from checker.show import text as render
 from model.core.errors import ConfigError
 from model.vllm.config import Config
+from model.vllm.deployment import MODELLED, Deployment, outside_reason
 
-SCOPE = ("model scope: vLLM V1's synchronous Scheduler, one data-parallel rank, prefix "
-         "caching off, no speculative decoding in the step (vllm serve runs AsyncScheduler "
-         "by default: the same rules with one step of look-ahead)")
+SCOPE = ("model scope: vLLM V1's Scheduler as one data-parallel rank runs it; it covers "
+         + (", ".join(sorted(MODELLED)) if MODELLED else "no feature beyond SchedulerConfig")
+         + " (model/vllm/deployment.py)")
+
+
+def scope_lines(dep: Deployment) -> list[str]:
+    """The model's scope and the features this deployment turns on beyond it."""
+    outside = dep.outside_model()
+    lines = [SCOPE]
+    if outside:
+        lines.append("this deployment turns on what the model leaves out: "
+                     + "; ".join(f"{f.name} ({f.effect}; {f.upstream})" for f in outside))
+        lines.append("so a verdict that depends on them is UNKNOWN (" + outside_reason(outside)
+                     + "); turn a feature off (e.g. --no-enable-prefix-caching, "
+                     "--no-async-scheduling) to check the rest")
+    return lines
 
 
 def _show(value: object) -> str:
@@ -91,7 +105,7 @@ def print_report(req: Request, checked: Checked, notes: tuple[str, ...],
           else "KV startup check not applied: pool size not given (--num-gpu-blocks)")
     spec = "; speculative-decoding budget rules hold" if req.spec is not None else ""
     lines += ["", f"validation: valid: every SchedulerConfig rule holds; {kv}{spec}", "",
-              SCOPE, "", "hazards:"]
+              *scope_lines(req.deployment), "", "hazards:"]
     for r in results:
         lines += _hazard_lines(r)
     counts = {v: sum(r.verdict == v for r in results) for v in
@@ -160,7 +174,9 @@ def _json_doc(req: Request, checked: Checked, notes: tuple[str, ...],
         "warnings": [] if checked.config is None else list(warnings(checked.config, req)),
         "valid": err is None,
         "error": None if err is None else {"rule": err.rule, "message": str(err)},
-        "scope": SCOPE, "hazards": [r.to_json() for r in results],
+        "scope": SCOPE,
+        "outside_model": [f.name for f in req.deployment.outside_model()],
+        "hazards": [r.to_json() for r in results],
     }
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from checker.config.hazards import Envelope, ample_pool
 from model.core.errors import ConfigError, InputError
 from model.vllm.config import Config
+from model.vllm.deployment import MODEL_SCOPE, Deployment
 from model.vllm.engine_args import Device, EffectiveConfig, EngineArgs, device_with_memory, resolve
 from model.vllm.startup import SpecDecode, kv_rejection, spec_rejection
 from model.vllm.validation import check_field_types, validate
@@ -25,6 +26,7 @@ class Request:
     model: str
     ignored: tuple[str, ...]
     envelope: Envelope
+    deployment: Deployment = MODEL_SCOPE  # the scheduling features it turns on
 
 @dataclass(frozen=True, slots=True)
 class Checked:

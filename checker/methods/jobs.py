@@ -130,9 +130,12 @@ def run_bmc(job: Job) -> JobResult:
 
     notes = []
     engine = engines.get(job.engine)
-    proofs = theorems.for_engine(engine)
-    if job.property in proofs and job.config.validated:
-        th = proofs[job.property](job.timeout_s)
+    theorem = theorems.for_engine(engine).get(job.property)
+    broken = theorem.broken(family) if theorem is not None else ()
+    if theorem is not None and broken:
+        notes.append("theorem does not apply: " + "; ".join(p.text for p in broken))
+    elif theorem is not None:
+        th = theorem.prove(job.timeout_s)
         if th.proved:
             return JobResult(verdict(PROVED, 0, th.detail, "theorem"))
         notes.append(f"theorem not proved ({th.detail})")
@@ -167,5 +170,6 @@ def run_bmc(job: Job) -> JobResult:
     except DivergenceError as exc:
         return JobResult(verdict(UNKNOWN, result.depth, f"divergence: {exc}", "bmc"), cex)
     note = "" if result.minimal else "; not minimised (minimisation hit the time limit)"
+    note += "".join("; " + n for n in notes)
     return JobResult(verdict(VIOLATED, result.depth, "replayed on the reference" + note,
                              "bmc"), cex, replayed)

@@ -112,17 +112,9 @@ IGNORED_VALUE_FLAGS: tuple[str, ...] = (
     "watermark_config", "weight_transfer_config", "worker_cls", "worker_extension_cls",
 )
 
-# Ignored flags that do change scheduling in vLLM: the output says how.
+# Ignored flags that change what the checker can say (the scheduling features they turn
+# on are listed in the scope section, model/vllm/deployment.py).
 NOT_MODELLED: dict[str, str] = {
-    "async_scheduling": "vLLM runs AsyncScheduler by default (config/vllm.py:1585-1644): the "
-                        "same rules with one step of look-ahead; the model follows the "
-                        "synchronous Scheduler",
-    "enable_prefix_caching": "prefix caching (on by default, config/cache.py:141) is not "
-                             "modelled: a cache hit only lowers a request's block need",
-    "prefill_schedule_interval": "prefill_schedule_interval is not modelled (the model "
-                                 "schedules prefills every step, its default 1)",
-    "max_num_queued_reqs": "queue limits reject requests at arrival; not modelled",
-    "max_num_queued_tokens": "queue limits reject requests at arrival; not modelled",
     "gpu_memory_utilization": "the KV pool size is not estimated from memory; give "
                               "--num-gpu-blocks (vLLM logs it as '# GPU blocks')",
     "kv_cache_memory_bytes": "the KV pool size is not estimated from memory; give "

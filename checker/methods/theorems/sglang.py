@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import z3
 
-from checker.methods.theorems import TheoremResult
+from checker.methods.theorems import Premise, Theorem, TheoremResult
 from model.core.ops import SymbolicOps
 from model.sglang.rules import continuation_len, decode_runs, new_chunk_len
 
@@ -80,6 +80,14 @@ def decode_stall_unbounded(timeout_s: float) -> TheoremResult:
                          "served first with memory to spare)")
 
 
-THEOREMS: dict[str, Callable[[float], TheoremResult]] = {
-    "decode_stall_ceil_l_over_c": decode_stall_unbounded,
+MIXED_CHUNK_OFF = Premise(
+    "mixed_chunk_off", "enable_mixed_chunk is off: a chunk step runs no decode beside it "
+    "(managers/scheduler.py:3870-3883)", lambda f: not f.base.mixed_chunk)
+CHUNKED_PREFILL_ON = Premise(
+    "chunked_prefill_on", "chunked_prefill_size C >= 1 (chunked prefill on, "
+    "managers/scheduler.py:1335-1336)", lambda f: f.base.chunking)
+
+THEOREMS: dict[str, Theorem] = {
+    "decode_stall_ceil_l_over_c": Theorem(decode_stall_unbounded,
+                                          (MIXED_CHUNK_OFF, CHUNKED_PREFILL_ON)),
 }

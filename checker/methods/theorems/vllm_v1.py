@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 import z3
 
-from checker.methods.theorems import TheoremResult
+from checker.methods.symbolic import Family
+from checker.methods.theorems import Premise, Theorem, TheoremResult, field_range
 from model.core.ops import SymbolicOps
 from model.vllm.rules import running_tokens
 from model.vllm.state import RuleConfig
@@ -84,7 +85,8 @@ def decodes_exhaust_budget_unbounded(timeout_s: float) -> TheoremResult:
 
 
 def exhausting_decodes_fill_max_num_seqs_unbounded(timeout_s: float) -> TheoremResult:
-    """Under vLLM's validation (max_num_batched_tokens >= max_num_seqs, and no
+    """When the token budget B is at least max_num_seqs (its premise, checked on the
+    family: vLLM's validation gives it for max_num_batched_tokens, not for a
     max_num_scheduled_tokens override), D >= B running decodes forces D = B = max_num_seqs.
     Lemma used: len(running) <= max_num_seqs, which is 1-inductive over the WAITING loop
     (admission only while len(running) < max_num_active_reqs <= max_num_seqs,
@@ -106,7 +108,36 @@ def exhausting_decodes_fill_max_num_seqs_unbounded(timeout_s: float) -> TheoremR
                          "for all D, B, max_num_seqs: D <= len(running) <= max_num_seqs <= B")
 
 
-THEOREMS: dict[str, Callable[[float], TheoremResult]] = {
-    "decodes_exhaust_budget": decodes_exhaust_budget_unbounded,
-    "exhausting_decodes_fill_max_num_seqs": exhausting_decodes_fill_max_num_seqs_unbounded,
+def _budget_covers_seats(family: Family) -> bool:
+    # The token budget is max_num_scheduled_tokens when set (scheduler.py:137-141), which
+    # SchedulerConfig does not compare with max_num_seqs; otherwise max_num_batched_tokens,
+    # which validation keeps >= max_num_seqs (config/scheduler.py:328-333).
+    _, seqs_hi = field_range(family, "max_num_seqs")
+    if family.base.max_num_scheduled_tokens is not None:
+        return family.base.max_num_scheduled_tokens >= seqs_hi
+    return family.validated or field_range(family, "max_num_batched_tokens")[0] >= seqs_hi
+
+
+def _active_within_seats(family: Family) -> bool:
+    active = family.base.max_num_active_seqs
+    return (active is None or family.validated
+            or active <= field_range(family, "max_num_seqs")[0])
+
+
+BUDGET_COVERS_SEATS = Premise(
+    "token_budget_ge_max_num_seqs",
+    "the token budget (max_num_scheduled_tokens when set, else max_num_batched_tokens) is "
+    "at least max_num_seqs in every config of the family", _budget_covers_seats)
+ACTIVE_WITHIN_SEATS = Premise(
+    "max_num_active_seqs_le_max_num_seqs",
+    "max_num_active_seqs (when set) is at most max_num_seqs (config/scheduler.py:335-342)",
+    _active_within_seats)
+
+THEOREMS: dict[str, Theorem] = {
+    # No premise: the proof ranges over every budget B >= 1 (the token budget, whichever
+    # field sets it), every input budget and threshold, and every mix of running requests.
+    "decodes_exhaust_budget": Theorem(decodes_exhaust_budget_unbounded),
+    "exhausting_decodes_fill_max_num_seqs": Theorem(
+        exhausting_decodes_fill_max_num_seqs_unbounded, (BUDGET_COVERS_SEATS,
+                                                         ACTIVE_WITHIN_SEATS)),
 }
