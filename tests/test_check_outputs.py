@@ -1,11 +1,13 @@
 """What `batchproof check` hands to CI (issue 14): exit codes of `--method both` when a
-method is inconclusive, and the versioned `--json` (validated by its JSON Schema)."""
+method is inconclusive, the versioned `--json` (validated by its JSON Schema), `--junit`
+(read back with junitparser), and output paths checked before any job runs."""
 
 import json
 from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
+import junitparser
 import pytest
 
 from checker.cli import check
@@ -13,6 +15,7 @@ from checker.cli.main import main
 from checker.methods import agreement
 from checker.methods.jobs import JobResult
 from checker.methods.verdict import HOLDS, UNKNOWN, VIOLATED, Verdict
+from checker.show import junit
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "docs" / "schema" / "check.schema.json").read_text())
@@ -181,3 +184,117 @@ def test_the_schema_is_valid_and_rejects_the_old_list_and_a_wrong_status():
 def test_every_json_field_is_in_the_schema():
     fields = set(Verdict("e", "p", "c", "bmc", HOLDS, 1, 0.0).to_json())
     assert fields == set(SCHEMA["$defs"]["verdict"]["required"])
+
+
+# --- 3. --junit -----------------------------------------------------------------------------
+
+
+def test_junit_has_one_testcase_per_check_and_the_right_results(monkeypatch, capsys,
+                                                                tmp_path):
+    perturb(monkeypatch, mixed)
+    path = tmp_path / "verdicts.xml"
+    assert main([*STATIC, "--junit", str(path)]) == 1
+    capsys.readouterr()
+    xml = junitparser.JUnitXml.fromfile(str(path))
+    suites = list(xml)
+    assert [s.name for s in suites] == ["static"]
+    suite = suites[0]
+    assert (suite.tests, suite.failures, suite.errors, suite.skipped) == (16, 2, 2, 1)
+    cases = {c.name: c for c in suite}
+    assert len(cases) == 16 and {c.classname for c in suite} == {"static"}
+    assert "kv_blocks_conserved[st_tiny] (bmc)" in cases
+    assert "never_finishes[st_no_flush] (explore)" in cases
+
+    def result(name):
+        (r,) = cases[name].result
+        return r
+    for method in ("bmc", "explore"):
+        failure = result(f"finished_slot_released[st_tiny] ({method})")
+        assert isinstance(failure, junitparser.Failure) and failure.type == "departure"
+        assert failure.message.startswith("VIOLATED, expected HOLDS")
+        assert failure.message.endswith(
+            "counterexample " + CEX.format("finished_slot_released"))
+        error = result(f"no_padded_compute[st_tiny] ({method})")
+        assert isinstance(error, junitparser.Error) and error.type == "disagreement"
+        assert error.message.startswith("bmc and explore disagree: no_padded_compute on "
+                                        "st_tiny: bmc VIOLATED (depth 2), explore VIOLATED "
+                                        "(depth 3)")
+        assert CEX.format("no_padded_compute") in error.message
+    skipped = result("starvation[st_tiny, k=3] (explore)")
+    assert isinstance(skipped, junitparser.Skipped)
+    assert skipped.message == "inconclusive: UNKNOWN (time limit); no counterexample"
+    assert cases["starvation[st_tiny, k=3] (bmc)"].is_passed
+    assert "unconfirmed" in cases["starvation[st_tiny, k=3] (bmc)"].system_out
+    assert cases["starvation[st_tiny, k=3] (bmc)"].time >= 0
+
+
+def test_junit_of_a_clean_run_passes_every_testcase(capsys, tmp_path):
+    path = tmp_path / "v.xml"
+    assert main(["check", "--engine", "static", "--jobs", "1", "--junit", str(path)]) == 0
+    capsys.readouterr()
+    (suite,) = junitparser.JUnitXml.fromfile(str(path))
+    assert suite.tests == 8 and all(c.is_passed for c in suite)
+    assert "counterexample " + CEX.format("starvation") in \
+        {c.name: c for c in suite}["starvation[st_tiny, k=3] (bmc)"].system_out
+
+
+def test_junit_names_keep_parameters_apart():
+    v = Verdict("mistralrs", "prefill_due_within", "mr_tiny", "bmc", HOLDS, 4, 0.0,
+                params=(("k", 2),))
+    assert junit.case_name(v) == "prefill_due_within[mr_tiny, k=2] (bmc)"
+    assert junit.case_name(replace(v, params=())) == "prefill_due_within[mr_tiny] (bmc)"
+
+
+# --- 6. unwritable output paths -------------------------------------------------------------
+
+
+@pytest.fixture
+def no_job(monkeypatch):
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a job ran before the output paths were checked")
+    monkeypatch.setattr(check, "_execute", refuse)
+
+
+def _unwritable(tmp_path):
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    return [
+        ("/nonexistent/x.html", "the folder /nonexistent does not exist; create it"),
+        (str(tmp_path), "it is a folder; give a file path"),
+        (str(a_file / "x.xml"), "is a file, not a folder"),
+    ]
+
+
+@pytest.mark.parametrize("flag", ["--html", "--junit"])
+@pytest.mark.parametrize("case", range(3), ids=["missing folder", "a folder", "under a file"])
+def test_an_unwritable_output_path_is_one_line_and_exit_2_before_any_job(
+        flag, case, tmp_path, no_job, capsys):
+    path, fix = _unwritable(tmp_path)[case]
+    code = main(["check", "--engine", "static", flag, path])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.startswith(f"batchproof: error: cannot write {flag} {path}: ")
+    assert fix in captured.err
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+
+
+def test_the_path_check_leaves_an_existing_file_and_no_new_one(tmp_path):
+    old = tmp_path / "old.xml"
+    old.write_text("keep")
+    check._check_writable("--junit", str(old))
+    assert old.read_text() == "keep"
+    check._check_writable("--junit", str(tmp_path / "new.xml"))
+    assert not (tmp_path / "new.xml").exists()
+
+
+def test_a_write_that_fails_after_the_run_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
+    def disk_full(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(junit, "write_junit", disk_full)
+    code = main([*STATIC, "--property", "starvation", "--junit", str(tmp_path / "v.xml")])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "2 checks, 2 as expected" in captured.out  # the table came first
+    assert captured.err == (f"batchproof: error: cannot write --junit {tmp_path / 'v.xml'}: "
+                            "No space left on device; the verdicts above are complete, "
+                            "give a path you can write\n")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -71,6 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write counterexamples (ITF JSON + text timeline) to counterexamples/")
     parser.add_argument("--html", metavar="FILE",
                         help="also write a self-contained HTML report (checker/show/report.py)")
+    parser.add_argument("--junit", metavar="FILE",
+                        help="also write the verdicts as JUnit XML, one testcase per check")
     parser.add_argument("--list", action="store_true", help="list properties and configs")
     add_config_flags(parser)
 
@@ -207,6 +209,9 @@ def run(args: argparse.Namespace) -> int:
     rows = _select(args)
     if not rows:
         raise InputError("no manifest entry matches; see 'batchproof check --list'")
+    for flag in ("html", "junit", "dot", "graphml"):
+        if getattr(args, flag, None):
+            _check_writable(f"--{flag}", getattr(args, flag))
     if args.dot or args.graphml:
         return export_graph(args, rows)
     methods = ("bmc", "explore") if args.method == "both" else (args.method,)
@@ -237,8 +242,48 @@ def run(args: argparse.Namespace) -> int:
         _print(verdicts, agreements)
     if args.html:
         from checker.show import report  # the report's imports are needed only here
-        report.write_html(args.html, results, verdicts)
+        _writing("--html", args.html, lambda: report.write_html(args.html, results, verdicts))
+    if args.junit:
+        from checker.show import junit
+        _writing("--junit", args.junit,
+                 lambda: junit.write_junit(args.junit, verdicts, agreements))
     return code
+
+
+def _check_writable(flag: str, path: str) -> None:
+    """Fail before any job runs, not after minutes of checking, when `path` cannot be
+    written: an InputError naming the flag, the path and the fix."""
+    target = Path(path)
+    existed = target.exists()
+    try:
+        # Opening is the honest test (read-only mounts, root, ACLs); "a" leaves an
+        # existing file as it is, and a file created here is removed again.
+        with open(target, "a" if existed else "x"):
+            pass
+        if not existed:
+            target.unlink()
+    except FileNotFoundError:
+        raise InputError(f"cannot write {flag} {path}: the folder {target.parent} does not "
+                         "exist; create it or give another path") from None
+    except IsADirectoryError:
+        raise InputError(f"cannot write {flag} {path}: it is a folder; give a file "
+                         "path") from None
+    except NotADirectoryError:
+        raise InputError(f"cannot write {flag} {path}: a part of {target.parent} is a file, "
+                         "not a folder; give another path") from None
+    except OSError as exc:
+        raise InputError(f"cannot write {flag} {path}: {exc.strerror or exc}; give a path "
+                         "you can write") from None
+
+
+def _writing(flag: str, path: str, write: Callable[[], None]) -> None:
+    """Run `write()`; an OSError (the path became unwritable during the run) is an
+    InputError naming the path, not a traceback."""
+    try:
+        write()
+    except OSError as exc:
+        raise InputError(f"cannot write {flag} {path}: {exc.strerror or exc}; the verdicts "
+                         "above are complete, give a path you can write") from None
 
 
 def json_document(verdicts: list[Verdict], agreements: list[Agreement], code: int,
