@@ -1,8 +1,12 @@
 """What `batchproof check` hands to CI (issue 14): exit codes of `--method both` when a
 method is inconclusive, the versioned `--json` (validated by its JSON Schema), `--junit`
-(read back with junitparser), and output paths checked before any job runs."""
+(read back with junitparser), progress on a terminal only, and output paths checked before any
+job runs."""
 
+import io
 import json
+import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +20,7 @@ from checker.methods import agreement
 from checker.methods.jobs import JobResult
 from checker.methods.verdict import HOLDS, UNKNOWN, VIOLATED, Verdict
 from checker.show import junit
+from checker.show.progress import Progress
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "docs" / "schema" / "check.schema.json").read_text())
@@ -243,6 +248,68 @@ def test_junit_names_keep_parameters_apart():
                 params=(("k", 2),))
     assert junit.case_name(v) == "prefill_due_within[mr_tiny, k=2] (bmc)"
     assert junit.case_name(replace(v, params=())) == "prefill_due_within[mr_tiny] (bmc)"
+
+
+# --- 4. progress ----------------------------------------------------------------------------
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_on_a_terminal_shows_done_total_the_batch_and_elapsed_time():
+    out = Terminal()
+    with Progress(5, out) as progress:
+        assert progress.shown
+        progress.running("vllm-v1 tiny_fcfs (3 checks)")
+        progress.finished(3, "vllm-v1 tiny_fcfs (3 checks)")
+        progress.running("sglang sg_tiny (2 checks)")
+    text = out.getvalue()
+    assert "check 3/5 jobs" in text
+    assert "now: sglang sg_tiny (2 checks) · last: vllm-v1 tiny_fcfs (3 checks)" in text
+    assert re.search(r"\| \d\d:\d\d", text)
+
+
+@pytest.mark.parametrize("stream,show", [(io.StringIO(), True), (Terminal(), False)],
+                         ids=["not a terminal", "quiet"])
+def test_progress_is_silent_off_a_terminal_or_when_quiet(stream, show):
+    with Progress(5, stream, show=show) as progress:
+        progress.running("a")
+        progress.finished(5, "a")
+        progress.tick()
+    assert not progress.shown and stream.getvalue() == ""
+
+
+def test_progress_without_tqdm_is_silent(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # `import tqdm` raises ImportError
+    out = Terminal()
+    with Progress(5, out) as progress:
+        progress.finished(5, "a")
+    assert not progress.shown and out.getvalue() == ""
+
+
+@pytest.mark.parametrize("jobs", ["2", "1"], ids=["in the pool", "in this process"])
+def test_check_reports_each_batch_on_a_terminal(jobs, monkeypatch, capsys):
+    capsys.readouterr()
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["check", "--engine", "static", "--jobs", jobs]) == 0
+    text = terminal.getvalue()
+    assert "check 0/8 jobs" in text and "check 8/8 jobs" in text
+    assert "now: static st_tiny (7 checks)" in text
+    assert "last: static st_tiny (7 checks)" in text
+    assert "last: static st_no_flush (1 checks)" in text
+    assert "8 checks, 8 as expected" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("quiet", [["--quiet"], []], ids=["quiet terminal", "ci log"])
+def test_check_prints_no_progress_when_quiet_or_off_a_terminal(quiet, monkeypatch, capsys):
+    if quiet:
+        monkeypatch.setattr(sys, "stderr", Terminal())
+    assert main([*STATIC, "--property", "starvation", *quiet]) == 0
+    err = sys.stderr.getvalue() if quiet else capsys.readouterr().err
+    assert err == ""
 
 
 # --- 6. unwritable output paths -------------------------------------------------------------

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from checker.methods.verdict import AS_EXPECTED, DEPARTS, INCONCLUSIVE, UNKNOWN,
 from checker.show import itf
 from checker.show import text as render
 from checker.show.graph import export_graph
+from checker.show.progress import Progress
 from model import registry as engines
 from model.core.errors import InputError
 from model.vllm.config import ENGINE_VLLM_V1, Config
@@ -73,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write a self-contained HTML report (checker/show/report.py)")
     parser.add_argument("--junit", metavar="FILE",
                         help="also write the verdicts as JUnit XML, one testcase per check")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress line on stderr (shown only when stderr is a "
+                        "terminal)")
     parser.add_argument("--list", action="store_true", help="list properties and configs")
     add_config_flags(parser)
 
@@ -220,7 +224,8 @@ def run(args: argparse.Namespace) -> int:
                 method=method)
             for method in methods for e, nc, prop, params in rows
             if e is None or method in e.methods]
-    results = _execute(jobs, args.jobs)
+    with Progress(len(jobs), sys.stderr, show=not args.quiet) as progress:
+        results = _execute(jobs, args.jobs, progress)
     verdicts = []
     for res in results:
         path = None
@@ -308,23 +313,45 @@ def json_document(verdicts: list[Verdict], agreements: list[Agreement], code: in
     return {"schema": JSON_SCHEMA, "verdicts": rows, "summary": summary}
 
 
-def _execute(jobs: list[Job], workers: int) -> list[JobResult]:
-    """Run jobs grouped by config (one invariant proof per config and process)."""
+def _label(jobs: list[Job]) -> str:
+    return f"{jobs[0].engine} {jobs[0].config.name} ({len(jobs)} checks)"
+
+
+def _execute(jobs: list[Job], workers: int, progress: Progress | None = None) -> list[JobResult]:
+    """Run jobs grouped by config (one invariant proof per config and process), reporting
+    each finished batch to `progress`."""
+    progress = progress or Progress(0, sys.stderr, show=False)
     groups: dict[str, list[int]] = {}
     for i, job in enumerate(jobs):
         groups.setdefault(job.config.name + repr(job.config.bounds), []).append(i)
     batches = sorted(groups.values(), key=len, reverse=True)
     out: list[JobResult | None] = [None] * len(jobs)
     if workers == 1 or len(batches) == 1:
-        for batch in batches:
-            for i, res in zip(batch, run_batch([jobs[i] for i in batch]), strict=True):
-                out[i] = res
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [(b, pool.submit(run_batch, [jobs[i] for i in b])) for b in batches]
-            for batch, fut in futures:
+        with progress.ticking():
+            for batch in batches:
+                label = _label([jobs[i] for i in batch])
+                progress.running(label)
+                for i, res in zip(batch, run_batch([jobs[i] for i in batch]), strict=True):
+                    out[i] = res
+                progress.finished(len(batch), label)
+        return [r for r in out if r is not None]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures: dict[Future[list[JobResult]], list[int]] = {
+            pool.submit(run_batch, [jobs[i] for i in b]): b for b in batches}
+        order = list(futures)
+        pending = set(order)
+        while pending:
+            # Pool workers take batches in submission order: the oldest unfinished one is
+            # running.
+            progress.running(_label([jobs[i] for i in futures[next(
+                f for f in order if f in pending)]]))
+            finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                batch = futures[fut]
                 for i, res in zip(batch, fut.result(), strict=True):
                     out[i] = res
+                progress.finished(len(batch), _label([jobs[i] for i in batch]))
+            progress.tick()
     return [r for r in out if r is not None]
 
 
