@@ -1,12 +1,16 @@
 """What `batchproof check` hands to CI (issue 14): exit codes of `--method both` when a
 method is inconclusive, the versioned `--json` (validated by its JSON Schema), `--junit`
-(read back with junitparser), progress on a terminal only, and output paths checked before any
-job runs."""
+(read back with junitparser), progress on a terminal only, output paths checked before any
+job runs, and a pool that stops with its parent."""
 
 import io
 import json
+import os
 import re
+import signal
+import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -310,6 +314,89 @@ def test_check_prints_no_progress_when_quiet_or_off_a_terminal(quiet, monkeypatc
     assert main([*STATIC, "--property", "starvation", *quiet]) == 0
     err = sys.stderr.getvalue() if quiet else capsys.readouterr().err
     assert err == ""
+
+
+# --- 5. the pool stops with its parent ------------------------------------------------------
+
+
+def _children(pid):
+    out = set()
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            out |= {int(c) for c in task.read_text().split()}
+        except OSError:
+            pass
+    return out
+
+
+def _alive(pid):
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # an unreaped zombie computes nothing
+
+
+def _wait_gone(pids, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(_alive(p) for p in pids):
+            return []
+        time.sleep(0.05)
+    return [p for p in pids if _alive(p)]
+
+
+def _start_check_with_workers():
+    """`check --engine all --method both` (minutes of work) once its two workers run."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "checker.cli", "check", "--engine", "all", "--method", "both"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(_children(proc.pid)) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None, "no workers started"
+        time.sleep(0.05)
+    time.sleep(0.5)  # into their first jobs
+    return proc, _children(proc.pid)
+
+
+@pytest.fixture
+def started():
+    procs = []
+
+    def start():
+        proc, workers = _start_check_with_workers()
+        procs.append((proc, workers))
+        return proc, workers
+    yield start
+    for proc, workers in procs:  # a failed test leaves nothing computing
+        for pid in [proc.pid, *workers]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.communicate()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig,group,code", [
+    (signal.SIGINT, True, 130), (signal.SIGINT, False, 130), (signal.SIGTERM, False, 143)],
+    ids=["ctrl-c to the process group", "SIGINT to the parent", "SIGTERM to the parent"])
+def test_a_stopped_check_ends_its_workers_within_10_s(sig, group, code, started):
+    proc, workers = started()
+    sent = time.monotonic()
+    (os.killpg if group else os.kill)(proc.pid, sig)
+    _, err = proc.communicate(timeout=10)
+    assert _wait_gone(workers, 10 - (time.monotonic() - sent)) == []
+    assert proc.returncode == code
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"batchproof: stopped by {sig.name}: ")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
+def test_workers_die_within_10_s_of_a_sigkill_of_their_parent(started):
+    proc, workers = started()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(5)
+    assert _wait_gone(workers, 10) == []
 
 
 # --- 6. unwritable output paths -------------------------------------------------------------
