@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -264,8 +265,15 @@ class Terminal(io.StringIO):
 
 def test_progress_on_a_terminal_shows_done_total_the_batch_and_elapsed_time():
     out = Terminal()
+    threads = threading.active_count()
     with Progress(5, out) as progress:
         assert progress.shown
+        assert threading.active_count() == threads  # the pool forks after it: no thread
+        drawn = len(out.getvalue())
+        with progress.ticking(every_s=0.01):
+            time.sleep(0.05)
+        assert threading.active_count() == threads
+        assert len(out.getvalue()) > drawn  # the elapsed time was redrawn meanwhile
         progress.running("vllm-v1 tiny_fcfs (3 checks)")
         progress.finished(3, "vllm-v1 tiny_fcfs (3 checks)")
         progress.running("sglang sg_tiny (2 checks)")

@@ -31,8 +31,14 @@ class Progress:
             from tqdm import tqdm
         except ImportError:  # the `progress` extra is optional: no bar, no warning
             return
-        self._bar = tqdm(total=total, file=stream, leave=False, dynamic_ncols=True,
-                         bar_format=_FORMAT, mininterval=0.5)
+
+        class Bar(tqdm):
+            # No monitor thread: the pool forks its workers after the bar exists, and a
+            # fork should copy no thread. `tick` does the redrawing instead.
+            monitor_interval = 0
+
+        self._bar = Bar(total=total, file=stream, leave=False, dynamic_ncols=True,
+                        bar_format=_FORMAT, mininterval=0.5)
 
     @property
     def shown(self) -> bool:
