@@ -440,6 +440,14 @@ def test_an_unwritable_output_path_is_one_line_and_exit_2_before_any_job(
     assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
 
 
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs /proc")
+def test_a_folder_that_takes_no_new_file_is_not_called_missing(no_job, capsys):
+    assert main(["check", "--engine", "static", "--junit", "/proc/x.xml"]) == 2
+    assert capsys.readouterr().err == ("batchproof: error: cannot write --junit /proc/x.xml: "
+                                       "the folder /proc accepts no new file; give another "
+                                       "path\n")
+
+
 def test_the_path_check_leaves_an_existing_file_and_no_new_one(tmp_path):
     old = tmp_path / "old.xml"
     old.write_text("keep")

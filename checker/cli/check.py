@@ -281,6 +281,9 @@ def _check_writable(flag: str, path: str) -> None:
         if not existed:
             target.unlink()
     except FileNotFoundError:
+        if target.parent.is_dir():  # /proc, say: the folder is there but takes no file
+            raise InputError(f"cannot write {flag} {path}: the folder {target.parent} "
+                             "accepts no new file; give another path") from None
         raise InputError(f"cannot write {flag} {path}: the folder {target.parent} does not "
                          "exist; create it or give another path") from None
     except IsADirectoryError:
