@@ -1,5 +1,7 @@
 """The `batchproof` command line. Exit codes: 0 as expected, 1 a verdict departs from the
-manifest, 2 bad input or usage, 3 inconclusive."""
+manifest (or a stored trace diverges from the reference), 2 bad input or usage (one line,
+never a traceback), 3 inconclusive, 4 an internal error: a bug in batchproof (one line;
+`batchproof --debug ...` shows the traceback)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ EXIT_OK = 0
 EXIT_DEPARTS = 1
 EXIT_BAD_INPUT = 2
 EXIT_INCONCLUSIVE = 3
+EXIT_INTERNAL = 4
 
 # subcommand -> module with `add_arguments(parser)` and `run(args) -> int`
 _COMMANDS: dict[str, tuple[str, str]] = {
@@ -40,6 +43,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subparser per available command."""
     parser = _Parser(prog="batchproof", description=__doc__)
+    parser.add_argument("--debug", action="store_true",
+                        help="on an internal error, show the traceback instead of one line")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     for name, (module_name, help_text) in _COMMANDS.items():
         try:
@@ -53,19 +58,44 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script."""
+    """Entry point of the console script: run one command and return its exit code. Bad
+    input is one line and exit 2; any other exception is an internal error, one line and
+    exit 4 (with `--debug` before the command, the exception propagates)."""
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `batchproof ... | head` ends quietly
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # Read before parsing, so that an error inside argparse is shown too.
+    debug = "--debug" in argv[: next((i for i, a in enumerate(argv) if a in _COMMANDS),
+                                     len(argv))]
+    try:
+        return _run(argv)
+    except InputError as exc:
+        sys.stderr.write(f"batchproof: error: {_one_line(str(exc))}\n")
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        sys.stderr.write("batchproof: interrupted\n")
+        return 128 + signal.SIGINT
+    except Exception as exc:
+        if debug:
+            raise
+        sys.stderr.write(
+            "batchproof: internal error (a bug in batchproof, not in your input): "
+            f"{type(exc).__name__}: {_one_line(str(exc))[:200]}; run the same command as "
+            "'batchproof --debug COMMAND ...' for the traceback, and please report it\n")
+        return EXIT_INTERNAL
+
+
+def _run(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_INPUT
     module = importlib.import_module(_COMMANDS[args.command][0])
-    try:
-        return int(module.run(args))
-    except InputError as exc:
-        sys.stderr.write(f"batchproof: error: {exc}\n")
-        return EXIT_BAD_INPUT
+    return int(module.run(args))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":
