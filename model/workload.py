@@ -1,4 +1,5 @@
-"""Read and write the workload JSON (the simulation contract, docs/simulation_contract.md)."""
+"""Read and write the workload JSON (the simulation contract, docs/simulation_contract.md),
+and check a workload's configuration as the engine would when it starts."""
 
 from __future__ import annotations
 
@@ -7,103 +8,197 @@ from pathlib import Path
 from typing import Any
 
 from model import registry as engines
-from model.core.errors import InputError
+from model.core.checks import (
+    MAX_FILE_BYTES,
+    MAX_INT,
+    MAX_NESTING,
+    MAX_REQUESTS,
+    MAX_STEPS,
+    check_nesting,
+    check_size,
+)
+from model.core.errors import ConfigError, InputError, shown
 from model.core.types import DEFAULT_ENGINE, EosEvent, RequestSpec, Workload
+from model.vllm.config import ENGINE_VLLM_V1
+from model.vllm.startup import start_rejection
 
 _TOP_KEYS = {"engine", "config", "requests", "eos", "steps"}
 _REQUEST_KEYS = {"id", "prompt_len", "max_tokens", "arrival_step", "priority",
                  "cached_prefix_len"}
 
 
-def load_workload(path: str | Path) -> Workload:
-    """Read a workload file; every problem is an InputError naming the value and the fix."""
+def read_json(path: str | Path, fix: str, what: str = "") -> Any:
+    """The JSON document in the file at `path` (`what` names the kind of file in messages:
+    "workload"). Every problem (unreadable, not UTF-8, not JSON, NaN or Infinity, a number
+    too long to read, nesting deeper than MAX_NESTING, a file over MAX_FILE_BYTES) is a
+    one-line InputError naming the file and ending in `fix`."""
+    name = f"{what} {path}".strip()
     try:
-        text = Path(path).read_text()
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise InputError(f"cannot read workload {path}: {exc.strerror}; check the path") from None
+        raise InputError(f"cannot read {name}: {exc.strerror or exc}; check the path") from None
+    except ValueError as exc:  # a path with a NUL byte
+        raise InputError(f"cannot read {what} {shown(str(path))}: {exc}; check the "
+                         "path") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise InputError(f"{name} is larger than {MAX_FILE_BYTES // 2**20} MiB, more than any "
+                         f"batchproof input needs; {fix}")
     try:
-        doc = json.loads(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{name} is not UTF-8 text (byte {exc.start} is "
+                         f"{data[exc.start]:#04x}); {fix}") from None
+    try:
+        doc = json.loads(text, parse_constant=_no_constant)
+    except InputError as exc:
+        raise InputError(f"{name}: {exc}; {fix}") from None
     except json.JSONDecodeError as exc:
-        raise InputError(
-            f"workload {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
-            f"{exc.msg}); fix the file") from None
-    return parse_workload(doc)
+        raise InputError(f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                         f"{exc.msg}); {fix}") from None
+    except RecursionError:
+        raise InputError(f"{name} nests JSON too deeply (more than {MAX_NESTING} levels, "
+                         f"more than any batchproof input has); {fix}") from None
+    except ValueError as exc:  # an integer beyond sys.get_int_max_str_digits()
+        raise InputError(f"{name} holds a number too long to read ({exc}); numbers must be "
+                         f"at most {MAX_INT} (64 bits); {fix}") from None
+    check_nesting(doc, name, fix)
+    return doc
 
 
-def parse_workload(doc: Any) -> Workload:
-    """Build a Workload from the contract's JSON object, checking every field."""
+def _no_constant(name: str) -> Any:
+    raise InputError(f"{name} is not a JSON number; give a finite number")
+
+
+def load_workload(path: str | Path, need_requests: bool = True) -> Workload:
+    """Read a workload file; every problem is an InputError naming the value and the fix.
+    `need_requests` False accepts a file that only carries a config (check --config-file)."""
+    doc = read_json(path, "pass a workload JSON file (docs/simulation_contract.md)",
+                    "workload")
+    return parse_workload(doc, need_requests)
+
+
+def parse_workload(doc: Any, need_requests: bool = True) -> Workload:
+    """Build a Workload from the contract's JSON object, checking every field; parsing is
+    linear in the size of the document."""
     if not isinstance(doc, dict):
-        raise InputError("a workload must be a JSON object with 'config' and 'requests'")
-    unknown = sorted(set(doc) - _TOP_KEYS)
+        raise InputError("a workload must be a JSON object with 'config' and 'requests', got "
+                         f"{shown(doc)}")
+    check_nesting(doc, "the workload", "pass a workload JSON object")
+    unknown = sorted(set(doc) - _TOP_KEYS, key=str)
     if unknown:
-        raise InputError(f"unknown workload key {unknown[0]!r}; known keys: {sorted(_TOP_KEYS)}")
+        raise InputError(f"unknown workload key {shown(unknown[0])}; known keys: "
+                         f"{sorted(_TOP_KEYS)}")
     engine = doc.get("engine", DEFAULT_ENGINE)
     if not isinstance(engine, str):
-        raise InputError(f"'engine' must be a string, got {engine!r}")
+        raise InputError(f"'engine' must be a string, got {shown(engine)}")
     config = engines.get(engine).parse_config(doc.get("config", {}))
-    requests = tuple(_parse_request(i, r) for i, r in enumerate(_list(doc, "requests")))
-    ids = [r.id for r in requests]
-    dup = next((x for x in ids if ids.count(x) > 1), None)
-    if dup is not None:
-        raise InputError(f"request id {dup!r} appears twice; give each request its own id")
-    steps = doc.get("steps", 20)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise InputError(f"steps must be a positive integer, got {steps!r}")
-    eos = tuple(_parse_eos(i, e, set(ids)) for i, e in enumerate(_list(doc, "eos")))
-    return Workload(config=config, requests=requests, eos=eos, steps=steps, engine=engine)
+    raw_requests = _list(doc, "requests", MAX_REQUESTS)
+    if need_requests and not raw_requests:
+        raise InputError("the workload has no requests; a workload needs at least one "
+                         "request in 'requests' (docs/simulation_contract.md)")
+    requests = tuple(_parse_request(i, r) for i, r in enumerate(raw_requests))
+    ids: set[str] = set()
+    for r in requests:
+        if r.id in ids:
+            raise InputError(f"request id {r.id!r} appears twice; give each request its own id")
+        ids.add(r.id)
+    steps = _int("the workload", "steps", doc.get("steps", 20), 1, MAX_STEPS)
+    eos = tuple(_parse_eos(i, e, ids) for i, e in enumerate(_list(doc, "eos", MAX_REQUESTS)))
+    workload = Workload(config=config, requests=requests, eos=eos, steps=steps, engine=engine)
+    check_size(workload)
+    return workload
 
 
-
-def _list(doc: dict[str, Any], key: str) -> list[Any]:
+def _list(doc: dict[str, Any], key: str, most: int) -> list[Any]:
     value = doc.get(key, [])
     if not isinstance(value, list):
         raise InputError(f"'{key}' must be a JSON list, got {type(value).__name__}")
+    if len(value) > most:
+        raise InputError(f"'{key}' has {len(value)} entries, more than the {most} a workload "
+                         "may have (docs/simulation_contract.md, limits); split the workload")
     return value
 
 
 def _parse_request(index: int, raw: Any) -> RequestSpec:
     where = f"requests[{index}]"
     if not isinstance(raw, dict):
-        raise InputError(f"{where} must be an object with id, prompt_len and max_tokens")
-    unknown = sorted(set(raw) - _REQUEST_KEYS)
+        raise InputError(f"{where} must be an object with id, prompt_len and max_tokens, got "
+                         f"{shown(raw)}")
+    unknown = sorted(set(raw) - _REQUEST_KEYS, key=str)
     if unknown:
         raise InputError(
-            f"{where}: unknown key {unknown[0]!r}; known keys: {sorted(_REQUEST_KEYS)}")
+            f"{where}: unknown key {shown(unknown[0])}; known keys: {sorted(_REQUEST_KEYS)}")
     for key in ("id", "prompt_len", "max_tokens"):
         if key not in raw:
             raise InputError(
                 f"{where} has no {key!r}; every request needs id, prompt_len, max_tokens")
     rid = raw["id"]
     if not isinstance(rid, str) or not rid:
-        raise InputError(f"{where}: id must be a non-empty string, got {rid!r}")
-    spec = RequestSpec(
+        raise InputError(f"{where}: id must be a non-empty string, got {shown(rid)}")
+    prompt_len = _int(where, "prompt_len", raw["prompt_len"], 1)
+    cached = _int(where, "cached_prefix_len", raw.get("cached_prefix_len", 0), 0)
+    if cached > prompt_len:
+        raise InputError(f"{where}: cached_prefix_len {cached} exceeds prompt_len "
+                         f"{prompt_len}; a cached prefix is part of the prompt, give at most "
+                         f"{prompt_len}")
+    return RequestSpec(
         id=rid,
-        prompt_len=_int(where, "prompt_len", raw["prompt_len"], 1),
+        prompt_len=prompt_len,
         max_tokens=_int(where, "max_tokens", raw["max_tokens"], 1),
         arrival_step=_int(where, "arrival_step", raw.get("arrival_step", 1), 1),
-        priority=_int(where, "priority", raw.get("priority", 0), None),
-        cached_prefix_len=_int(where, "cached_prefix_len", raw.get("cached_prefix_len", 0), 0),
+        priority=_int(where, "priority", raw.get("priority", 0), -MAX_INT),
+        cached_prefix_len=cached,
     )
-    return spec
 
 
 def _parse_eos(index: int, raw: Any, ids: set[str]) -> EosEvent:
     where = f"eos[{index}]"
     if not isinstance(raw, dict) or set(raw) != {"id", "step"}:
-        raise InputError(f"{where} must be an object {{\"id\": ..., \"step\": ...}}")
-    if raw["id"] not in ids:
-        raise InputError(
-            f"{where}: no request has id {raw['id']!r}; name a request of the workload")
-    return EosEvent(id=raw["id"], step=_int(where, "step", raw["step"], 1))
+        raise InputError(f"{where} must be an object {{\"id\": ..., \"step\": ...}}, got "
+                         f"{shown(raw)}")
+    rid = raw["id"]
+    if not isinstance(rid, str):
+        raise InputError(f"{where}: id must be a request id (a string), got {shown(rid)}")
+    if rid not in ids:
+        raise InputError(f"{where}: no request has id {shown(rid)}; name a request of the "
+                         "workload")
+    return EosEvent(id=rid, step=_int(where, "step", raw["step"], 1, MAX_INT))
 
 
-def _int(where: str, key: str, value: Any, minimum: int | None) -> int:
+def _int(where: str, key: str, value: Any, minimum: int, maximum: int = MAX_INT) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{where}: {key} must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise InputError(f"{where}: {key} must be >= {minimum}, got {value}")
+        raise InputError(f"{where}: {key} must be an integer, got {shown(value)}")
+    if value < minimum:
+        raise InputError(f"{where}: {key} must be >= {minimum}, got {shown(value)}")
+    if value > maximum:
+        raise InputError(f"{where}: {key} must be at most {maximum} (docs/"
+                         f"simulation_contract.md, limits), got {shown(value)}")
     return value
 
+
+def config_rejection(engine: str, config: Any) -> ConfigError | None:
+    """The first rule by which `engine` refuses `config` as a command receives it: the
+    engine's own configuration rules (vLLM: SchedulerConfig's), then for vLLM the checks
+    its engine makes at start (the KV pool holds one max_model_len request). Every command
+    that runs a configuration a user gave applies this; manifest configurations are
+    governed by the manifest's own `validated` flag instead."""
+    if engine == ENGINE_VLLM_V1:
+        return start_rejection(config)
+    return engines.get(engine).rejection(config)
+
+
+def check_workload(workload: Workload, validate: bool = True) -> ConfigError | None:
+    """Check a workload as its engine would before it runs: the config's field types (every
+    time), its configuration rules (`config_rejection`: an InputError naming the rule and
+    `--no-validate` unless `validate` is False, when the rule is returned instead), and the
+    requests the engine refuses before scheduling (every time)."""
+    rejected = config_rejection(workload.engine, workload.config)
+    if validate and rejected is not None:
+        raise InputError(f"{rejected} [rule {rejected.rule}; pass --no-validate to run it "
+                         "anyway]")
+    engines.get(workload.engine).check_admissible(workload)
+    return rejected
 
 
 def workload_to_json(w: Workload) -> dict[str, Any]:

@@ -8,18 +8,21 @@ vLLM's flags are in vllm/engine/arg_utils.py: --max-model-len (966), --block-siz
 --[no-]enable-chunked-prefill, --[no-]scheduler-reserve-full-isl, --watermark. Boolean
 fields use argparse's BooleanOptionalAction, as vLLM does (arg_utils.py:380).
 
-Flags reject garbage (non-numbers, negatives, zero sizes) at parse time, so the CLI prints
-one line and exits 2. Rules that relate two fields (max_num_batched_tokens >=
-max_num_seqs ...) are vLLM's validation, left to model.vllm_config.validate.
+Flags reject garbage (non-numbers, NaN, negatives, zero sizes, integers beyond 64 bits) at
+parse time, so the CLI prints one line and exits 2. Rules that relate two fields
+(max_num_batched_tokens >= max_num_seqs ...) are vLLM's validation, left to
+model/vllm/validation.validate.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from model.core.checks import MAX_INT
 from model.vllm.config import CONFIG_FIELDS, POLICY_FCFS, POLICY_PRIORITY, Config
 
 _DEST_PREFIX = "config_"
@@ -43,7 +46,7 @@ def human_int(text: str) -> int:
     if value.lower() == "auto":
         raise argparse.ArgumentTypeError(
             f"{text!r} (fit max_model_len to memory) is not modelled; give a number")
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtKMGT])", value)
+    match = re.fullmatch(r"(\d{1,30}(?:\.\d{1,30})?)([kmgtKMGT])", value)
     if match is None:
         return _int_at_least(text, 1)
     number, suffix = match.groups()
@@ -51,14 +54,45 @@ def human_int(text: str) -> int:
         if "." in number:
             raise argparse.ArgumentTypeError(
                 f"{text!r}: no decimals with a binary suffix; write {number}{suffix.lower()}")
-        return _at_least(text, int(number) * _BINARY[suffix], 1)
-    return _at_least(text, int(float(number) * _DECIMAL[suffix]), 1)
+        return _in_range(text, int(number) * _BINARY[suffix], 1)
+    # vLLM's own float arithmetic (1.005k is 1004); the digit cap keeps it finite.
+    return _in_range(text, int(float(number) * _DECIMAL[suffix]), 1)
 
 
-def _at_least(text: str, value: int, minimum: int) -> int:
+def _in_range(text: str, value: int, minimum: int, maximum: int = MAX_INT) -> int:
     if value < minimum:
-        raise argparse.ArgumentTypeError(f"{text!r} must be an integer >= {minimum}")
+        raise argparse.ArgumentTypeError(f"{_shown(text)} must be an integer >= {minimum}")
+    if value > maximum:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} must be at most {maximum}")
     return value
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+
+
+def bounded_int(minimum: int, maximum: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [minimum, maximum], errors naming both ends."""
+    def parse(text: str) -> int:
+        return _int_in(text, minimum, maximum)
+    parse.__name__ = f"integer in {minimum}..{maximum}"
+    return parse
+
+
+def bounded_seconds(maximum: float) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds in (0, maximum]."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{_shown(text)} is not a number of seconds") from None
+        if not (math.isfinite(value) and 0 < value <= maximum):
+            raise argparse.ArgumentTypeError(
+                f"{_shown(text)} must be a number of seconds in (0, {maximum:g}]")
+        return value
+    parse.__name__ = "seconds"
+    return parse
 
 
 def non_negative_int(text: str) -> int:
@@ -76,20 +110,25 @@ def non_negative_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a number") from None
     if not value >= 0.0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+        raise argparse.ArgumentTypeError(f"{_shown(text)} must be a finite number >= 0")
     return value
 
 
 def _int_at_least(text: str, minimum: int) -> int:
+    return _int_in(text, minimum, MAX_INT)
+
+
+def _int_in(text: str, minimum: int, maximum: int) -> int:
+    # More digits than any 64-bit integer has is refused before int() reads them.
+    if len(text.strip().lstrip("+-").lstrip("0")) > 19:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} must be at most {maximum}")
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"{text!r} must be an integer >= {minimum}")
-    return value
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not an integer") from None
+    return _in_range(text, value, minimum, maximum)
 
 
 @dataclass(frozen=True, slots=True)

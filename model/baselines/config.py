@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from model.core.errors import ConfigError, InputError
+from model.core.checks import MAX_INT
+from model.core.errors import ConfigError, InputError, shown
 
 ENGINE_STATIC = "static"
 ENGINE_DYNAMIC = "dynamic"
@@ -64,24 +65,28 @@ _MINIMUM = {"flush_timeout": 0, "max_batch_size": 1, "block_size": 1, "num_kv_bl
 def parse_config(raw: Any, base: BaselineConfig) -> BaselineConfig:
     """Overlay a JSON object of baseline field names on `base` (the engine's defaults)."""
     if not isinstance(raw, dict):
-        raise InputError("'config' must be a JSON object of baseline field names")
-    unknown = sorted(set(raw) - set(FIELDS))
+        raise InputError(f"'config' must be a JSON object of baseline field names, got "
+                         f"{shown(raw)}")
+    unknown = sorted(set(raw) - set(FIELDS), key=str)
     if unknown:
-        raise InputError(f"unknown baseline config field {unknown[0]!r}; known fields: "
+        raise InputError(f"unknown baseline config field {shown(unknown[0])}; known fields: "
                          f"{', '.join(FIELDS)}")
     for name, value in raw.items():
         if name == "launch":
             if value not in (LAUNCH_FULL, LAUNCH_IDLE):
                 raise InputError(f"launch must be {LAUNCH_FULL!r} or {LAUNCH_IDLE!r}, got "
-                                 f"{value!r}")
+                                 f"{shown(value)}")
         elif name == "pad_finished":
             if not isinstance(value, bool):
-                raise InputError(f"pad_finished must be true or false, got {value!r}")
+                raise InputError(f"pad_finished must be true or false, got {shown(value)}")
         elif isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"baseline config {name} must be an integer, got {value!r}")
+            raise InputError(f"baseline config {name} must be an integer, got {shown(value)}")
         elif value < _MINIMUM[name]:
             raise InputError(f"baseline config {name} must be >= {_MINIMUM[name]}, got "
                              f"{value}; use a larger value")
+        elif value > MAX_INT:
+            raise InputError(f"baseline config {name} must be at most {MAX_INT} (64 bits), "
+                             f"got {shown(value)}")
     return replace(base, **raw)
 
 

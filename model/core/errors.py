@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+SHOWN_CHARS = 60  # an error line names the value, never a whole document
+
 
 class InputError(ValueError):
     """Bad user input: a malformed workload, config, trace or flag. The message names the
@@ -14,3 +16,16 @@ class ConfigError(InputError):
     def __init__(self, rule: str, message: str) -> None:
         super().__init__(message)
         self.rule = rule
+
+
+def shown(value: object) -> str:
+    """`repr(value)` for an error message: on one line and cut to SHOWN_CHARS characters,
+    so that a huge or deeply nested value still gives a one-line error."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"a deeply nested {type(value).__name__}"
+    except ValueError:  # an int beyond sys.get_int_max_str_digits()
+        return f"a {type(value).__name__} too large to print"
+    text = " ".join(text.split())
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from model.core.errors import ConfigError, InputError
+from model.core.checks import MAX_INT
+from model.core.errors import ConfigError, InputError, shown
 
 ENGINE_MISTRALRS = "mistralrs"
 MISTRALRS_COMMIT = "9e922623f24b"
@@ -70,17 +71,21 @@ _MINIMUM = {"max_num_batched_tokens": 1, "max_num_seqs": 1, "max_decode_steps_be
 def parse_config(raw: Any) -> MistralrsConfig:
     """Overlay a JSON object of mistral.rs field names on the defaults."""
     if not isinstance(raw, dict):
-        raise InputError("'config' must be a JSON object of mistral.rs field names")
-    unknown = sorted(set(raw) - set(FIELDS))
+        raise InputError("'config' must be a JSON object of mistral.rs field names, got "
+                         f"{shown(raw)}")
+    unknown = sorted(set(raw) - set(FIELDS), key=str)
     if unknown:
-        raise InputError(f"unknown mistralrs config field {unknown[0]!r}; known fields: "
+        raise InputError(f"unknown mistralrs config field {shown(unknown[0])}; known fields: "
                          f"{', '.join(FIELDS)}")
     for name, value in raw.items():
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"mistralrs config {name} must be an integer, got {value!r}")
+            raise InputError(f"mistralrs config {name} must be an integer, got {shown(value)}")
         if value < _MINIMUM[name]:
             raise InputError(f"mistralrs config {name} must be >= {_MINIMUM[name]}, got "
                              f"{value}; use a larger value")
+        if value > MAX_INT:
+            raise InputError(f"mistralrs config {name} must be at most {MAX_INT} (64 bits), "
+                             f"got {shown(value)}")
     return replace(MistralrsConfig(), **raw)
 
 

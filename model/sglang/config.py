@@ -7,11 +7,13 @@ Paths are relative to `sglang/srt/` of the v0.5.22 wheel.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from fractions import Fraction
 from typing import Any
 
-from model.core.errors import ConfigError, InputError
+from model.core.checks import MAX_INT
+from model.core.errors import ConfigError, InputError, shown
 
 SGLANG_VERSION = "0.5.22"
 ENGINE_SGLANG = "sglang"
@@ -149,10 +151,11 @@ def parse_config(raw: Any) -> Config:
     """A Config from the workload's "config" object (SGLang names); InputError on an
     unknown field, a wrong type or a value out of range."""
     if not isinstance(raw, dict):
-        raise InputError("'config' must be a JSON object of SGLang server-argument names")
-    unknown = sorted(set(raw) - set(CONFIG_FIELDS))
+        raise InputError("'config' must be a JSON object of SGLang server-argument names, "
+                         f"got {shown(raw)}")
+    unknown = sorted(set(raw) - set(CONFIG_FIELDS), key=str)
     if unknown:
-        raise InputError(f"unknown SGLang config field {unknown[0]!r}; known fields: "
+        raise InputError(f"unknown SGLang config field {shown(unknown[0])}; known fields: "
                          f"{', '.join(CONFIG_FIELDS)}")
     for name, value in raw.items():
         _check_field(name, value)
@@ -161,25 +164,30 @@ def parse_config(raw: Any) -> Config:
 
 def _check_field(name: str, value: Any) -> None:
     if name in _INT_FIELDS:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"config {name} must be a positive integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
+            raise InputError(f"config {name} must be a positive integer of at most 64 bits, "
+                             f"got {shown(value)}")
     elif name in ("chunked_prefill_size", "max_running_requests"):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise InputError(f"config {name} must be an integer or null, got {value!r}")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or abs(value) > MAX_INT):
+            raise InputError(f"config {name} must be an integer of at most 64 bits or null, "
+                             f"got {shown(value)}")
         if name == "max_running_requests" and value is not None and value < 1:
             raise InputError(f"config max_running_requests must be >= 1, got {value}")
     elif name in _FLOAT_FIELDS:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise InputError(f"config {name} must be a non-negative number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not (math.isfinite(value) and 0 <= value <= MAX_INT):
+            raise InputError(f"config {name} must be a finite non-negative number, got "
+                             f"{shown(value)}")
     elif name in _BOOL_FIELDS:
         if not isinstance(value, bool):
-            raise InputError(f"config {name} must be true or false, got {value!r}")
+            raise InputError(f"config {name} must be true or false, got {shown(value)}")
     elif name == "schedule_policy":
         if value in _UNMODELLED_POLICIES:
             raise InputError(f"schedule_policy {value!r} is not modelled; use one of "
                              f"{', '.join(POLICIES)}")
         if value not in POLICIES:
-            raise InputError(f"unknown schedule_policy {value!r}; use one of "
+            raise InputError(f"unknown schedule_policy {shown(value)}; use one of "
                              f"{', '.join(POLICIES)}")
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from model.core.errors import InputError
+from model.core.checks import MAX_INT
+from model.core.errors import InputError, shown
 from model.core.types import Workload
 
 ENGINE_VLLM_V1 = "vllm-v1"
@@ -71,14 +73,44 @@ class Config:
 
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config))
 
+INT_FIELDS = ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "block_size",
+              "num_gpu_blocks", "long_prefill_token_threshold")
+OPTIONAL_INT_FIELDS = ("max_num_active_seqs", "max_num_scheduled_tokens")
+BOOL_FIELDS = ("enable_chunked_prefill", "long_prefill_token_threshold_adaptive",
+               "scheduler_reserve_full_isl", "enable_prefix_caching")
+
+
+def check_value(name: str, value: object) -> None:
+    """InputError unless `value` has the type of Config field `name`: an integer of at most
+    64 bits (None too for the optional ones), true or false, a finite number (watermark),
+    a string (policy). Ranges are validation's (model/vllm/validation.py)."""
+    if name in INT_FIELDS or (name in OPTIONAL_INT_FIELDS and value is not None):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"{name} must be an integer, got {shown(value)}")
+        if abs(value) > MAX_INT:
+            raise InputError(f"{name} must be at most {MAX_INT} (64 bits), got {shown(value)}")
+    elif name in BOOL_FIELDS:
+        if not isinstance(value, bool):
+            raise InputError(f"{name} must be true or false, got {shown(value)}")
+    elif name == "watermark":
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value):
+            raise InputError(f"watermark must be a number in [0, 1), got {shown(value)}")
+    elif name == "policy" and not isinstance(value, str):
+        raise InputError(f"policy must be 'fcfs' or 'priority', got {shown(value)}")
+
+
 def parse_config(raw: Any, base: Config | None = None) -> Config:
-    """Overlay a dict of vLLM field names on `base` (default: vLLM's defaults)."""
+    """Overlay a dict of vLLM field names on `base` (default: vLLM's defaults); InputError
+    on an unknown field or a value of the wrong type."""
     if not isinstance(raw, dict):
-        raise InputError("'config' must be a JSON object of vLLM field names")
-    unknown = sorted(set(raw) - set(CONFIG_FIELDS))
+        raise InputError(f"'config' must be a JSON object of vLLM field names, got {shown(raw)}")
+    unknown = sorted(set(raw) - set(CONFIG_FIELDS), key=str)
     if unknown:
         raise InputError(
-            f"unknown config field {unknown[0]!r}; known fields: {', '.join(CONFIG_FIELDS)}")
+            f"unknown config field {shown(unknown[0])}; known fields: {', '.join(CONFIG_FIELDS)}")
+    for name, value in raw.items():
+        check_value(name, value)
     return replace(base or Config(), **raw)
 
 

@@ -11,11 +11,13 @@ with its JSON, anything else `--key str(value)` (argparse_utils.py:569-635).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import yaml
 
-from model.core.errors import InputError
+from model.core.checks import MAX_FILE_BYTES, check_nesting
+from model.core.errors import InputError, shown
 
 # Flags of `vllm serve` (EngineArgs and the OpenAI frontend's dataclass fields,
 # engine/arg_utils.py and entrypoints/launchers/cli_args.py) that the scheduler model does
@@ -125,29 +127,71 @@ NOT_MODELLED: dict[str, str] = {
 
 
 def yaml_tokens(path: str) -> list[str]:
-    """The command-line tokens `vllm serve --config path` would insert."""
+    """The command-line tokens `vllm serve --config path` would insert. Every problem (not
+    readable, not UTF-8, not YAML, nested too deeply, a key that is not a flag name, a
+    value no flag takes: a date, a set, binary, NaN) is a one-line InputError."""
     p = Path(path)
     if p.suffix not in (".yaml", ".yml"):
         raise InputError(f"config file {path} must end in .yaml or .yml, as vllm serve "
                          "requires (utils/argparse_utils.py:596-600)")
+    fix = "fix the file: a YAML mapping of vllm serve flag: value"
     try:
-        doc = yaml.safe_load(p.read_text())
+        with open(p, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}; check the path") from None
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}; check the path") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise InputError(f"{path} is larger than {MAX_FILE_BYTES // 2**20} MiB; {fix}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text (byte {exc.start}); {fix}") from None
+    try:
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
-        raise InputError(f"{path} is not valid YAML{line}: "
-                         f"{getattr(exc, 'problem', None) or exc}; fix the file") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise InputError(f"{path} is not valid YAML{line}: {problem}; fix the file") from None
+    except RecursionError:
+        raise InputError(f"{path} nests YAML too deeply; {fix}") from None
+    except ValueError as exc:  # an integer beyond sys.get_int_max_str_digits()
+        raise InputError(f"{path} holds a number too long to read ({exc}); {fix}") from None
     if doc is None:
         return []
     if not isinstance(doc, dict):
         raise InputError(f"{path} must be a YAML mapping of flag: value (as vllm serve "
                          f"--config reads), got a {type(doc).__name__}")
+    check_nesting(doc, path, fix)
     tokens: list[str] = []
     for key, value in doc.items():
-        tokens += _key_tokens(path, str(key), value)
+        if not isinstance(key, str):
+            raise InputError(f"{path}: key {shown(key)} is not a flag name; write vllm serve "
+                             "flags as keys, e.g. max_num_seqs: 256")
+        _check_value(path, key, value)
+        tokens += _key_tokens(path, key, value)
     return tokens
+
+
+def _check_value(path: str, key: str, value: object) -> None:
+    """InputError for a value no vllm serve flag takes: a mapping that is not JSON (it
+    becomes the flag's JSON text), NaN, or what YAML reads as a date, a set or binary."""
+    if isinstance(value, dict):
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            raise InputError(f"{path}: key {key!r} holds {shown(value)}, which is not JSON "
+                             "(a date, a set or NaN inside); quote dates, give numbers, "
+                             "strings, lists or mappings") from None
+        return
+    for item in value if isinstance(value, list) else (value,):
+        if isinstance(item, float) and not math.isfinite(item):
+            raise InputError(f"{path}: key {key!r} is {item}, not a finite number; give a "
+                             "number")
+        if item is not None and not isinstance(item, str | int | float | list | dict):
+            raise InputError(f"{path}: key {key!r} holds {shown(item)}, which YAML reads as "
+                             f"a {type(item).__name__} and no vllm serve flag takes; quote it "
+                             "if it is meant as text")
 
 
 def _key_tokens(path: str, key: str, value: object) -> list[str]:

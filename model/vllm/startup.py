@@ -9,8 +9,10 @@
   request adds (config/vllm.py:2254-2290), and with LoRA it must cover max_num_seqs *
   (num_speculative_tokens + 1) (engine/arg_utils.py:2668-2683).
 
-These are kept apart from model/vllm_config.RULES on purpose: those are SchedulerConfig's
-rules, which the manifest's configurations are validated against.
+These are kept apart from model/vllm/validation.RULES on purpose: those are
+SchedulerConfig's rules, which the manifest's configurations are validated against (some
+manifest configs study pools below one max_model_len request). `start_rejection` applies
+both, as every command does to a configuration a user gives (model/workload.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 from model.core.errors import ConfigError
 from model.vllm.config import Config
+from model.vllm.validation import check_field_types, rejection
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,14 @@ def kv_rejection(cfg: Config) -> ConfigError | None:
         f"usable ({cfg.num_gpu_blocks} less the null block); lower max_model_len to at most "
         f"{largest} or give the pool at least {need + 1} blocks "
         f"({KV_HOLDS_ONE_REQUEST.upstream})")
+
+
+def start_rejection(cfg: Config) -> ConfigError | None:
+    """The first error vLLM stops with for `cfg` as a command receives it: SchedulerConfig's
+    rules (model/vllm/validation.py), then the KV startup check. Field types are checked
+    first and raise (no configuration can have them, `--no-validate` or not)."""
+    check_field_types(cfg)
+    return rejection(cfg) or kv_rejection(cfg)
 
 
 def spec_rejection(cfg: Config, spec: SpecDecode, lora: bool) -> ConfigError | None:

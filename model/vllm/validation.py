@@ -8,8 +8,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from model.core.errors import ConfigError, InputError
-from model.vllm.config import POLICY_FCFS, POLICY_PRIORITY, Config
+from model.core.errors import ConfigError, InputError, shown
+from model.vllm.config import (
+    CONFIG_FIELDS,
+    OPTIONAL_INT_FIELDS,
+    POLICY_FCFS,
+    POLICY_PRIORITY,
+    Config,
+    check_value,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,33 +46,14 @@ RULES: tuple[Rule, ...] = (
          "policy is 'fcfs' or 'priority'"),
 )
 
-_INT_FIELDS = (
-    "max_num_batched_tokens", "max_num_seqs", "max_model_len", "block_size",
-    "num_gpu_blocks", "long_prefill_token_threshold",
-)
-_OPTIONAL_INT_FIELDS = ("max_num_active_seqs", "max_num_scheduled_tokens")
-_BOOL_FIELDS = (
-    "enable_chunked_prefill", "long_prefill_token_threshold_adaptive",
-    "scheduler_reserve_full_isl",
-)
-
 
 def check_field_types(cfg: Config) -> None:
     """Reject values no configuration can have (wrong type, non-positive sizes).
 
     These checks hold even under `--no-validate`: the model cannot run without them.
     """
-    for name in _INT_FIELDS:
-        _require_int(name, getattr(cfg, name))
-    for name in _OPTIONAL_INT_FIELDS:
-        value = getattr(cfg, name)
-        if value is not None:
-            _require_int(name, value)
-    for name in _BOOL_FIELDS:
-        if not isinstance(getattr(cfg, name), bool):
-            raise InputError(f"{name} must be true or false, got {getattr(cfg, name)!r}")
-    if isinstance(cfg.watermark, bool) or not isinstance(cfg.watermark, int | float):
-        raise InputError(f"watermark must be a number in [0, 1), got {cfg.watermark!r}")
+    for name in CONFIG_FIELDS:
+        check_value(name, getattr(cfg, name))
     for name in ("max_num_batched_tokens", "max_num_seqs"):
         if getattr(cfg, name) < 1:
             raise ConfigError(
@@ -82,13 +70,8 @@ def check_field_types(cfg: Config) -> None:
     if cfg.policy not in (POLICY_FCFS, POLICY_PRIORITY):
         raise ConfigError(
             "policy_known",
-            f"policy {cfg.policy!r} is not a vLLM scheduling policy; use 'fcfs' or 'priority' "
+            f"policy {shown(cfg.policy)} is not a vLLM scheduling policy; use 'fcfs' or 'priority' "
             "(vllm/config/scheduler.py:21)")
-
-
-def _require_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{name} must be an integer, got {value!r}")
 
 
 def validate(cfg: Config) -> None:
@@ -103,7 +86,7 @@ def validate(cfg: Config) -> None:
             "positive_fields",
             f"long_prefill_token_threshold must be >= 0, got {cfg.long_prefill_token_threshold}; "
             "use 0 to disable it (vllm/config/scheduler.py:79)")
-    for name in _OPTIONAL_INT_FIELDS:
+    for name in OPTIONAL_INT_FIELDS:
         value = getattr(cfg, name)
         if value is not None and value < 1:
             raise ConfigError(
