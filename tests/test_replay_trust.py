@@ -257,7 +257,7 @@ def test_explain_of_a_forged_trace_says_divergence_before_the_timeline(tmp_path,
     doc = _doc(STARVATION)
     doc["states"][1]["free_blocks"] = 99
     code, out, _ = _run(["explain", str(_write(tmp_path, doc))], capsys)
-    assert code == 0
+    assert code == 1  # a divergence, as replay says it (issue 14 item 6)
     assert out.splitlines()[0].startswith("DIVERGENCE: state 1: field free_blocks is 99")
 
 

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from model import registry as engines
-from model.core.errors import InputError
+from model.core.checks import MAX_INT
+from model.core.errors import InputError, shown
 from model.core.types import Step, Workload
 from model.run import simulate
-from model.workload import parse_workload
+from model.workload import config_rejection, parse_workload, read_json
 
 DEFAULT_ENGINES = ("vllm-v1", "sglang", "mistralrs", "static", "dynamic")
 _TOP_KEYS = {"config", "requests", "steps", "engine_config"}
@@ -104,14 +105,8 @@ class EngineRun:
 
 def load_compare_workload(path: str | Path) -> tuple[NeutralConfig, dict[str, Any], Workload]:
     """The neutral config, per-engine overrides and the requests of a compare workload."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise InputError(f"cannot read workload {path}: {exc.strerror}; check the path") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"workload {path} is not valid JSON (line {exc.lineno}, column "
-                         f"{exc.colno}: {exc.msg}); fix the file") from None
-    return parse_compare_workload(doc)
+    return parse_compare_workload(read_json(
+        path, "pass a compare workload JSON file (docs/compare.md)", "workload"))
 
 
 def parse_compare_workload(doc: Any) -> tuple[NeutralConfig, dict[str, Any], Workload]:
@@ -134,8 +129,12 @@ def parse_compare_workload(doc: Any) -> tuple[NeutralConfig, dict[str, Any], Wor
                                                   for v in overrides.values()):
         raise InputError("'engine_config' must map engine names to JSON objects of that "
                          "engine's config fields")
-    for name in overrides:
-        engines.get(name)  # InputError naming the engines if unknown
+    for name, fields in overrides.items():
+        engine = engines.get(name)  # InputError naming the engines if unknown
+        try:
+            engine.parse_config(fields)  # a misspelt or mistyped field is an error, not a skip
+        except InputError as exc:
+            raise InputError(f"engine_config[{name!r}]: {exc}") from None
     body = {k: doc[k] for k in ("requests", "steps") if k in doc}
     workload = parse_workload({"engine": "dynamic", "config": {}, **body})
     return neutral, overrides, workload
@@ -151,9 +150,9 @@ def _neutral(raw: Any) -> NeutralConfig:
                          f"{', '.join(NEUTRAL_FIELDS)} (engine-specific fields go in "
                          "'engine_config')")
     for name, value in raw.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"compare config {name} must be a positive integer, got "
-                             f"{value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
+            raise InputError(f"compare config {name} must be a positive integer of at most "
+                             f"64 bits, got {shown(value)}")
     neutral = replace(NeutralConfig(), **raw)
     if neutral.kv_tokens < neutral.block_size:
         raise InputError(f"kv_tokens {neutral.kv_tokens} is below one block of "
@@ -193,7 +192,7 @@ def engine_workload(name: str, neutral: NeutralConfig, overrides: dict[str, Any]
                          "checker/cli/compare.py MAPPINGS")
     raw = {**MAPPINGS[name](neutral), **overrides.get(name, {})}
     cfg = engine.parse_config(raw)
-    rejected = engine.rejection(cfg)
+    rejected = config_rejection(name, cfg)
     if rejected is not None:
         raise InputError(f"{engine.title} rejects the mapped config: {rejected}")
     w = replace(workload, config=cfg, engine=name)
@@ -324,6 +323,10 @@ def run(args: argparse.Namespace) -> int:
     names = parse_engines(args.engines)
     neutral, overrides, workload = load_compare_workload(args.workload)
     runs = compare(neutral, overrides, workload, names)
+    if all(r.skipped is not None for r in runs):
+        reasons = "; ".join(f"{r.engine}: {r.skipped}" for r in runs)
+        raise InputError(f"no engine ran the workload, so there is nothing to compare "
+                         f"({reasons}); fix the config or the requests")
     if args.json:
         print(json.dumps(to_json(neutral, runs), indent=2))
     else:

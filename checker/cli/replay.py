@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 
 from checker.methods.replay import DivergenceError
-from checker.show import itf
+from checker.show import itf, sources
 from checker.show import text as render
+from model.workload import check_workload
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,8 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Replay and report."""
-    trace = itf.read_trace(args.file)
+    trace = itf.parse_trace(sources.read_json(args.file), args.file)
     cex = trace.counterexample
+    # What every run needs (field types, requests the engine admits); a manifest config
+    # the engine refuses at start is studied as the manifest says, so no more than that.
+    check_workload(cex.workload, validate=False)
     try:
         result = itf.replay_trace(trace)
     except DivergenceError as exc:

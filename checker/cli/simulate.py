@@ -13,10 +13,11 @@ from typing import Any
 from checker.config.flags import add_config_flags, apply_config_flags
 from model.core.errors import ConfigError, InputError
 from model.core.types import Simulation, StepRecord, Workload
-from model.vllm.config import ENGINE_VLLM_V1, VLLM_VERSION, Config, check_requests_admissible
+from model.vllm.config import ENGINE_VLLM_V1, VLLM_VERSION, Config
 from model.vllm.reference import PHASE_DECODE, chunk_phase, iter_steps
-from model.vllm.validation import RULES, check_field_types, rejection
-from model.workload import load_workload, parse_workload
+from model.vllm.startup import STARTUP_RULES
+from model.vllm.validation import RULES
+from model.workload import check_workload, load_workload, parse_workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print the simulation JSON document instead of the table")
     parser.add_argument("--no-validate", action="store_true",
-                        help="simulate even a config vLLM's SchedulerConfig would reject")
+                        help="simulate even a config the engine would reject (vLLM: "
+                        "SchedulerConfig's rules and the startup KV check); the output "
+                        "says it is not validated")
     add_config_flags(parser)
 
 
@@ -71,17 +74,13 @@ def simulate_workload_dict(doc: dict[str, Any], validate: bool = True) -> dict[s
 
 
 def simulate_checked(workload: Workload, validate_config: bool = True) -> SimulationRun:
-    """Check the workload as vLLM would, then simulate it.
+    """Check the workload as vLLM would (model/workload.check_workload), then simulate it.
 
     Field types and prompt admissibility are always checked; vLLM's SchedulerConfig rules
-    only when `validate_config` (otherwise the rule vLLM would reject by is reported).
+    and startup KV check only when `validate_config` (otherwise the rule vLLM would reject
+    by is reported).
     """
-    check_field_types(workload.config)
-    rejected_by = rejection(workload.config)
-    if validate_config and rejected_by is not None:
-        raise InputError(
-            f"{rejected_by} [rule {rejected_by.rule}; pass --no-validate to simulate it anyway]")
-    check_requests_admissible(workload)
+    rejected_by = check_workload(workload, validate_config)
     steps = []
     for before, record in iter_steps(workload):
         views = {v.request_id: v for v in before}
@@ -125,7 +124,10 @@ def not_validated_line(rejected_by: ConfigError | None) -> str:
     """The first output line under --no-validate."""
     if rejected_by is None:
         return "configuration not validated (--no-validate); vLLM would accept it"
-    rule = next(r for r in RULES if r.name == rejected_by.rule)
+    rule = next((r for r in (*RULES, *STARTUP_RULES) if r.name == rejected_by.rule), None)
+    if rule is None:
+        return (f"configuration not validated (--no-validate); vLLM would reject it by rule "
+                f"{rejected_by.rule}")
     return (f"configuration not validated (--no-validate); vLLM would reject it by rule "
             f"{rule.name}: {rule.text} ({rule.upstream})")
 
@@ -180,11 +182,7 @@ def _engine_simulation(workload: Workload, validate: bool
     from model.run import simulate
 
     engine = engines.get(workload.engine)
-    rejected_by = engine.rejection(workload.config)
-    if validate and rejected_by is not None:
-        raise InputError(
-            f"{rejected_by} [rule {rejected_by.rule}; pass --no-validate to simulate it anyway]")
-    engine.check_admissible(workload)
+    rejected_by = check_workload(workload, validate)
     return Simulation(workload=workload, steps=simulate(workload), validated=validate,
                       version=engine.version), rejected_by
 
