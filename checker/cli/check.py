@@ -22,7 +22,12 @@ from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
-from checker.config.flags import add_config_flags, apply_config_flags
+from checker.config.flags import (
+    add_config_flags,
+    apply_config_flags,
+    bounded_int,
+    bounded_seconds,
+)
 from checker.methods import agreement
 from checker.methods.agreement import Agreement
 from checker.methods.jobs import Job, JobResult, run_batch
@@ -32,10 +37,9 @@ from checker.show import text as render
 from checker.show.graph import export_graph
 from checker.show.progress import Progress
 from model import registry as engines
-from model.core.errors import InputError
+from model.core.errors import ConfigError, InputError
 from model.vllm.config import ENGINE_VLLM_V1, Config
-from model.vllm.validation import check_field_types, validate
-from model.workload import load_workload
+from model.workload import config_rejection, load_workload
 from properties import catalogue
 from properties.manifest import Entry, NamedConfig, custom_config, load, with_bounds
 
@@ -43,6 +47,14 @@ COUNTEREXAMPLES = Path("counterexamples")
 METHODS = ("bmc", "explore", "both")
 ALL = "all"
 JSON_SCHEMA = 1  # docs/schema/check.schema.json; bump it when the --json shape changes
+# Sizes a check may ask for (docs/simulation_contract.md, limits). The rules' formula
+# grows with slots squared per step, so past 16 slots building one BMC step alone
+# outlasts a short --timeout; depth is iterative deepening, bounded by the timeout, so
+# its cap only keeps a typo from asking for 10^18 steps.
+MAX_SLOTS = 16
+MAX_DEPTH = 1000
+MAX_TIMEOUT_S = 86_400.0  # a day; z3 takes milliseconds as a 32-bit count (49 days)
+MAX_JOBS = 256
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,14 +79,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--config-file", metavar="F",
                      help="a workload JSON whose 'config' is checked (vLLM field names)")
     parser.add_argument("--no-validate", action="store_true",
-                        help="check a configuration vLLM's SchedulerConfig would reject")
+                        help="check a configuration the engine would reject (vLLM: "
+                        "SchedulerConfig's rules and the startup KV check); the output says "
+                        "it is not validated")
     parser.add_argument("--suite", choices=["default", "slow", "all"], default="default",
                         help="which manifest entries to run (default: default)")
-    parser.add_argument("--depth", type=_positive, help="BMC depth (overrides the manifest)")
-    parser.add_argument("--slots", type=_positive, help="request slots (overrides the manifest)")
-    parser.add_argument("--timeout", type=_positive_float, default=300.0, metavar="S",
-                        help="seconds per check before UNKNOWN (default 300)")
-    parser.add_argument("--jobs", type=_positive, default=2, help="worker processes (default 2)")
+    parser.add_argument("--depth", type=bounded_int(1, MAX_DEPTH),
+                        help=f"BMC depth, at most {MAX_DEPTH} (overrides the manifest)")
+    parser.add_argument("--slots", type=bounded_int(1, MAX_SLOTS),
+                        help=f"request slots, at most {MAX_SLOTS} (overrides the manifest)")
+    parser.add_argument("--timeout", type=bounded_seconds(MAX_TIMEOUT_S), default=300.0,
+                        metavar="S", help="seconds per check before UNKNOWN (default 300, at "
+                        f"most {MAX_TIMEOUT_S:g})")
+    parser.add_argument("--jobs", type=bounded_int(1, MAX_JOBS), default=2,
+                        help="worker processes (default 2)")
     parser.add_argument("--json", action="store_true", help="print verdicts as JSON")
     parser.add_argument("--write", action="store_true",
                         help="write counterexamples (ITF JSON + text timeline) to counterexamples/")
@@ -87,26 +105,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "terminal)")
     parser.add_argument("--list", action="store_true", help="list properties and configs")
     add_config_flags(parser)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value}")
-    return value
 
 
 def _flags_given(args: argparse.Namespace) -> bool:
@@ -147,9 +145,8 @@ def _select(args: argparse.Namespace) -> list[tuple[Entry | None, NamedConfig, s
 
 def _custom_rows(args: argparse.Namespace, entries: list[Entry],
                  configs: dict[str, NamedConfig]) -> list:
-    engine = engines.get(args.engine)
     if args.config_file:
-        workload = load_workload(args.config_file)
+        workload = load_workload(args.config_file, need_requests=False)
         if workload.engine != args.engine:
             raise InputError(f"{args.config_file} is a {workload.engine} workload but "
                              f"--engine is {args.engine}; pass --engine {workload.engine}")
@@ -159,17 +156,13 @@ def _custom_rows(args: argparse.Namespace, entries: list[Entry],
     else:
         raise InputError(f"the vLLM flags configure vllm-v1, not {args.engine}; give "
                          f"{args.engine}'s config with --config-file WORKLOAD.json")
-    if args.engine == ENGINE_VLLM_V1:
-        cfg = apply_config_flags(args, base)
-        check_field_types(cfg)
-        if not args.no_validate:
-            validate(cfg)
-    else:
-        cfg = base
-        rejected = engine.rejection(cfg)
-        if rejected is not None and not args.no_validate:
-            raise InputError(f"{rejected} [rule {rejected.rule}; pass --no-validate to "
-                             "check it anyway]")
+    cfg = apply_config_flags(args, base) if args.engine == ENGINE_VLLM_V1 else base
+    # The validation every command applies (SchedulerConfig's rules, vLLM's startup KV
+    # check); field types are checked even under --no-validate.
+    rejected = config_rejection(args.engine, cfg)
+    if rejected is not None and not args.no_validate:
+        raise InputError(f"{rejected} [rule {rejected.rule}; pass --no-validate to "
+                         "check it anyway]")
     nc = custom_config("custom", cfg, validated=not args.no_validate, engine=args.engine)
     nc = with_bounds(nc, slots=args.slots or 3, depth=args.depth or 6, max_prompt_len=8,
                      max_max_tokens=6)
@@ -179,6 +172,23 @@ def _custom_rows(args: argparse.Namespace, entries: list[Entry],
             seen.add((e.property, e.params))
             rows.append((None, nc, e.property, e.params))
     return rows
+
+
+def _not_validated(rows: list) -> str:
+    """The not-validated line of a custom configuration checked under --no-validate
+    (manifest configurations carry the manifest's own `validated` flag), or ''."""
+    custom = next((nc for e, nc, _, _ in rows if e is None and not nc.validated), None)
+    if custom is None:
+        return ""
+    return not_validated_line(custom.engine, config_rejection(custom.engine, custom.config))
+
+
+def not_validated_line(engine: str, rejected: ConfigError | None) -> str:
+    """The mark of a check run under --no-validate: what the engine would say of it."""
+    title = engines.get(engine).title
+    verdict = (f"{title} would reject it by rule {rejected.rule}" if rejected is not None
+               else f"{title} would accept it")
+    return f"configuration not validated (--no-validate); {verdict}"
 
 
 def _paths(engine: str, slug: str) -> tuple[Path, Path]:
@@ -226,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
             _check_writable(f"--{flag}", getattr(args, flag))
     if args.dot or args.graphml:
         return export_graph(args, rows)
+    note = _not_validated(rows)
     methods = ("bmc", "explore") if args.method == "both" else (args.method,)
     jobs = [Job(e.engine if e else args.engine, prop, params, nc,
                 e.expected if e else None, args.timeout,
@@ -248,7 +259,10 @@ def run(args: argparse.Namespace) -> int:
             if args.write and res.verdict.method == methods[0]:
                 _write(res, itf_path, txt_path)
             path = str(itf_path)
-        verdicts.append(replace(res.verdict, counterexample=path))
+        verdict = replace(res.verdict, counterexample=path)
+        if note:  # every row of the run says so, in the table, --json and --junit alike
+            verdict = replace(verdict, detail=f"{note}; {verdict.detail}".rstrip("; "))
+        verdicts.append(verdict)
     pairs = agreement.pairs(results) if args.method == "both" else []
     agreements = agreement.compare_all(pairs)
     code = exit_code(verdicts, agreements)
@@ -257,6 +271,8 @@ def run(args: argparse.Namespace) -> int:
                   sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
+        if note:
+            print(note)
         _print(verdicts, agreements)
     if args.html:
         from checker.show import report  # the report's imports are needed only here
