@@ -24,7 +24,7 @@ from model.vllm.startup import start_rejection
 
 _TOP_KEYS = {"engine", "config", "requests", "eos", "steps"}
 _REQUEST_KEYS = {"id", "prompt_len", "max_tokens", "arrival_step", "priority",
-                 "cached_prefix_len"}
+                 "cached_prefix_len", "prefix_group", "shared_prefix_len"}
 
 
 def read_json(path: str | Path, fix: str, what: str = "") -> Any:
@@ -142,6 +142,7 @@ def _parse_request(index: int, raw: Any) -> RequestSpec:
         raise InputError(f"{where}: cached_prefix_len {cached} exceeds prompt_len "
                          f"{prompt_len}; a cached prefix is part of the prompt, give at most "
                          f"{prompt_len}")
+    group, shared = _prefix_group(where, raw, prompt_len)
     return RequestSpec(
         id=rid,
         prompt_len=prompt_len,
@@ -149,7 +150,29 @@ def _parse_request(index: int, raw: Any) -> RequestSpec:
         arrival_step=_int(where, "arrival_step", raw.get("arrival_step", 1), 1),
         priority=_int(where, "priority", raw.get("priority", 0), -MAX_INT),
         cached_prefix_len=cached,
+        prefix_group=group,
+        shared_prefix_len=shared,
     )
+
+
+def _prefix_group(where: str, raw: dict[str, Any], prompt_len: int) -> tuple[str | None, int]:
+    """A prefix group (requests of one group share their first tokens) and the length of
+    this request's shared prefix; absent means the request shares nothing."""
+    group = raw.get("prefix_group")
+    if group is None:
+        if "shared_prefix_len" in raw:
+            raise InputError(f"{where}: shared_prefix_len needs a prefix_group; give "
+                             "\"prefix_group\": \"<name>\" or drop shared_prefix_len")
+        return None, 0
+    if not isinstance(group, str) or not group:
+        raise InputError(f"{where}: prefix_group must be a non-empty string, got "
+                         f"{shown(group)}")
+    shared = _int(where, "shared_prefix_len", raw.get("shared_prefix_len", prompt_len), 1)
+    if shared > prompt_len:
+        raise InputError(f"{where}: shared_prefix_len {shared} exceeds prompt_len "
+                         f"{prompt_len}; a shared prefix is part of the prompt, give at most "
+                         f"{prompt_len}")
+    return group, shared
 
 
 def _parse_eos(index: int, raw: Any, ids: set[str]) -> EosEvent:
@@ -217,4 +240,7 @@ def _request_json(r: RequestSpec) -> dict[str, Any]:
                            "arrival_step": r.arrival_step, "priority": r.priority}
     if r.cached_prefix_len:
         out["cached_prefix_len"] = r.cached_prefix_len
+    if r.prefix_group is not None:
+        out["prefix_group"] = r.prefix_group
+        out["shared_prefix_len"] = r.shared_prefix_len
     return out

@@ -65,10 +65,12 @@ def running_within_max_num_seqs(ops: Ops, steps: Sequence[Step], t: int) -> Bool
 
 
 def kv_blocks_conserved(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
-    """Free blocks plus blocks held equal the usable pool; nothing is over-allocated."""
+    """Free blocks plus blocks held equal the usable pool, a block shared by several
+    requests (prefix caching) counted once; nothing is over-allocated."""
     s = steps[t]
-    held = ops.sum([o.blocks for o in s.slots])
-    return ops.and_(s.free_blocks >= 0, s.free_blocks + held == s.cfg.usable_blocks,
+    held = ops.sum([o.blocks for o in s.slots]) - s.shared_blocks
+    return ops.and_(s.free_blocks >= 0, s.shared_blocks >= 0,
+                    s.free_blocks + held == s.cfg.usable_blocks,
                     s.free_blocks_end <= s.cfg.usable_blocks)
 
 
@@ -109,11 +111,36 @@ def preempted_requeued(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
 
 
 def whole_prompt_without_chunking(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
-    """With chunked prefill off, a waiting request is scheduled whole or not at all."""
+    """With chunked prefill off, a waiting request is scheduled whole or not at all: all
+    it lacks beyond its prefix-cache hit."""
     s = steps[t]
-    whole = _all(ops, [ops.implies(_joined(o, ops), o.scheduled == o.num_tokens)
+    whole = _all(ops, [ops.implies(_joined(o, ops),
+                                   o.scheduled == o.num_tokens - o.prefix_hit)
                        for o in s.slots])
     return ops.or_(s.cfg.enable_chunked_prefill, whole)
+
+
+def admitted_with_tokens(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """A request admitted or resumed gets at least one token to compute: a prefix-cache
+    hit never covers the whole sequence (`assert num_new_tokens > 0`, scheduler.py:1170;
+    the hit is capped at num_tokens - 1, kv_cache_manager.py:289-300)."""
+    return _all(ops, [ops.implies(_joined(o, ops), o.scheduled >= 1) for o in steps[t].slots])
+
+
+def resumed_recomputes_all(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """A resumed request starts again from nothing: preemption freed its blocks
+    (scheduler.py:1589-1593). With prefix caching it may hit its own blocks, still cached
+    unless evicted, and come back cheaper (960-967, block_pool.py:774-805)."""
+    return _all(ops, [ops.implies(o.resumed, o.prefix_hit == 0) for o in steps[t].slots])
+
+
+def prefix_hit_whole_blocks(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """A prefix-cache hit is a whole number of blocks below the request's length
+    (single_type_kv_cache_manager.py:733-828, kv_cache_manager.py:289-300)."""
+    bs = getattr(steps[t].cfg, "block_size", 1)  # engines without blocks hit nothing
+    return _all(ops, [ops.implies(_joined(o, ops), ops.and_(
+        o.prefix_hit >= 0, o.prefix_hit <= o.num_tokens - 1,
+        ops.floordiv(o.prefix_hit, bs) * bs == o.prefix_hit)) for o in steps[t].slots])
 
 
 def running_before_waiting(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
@@ -215,7 +242,8 @@ SAFETY: tuple[Property, ...] = tuple(_step_property(f) for f in (
     budget_respected, running_within_max_num_seqs, kv_blocks_conserved,
     computed_within_tokens, no_admission_after_preemption, preempted_requeued,
     whole_prompt_without_chunking, running_before_waiting, decodes_exhaust_budget,
-    exhausting_decodes_fill_max_num_seqs,
+    exhausting_decodes_fill_max_num_seqs, admitted_with_tokens, prefix_hit_whole_blocks,
+    resumed_recomputes_all,
 ))
 
 NEVER_FINISHES = Property(

@@ -40,7 +40,7 @@ def _workload():
 def test_rules_give_the_same_steps_under_concrete_and_symbolic_ops_on_constants():
     sw = to_slots(_workload())
     concrete = run_rules(sw)
-    state = SchedState.initial(len(sw.specs), sw.cfg.usable_blocks)
+    state = SchedState.initial(len(sw.specs), sw.cfg)
     for eos, expected in zip(sw.eos, concrete, strict=True):
         ops = SymbolicOps()
         state, got = rules.step(ops, sw.cfg, sw.specs, state, eos)

@@ -38,6 +38,7 @@ def test_flags_use_vllm_spelling():
         "scheduler_reserve_full_isl": "--scheduler-reserve-full-isl",
         "max_num_active_seqs": "--max-num-active-seqs",
         "max_num_scheduled_tokens": "--max-num-scheduled-tokens",
+        "enable_prefix_caching": "--enable-prefix-caching",
     }
 
 

@@ -83,7 +83,7 @@ def check_step(cfg, scheduler, record):
     views = scheduler.views()
     assert all(v.num_computed_tokens <= v.num_tokens for v in views)
     assert all(v.num_tokens < cfg.max_model_len for v in views)
-    after = scheduler.block_pool.num_free_blocks + sum(v.blocks_held for v in views)
+    after = scheduler.pool.num_free_blocks + sum(v.blocks_held for v in views)
     assert after == cfg.num_gpu_blocks - 1
 
 

@@ -269,7 +269,7 @@ def _deployment(args: argparse.Namespace, device: Device | None,
     if interval is not None and interval != ["1"]:
         others.append(PREFILL_INTERVAL)
     return serve_deployment(
-        prefix_caching=getattr(args, _IGNORED + "enable_prefix_caching"),
+        prefix_caching=args.config_enable_prefix_caching,
         async_scheduling=getattr(args, _IGNORED + "async_scheduling"), speculative=spec,
         lora=bool(args.enable_lora),
         cpu_platform=device is not None and device.platform == PLATFORM_CPU,

@@ -172,6 +172,8 @@ CONFIG_FLAGS: tuple[ConfigFlag, ...] = (
     ConfigFlag("max_num_scheduled_tokens", ("--max-num-scheduled-tokens",), "int",
                "tokens the scheduler may issue per step (default: max_num_batched_tokens)",
                human_int),
+    ConfigFlag("enable_prefix_caching", ("--enable-prefix-caching",), "bool",
+               "reuse cached KV blocks of shared prompt prefixes (vllm serve: on)"),
 )
 
 FLAG_FOR_FIELD: dict[str, str] = {f.field: f.flags[0] for f in CONFIG_FLAGS}

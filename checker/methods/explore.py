@@ -6,7 +6,8 @@ the same properties (under ConcreteOps) on the reference's own Step observables.
 
 The environment is the BMC's, at the same bounds: at each step any sequence of requests may
 arrive, drawn from the menu of request kinds the bounds allow (prompt_len, max_tokens,
-priority, cached_prefix_len), at most `slots` requests in all; after scheduling, any subset
+priority, cached_prefix_len, prefix group and shared length), at most `slots` requests in
+all; after scheduling, any subset
 of the requests that sample a token may sample EOS.
 
 A node is a canonical key: the number of requests that have arrived, the scheduler's
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 
 import networkx as nx
 
+from checker.methods.minimize import group_fields
 from checker.methods.symbolic import Bounds, Family
 from model import registry as engines
 from model.core.engine import EngineModel, ReferenceScheduler
@@ -50,6 +52,14 @@ class Kind:
     max_tokens: int
     priority: int = 0
     cached_prefix_len: int = 0
+    prefix_group: int = 0
+    shared_prefix_len: int = 0
+
+    def spec(self, rid: str, arrival_step: int) -> RequestSpec:
+        """The request of this kind arriving at `arrival_step`."""
+        return RequestSpec(rid, self.prompt_len, self.max_tokens, arrival_step, self.priority,
+                           self.cached_prefix_len,
+                           **group_fields(self.prefix_group, self.shared_prefix_len))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,11 +105,13 @@ class _Path:
     def sort_key(self) -> tuple[object, ...]:
         """checker/methods/minimize.py's order after the step count: fewest requests, then per
         request in arrival order (arrival_step, prompt_len, max_tokens, priority,
-        cached_prefix_len), then the EOS choices step by step, slot by slot."""
+        cached_prefix_len, prefix_group, shared_prefix_len), then the EOS choices step by
+        step, slot by slot."""
         specs: list[int] = []
         for step, kinds in enumerate(self.arrivals, start=1):
             for k in kinds:
-                specs += [step, k.prompt_len, k.max_tokens, k.priority, k.cached_prefix_len]
+                specs += [step, k.prompt_len, k.max_tokens, k.priority, k.cached_prefix_len,
+                          k.prefix_group, k.shared_prefix_len]
         n = self.num_requests
         eos = [int(f"r{i}" in ids) for ids in self.eos for i in range(n)]
         return (n, specs, eos)
@@ -122,6 +134,9 @@ def menu(bounds: Bounds, rule_cfg: object) -> tuple[Kind, ...]:
             for pr in priorities:
                 for c in range(min(bounds.max_cached_prefix_len, p) + 1):
                     kinds.append(Kind(p, m, pr, c))
+                    kinds += [Kind(p, m, pr, c, g, shared)
+                              for g in range(1, bounds.prefix_groups + 1)
+                              for shared in range(1, p + 1)]
     return tuple(kinds)
 
 
@@ -130,8 +145,7 @@ def workload_of(family: Family, path: _Path, steps: int) -> Workload:
     requests, n = [], 0
     for step, kinds in enumerate(path.arrivals, start=1):
         for k in kinds:
-            requests.append(RequestSpec(f"r{n}", k.prompt_len, k.max_tokens, step, k.priority,
-                                        k.cached_prefix_len))
+            requests.append(k.spec(f"r{n}", step))
             n += 1
     eos = tuple(EosEvent(rid, step) for step, ids in enumerate(path.eos, start=1)
                 for rid in ids)
@@ -268,8 +282,7 @@ class Explorer:
             arrived = copy.deepcopy(node.scheduler)
             n = node.path.num_requests
             for j, k in enumerate(kinds):
-                arrived.add_request(RequestSpec(f"r{n + j}", k.prompt_len, k.max_tokens,
-                                                depth, k.priority, k.cached_prefix_len))
+                arrived.add_request(k.spec(f"r{n + j}", depth))
             arrivals = (*node.path.arrivals, kinds)
             probe = copy.deepcopy(arrived)
             child, steps = self._child(node, probe, _Path(arrivals, (*node.path.eos, ())),
@@ -415,7 +428,7 @@ def check_many(props: Sequence[Property], family: Family, bounds: Bounds, timeou
 
 def _workload_key(w: Workload | None) -> tuple[object, ...]:
     assert w is not None
-    specs = [x for r in w.arrival_order() for x in (r.arrival_step, r.prompt_len,
-                                                      r.max_tokens, r.priority,
-                                                      r.cached_prefix_len)]
+    specs = [x for r in w.arrival_order() for x in (
+        r.arrival_step, r.prompt_len, r.max_tokens, r.priority, r.cached_prefix_len,
+        int(r.prefix_group[1:]) if r.prefix_group else 0, r.shared_prefix_len)]
     return (len(w.requests), specs, sorted((e.step, e.id) for e in w.eos))

@@ -4,8 +4,9 @@
 2. then fewest requests;
 3. then smallest numbers, shortlex over the vector
    (per slot in arrival order: arrival_step, prompt_len, max_tokens, priority,
-    cached_prefix_len; then the ranged config fields in the engine's `ranged_fields`
-    order; then the EOS choices, step by step and slot by slot, false before true).
+    cached_prefix_len, prefix_group, shared_prefix_len; then the ranged config fields in
+    the engine's `ranged_fields` order; then the EOS choices, step by step and slot by
+    slot, false before true).
 
 Every free choice of the run is in that vector, so the minimum is one run: the same
 question gives the same file.
@@ -28,7 +29,7 @@ def objectives(u: Unrolling) -> list[z3.ArithRef]:
     objs: list[z3.ArithRef] = [z3.Sum([z3.If(p, 1, 0) for p in present(u.specs)])]
     for spec in u.specs:
         for value in (spec.arrival_step, spec.prompt_len, spec.max_tokens, spec.priority,
-                      spec.cached_prefix_len):
+                      spec.cached_prefix_len, spec.prefix_group, spec.shared_prefix_len):
             if isinstance(value, z3.ArithRef):
                 objs.append(value)
     objs += [u.cfg_vars[name] for name in u.engine.ranged_fields if name in u.cfg_vars]
@@ -50,6 +51,13 @@ def minimal_model(u: Unrolling, violation: Bool, timeout_ms: int) -> z3.ModelRef
     return opt.model()
 
 
+def group_fields(group: int, shared: int) -> dict[str, object]:
+    """A slot's prefix group number as the workload names it: g1, g2, ...; 0 is none."""
+    if group == 0:
+        return {}
+    return {"prefix_group": f"g{group}", "shared_prefix_len": shared}
+
+
 def workload_of(u: Unrolling, model: z3.ModelRef, base: Any, depth: int) -> Workload:
     """The concrete workload a model describes. Request ids are r0, r1, ... in arrival
     order; EOS choices are kept only where the request samples a token."""
@@ -65,7 +73,9 @@ def workload_of(u: Unrolling, model: z3.ModelRef, base: Any, depth: int) -> Work
         requests.append(RequestSpec(id=f"r{i}", prompt_len=val(spec.prompt_len),
                                     max_tokens=val(spec.max_tokens), arrival_step=arrival,
                                     priority=val(spec.priority),
-                                    cached_prefix_len=val(spec.cached_prefix_len)))
+                                    cached_prefix_len=val(spec.cached_prefix_len),
+                                    **group_fields(val(spec.prefix_group),
+                                                   val(spec.shared_prefix_len))))
     eos = []
     for t, (choices, observed) in enumerate(zip(u.eos, u.steps, strict=False)):
         for i, (e, obs) in enumerate(zip(choices, observed.slots, strict=True)):

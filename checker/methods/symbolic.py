@@ -26,6 +26,7 @@ class Bounds:
     max_max_tokens: int = 6
     max_priority: int = 1
     max_cached_prefix_len: int = 0  # SGLang LPM: 0 keeps every cached prefix empty
+    prefix_groups: int = 0  # vLLM's prefix cache: groups requests may share a prefix in
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +107,15 @@ def slot_specs(num_slots: int, cfg: Any, bounds: Bounds | None = None
         if bounds is not None and bounds.max_cached_prefix_len > 0:
             c = z3.Int(f"r{i}.cached_prefix_len")
             cons += [c >= 0, c <= bounds.max_cached_prefix_len, c <= p]
-        specs.append(SlotSpec(p, m, a, pr, c))
+        g: object = 0
+        shared: object = 0
+        if bounds is not None and bounds.prefix_groups > 0:
+            # A request in group g > 0 shares its first `shared` prompt tokens with the
+            # group's other requests; group 0 shares nothing.
+            g, shared = z3.Int(f"r{i}.prefix_group"), z3.Int(f"r{i}.shared_prefix_len")
+            cons += [g >= 0, g <= bounds.prefix_groups, z3.Implies(g == 0, shared == 0),
+                     z3.Implies(g > 0, z3.And(shared >= 1, shared <= p))]
+        specs.append(SlotSpec(p, m, a, pr, c, g, shared))
     # Canonical slot order: used slots first, in arrival order (slot index = arrival_time).
     for x, y in zip(specs, specs[1:], strict=False):
         cons.append(z3.Implies(x.arrival_step == 0, y.arrival_step == 0))

@@ -29,8 +29,13 @@ def lay_out(workload: Workload, rule_cfg: Any, num_slots: int | None = None) -> 
     n = len(ordered) if num_slots is None else num_slots
     if n < len(ordered):
         raise ValueError(f"{len(ordered)} requests do not fit in {n} slots")
-    specs = [SlotSpec(r.prompt_len, r.max_tokens, r.arrival_step, r.priority, r.cached_prefix_len)
-             for r in ordered]
+    groups: dict[str, int] = {}
+    for r in ordered:
+        if r.prefix_group is not None:
+            groups.setdefault(r.prefix_group, len(groups) + 1)
+    specs = [SlotSpec(r.prompt_len, r.max_tokens, r.arrival_step, r.priority, r.cached_prefix_len,
+                      groups.get(r.prefix_group, 0) if r.prefix_group is not None else 0,
+                      r.shared_prefix_len) for r in ordered]
     specs += [SlotSpec(1, 1, 0, 0)] * (n - len(ordered))
     ids = tuple(r.id for r in ordered)
     eos_steps = workload.eos_steps()

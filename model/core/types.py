@@ -29,6 +29,10 @@ class RequestSpec:
     arrival_step: int = 1
     priority: int = 0
     cached_prefix_len: int = 0  # SGLang LPM: prompt tokens already in the prefix cache
+    # Requests of one prefix group share their first tokens: this one its first
+    # `shared_prefix_len` prompt tokens (vLLM's prefix cache hashes them alike).
+    prefix_group: str | None = None
+    shared_prefix_len: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +155,8 @@ class SlotSpec:
     arrival_step: object
     priority: object = 0
     cached_prefix_len: object = 0
+    prefix_group: object = 0  # 0: none; groups are numbered from 1 in arrival order
+    shared_prefix_len: object = 0
 
 @dataclass(frozen=True, slots=True)
 class SlotObs:
@@ -181,6 +187,7 @@ class SlotObs:
     max_tokens: object
     priority: object
     arrival_time: int
+    prefix_hit: object = 0  # tokens a prefix cache gave the request at admission
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,3 +207,6 @@ class Step:
     step_kind: object = 0  # 0 mixed or unspecified, 1 prompt-only step, 2 decode-only step
     idle_slots: object = 0  # batch slots held by requests that finished in an earlier step
     padded_rows: object = 0  # of those, rows still computed (static batching's padding)
+    shared_blocks: object = 0  # block references beyond the first to a shared block
+    cached_blocks: object = 0  # blocks holding a prefix-cache hash, in use or evictable
+    evictable_blocks: object = 0  # cached blocks nobody holds (counted as free)

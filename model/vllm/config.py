@@ -41,6 +41,11 @@ class Config:
     scheduler_reserve_full_isl: bool = True
     max_num_active_seqs: int | None = None
     max_num_scheduled_tokens: int | None = None
+    # CacheConfig.enable_prefix_caching (config/cache.py:141). vLLM's default is on; the
+    # workload contract's default is off, the synchronous Scheduler as earlier versions
+    # of this model ran it, so files written before it existed keep their meaning.
+    # `vllm serve` flags resolve it as vLLM does (model/vllm/deployment.py).
+    enable_prefix_caching: bool = False
 
     @property
     def token_budget(self) -> int:

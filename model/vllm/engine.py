@@ -49,6 +49,7 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     waiting: tuple[str, ...] = ()
     steps = []
     for rec in records:
+        facts = dict(rec.extra)
         arrived = tuple(r.id for r in ordered if r.arrival_step == rec.step)
         was_waiting = set(waiting) | set(arrived)
         was_running = set(running)
@@ -80,14 +81,28 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
                 run_key=rec.running.index(rid) if rid in rec.running else 0,
                 prompt_len=spec.prompt_len, max_tokens=spec.max_tokens,
                 priority=spec.priority,
-                arrival_time=i))
+                arrival_time=i, prefix_hit=facts.get("prefix_hits", {}).get(rid, 0)))
             outputs[rid] += int(sampled)
             ncomp[rid] = now
-        released = sum(o.blocks for o in slots if o.finished)
-        steps.append(observed_step(rec, slots, rcfg, released))
+        steps.append(_observed(rec, slots, rcfg, facts))
         running = tuple(r for r in rec.running if r not in finished)
         waiting = rec.waiting
     return tuple(steps)
+
+
+def _observed(rec: StepRecord, slots: list[SlotObs], rcfg: RuleConfig,
+              facts: dict[str, object]) -> Step:
+    """The step's observables. Without prefix caching a finished request releases all its
+    blocks; with it, blocks another request still holds stay held, so the reference
+    records how many blocks the step's finished requests freed."""
+    if not rcfg.prefix_caching:
+        released = sum(o.blocks for o in slots if o.finished)
+        return observed_step(rec, slots, rcfg, released)
+    in_use = int(facts["blocks_in_use"])  # type: ignore[call-overload]
+    return observed_step(rec, slots, rcfg, int(facts["released_blocks"]),  # type: ignore[call-overload]
+                         shared_blocks=sum(o.blocks for o in slots) - in_use,
+                         cached_blocks=facts["cached_blocks"],
+                         evictable_blocks=facts["evictable_blocks"])
 
 
 def same_behaviour(ops: Ops, a: SchedState, b: SchedState) -> Bool:
@@ -114,7 +129,7 @@ def same_behaviour(ops: Ops, a: SchedState, b: SchedState) -> Bool:
 
 
 def _initial_state(num_slots: int, cfg: RuleConfig) -> SchedState:
-    return SchedState.initial(num_slots, cfg.usable_blocks)
+    return SchedState.initial(num_slots, cfg)
 
 
 _S = "vllm/v1/core/sched/scheduler.py"

@@ -43,7 +43,23 @@ def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
         running=tuple(ids[i] for i in running),
         waiting=tuple(ids[i] for i in waiting),
         token_budget_left=observed.token_budget_left,
+        extra=_cache_facts(observed, ids, served),
     )
+
+
+def _cache_facts(observed: Step, ids: Sequence[str],
+                 served: list[tuple[object, int]]) -> tuple[tuple[str, object], ...]:
+    """With prefix caching, the reference's extra facts (model/vllm/reference.py)."""
+    if not observed.cfg.prefix_caching:
+        return ()
+    slots = observed.slots
+    in_use = sum(o.blocks for o in slots) - observed.shared_blocks
+    hits = {ids[i]: slots[i].prefix_hit for _, i in served if slots[i].admitted
+            or slots[i].resumed}
+    return (("prefix_hits", hits), ("blocks_in_use", in_use),
+            ("cached_blocks", observed.cached_blocks),
+            ("evictable_blocks", observed.evictable_blocks),
+            ("released_blocks", observed.free_blocks_end - observed.free_blocks))
 
 
 def _run_key(observed: Step, i: int) -> object:

@@ -2,10 +2,11 @@
 and `Scheduler.update_from_output()`, written to be read beside the upstream files.
 
 Scope: the synchronous `Scheduler` (not `AsyncScheduler`), full attention, prefix caching
-off, no speculative decoding, no KV connector, no multimodal/encoder inputs, no LoRA, no
-structured output, not paused. Under that scope `draft_slots == 0`,
-`num_output_placeholders == 0`, `num_tokens_with_spec == num_tokens`, every prefix-cache
-lookup hits 0 tokens and `kv_holding_waiting` stays empty, so those branches are left out.
+on or off (`enable_prefix_caching`; the cache itself is model/vllm/kv_cache.py), no
+speculative decoding, no KV connector, no multimodal/encoder inputs, no LoRA, no structured
+output, not paused. Under that scope `draft_slots == 0`, `num_output_placeholders == 0`,
+`num_tokens_with_spec == num_tokens` and `kv_holding_waiting` stays empty, so those
+branches are left out.
 
 Citations (all paths relative to `vllm/`, v0.32.0):
   S  = v1/core/sched/scheduler.py        Q = v1/core/sched/request_queue.py
@@ -29,6 +30,7 @@ from model.core.checks import check_eos_steps
 from model.core.errors import InputError
 from model.core.types import FINISH_LENGTH, FINISH_STOP, RequestSpec, StepRecord, Workload
 from model.vllm.config import POLICY_PRIORITY, Config
+from model.vllm.kv_cache import BlockPool, BlockTable, KVBlock
 from model.vllm.validation import check_field_types
 
 
@@ -69,11 +71,23 @@ class Request:
     num_computed_tokens: int = 0
     num_preemptions: int = 0
     status: Status = Status.WAITING
+    prefix_group: str | None = None
+    shared_prefix_len: int = 0
 
     @property
     def num_tokens(self) -> int:
         """Prompt plus outputs generated so far (R:294-296)."""
         return self.num_prompt_tokens + self.num_output_tokens
+
+    def block_hashes(self, block_size: int) -> list[Hashable]:
+        """The hash of each full block of prompt plus outputs (R:272-288; U:941-1000): its
+        prefix group's while the block lies within the shared prefix, else its own."""
+        hashes: list[Hashable] = []
+        for j in range(self.num_tokens // block_size):
+            shared = self.prefix_group is not None and (j + 1) * block_size <= \
+                self.shared_prefix_len
+            hashes.append(("g", self.prefix_group, j) if shared else ("r", self.request_id, j))
+        return hashes
 
     def priority_key(self) -> tuple[int, int, str]:
         """`Request.__lt__`: priority, then arrival_time, then request_id (R:357-367)."""
@@ -147,40 +161,7 @@ class PriorityQueue:
 RequestQueue = FcfsQueue | PriorityQueue
 
 
-# ---------------------------------------------------------------------------------------
-# KV blocks
-# ---------------------------------------------------------------------------------------
-
-
-class BlockPool:
-    """Counts KV blocks per request. Block 0 is the permanent null block, so
-    `num_gpu_blocks - 1` are usable (P:185-188). Full attention and no prefix caching:
-    a request's blocks are exactly the ones allocated for it, freed all at once."""
-
-    def __init__(self, num_gpu_blocks: int, block_size: int) -> None:
-        self.block_size = block_size
-        self.num_free_blocks = num_gpu_blocks - 1
-        self._held: dict[str, int] = {}
-
-    def blocks_held(self, request_id: str) -> int:
-        """Blocks the request holds now."""
-        return self._held.get(request_id, 0)
-
-    def num_blocks_to_allocate(self, request_id: str, num_tokens: int) -> int:
-        """New blocks for `num_tokens` slots: `cdiv(num_tokens, block_size)` less those
-        already held, floored at 0 (T:213, 229-235)."""
-        return max(cdiv(num_tokens, self.block_size) - self.blocks_held(request_id), 0)
-
-    def allocate(self, request_id: str, num_blocks: int) -> None:
-        """Take `num_blocks` from the free queue."""
-        if num_blocks > self.num_free_blocks:
-            raise AssertionError("allocation beyond the free blocks")
-        self.num_free_blocks -= num_blocks
-        self._held[request_id] = self.blocks_held(request_id) + num_blocks
-
-    def free(self, request_id: str) -> None:
-        """Return every block of the request to the free queue (K:620)."""
-        self.num_free_blocks += self._held.pop(request_id, 0)
+# The pool and the per-request block tables are model/vllm/kv_cache.py.
 
 
 # ---------------------------------------------------------------------------------------
@@ -249,6 +230,7 @@ class _StepOutput:
     scheduled_new_reqs: list[Request] = field(default_factory=list)
     scheduled_resumed_reqs: list[Request] = field(default_factory=list)
     preempted_reqs: list[Request] = field(default_factory=list)
+    prefix_hits: dict[str, int] = field(default_factory=dict)  # admitted id -> hit tokens
 
 
 # ---------------------------------------------------------------------------------------
@@ -268,14 +250,16 @@ class VllmV1Scheduler:
         self.waiting: RequestQueue = (
             PriorityQueue() if cfg.policy == POLICY_PRIORITY else FcfsQueue())  # S:223-231
         self.running: list[Request] = []
-        self.block_pool = BlockPool(cfg.num_gpu_blocks, cfg.block_size)
+        self.pool = BlockPool(cfg.num_gpu_blocks, cfg.enable_prefix_caching)
+        self.table = BlockTable(self.pool, cfg.block_size)
         self._num_arrived = 0
         self._finished_ids: set[str] = set()
 
     def __deepcopy__(self, memo: dict[int, object]) -> VllmV1Scheduler:
         """A copy that shares nothing mutable (the explorer branches on copies): each
-        Request is copied once and the queues, the running list and the pool point at the
-        copies; the frozen config is shared."""
+        Request is copied once and the queues and the running list point at the copies; the
+        pool and the block tables are copied together, so a block shared by requests or
+        cached stays one block; the frozen config is shared."""
         twin = copy.copy(self)
         fresh = {rid: copy.copy(r) for rid, r in self.requests.items()}
         twin.requests = fresh
@@ -285,8 +269,7 @@ class VllmV1Scheduler:
             twin.waiting._items = deque(fresh[r.request_id] for r in self.waiting._items)
         else:
             twin.waiting._heap = [fresh[r.request_id] for r in self.waiting._heap]
-        twin.block_pool = copy.copy(self.block_pool)
-        twin.block_pool._held = dict(self.block_pool._held)
+        twin.pool, twin.table = copy.deepcopy((self.pool, self.table), memo)
         twin._finished_ids = set(self._finished_ids)
         return twin
 
@@ -308,6 +291,8 @@ class VllmV1Scheduler:
             max_tokens=spec.max_tokens,
             priority=spec.priority,
             arrival_time=self._num_arrived,
+            prefix_group=spec.prefix_group,
+            shared_prefix_len=spec.shared_prefix_len,
         )
         self._num_arrived += 1
         self.requests[spec.id] = request
@@ -317,13 +302,17 @@ class VllmV1Scheduler:
         """Run one iteration. `eos_ids` are the requests whose token sampled in this step
         is EOS; each must actually sample in this step, else InputError."""
         out = self._schedule()
-        free_blocks = self.block_pool.num_free_blocks
+        free_blocks = self.pool.num_free_blocks
+        cache_facts = self._cache_facts(out)
         held = [*self.running, *self.waiting]
         num_computed = tuple((r.request_id, r.num_computed_tokens) for r in held)
         running_ids = tuple(r.request_id for r in self.running)
         waiting_ids = tuple(r.request_id for r in self.waiting)
         self._check_eos(out, eos_ids)
         finished = self._update_from_output(out, eos_ids)
+        if cache_facts:
+            released = self.pool.num_free_blocks - free_blocks
+            cache_facts += (("released_blocks", released),)
         return StepRecord(
             step=self.current_step,
             scheduled=tuple(out.num_scheduled_tokens.items()),
@@ -336,7 +325,19 @@ class VllmV1Scheduler:
             running=running_ids,
             waiting=waiting_ids,
             token_budget_left=out.token_budget,
+            extra=cache_facts,
         )
+
+    def _cache_facts(self, out: _StepOutput) -> tuple[tuple[str, object], ...]:
+        """With prefix caching on, the record's extra facts, read right after scheduling:
+        the prefix-hit tokens of each request admitted in this step, the blocks held
+        (shared blocks counted once), and the cached and evictable block counts."""
+        if not self.cfg.enable_prefix_caching:
+            return ()
+        held = {b.block_id for t in self.table.blocks.values() for b in t}
+        return (("prefix_hits", dict(out.prefix_hits)), ("blocks_in_use", len(held)),
+                ("cached_blocks", self.pool.num_cached_blocks()),
+                ("evictable_blocks", self.pool.num_evictable_blocks()))
 
     def state_key(self, extra: Mapping[str, Hashable] | None = None) -> tuple[object, ...]:
         """The state with requests named by position (running order, then waiting order):
@@ -351,11 +352,35 @@ class VllmV1Scheduler:
 
         def one(r: Request) -> tuple[object, ...]:
             return (r.status.value, r.num_prompt_tokens, r.max_tokens, r.num_output_tokens,
-                    r.num_computed_tokens, self.block_pool.blocks_held(r.request_id),
+                    r.num_computed_tokens, self.table.held(r.request_id),
                     r.priority if priority else 0, ranks[id(r)] if priority else 0,
-                    extra.get(r.request_id))
-        return (self.block_pool.num_free_blocks, tuple(one(r) for r in self.running),
-                tuple(one(r) for r in self.waiting))
+                    extra.get(r.request_id), r.prefix_group, r.shared_prefix_len)
+        key = (self.pool.num_free_blocks, tuple(one(r) for r in self.running),
+               tuple(one(r) for r in self.waiting))
+        return key + self._cache_key(held) if self.cfg.enable_prefix_caching else key
+
+    def _cache_key(self, held: list[Request]) -> tuple[object, ...]:
+        """The cache as it steers later decisions, with blocks and requests named by
+        position: each held request's blocks, the cached tail of the free queue in order,
+        and for a hash held by several blocks the order a lookup tries them. A request's
+        own hash is named by its queue position; once the request has left, nothing can
+        hit it again and it only keeps its place in the queue."""
+        position = {r.request_id: k for k, r in enumerate(held)}
+        names: dict[int, int] = {}
+
+        def block(b: KVBlock) -> tuple[object, ...]:
+            name = names.setdefault(b.block_id, len(names))
+            h = b.block_hash
+            if h is not None and h[0] == "r":
+                h = ("r", position[h[1]], h[2]) if h[1] in position else ("gone",)
+            return (name, h)
+
+        tables = tuple(tuple(block(b) for b in self.table.blocks.get(r.request_id, ()))
+                       for r in held)
+        tail = tuple(block(b) for b in self.pool.evictable.values())
+        copies = tuple(sorted((tuple(block(b) for b in blocks.values()))
+                              for blocks in self.pool.cached.values() if len(blocks) > 1))
+        return (tables, tail, copies)
 
     def views(self) -> tuple[RequestView, ...]:
         """Snapshots of every request held (running order, then waiting order)."""
@@ -445,9 +470,13 @@ class VllmV1Scheduler:
             if len(self.running) >= self.cfg.max_num_active_reqs:  # S:922-924
                 break
             request = self.waiting.peek_request()
-            # S:960-1096: prefix caching off, so the lookup of a request with
-            # num_computed_tokens == 0 hits nothing; a preempted request was reset to 0.
-            num_computed_tokens = request.num_computed_tokens
+            # S:960-967: a request with nothing computed (new, or preempted and reset to 0)
+            # looks its prefix up; in scope every waiting request has nothing computed.
+            hit: list[KVBlock] = []
+            if request.num_computed_tokens == 0 and self.cfg.enable_prefix_caching:
+                hit = self.table.longest_hit(request.block_hashes(self.cfg.block_size),
+                                             request.num_tokens - 1)  # K:289-300
+            num_computed_tokens = request.num_computed_tokens + len(hit) * self.cfg.block_size
             request_token_budget = min(out.token_budget, out.input_budget)  # S:1118
             # S:1129: num_tokens, not the prompt: a resumed request recomputes its outputs.
             num_new_tokens = request.num_tokens - num_computed_tokens
@@ -460,10 +489,13 @@ class VllmV1Scheduler:
             if not self._allocate_slots(
                 request,
                 num_new_tokens,
+                hit,
                 full_sequence_must_fit=self.cfg.scheduler_reserve_full_isl,  # S:1270
                 has_scheduled_reqs=bool(self.running),  # S:1272
             ):
                 break  # S:1275-1282: head-of-line, no preemption from here
+            if self.cfg.enable_prefix_caching:
+                out.prefix_hits[request.request_id] = len(hit) * self.cfg.block_size
             self.waiting.pop_request()  # S:1343-1345
             self.running.append(request)
             if request.status == Status.WAITING:  # S:1353-1356
@@ -480,30 +512,38 @@ class VllmV1Scheduler:
         self,
         request: Request,
         num_new_tokens: int,
+        hit: list[KVBlock] | None = None,
         full_sequence_must_fit: bool = False,
         has_scheduled_reqs: bool = True,
     ) -> bool:
-        """`KVCacheManager.allocate_slots` for full attention, no prefix hit (K:371-618).
-        True when the blocks were allocated, False where upstream returns None."""
-        if num_new_tokens == 0:  # K:474-482
-            raise ValueError("num_new_tokens must be greater than 0")
-        pool = self.block_pool
+        """`KVCacheManager.allocate_slots` for full attention (K:371-618), `hit` the
+        prefix-cache blocks of a waiting request. True when the blocks were allocated,
+        False where upstream returns None."""
+        hit = hit or []
+        if num_new_tokens == 0 and not hit:  # K:474-482
+            raise ValueError("num_new_tokens must be greater than 0 when there are no "
+                             "computed tokens to adopt")
+        table = self.table
         rid = request.request_id
         max_model_len = self.cfg.max_model_len
-        total_computed_tokens = min(request.num_computed_tokens, max_model_len)  # K:501-507
+        local = request.num_computed_tokens + len(hit) * self.cfg.block_size
+        total_computed_tokens = min(local, max_model_len)  # K:501-507
         watermark_blocks = 0  # K:509-516
         if has_scheduled_reqs and request.status in (Status.WAITING, Status.PREEMPTED):
             watermark_blocks = self.cfg.watermark_blocks
         if full_sequence_must_fit:  # K:522-539: a check only, nothing is reserved
             full_num_tokens = min(request.num_tokens, max_model_len)
-            required = pool.num_blocks_to_allocate(rid, full_num_tokens) + watermark_blocks
-            if required > pool.num_free_blocks:
+            required = table.num_blocks_to_allocate(rid, full_num_tokens, hit)
+            if required + watermark_blocks > self.pool.num_free_blocks:
                 return False
         num_tokens_need_slot = min(total_computed_tokens + num_new_tokens, max_model_len)
-        num_blocks = pool.num_blocks_to_allocate(rid, num_tokens_need_slot)  # K:561-571
-        if num_blocks + watermark_blocks > pool.num_free_blocks:  # K:575-579
+        num_blocks = table.num_blocks_to_allocate(rid, num_tokens_need_slot, hit)  # K:561-571
+        if num_blocks + watermark_blocks > self.pool.num_free_blocks:  # K:575-579
             return False
-        pool.allocate(rid, num_blocks)  # K:594-599
+        table.allocate(rid, hit, num_tokens_need_slot)  # K:581-600
+        # K:607-616: cache the full blocks of finalized tokens, at allocation time.
+        table.cache(rid, request.block_hashes(self.cfg.block_size),
+                    min(total_computed_tokens + num_new_tokens, request.num_tokens))
         return True
 
     def _preempt_request(self, request: Request) -> None:
@@ -511,7 +551,7 @@ class VllmV1Scheduler:
         Blocks freed, progress reset, outputs kept, back to the waiting queue's front
         (FCFS appendleft; PRIORITY heap insert)."""
         assert request.status == Status.RUNNING  # S:1584-1586
-        self.block_pool.free(request.request_id)  # S:1589
+        self.table.free(request.request_id)  # S:1589
         request.status = Status.PREEMPTED  # S:1592
         request.num_computed_tokens = 0  # S:1593
         request.num_preemptions += 1  # S:1608
@@ -591,7 +631,7 @@ class VllmV1Scheduler:
 
     def _free_request(self, request: Request) -> None:
         """Free the blocks and forget the request (S:2714-2749)."""
-        self.block_pool.free(request.request_id)
+        self.table.free(request.request_id)
         del self.requests[request.request_id]
         self._finished_ids.add(request.request_id)
 
@@ -601,7 +641,7 @@ class VllmV1Scheduler:
             num_prompt_tokens=r.num_prompt_tokens, num_output_tokens=r.num_output_tokens,
             num_tokens=r.num_tokens, num_computed_tokens=r.num_computed_tokens,
             num_preemptions=r.num_preemptions,
-            blocks_held=self.block_pool.blocks_held(r.request_id),
+            blocks_held=self.table.held(r.request_id),
             priority=r.priority, arrival_time=r.arrival_time,
         )
 

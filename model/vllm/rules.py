@@ -1,8 +1,9 @@
 """vLLM V1 (v0.32.0) `Scheduler.schedule()` + `update_from_output()` as one branch-free step
 over a fixed number of request slots, written once over Ops.
 
-Scope: the synchronous scheduler with prefix caching off and no speculative decoding, KV
-connector, multimodal or LoRA (the reference scheduler's scope). Ordered loops are folds
+Scope: the synchronous scheduler, prefix caching on or off (the cache is
+model/vllm/cache_rules.py), no speculative decoding, KV connector, multimodal or LoRA (the
+reference scheduler's scope). Ordered loops are folds
 over slots: each iteration selects the slot with the smallest order key among those not
 yet visited, so the Python control flow never depends on a state value.
 
@@ -12,11 +13,13 @@ Line numbers are relative to `vllm/` in v0.32.0.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from model.core.ops import Bool, Int, Ops
 from model.core.rule_parts import arrive_at_tail, pick, select_min
 from model.core.types import SlotObs, SlotSpec, Step
+from model.vllm import cache_rules
+from model.vllm.cache_rules import CacheWork
 from model.vllm.state import (
     ABSENT,
     FINISHED,
@@ -50,6 +53,8 @@ class _Work:
     wait_head: Int
     served: Int
     any_preempted: Bool
+    prefix_hit: list[Int]
+    cache: CacheWork | None = None  # with prefix caching
 
 
 def num_tokens(spec: SlotSpec, s: SlotState) -> Int:
@@ -111,7 +116,10 @@ def _preempt(ops: Ops, cfg: RuleConfig, w: _Work, victim: Sequence[Bool], do: Bo
     PRIORITY a victim already scheduled in this step gives its tokens back (814-832)."""
     for i, v in enumerate(victim):
         hit = ops.and_(do, v)
-        w.free = w.free + ops.ite(hit, w.blocks[i], 0)
+        if w.cache is None:
+            w.free = w.free + ops.ite(hit, w.blocks[i], 0)
+        else:  # a block another request still holds stays held
+            w.free = w.free + cache_rules.release(ops, cfg, w.cache, i, w.blocks[i], hit)
         if cfg.policy_priority:
             w.token_budget = w.token_budget + ops.ite(hit, w.scheduled[i], 0)
             w.input_budget = w.input_budget + ops.ite(hit, w.scheduled[i], 0)
@@ -134,15 +142,21 @@ def _checkpoint(ops: Ops, w: _Work) -> None:
     for name in ("free", "token_budget", "input_budget", "next_run_key", "wait_head",
                  "served", "any_preempted"):
         setattr(w, name, ops.name(getattr(w, name)))
+    w.prefix_hit = [ops.name(v) for v in w.prefix_hit]
+    if w.cache is not None:
+        w.cache.checkpoint(ops)
 
 
-def _serve(ops: Ops, w: _Work, sel: Sequence[Bool], do: Bool, n: Int, need: Int) -> None:
-    """Record `n` tokens and `need` new blocks for the selected slot, when `do`
-    (scheduler.py:851-858 and 1343-1369)."""
+def _serve(ops: Ops, w: _Work, sel: Sequence[Bool], do: Bool, n: Int, need: Int,
+           added: Int | None = None) -> None:
+    """Record `n` tokens for the selected slot, when `do` (scheduler.py:851-858 and
+    1343-1369): `need` blocks leave the free queue and `added` (default `need`; with a
+    prefix hit, the hit blocks too) join its block table."""
+    added = need if added is None else added
     for i, s in enumerate(sel):
         hit = ops.and_(do, s)
         w.scheduled[i] = ops.ite(hit, n, w.scheduled[i])
-        w.blocks[i] = ops.ite(hit, w.blocks[i] + need, w.blocks[i])
+        w.blocks[i] = ops.ite(hit, w.blocks[i] + added, w.blocks[i])
         w.serve_rank[i] = ops.ite(hit, w.served, w.serve_rank[i])
     w.free = ops.ite(do, w.free - need, w.free)
     w.token_budget = ops.ite(do, w.token_budget - n, w.token_budget)
@@ -183,8 +197,14 @@ def _running_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
             done = ops.name(ops.or_(done, self_preempted))
             fits = ops.name(fits)
             _checkpoint(ops, w)
-        need = blocks_needed(ops, cfg, ncomp + n, pick(ops, sel, w.blocks))
+        held = pick(ops, sel, w.blocks)
+        need = blocks_needed(ops, cfg, ncomp + n, held)
         _serve(ops, w, sel, fits, n, need)
+        if w.cache is not None:
+            cache_rules.take(ops, cfg, w.cache, sel, held, need, fits)
+            cache_rules.cache(ops, cfg, w.cache, specs, sel,
+                              ops.min(ops.min(ncomp, cfg.max_model_len) + n,
+                                      pick(ops, sel, ntok)), fits)
         stopped = ops.or_(stopped, ops.and_(wants, ops.not_(fits)),
                           ops.not_(active))
         for i in range(n_slots):
@@ -213,21 +233,38 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
         active = ops.and_(ops.not_(stopped), w.token_budget > 0, w.input_budget > 0,
                           ops.or_(*in_waiting), num_running < cfg.max_num_active_reqs)
         total = pick(ops, sel, ntok)
+        # With prefix caching the request starts from its longest cached prefix (960-967,
+        # 1045-1047); a hit block nobody holds leaves the free queue like a new one.
+        hit = (cache_rules.lookup(ops, cfg, w.cache, specs, sel, total)
+               if w.cache is not None else None)
+        hit_blocks = 0 if hit is None else hit.blocks
+        evictable = 0 if hit is None else hit.evictable
+        computed = hit_blocks * cfg.block_size
         req_budget = ops.min(w.token_budget, w.input_budget)
-        n = ops.ite(ops.and_(thr > 0, thr < total), thr, total)
+        lacks = total - computed  # 1129
+        n = ops.ite(ops.and_(thr > 0, thr < lacks), thr, lacks)
         too_long = ops.and_(ops.not_(cfg.enable_chunked_prefill), n > req_budget)
         n = ops.min(n, req_budget)
         # Watermark only while `running` is non-empty (kv_cache_manager.py:509-516; 1272).
         wm = ops.ite(num_running > 0, cfg.watermark_blocks, 0)
-        full_need = blocks_needed(ops, cfg, total, 0)
+        full_need = blocks_needed(ops, cfg, total, hit_blocks) + evictable
         full_ok = ops.or_(ops.not_(cfg.scheduler_reserve_full_isl), full_need + wm <= w.free)
-        need = blocks_needed(ops, cfg, n, 0)
+        fresh = blocks_needed(ops, cfg, computed + n, hit_blocks)
+        need = fresh + evictable
         ok = ops.and_(active, ops.not_(too_long), full_ok, need + wm <= w.free)
-        _serve(ops, w, sel, ok, n, need)
+        _serve(ops, w, sel, ok, n, need, fresh + hit_blocks)
+        if hit is not None:
+            assert w.cache is not None
+            cache_rules.adopt(ops, w.cache, sel, hit, ok)
+            cache_rules.take(ops, cfg, w.cache, sel, hit_blocks, fresh, ok)
+            cache_rules.cache(ops, cfg, w.cache, specs, sel, ops.min(computed + n, total), ok)
         for i in range(n_slots):
-            hit = ops.and_(ok, sel[i])
-            w.status[i] = ops.ite(hit, RUNNING, w.status[i])
-            w.run_key[i] = ops.ite(hit, w.next_run_key, w.run_key[i])
+            hit_i = ops.and_(ok, sel[i])
+            w.status[i] = ops.ite(hit_i, RUNNING, w.status[i])
+            w.run_key[i] = ops.ite(hit_i, w.next_run_key, w.run_key[i])
+            if hit is not None:
+                w.ncomp[i] = ops.ite(hit_i, computed, w.ncomp[i])
+                w.prefix_hit[i] = ops.ite(hit_i, computed, w.prefix_hit[i])
         w.next_run_key = ops.ite(ok, w.next_run_key + 1, w.next_run_key)
         stopped = ops.name(ops.or_(stopped, ops.not_(ok)))
         _checkpoint(ops, w)
@@ -251,7 +288,8 @@ def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState
         scheduled=[0] * n_slots, serve_rank=[0] * n_slots, preempted=[False] * n_slots,
         visited=[False] * n_slots, free=state.free_blocks, token_budget=cfg.token_budget,
         input_budget=cfg.max_num_batched_tokens, next_run_key=state.next_run_key,
-        wait_head=state.wait_head, served=0, any_preempted=False)
+        wait_head=state.wait_head, served=0, any_preempted=False, prefix_hit=[0] * n_slots,
+        cache=CacheWork.of(state) if cfg.prefix_caching else None)
     thr = _threshold(ops, cfg, ops.sum([ops.to_int(h) for h in held]), n_slots)
     _running_loop(ops, cfg, specs, w, ntok, thr)
     _waiting_loop(ops, cfg, specs, w, ntok, thr)
@@ -277,6 +315,13 @@ def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedSt
     slots: list[SlotState] = []
     obs: list[SlotObs] = []
     free_end = w.free
+    shared, cached, evictable = 0, 0, 0
+    if w.cache is not None:  # read right after scheduling, as free_blocks is
+        shared = ops.sum(w.blocks) - w.cache.in_use(ops)
+        cached = ops.sum([ops.to_int(h != 0) for h in w.cache.hash])
+        evictable = ops.sum([ops.to_int(ops.and_(r == 0, h != 0))
+                             for r, h in zip(w.cache.ref, w.cache.hash, strict=True)])
+    ends = []
     for i, spec in enumerate(specs):
         ncomp = w.ncomp[i] + w.scheduled[i]
         sampled = ops.and_(w.scheduled[i] > 0, ncomp >= ntok[i])
@@ -285,12 +330,16 @@ def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedSt
         length = ops.and_(sampled, ops.or_(spec.prompt_len + outputs >= cfg.max_model_len,
                                            outputs >= spec.max_tokens))
         finished = ops.or_(stop, length)
-        free_end = free_end + ops.ite(finished, w.blocks[i], 0)
+        ends.append(finished)
+        if w.cache is None:
+            free_end = free_end + ops.ite(finished, w.blocks[i], 0)
         status_after_sched = w.status[i]
         slots.append(SlotState(
             status=ops.ite(finished, FINISHED, status_after_sched), num_computed_tokens=ncomp,
             num_output_tokens=outputs, blocks=ops.ite(finished, 0, w.blocks[i]),
-            run_key=w.run_key[i], wait_key=w.wait_key[i], num_preemptions=w.num_preemptions[i]))
+            run_key=w.run_key[i], wait_key=w.wait_key[i], num_preemptions=w.num_preemptions[i],
+            table=tuple(w.cache.table[i]) if w.cache else (),
+            num_cached=w.cache.num_cached[i] if w.cache else 0))
         obs.append(SlotObs(
             held=held[i], was_running=before[i].status == RUNNING,
             was_waiting=ops.or_(before[i].status == WAITING, before[i].status == PREEMPTED),
@@ -305,14 +354,34 @@ def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedSt
                                   status_after_sched == PREEMPTED),
             queue_key=_queue_key(cfg, specs, w, i, n_slots=len(specs)), run_key=w.run_key[i],
             prompt_len=spec.prompt_len, max_tokens=spec.max_tokens,
-            priority=spec.priority, arrival_time=i))
+            priority=spec.priority, arrival_time=i, prefix_hit=w.prefix_hit[i]))
+    if w.cache is not None:
+        free_end, slots = _release_finished(ops, cfg, w, ends, free_end, slots)
     num_running = ops.sum([ops.to_int(s == RUNNING) for s in w.status])
     num_running_end = ops.sum([ops.to_int(s.status == RUNNING) for s in slots])
+    c = w.cache
     new_state = SchedState(slots=tuple(slots), free_blocks=free_end,
                            next_run_key=w.next_run_key, wait_head=w.wait_head,
-                           wait_tail=state.wait_tail, step=state.step + 1)
+                           wait_tail=state.wait_tail, step=state.step + 1,
+                           pool=c.pool() if c else (), queue_tail=c.queue_tail if c else 0,
+                           next_cached_at=c.next_cached_at if c else 0)
     observed = Step(step=state.step + 1, slots=tuple(obs), free_blocks=w.free,
                     free_blocks_end=free_end, token_budget_left=w.token_budget,
                     num_running=num_running, num_running_end=num_running_end,
-                    any_preempted=w.any_preempted, cfg=cfg)
+                    any_preempted=w.any_preempted, cfg=cfg, shared_blocks=shared,
+                    cached_blocks=cached, evictable_blocks=evictable)
     return new_state, observed
+
+
+def _release_finished(ops: Ops, cfg: RuleConfig, w: _Work, finished: Sequence[Bool],
+                      free: Int, slots: list[SlotState]) -> tuple[Int, list[SlotState]]:
+    """Finished requests free their blocks in the order they were served, which orders
+    the cached blocks they leave in the free queue (scheduler.py:2220-2240)."""
+    assert w.cache is not None
+    n_slots = len(finished)
+    for rank in range(n_slots):
+        for i in range(n_slots):
+            do = ops.and_(finished[i], w.serve_rank[i] == rank)
+            free = free + cache_rules.release(ops, cfg, w.cache, i, w.blocks[i], do)
+    return free, [replace(s, table=tuple(w.cache.table[i]), num_cached=w.cache.num_cached[i])
+                  for i, s in enumerate(slots)]

@@ -41,7 +41,7 @@ IGNORED_BOOL_FLAGS: tuple[str, ...] = (
     "enable_mamba_shared_prefix_checkpoint", "enable_mfu_metrics",
     "enable_mixed_moe_lora_format", "enable_mm_embeds", "enable_mm_processor_stats",
     "enable_moe_shared_loras", "enable_nccl_comm_suspend", "enable_offline_docs",
-    "enable_per_request_metrics", "enable_prefix_caching", "enable_prompt_embeds",
+    "enable_per_request_metrics", "enable_prompt_embeds",
     "enable_prompt_tokens_details", "enable_request_id_headers",
     "enable_return_routed_experts", "enable_scale_out", "enable_server_load_tracking",
     "enable_shm_tensor_arena", "enable_sleep_mode", "enable_ssl_refresh",

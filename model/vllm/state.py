@@ -39,6 +39,12 @@ class RuleConfig:
     block_size: int
     policy_priority: bool
     long_prefill_token_threshold_adaptive: bool = False
+    # Prefix caching changes the state's shape (a pool of blocks, a block table per slot),
+    # so it and the sizes of both are concrete: `pool_blocks` usable blocks, and
+    # `table_len` = cdiv(max_model_len, block_size) entries per slot.
+    prefix_caching: bool = False
+    pool_blocks: int = 0
+    table_len: int = 0
 
     @staticmethod
     def from_config(cfg: Config) -> RuleConfig:
@@ -57,7 +63,12 @@ class RuleConfig:
             block_size=cfg.block_size,
             policy_priority=cfg.policy == POLICY_PRIORITY,
             long_prefill_token_threshold_adaptive=cfg.long_prefill_token_threshold_adaptive,
+            prefix_caching=cfg.enable_prefix_caching,
+            pool_blocks=cfg.usable_blocks if cfg.enable_prefix_caching else 0,
+            table_len=(-(-cfg.max_model_len // cfg.block_size)
+                       if cfg.enable_prefix_caching else 0),
         )
+
 
 @dataclass(frozen=True, slots=True)
 class SlotState:
@@ -74,11 +85,30 @@ class SlotState:
     run_key: object = 0
     wait_key: object = 0
     num_preemptions: object = 0
+    # With prefix caching: the pool index + 1 of each block the request holds (0: none),
+    # and how many of them are cached (single_type_kv_cache_manager.py:267-324).
+    table: tuple[object, ...] = ()
+    num_cached: object = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolBlock:
+    """One usable KV block, with prefix caching: how many requests hold it, the hash of
+    the full block it caches (0: none), its place in the free queue's cached tail when
+    nobody holds it, and the order it entered the cache in (a lookup takes the first of
+    several blocks with one hash, block_pool.py:35-133)."""
+
+    ref_cnt: object = 0
+    block_hash: object = 0
+    queue_key: object = 0
+    cached_at: object = 0
 
 
 @dataclass(frozen=True, slots=True)
 class SchedState:
-    """The scheduler between two steps: slots, free blocks and the queue-key counters."""
+    """The scheduler between two steps: slots, free blocks and the queue-key counters;
+    with prefix caching, the pool's blocks and the counters that order its free queue's
+    tail and its cache."""
 
     slots: tuple[SlotState, ...]
     free_blocks: object
@@ -86,17 +116,28 @@ class SchedState:
     wait_head: object = 0
     wait_tail: object = 1
     step: int = 0
+    pool: tuple[PoolBlock, ...] = ()
+    queue_tail: object = 0
+    next_cached_at: object = 0
 
     @staticmethod
-    def initial(num_slots: int, usable_blocks: object) -> SchedState:
-        """No request has arrived; every usable block is free."""
-        return SchedState(slots=tuple(SlotState() for _ in range(num_slots)),
-                          free_blocks=usable_blocks)
+    def initial(num_slots: int, cfg: RuleConfig) -> SchedState:
+        """No request has arrived; every usable block is free (and, with prefix caching,
+        holds no hash)."""
+        slot = SlotState(table=(0,) * cfg.table_len)
+        return SchedState(slots=tuple(slot for _ in range(num_slots)),
+                          free_blocks=cfg.usable_blocks,
+                          pool=tuple(PoolBlock() for _ in range(cfg.pool_blocks)))
 
 
 def ranged_rule_config(ops: Ops, base: Config, values: Mapping[str, object]) -> RuleConfig:
     """The RuleConfig of `base` with the RANGED_FIELDS taken from `values` (ints or
     symbolic terms), derived fields following them as Config's properties derive them."""
+    if base.enable_prefix_caching and not all(
+            isinstance(values[name], int) for name in ("num_gpu_blocks", "max_model_len")):
+        # The pool and the block tables are the state's shape: their sizes stay fixed.
+        raise ValueError("with prefix caching, num_gpu_blocks and max_model_len cannot be "
+                         "ranged; give them fixed values")
     cfg = RuleConfig.from_config(base)
     blocks = values["num_gpu_blocks"]
     wm = cfg.watermark_blocks

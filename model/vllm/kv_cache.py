@@ -1,0 +1,189 @@
+"""The reference's KV cache: vLLM V1's block pool and full-attention block table, with or
+without prefix caching (v0.32.0; P = v1/core/block_pool.py, K = v1/core/kv_cache_manager.py,
+T = v1/core/single_type_kv_cache_manager.py, U = v1/core/kv_cache_utils.py).
+
+Blocks in use and cached blocks are modelled one by one, as upstream keeps them: a
+reference count, the hash of the full block they hold once cached, and their place in the
+free queue. The free queue is ordered: freed blocks without a hash go to its head (reused
+first), cached ones to its tail (evicted last, least recently freed first), and allocation
+takes from the head, evicting a cached block's hash only when the block is reused
+(P:666-700, 774-805).
+
+A block's hash is abstract: the workload contract says which requests share how long a
+prefix, so block j of a request is ("g", group, j) when the request's first (j+1) *
+block_size prompt tokens are its prefix group's, else ("r", request_id, j), unique to it
+(outputs are the request's own too). Equal abstract hashes mean equal whole prefixes, as
+upstream's chained hashes do (U:695-725).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+
+
+@dataclass(slots=True, eq=False)
+class KVBlock:
+    """One physical block (U:175-238). Mutable: the pool updates it in place."""
+
+    block_id: int
+    ref_cnt: int = 0
+    block_hash: Hashable | None = None
+
+
+class BlockPool:
+    """`BlockPool` (P:157-196): block 0 is the null block, never usable; the others start in
+    the free queue.
+
+    The free queue is always a run of blocks without a hash followed by the cached ones in
+    least-recently-freed order: blocks without a hash only ever join at the head
+    (prepend_n) and cached ones at the tail (append_n), so the queue never mixes them
+    (P:774-805). Blocks without a hash are interchangeable (nothing reads their id), so that
+    run is kept as a count; each cached block is an object, since its hash, its place and
+    the order of copies of one hash steer later decisions.
+    """
+
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool) -> None:
+        self.enable_caching = enable_caching
+        self.num_unhashed_free = num_gpu_blocks - 1  # P:185-188: block 0 is the null block
+        self.evictable: OrderedDict[int, KVBlock] = OrderedDict()  # the queue's cached tail
+        # hash -> {block_id: block} in insertion order; the first is the one a lookup
+        # returns (P:35-133: duplicates are kept, get_one_block returns the first).
+        self.cached: dict[Hashable, dict[int, KVBlock]] = {}
+        self._next_id = num_gpu_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        """The free-queue length, evictable cached blocks included (P:868-875)."""
+        return self.num_unhashed_free + len(self.evictable)
+
+    def get_cached_block(self, block_hash: Hashable) -> KVBlock | None:
+        """A block holding this hash, the first cached (P:198-224)."""
+        copies = self.cached.get(block_hash)
+        return next(iter(copies.values())) if copies else None
+
+    def touch(self, blocks: Iterable[KVBlock]) -> None:
+        """A prefix hit takes the blocks: ref_cnt + 1, out of the free queue if it was 0
+        (P:752-768)."""
+        for b in blocks:
+            if b.ref_cnt == 0:
+                del self.evictable[b.block_id]
+            b.ref_cnt += 1
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVBlock]:
+        """Pop `num_blocks` from the head: blocks without a hash first, then the least
+        recently freed cached ones, which lose their hash (P:666-750)."""
+        if num_blocks > self.num_free_blocks:
+            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+        fresh = min(num_blocks, self.num_unhashed_free)
+        self.num_unhashed_free -= fresh
+        out = [self._new_block() for _ in range(fresh)]
+        for _ in range(num_blocks - fresh):
+            _, b = self.evictable.popitem(last=False)
+            assert b.block_hash is not None and b.ref_cnt == 0
+            copies = self.cached[b.block_hash]
+            del copies[b.block_id]
+            if not copies:
+                del self.cached[b.block_hash]
+            b.block_hash = None
+            b.ref_cnt = 1
+            out.append(b)
+        return out
+
+    def _new_block(self) -> KVBlock:
+        self._next_id += 1
+        return KVBlock(self._next_id, ref_cnt=1)
+
+    def cache_block(self, block: KVBlock, block_hash: Hashable) -> None:
+        """Give a full block its hash and enter it in the cache (P:226-344, 626-646)."""
+        block.block_hash = block_hash
+        self.cached.setdefault(block_hash, {})[block.block_id] = block
+
+    def free_blocks(self, ordered: Iterable[KVBlock]) -> None:
+        """ref_cnt - 1; a block reaching 0 goes to the head of the free queue when it has no
+        hash, to the tail when it is cached, in the order given (P:774-805)."""
+        for b in ordered:
+            b.ref_cnt -= 1
+            if b.ref_cnt > 0:
+                continue
+            if b.block_hash is None:
+                self.num_unhashed_free += 1
+            else:
+                self.evictable[b.block_id] = b
+
+    def num_cached_blocks(self) -> int:
+        """Blocks holding a hash, in use or evictable."""
+        return sum(len(copies) for copies in self.cached.values())
+
+    def num_evictable_blocks(self) -> int:
+        """Cached blocks nobody holds: free, and hit again until evicted."""
+        return len(self.evictable)
+
+
+class BlockTable:
+    """Per request, the blocks it holds and how many of them are cached: the
+    `FullAttentionManager`'s req_to_blocks and num_cached_block (T:267-324, 476-589)."""
+
+    def __init__(self, pool: BlockPool, block_size: int) -> None:
+        self.pool = pool
+        self.block_size = block_size
+        self.blocks: dict[str, list[KVBlock]] = {}
+        self.num_cached: dict[str, int] = {}
+
+    def held(self, request_id: str) -> int:
+        """Blocks the request holds now."""
+        return len(self.blocks.get(request_id, ()))
+
+    def longest_hit(self, hashes: list[Hashable], max_length: int) -> list[KVBlock]:
+        """The cached blocks of the longest cached prefix of whole blocks within
+        `max_length` tokens (K:268-300, T:733-828)."""
+        hit = []
+        for h in hashes[: max_length // self.block_size]:
+            b = self.pool.get_cached_block(h)
+            if b is None:
+                break
+            hit.append(b)
+        return hit
+
+    def num_blocks_to_allocate(self, request_id: str, num_tokens: int,
+                               hit: list[KVBlock]) -> int:
+        """Blocks the free queue must give for `num_tokens` slots: cdiv(num_tokens,
+        block_size) less those already held; a hit block counts only when someone already
+        holds it, an evictable one comes out of the free queue like a new block
+        (T:175-265)."""
+        required = -(-num_tokens // self.block_size)
+        if request_id in self.blocks:  # T:229-235, the request holds blocks already
+            return max(required - self.held(request_id), 0)
+        evictable = sum(1 for b in hit if b.ref_cnt == 0)
+        return max(required - len(hit), 0) + evictable
+
+    def allocate(self, request_id: str, hit: list[KVBlock], num_tokens: int) -> None:
+        """Adopt the hit blocks, then allocate new ones up to `num_tokens` slots
+        (K:581-600; T:267-324, 369-410)."""
+        if request_id not in self.blocks:
+            self.pool.touch(hit)
+            self.blocks[request_id] = list(hit)
+            self.num_cached[request_id] = len(hit)
+        table = self.blocks[request_id]
+        required = -(-num_tokens // self.block_size)
+        if required > len(table):
+            table += self.pool.get_new_blocks(required - len(table))
+
+    def cache(self, request_id: str, hashes: list[Hashable], num_tokens: int) -> None:
+        """Cache the request's full blocks up to `num_tokens` tokens (T:476-533, 830-847)."""
+        if not self.pool.enable_caching:
+            return
+        num_full = num_tokens // self.block_size
+        done = self.num_cached.get(request_id, 0)
+        if done >= num_full:
+            return
+        for j in range(done, num_full):
+            self.pool.cache_block(self.blocks[request_id][j], hashes[j])
+        self.num_cached[request_id] = num_full
+
+    def free(self, request_id: str) -> None:
+        """Free the request's blocks, last block first (K:620-629, T:562-589)."""
+        table = self.blocks.pop(request_id, [])
+        self.num_cached.pop(request_id, None)
+        self.pool.free_blocks(reversed(table))
