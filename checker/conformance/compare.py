@@ -7,6 +7,9 @@ advance when a request samples, so `compare` first runs the real scheduler, keep
 the EOS entries that named a step in which the request really sampled (the others had no
 effect on that run, so the real run is unchanged) and compares on that workload. The
 Divergence carries the workload as compared.
+
+Engine-specific facts (`StepRecord.extra`, e.g. the prefix-cache facts) are compared one by
+one, as fields named by their key; their order in `extra` does not matter.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ _CELL_WIDTH = 44
 class Divergence:
     """The first step at which the reference departs from vLLM's real scheduler.
 
-    `fields` names the StepRecord fields that differ; `real` / `reference` are the two
-    records of that step (None when that side has no record of it). When the reference
-    raised instead of producing the record of `step`, `error` holds its message.
+    `fields` names the StepRecord fields that differ (an `extra` fact by its key); `real`
+    / `reference` are the two records of that step (None when that side has no record of
+    it). When the reference raised instead of producing the record of `step`, `error`
+    holds its message.
     """
 
     workload: Workload
@@ -52,7 +56,7 @@ class Divergence:
         if self.error is not None:
             return f"{self.summary()}\nvLLM's record of that step: {self.real}\n"
         rows = [("", "field", REAL, REFERENCE)]
-        for name in _FIELDS:
+        for name in (*_FIELDS, *_extra_names(self.real, self.reference)):
             real = _show(name, self.real)
             ref = _show(name, self.reference)
             rows.append(("*" if name in self.fields else "", name, real, ref))
@@ -71,11 +75,32 @@ class Divergence:
         return "\n".join(lines) + "\n"
 
 
+def _extra_names(*records: StepRecord | None) -> tuple[str, ...]:
+    """The `extra` keys of the records, in order of first appearance."""
+    names: dict[str, None] = {}
+    for record in records:
+        if record is not None:
+            names.update((k, None) for k, _ in record.extra)
+    return tuple(names)
+
+
+def _value(name: str, record: StepRecord) -> object:
+    """A StepRecord field, or the `extra` fact of that name (None when absent)."""
+    if name in _FIELDS:
+        return getattr(record, name)
+    return dict(record.extra).get(name)
+
+
 def _show(name: str, record: StepRecord | None) -> str:
-    """A field of a record as compact text: `a:1 b:2` for pairs, `a b` for id lists."""
+    """A field of a record as compact text: `a:1 b:2` for pairs and mappings, `a b` for id
+    lists."""
     if record is None:
         return "(no record)"
-    value = getattr(record, name)
+    value = _value(name, record)
+    if value is None:
+        return "(absent)"
+    if isinstance(value, dict):
+        return " ".join(f"{k}:{v}" for k, v in value.items()) or "-"
     if isinstance(value, tuple):
         if not value:
             return "-"
@@ -91,12 +116,13 @@ def first_divergence(workload: Workload, real: tuple[StepRecord, ...],
     for i in range(max(len(real), len(reference))):
         a = real[i] if i < len(real) else None
         b = reference[i] if i < len(reference) else None
-        if a == b:
-            continue
         if a is None or b is None:
-            differing = _FIELDS
+            differing = (*_FIELDS, *_extra_names(a, b))
         else:
-            differing = tuple(n for n in _FIELDS if getattr(a, n) != getattr(b, n))
+            differing = tuple(n for n in (*_FIELDS, *_extra_names(a, b))
+                              if _value(n, a) != _value(n, b))
+            if not differing:
+                continue
         return Divergence(workload=workload, step=i + 1, fields=differing, real=a, reference=b)
     return None
 
