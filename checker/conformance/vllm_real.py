@@ -1,10 +1,21 @@
 """Drive vLLM's REAL V1 `Scheduler` (v0.32.0, on CPU) over a workload; record each step.
 
 Set-up (recipe: shared/reference/vllm_v1_rules.md, Part 2). The synchronous `Scheduler`
-(`async_scheduling=False`), prefix caching off, a stub Llama `config.json` in a temporary
-directory (no weights, no tokenizer, `HF_HUB_OFFLINE=1`), a fake `KVCacheConfig` with
+(`async_scheduling=False`), a stub Llama `config.json` in a temporary directory (no
+weights, no tokenizer, `HF_HUB_OFFLINE=1`), a fake `KVCacheConfig` with
 `num_blocks = cfg.num_gpu_blocks` and one full-attention group of `cfg.block_size`, and
 fake model outputs. vLLM is imported lazily: this module imports without it.
+
+Two modes, chosen by the workload's `cfg.enable_prefix_caching`:
+- off: `CacheConfig(enable_prefix_caching=False)`; every prompt token is 7 and every
+  sampled (non-EOS) token 100 (nothing is hashed into a cache, so ids do not matter);
+- prefix: `CacheConfig(enable_prefix_caching=True)`, `init_none_hash(sha256)` and a sha256
+  block hasher on every Request (as EngineCore builds them, v1/engine/core.py:231-240),
+  and REAL token ids laid out by `TokenIds`: the tokens a prefix group shares are the
+  same ids for every request of the group, every other prompt token and each request's
+  sampled token are its own. Equal block hashes then mean exactly what the workload
+  contract says: a request's block j is its group's when its first (j+1) * block_size
+  prompt tokens are the group's, else its own (outputs are always its own).
 
 The workload contract, as driven here:
 - steps count from 1; step s = add the requests with `arrival_step == s` (workload list
@@ -35,6 +46,19 @@ How each StepRecord field is read (all right after `schedule()` unless said othe
   `running` list order then waiting order (`kv_holding_waiting` then `waiting`, each in
   its pop order: a PRIORITY queue iterates in heap-pop order);
 - `token_budget_left`: `cfg.token_budget - sum(scheduled)`.
+
+With prefix caching on, `extra` holds the reference's cache facts, read from the real
+engine (model/vllm/reference.py defines them), in the reference's order:
+- `prefix_hits`: for each request admitted or resumed in the step (admission order),
+  its `num_computed_tokens` right after `schedule()` minus the tokens scheduled for it
+  (the waiting loop sets `num_computed_tokens` to the hit, scheduler.py:1369, and
+  `_update_after_schedule` adds the scheduled tokens, 1616-1631);
+- `blocks_in_use`: the distinct blocks in the full-attention manager's `req_to_blocks`
+  right after `schedule()` (a block shared by two requests counts once);
+- `cached_blocks`: the blocks `block_pool.cached_block_hash_to_block` maps to, every copy
+  of a hash counted (block_pool.py:35-133);
+- `evictable_blocks`: the blocks of the free queue that hold a hash;
+- `released_blocks`: free blocks after `update_from_output()` minus `free_blocks`.
 """
 
 from __future__ import annotations
@@ -44,7 +68,7 @@ import importlib.util
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -54,8 +78,9 @@ from model.core.types import FINISH_LENGTH, FINISH_STOP, EosEvent, RequestSpec, 
 from model.vllm.config import Config, check_requests_admissible
 
 EOS_TOKEN_ID = 2
-OTHER_TOKEN_ID = 100
-PROMPT_TOKEN_ID = 7
+OTHER_TOKEN_ID = 100  # prefix caching off: every sampled token
+PROMPT_TOKEN_ID = 7  # prefix caching off: every prompt token
+VOCAB_SIZE = 1 << 24  # the stub's vocabulary: above every id `TokenIds` hands out
 INSTALL_HINT = (
     "vLLM's real scheduler is needed: in a separate venv run "
     "`pip install -e '.[vllm]'` then `pip uninstall -y torchvision torchaudio torchcodec` "
@@ -71,7 +96,7 @@ _STUB_MODEL_CONFIG: dict[str, Any] = {
     "num_attention_heads": 4,
     "num_key_value_heads": 1,
     "num_hidden_layers": 1,
-    "vocab_size": 1024,
+    "vocab_size": VOCAB_SIZE,
     "max_position_embeddings": 1 << 20,
     "rms_norm_eps": 1e-5,
     "torch_dtype": "float32",
@@ -105,7 +130,11 @@ def _vllm() -> SimpleNamespace:
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.kv_cache_utils import (
+        get_request_block_hasher,
+        init_none_hash,
+        make_block_hash_with_group_id,
+    )
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import (
         FullAttentionSpec,
@@ -121,6 +150,7 @@ def _vllm() -> SimpleNamespace:
         torch=torch, CacheConfig=CacheConfig, ModelConfig=ModelConfig,
         SchedulerConfig=SchedulerConfig, VllmConfig=VllmConfig, SamplingParams=SamplingParams,
         sha256=sha256, get_request_block_hasher=get_request_block_hasher, Scheduler=Scheduler,
+        make_block_hash_with_group_id=make_block_hash_with_group_id,
         FullAttentionSpec=FullAttentionSpec, KVCacheConfig=KVCacheConfig,
         KVCacheGroupSpec=KVCacheGroupSpec, ModelRunnerOutput=ModelRunnerOutput,
         Request=Request, RequestStatus=RequestStatus,
@@ -149,7 +179,8 @@ def _vllm_config(cfg: Config) -> Any:
         raise InputError(f"vLLM's SchedulerConfig rejects the config: {exc}") from None
     model_config = v.ModelConfig(model=_stub_model_dir(), skip_tokenizer_init=True,
                                  max_model_len=cfg.max_model_len)
-    cache_config = v.CacheConfig(block_size=cfg.block_size, enable_prefix_caching=False)
+    cache_config = v.CacheConfig(block_size=cfg.block_size,
+                                 enable_prefix_caching=cfg.enable_prefix_caching)
     vllm_config = v.VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
                                cache_config=cache_config)
     vllm_config.cache_config.num_gpu_blocks = cfg.num_gpu_blocks
@@ -168,6 +199,9 @@ def _check_config_kept(cfg: Config, vllm_config: Any) -> None:
         raise RuntimeError(f"vLLM rewrote scheduler settings (ours, vLLM's): {changed}")
     if vllm_config.scheduler_config.async_scheduling:
         raise RuntimeError("vLLM turned async scheduling on; the driver needs the sync Scheduler")
+    if vllm_config.cache_config.enable_prefix_caching != cfg.enable_prefix_caching:
+        raise RuntimeError(f"vLLM rewrote enable_prefix_caching to "
+                           f"{vllm_config.cache_config.enable_prefix_caching}")
 
 
 def _scheduler_fields(cfg: Config) -> dict[str, Any]:
@@ -193,14 +227,68 @@ def new_scheduler(cfg: Config) -> Any:
                        block_size=cfg.block_size)
 
 
-def make_request(spec: RequestSpec, arrival_time: int, block_size: int) -> Any:
-    """vLLM's Request for `spec`: prompt of `prompt_len` tokens, EOS id 2."""
+@dataclass(frozen=True, slots=True)
+class TokenIds:
+    """Real token ids for a workload under prefix caching, from its requests alone.
+
+    Ids are laid out in rows of `width` (a multiple of 1,000 above every prompt length):
+    row 0 is below every id handed out (EOS is 2); row 1 + g holds prefix group g's
+    shared tokens (groups numbered in workload list order of first use), id
+    `width * (1 + g) + position`; the next rows hold each request's own prompt tokens,
+    `width * (1 + groups + i) + position` for the i-th request in list order; the row
+    after them each request's sampled token, `width * (1 + groups + requests) + i`. With
+    prompts under 1,000 tokens a group's token at position p is 1_000 + 1_000 * g + p.
+    """
+
+    width: int
+    groups: tuple[str, ...]
+    requests: tuple[str, ...]  # request ids in workload list order
+
+    @classmethod
+    def of(cls, workload: Workload) -> TokenIds:
+        """The layout for `workload`; InputError if its ids would pass the stub's vocab."""
+        longest = max((r.prompt_len for r in workload.requests), default=0)
+        width = 1_000 * (longest // 1_000 + 1)
+        groups = tuple(dict.fromkeys(r.prefix_group for r in workload.requests
+                                     if r.prefix_group is not None))
+        layout = cls(width, groups, tuple(r.id for r in workload.requests))
+        top = width * (1 + len(groups) + len(workload.requests)) + len(workload.requests)
+        if top >= VOCAB_SIZE:
+            raise InputError(f"the workload needs token ids up to {top}, beyond the stub "
+                             f"model's vocabulary of {VOCAB_SIZE}; use fewer or shorter "
+                             "requests")
+        return layout
+
+    def prompt(self, spec: RequestSpec) -> list[int]:
+        """The prompt: the group's ids for the first `shared_prefix_len` tokens, then the
+        request's own."""
+        i = self.requests.index(spec.id)
+        shared = spec.shared_prefix_len if spec.prefix_group is not None else 0
+        own_row = self.width * (1 + len(self.groups) + i)
+        ids = [own_row + p for p in range(spec.prompt_len)]
+        if shared:
+            group_row = self.width * (1 + self.groups.index(spec.prefix_group))
+            ids[:shared] = [group_row + p for p in range(shared)]
+        return ids
+
+    def output(self, spec: RequestSpec) -> int:
+        """The request's sampled (non-EOS) token, used by no other request."""
+        return (self.width * (1 + len(self.groups) + len(self.requests))
+                + self.requests.index(spec.id))
+
+
+def make_request(spec: RequestSpec, arrival_time: int, block_size: int,
+                 prompt_token_ids: list[int] | None = None) -> Any:
+    """vLLM's Request for `spec`, EOS id 2; its prompt is `prompt_token_ids`, by default
+    `prompt_len` copies of token 7."""
     v = _vllm()
     params = v.SamplingParams(max_tokens=spec.max_tokens)
     params.update_from_generation_config({}, eos_token_id=EOS_TOKEN_ID)
+    if prompt_token_ids is None:
+        prompt_token_ids = [PROMPT_TOKEN_ID] * spec.prompt_len
     return v.Request(
         request_id=spec.id,
-        prompt_token_ids=[PROMPT_TOKEN_ID] * spec.prompt_len,
+        prompt_token_ids=prompt_token_ids,
         sampling_params=params,
         pooling_params=None,
         arrival_time=float(arrival_time),
@@ -241,13 +329,138 @@ class _PreemptionLog:
         sched._preempt_request = recording
 
 
+class _CacheProbe:
+    """Wraps one scheduler instance's block pool and KV manager to note, per step, cache
+    events the records do not show, for the coverage report (nothing is changed; the names
+    are `checker.conformance.generate.PROBED_FEATURES`):
+    - `prefix:hit_shared` / `prefix:hit_evictable`: a hit adopted a block some request holds
+      / an evictable block from the free queue (BlockPool.touch, block_pool.py:752-768);
+    - `prefix:hit_same_step`: a hit adopted a block cached earlier in the same step;
+    - `prefix:evicted`: a cached block lost its hash on reuse (`_maybe_evict_cached_block`);
+    - `prefix:duplicate`: a hash was cached on a second block (BlockHashToBlockMap.insert),
+      `prefix:duplicate_after_cap` for a request whose hit the cap cut (it recomputes
+      the capped block), `prefix:duplicate_on_resume` for a request preempted before;
+    - `prefix:free_still_held`: a freed block stayed held by another request;
+    - for a waiting request's `allocate_slots` (after its lookup): `prefix:hit_capped` the
+      num_tokens - 1 cap (kv_cache_manager.py:295) left a cached block out of the hit;
+      with a hit, `prefix:hit_watermark` the watermark is counted, `prefix:hit_full_isl`
+      the full sequence is checked, `prefix:hit_refused` it returned None, and
+      `prefix:hit_evictable_need` / `prefix:hit_evictable_refused` the hit held evictable
+      blocks, counted in the need (single_type_kv_cache_manager.py:255-260) / and refused.
+    """
+
+    def __init__(self, v: SimpleNamespace, sched: Any) -> None:
+        self.events: set[str] = set()
+        self._cached_now: set[int] = set()  # ids of the blocks cached in this step
+        self._capped: set[str] = set()  # requests whose hit the cap cut
+        self._allocating: Any = None  # the request of the allocate_slots call under way
+        kv = sched.kv_cache_manager
+        pool = kv.block_pool
+        touch, evict, free = pool.touch, pool._maybe_evict_cached_block, pool.free_blocks
+        cache_map = pool.cached_block_hash_to_block
+        insert, allocate_slots = cache_map.insert, kv.allocate_slots
+        waiting = (v.RequestStatus.WAITING, v.RequestStatus.PREEMPTED)
+        block_size = sched.block_size
+
+        def touching(blocks: Any) -> Any:
+            for b in blocks:
+                self.events.add("prefix:hit_shared" if b.ref_cnt > 0 else "prefix:hit_evictable")
+                if b.block_id in self._cached_now:
+                    self.events.add("prefix:hit_same_step")
+            return touch(blocks)
+
+        def evicting(block: Any) -> Any:
+            evicted = evict(block)
+            if evicted:
+                self.events.add("prefix:evicted")
+            return evicted
+
+        def freeing(ordered: Any) -> Any:
+            ordered = list(ordered)
+            if any(b.ref_cnt > 1 for b in ordered):
+                self.events.add("prefix:free_still_held")
+            return free(ordered)
+
+        def inserting(key: Any, block: Any) -> Any:
+            request = self._allocating
+            if cache_map.get_one_block(key) is not None:
+                self.events.add("prefix:duplicate")
+                if request is not None and request.request_id in self._capped:
+                    self.events.add("prefix:duplicate_after_cap")
+                if request is not None and request.num_preemptions > 0:
+                    self.events.add("prefix:duplicate_on_resume")
+            self._cached_now.add(block.block_id)
+            return insert(key, block)
+
+        def capped(request: Any, hit_tokens: int) -> bool:
+            n = hit_tokens // block_size
+            if n != (request.num_tokens - 1) // block_size or n >= len(request.block_hashes):
+                return False
+            key = v.make_block_hash_with_group_id(request.block_hashes[n], 0)
+            return cache_map.get_one_block(key) is not None
+
+        def allocating(request: Any, num_new_tokens: int, num_new_computed_tokens: int = 0,
+                       new_computed_blocks: Any = None, *args: Any, **kwargs: Any) -> Any:
+            found: set[str] = set()
+            hit = num_new_computed_tokens
+            if request.status in waiting and capped(request, hit):
+                found.add("prefix:hit_capped")
+                self._capped.add(request.request_id)
+            if hit > 0:
+                if (kwargs.get("has_scheduled_reqs", True) and request.status in waiting
+                        and kv.watermark_blocks > 0):
+                    found.add("prefix:hit_watermark")
+                if kwargs.get("full_sequence_must_fit", False):
+                    found.add("prefix:hit_full_isl")
+                if any(b.ref_cnt == 0 for b in new_computed_blocks.blocks[0]):
+                    found.add("prefix:hit_evictable_need")
+            self._allocating = request
+            try:
+                result = allocate_slots(request, num_new_tokens, num_new_computed_tokens,
+                                        new_computed_blocks, *args, **kwargs)
+            finally:
+                self._allocating = None
+            if hit > 0 and result is None:
+                found.add("prefix:hit_refused")
+                if "prefix:hit_evictable_need" in found:
+                    found.add("prefix:hit_evictable_refused")
+            self.events |= found
+            return result
+
+        pool.touch, pool._maybe_evict_cached_block = touching, evicting
+        pool.free_blocks, cache_map.insert, kv.allocate_slots = freeing, inserting, allocating
+
+    def start_step(self) -> None:
+        """Forget the previous step's events."""
+        self.events.clear()
+        self._cached_now.clear()
+
+
+def _cache_facts(sched: Any, scheduled: tuple[tuple[str, int], ...],
+                 entering: set[str], held: dict[str, Any]) -> list[tuple[str, object]]:
+    """The extra facts read right after `schedule()` (see the module doc)."""
+    kv = sched.kv_cache_manager
+    pool = kv.block_pool
+    hits = {rid: held[rid].num_computed_tokens - n for rid, n in scheduled if rid in entering}
+    tables = kv.coordinator.single_type_managers[0].req_to_blocks
+    in_use = {b.block_id for blocks in tables.values() for b in blocks}
+    cached = sum(len(entry) if isinstance(entry, dict) else 1
+                 for entry in pool.cached_block_hash_to_block._cache.values())
+    evictable = sum(1 for b in pool.free_block_queue.get_all_free_blocks()
+                    if b.block_hash is not None)
+    return [("prefix_hits", hits), ("blocks_in_use", len(in_use)),
+            ("cached_blocks", cached), ("evictable_blocks", evictable)]
+
+
 @dataclass(frozen=True, slots=True)
 class RealRun:
-    """One run of the real scheduler: its records and, per step, the requests that
-    sampled a token in that step (so an EOS entry there would take effect)."""
+    """One run of the real scheduler: its records, per step the requests that sampled a
+    token in that step (so an EOS entry there would take effect), and per step the cache
+    events `_CacheProbe` noted (empty with prefix caching off)."""
 
     records: tuple[StepRecord, ...]
     sampled: tuple[frozenset[str], ...]
+    events: tuple[frozenset[str], ...] = ()
 
     def effective_eos(self, workload: Workload) -> tuple[EosEvent, ...]:
         """The EOS entries of `workload` that name a step in which the request sampled.
@@ -263,27 +476,40 @@ def run_real_vllm(workload: Workload) -> tuple[StepRecord, ...]:
     return run_real_vllm_detailed(workload).records
 
 
-def run_real_vllm_detailed(workload: Workload) -> RealRun:
-    """`run_real_vllm`, also returning which requests sampled in each step."""
+def run_real_vllm_detailed(workload: Workload,
+                           instrument: Callable[[Any], None] | None = None) -> RealRun:
+    """`run_real_vllm`, also returning which requests sampled in each step and the cache
+    events; `instrument(scheduler)`, if given, is called once on the fresh scheduler
+    before the first step (the branch tracer wraps methods with it)."""
     if (reason := vllm_unavailable_reason()) is not None:
         raise RuntimeError(reason)
     check_requests_admissible(workload)
     v = _vllm()
     cfg = workload.config
+    caching = cfg.enable_prefix_caching
+    tokens = TokenIds.of(workload) if caching else None
     sched = new_scheduler(cfg)
     log = _PreemptionLog(sched)
+    probe = _CacheProbe(v, sched) if caching else None
+    if instrument is not None:
+        instrument(sched)
     arrivals: dict[int, list[tuple[int, RequestSpec]]] = {}
     for position, spec in enumerate(workload.arrival_order()):
         arrivals.setdefault(spec.arrival_step, []).append((position, spec))
+    specs = {r.id: r for r in workload.requests}
     eos = workload.eos_steps()
     held: dict[str, Any] = {}
     finish_names = {v.RequestStatus.FINISHED_STOPPED: FINISH_STOP,
                     v.RequestStatus.FINISHED_LENGTH_CAPPED: FINISH_LENGTH}
     records: list[StepRecord] = []
     sampled_ids: list[frozenset[str]] = []
+    events: list[frozenset[str]] = []
     for step in range(1, workload.steps + 1):
+        if probe is not None:
+            probe.start_step()
         for position, spec in arrivals.get(step, ()):
-            held[spec.id] = make_request(spec, position, cfg.block_size)
+            prompt = tokens.prompt(spec) if tokens is not None else None
+            held[spec.id] = make_request(spec, position, cfg.block_size, prompt)
             sched.add_request(held[spec.id])
         status_before = {r.request_id: r.status for r in _waiting(sched)}
         log.ids.clear()
@@ -299,9 +525,12 @@ def run_real_vllm_detailed(workload: Workload) -> RealRun:
         computed = tuple((r.request_id, r.num_computed_tokens)
                          for r in (*sched.running, *_waiting(sched)))
         free_blocks = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+        facts = (_cache_facts(sched, scheduled, {*admitted, *resumed}, held)
+                 if caching else [])
         req_ids = [rid for rid, _ in scheduled]
         sampled = [
-            [EOS_TOKEN_ID if step in eos.get(rid, ()) else OTHER_TOKEN_ID]
+            [EOS_TOKEN_ID if step in eos.get(rid, ()) else
+             tokens.output(specs[rid]) if tokens is not None else OTHER_TOKEN_ID]
             if held[rid].num_computed_tokens >= held[rid].num_tokens else []
             for rid in req_ids
         ]
@@ -311,6 +540,9 @@ def run_real_vllm_detailed(workload: Workload) -> RealRun:
             sampled_token_ids=sampled))
         finished = tuple((rid, finish_names.get(held[rid].status, held[rid].status.name.lower()))
                          for rid in req_ids if held[rid].is_finished())
+        if caching:
+            released = sched.kv_cache_manager.block_pool.get_num_free_blocks() - free_blocks
+            facts.append(("released_blocks", released))
         records.append(StepRecord(
             step=step,
             scheduled=scheduled,
@@ -323,5 +555,7 @@ def run_real_vllm_detailed(workload: Workload) -> RealRun:
             running=running,
             waiting=waiting,
             token_budget_left=cfg.token_budget - sum(n for _, n in scheduled),
+            extra=tuple(facts),
         ))
-    return RealRun(records=tuple(records), sampled=tuple(sampled_ids))
+        events.append(frozenset(probe.events) if probe is not None else frozenset())
+    return RealRun(records=tuple(records), sampled=tuple(sampled_ids), events=tuple(events))
