@@ -19,6 +19,11 @@ that named a step in which the request really sampled; the dropped ones had no e
 that run. About a third of the drawn entries take effect; `RUN_FEATURES` counts the runs
 in which one finished a request (`finished:stop`).
 
+`random_prefix_workload(seed)` is the prefix-caching mode's generator (prefix caching on,
+prefix groups and shared lengths drawn so that cache hits, sharing, eviction and
+duplicate hashes are common); `PREFIX_STATIC_FEATURES` and `PREFIX_RUN_FEATURES` say how
+often each occurs. `checker.conformance.modes` names the modes.
+
 `random_any_config(seed)` draws configs that are often invalid, for the config-validation
 conformance: each breaks zero, one or two of vLLM's SchedulerConfig rules.
 """
@@ -66,6 +71,41 @@ RUN_FEATURES: tuple[str, ...] = (
     "finished:length:max_tokens",
     "finished:length:model_len",
 )
+
+#: Features of a prefix-caching workload alone, in report order.
+PREFIX_STATIC_FEATURES: tuple[str, ...] = (
+    "prefix:group_of_several",  # two or more requests in one prefix group
+    "prefix:group_arrives_later",  # a group's request arrives after another of the group
+    "prefix:whole_prompt_shared_block_aligned",  # its last block is recomputed on a hit
+    "prefix:shared_mid_block",  # the shared prefix ends inside a block
+    "prefix:shared_under_a_block",  # shares tokens but not one whole block
+    "prefix:ungrouped",  # a request that shares nothing
+)
+
+#: Features of a prefix-caching run, in report order: the first three read from the
+#: records' cache facts, the others noted on the real engine by the driver's probe
+#: (checker/conformance/vllm_real.py, `_CacheProbe`).
+PREFIX_RUN_FEATURES: tuple[str, ...] = (
+    "prefix:hit",  # an admission hit the cache
+    "prefix:hit_resumed",  # a preempted request resumed with a hit (its own blocks)
+    "prefix:shared_blocks_held",  # after schedule(), one block held by two requests
+    "prefix:hit_shared",  # a hit adopted a block a running request holds
+    "prefix:hit_evictable",  # a hit took an evictable block out of the free queue
+    "prefix:hit_same_step",  # a hit on a block cached earlier in the same step
+    "prefix:hit_capped",  # the num_tokens - 1 cap left a cached block out of the hit
+    "prefix:hit_full_isl",  # the full-sequence check ran with a hit
+    "prefix:hit_watermark",  # the watermark was counted with a hit
+    "prefix:hit_refused",  # allocate_slots refused a request with a hit
+    "prefix:hit_evictable_need",  # evictable hit blocks counted in the need
+    "prefix:hit_evictable_refused",  # ... and the request refused for them (P5)
+    "prefix:evicted",  # a cached block lost its hash when reused
+    "prefix:duplicate",  # one hash cached on two blocks
+    "prefix:duplicate_after_cap",  # ... the capped block of a fully cached prompt
+    "prefix:duplicate_on_resume",  # ... by a preempted request re-hitting its own blocks
+    "prefix:free_still_held",  # a freed block stayed held by another request
+)
+#: The PREFIX_RUN_FEATURES the driver's probe notes (the others come from the records).
+PROBED_FEATURES: tuple[str, ...] = PREFIX_RUN_FEATURES[3:]
 
 _BLOCK_SIZES = (1, 2, 4, 4, 8, 16)
 _BATCH_BLOCK_SIZES = (1, 2, 4, 4, 8, 16)
@@ -117,6 +157,150 @@ def random_workload(seed: int, steps: int = 30) -> Workload:
     workload = Workload(config=cfg, requests=tuple(requests), eos=tuple(eos), steps=steps)
     validate(workload.config)
     return workload
+
+
+def random_prefix_workload(seed: int, steps: int = 30) -> Workload:
+    """A valid workload with prefix caching on, drawn from `seed` alone (its own stream:
+    seed s here is unrelated to `random_workload(s)`).
+
+    One to three prefix groups, each with a shared prompt of a few blocks (sometimes
+    ending mid-block); most requests join a group, as the whole shared prompt (a fully
+    cached block-aligned prompt recomputes its last block: duplicate hashes), the shared
+    prompt plus a suffix of their own, or only part of it; the rest share nothing.
+    Requests arrive in waves, so later ones hit blocks of requests still running (shared
+    blocks) or finished (evictable blocks); short outputs finish early and leave cache
+    behind. Half the seeds draw a decode batch that outgrows a tight pool, so requests are
+    preempted and resume by re-hitting their own blocks while the pool's reuse evicts
+    cached blocks; copies of a longer grouped prompt join it later and are often preempted
+    mid-prefill, then resume with a hit the num_tokens - 1 cap cuts (a duplicate). The
+    config knobs are drawn as in `random_workload`. A quarter of the seeds draw a burst
+    instead (`_prefix_burst`).
+    """
+    rng = random.Random(f"prefix:{seed}")
+    if rng.random() < 0.25:
+        return _prefix_burst(rng, steps)
+    block_size = rng.choice((1, 2, 2, 4, 4, 4, 8, 16))
+    n_groups = rng.randint(1, 3)
+    shared = []
+    for _ in range(n_groups):
+        length = rng.randint(1, 5) * block_size
+        if rng.random() < 0.3:
+            length = max(1, length + rng.randint(-block_size + 1, block_size - 1))
+        shared.append(min(length, 40))
+    batch = rng.random() < 0.5
+    n_req = rng.randint(3, 10)
+    prompts: list[int] = []
+    groups: list[tuple[str, int] | None] = []
+    for _ in range(n_req):
+        if rng.random() < 0.15:
+            groups.append(None)
+            prompts.append(_draw_prompt(rng))
+            continue
+        g = rng.randrange(n_groups)
+        base = shared[g]
+        kind = rng.random()
+        if kind < 0.35:  # the whole shared prompt
+            prompt, share = base, base
+        elif kind < 0.8:  # the shared prompt and a suffix of its own
+            prompt, share = base + rng.randint(1, 2 * block_size), base
+        else:  # part of it, then its own tokens
+            share = rng.randint(1, base)
+            prompt = share + rng.randint(0, 2 * block_size)
+        groups.append((f"g{g}", share))
+        prompts.append(prompt)
+    if batch:
+        max_tokens = [rng.randint(6, 24) for _ in prompts]
+        # Copies of one whole-shared block-aligned prompt join the batch later, together:
+        # often preempted mid-prefill, they resume with a hit the num_tokens - 1 cap cuts.
+        g = rng.randrange(n_groups)
+        late = block_size * rng.randint(2, 6)
+        for _ in range(rng.randint(0, 3)):
+            groups.append((f"g{g}", late))
+            prompts.append(late)
+            max_tokens.append(rng.randint(1, 8))
+    else:
+        max_tokens = [rng.choice((rng.randint(1, 4), rng.randint(1, 16))) for _ in prompts]
+    cfg = replace(_draw_config(rng, prompts, max_tokens, n_req if batch else 0),
+                  block_size=block_size, enable_prefix_caching=True)
+    cfg = _fit_pool(rng, cfg, prompts, max_tokens, groups, batch)
+    if cfg.watermark == 0.0 and rng.random() < 0.3:  # watermark checks with hits, often
+        cfg = replace(cfg, watermark=rng.choice(_WATERMARKS))
+    last_arrival = max(1, (2 * steps) // 3)
+    late_arrival = rng.randint(2, last_arrival)
+    requests: list[RequestSpec] = []
+    for i, (p, mt, grp) in enumerate(zip(prompts, max_tokens, groups, strict=True)):
+        if i >= n_req:  # the late copies of the decode batch
+            arrival = late_arrival
+        elif rng.random() < 0.45:
+            arrival = 1
+        elif rng.random() < 0.6:
+            arrival = rng.randint(2, 6)
+        else:
+            arrival = rng.randint(1, last_arrival)
+        group, share = grp if grp is not None else (None, 0)
+        requests.append(RequestSpec(id=f"r{i}", prompt_len=p, max_tokens=mt,
+                                    arrival_step=arrival, priority=rng.randint(0, 3),
+                                    prefix_group=group, shared_prefix_len=share))
+    eos = _draw_eos(rng, cfg, requests, steps)
+    workload = Workload(config=cfg, requests=tuple(requests), eos=tuple(eos), steps=steps)
+    validate(workload.config)
+    return workload
+
+
+def _prefix_burst(rng: random.Random, steps: int) -> Workload:
+    """Copies of one long whole-shared block-aligned prompt arriving together, prefilled in
+    short chunks in a pool of about one and a half copies: each copy hits what the ones ahead
+    of it cached, the pool runs out mid-prefill, and a copy preempted before its first
+    output comes back to a fully cached prompt, so the num_tokens - 1 cap makes it
+    recompute a cached block (a duplicate on resume)."""
+    bs = rng.choice((1, 2, 4, 4, 8))
+    blocks = rng.randint(3, 8)
+    prompt = bs * blocks
+    copies = rng.randint(3, 8)
+    max_tokens = [rng.randint(1, 10) for _ in range(copies)]
+    prompts = [prompt] * copies
+    cfg = replace(_draw_config(rng, prompts, max_tokens, copies), block_size=bs,
+                  enable_chunked_prefill=True, enable_prefix_caching=True,
+                  long_prefill_token_threshold=rng.choice((bs, 2 * bs, rng.randint(1, prompt))),
+                  num_gpu_blocks=blocks + rng.randint(1, max(1, blocks // 2)) + 1)
+    requests = tuple(
+        RequestSpec(id=f"r{i}", prompt_len=prompt, max_tokens=mt,
+                    arrival_step=1 if rng.random() < 0.7 else rng.randint(2, 4),
+                    priority=rng.randint(0, 3), prefix_group="g0", shared_prefix_len=prompt)
+        for i, mt in enumerate(max_tokens))
+    eos = _draw_eos(rng, cfg, requests, steps)
+    workload = Workload(config=cfg, requests=requests, eos=tuple(eos), steps=steps)
+    validate(workload.config)
+    return workload
+
+
+def _fit_pool(rng: random.Random, cfg: Config, prompts: Sequence[int],
+              max_tokens: Sequence[int], groups: Sequence[tuple[str, int] | None],
+              batch: bool) -> Config:
+    """`cfg` with a KV pool for these requests at block size `cfg.block_size`: a decode
+    batch gets about its prompts' distinct blocks (a group's shared blocks once), which
+    its decodes outgrow; the others ample, tight or scarce pools; never below the longest
+    prompt's blocks."""
+    bs, mml = cfg.block_size, cfg.max_model_len
+    biggest = _cdiv(max(prompts), bs)
+    need = sum(_cdiv(min(p + m, mml), bs) for p, m in zip(prompts, max_tokens, strict=True))
+    pressure = rng.random()
+    if batch:
+        group_blocks: dict[str, int] = {}
+        own = 0
+        for p, grp in zip(prompts, groups, strict=True):
+            shared = grp[1] // bs if grp is not None else 0
+            if grp is not None:
+                group_blocks[grp[0]] = max(group_blocks.get(grp[0], 0), shared)
+            own += _cdiv(p, bs) - shared
+        usable = own + sum(group_blocks.values()) + rng.randint(-1, 3)
+    elif pressure < 0.3:
+        usable = need + rng.randint(0, 4)
+    elif pressure < 0.75:
+        usable = int(need * rng.uniform(0.3, 0.8))
+    else:
+        usable = biggest + rng.randint(0, 3)
+    return replace(cfg, num_gpu_blocks=max(usable, biggest, 1) + 1)  # + the null block
 
 
 def _draw_prompt(rng: random.Random) -> int:
@@ -200,7 +384,8 @@ def _draw_eos(rng: random.Random, cfg: Config, requests: Sequence[RequestSpec],
 
 
 def workload_features(w: Workload) -> frozenset[str]:
-    """The `STATIC_FEATURES` that workload `w` has."""
+    """The `STATIC_FEATURES` (and, with prefix caching on, `PREFIX_STATIC_FEATURES`) that
+    workload `w` has."""
     cfg = w.config
     out = {f"policy:{cfg.policy}",
            "chunked_prefill:on" if cfg.enable_chunked_prefill else "chunked_prefill:off"}
@@ -227,11 +412,40 @@ def workload_features(w: Workload) -> frozenset[str]:
         out.add("eos:entries")
     if any(r.prompt_len + r.max_tokens > cfg.max_model_len for r in w.requests):
         out.add("length:model_len_reachable")
+    if cfg.enable_prefix_caching:
+        out |= _prefix_features(w)
     return frozenset(out)
 
 
-def run_features(w: Workload, records: Iterable[StepRecord]) -> frozenset[str]:
-    """The `RUN_FEATURES` that one run of `w` (its StepRecords) shows."""
+def _prefix_features(w: Workload) -> set[str]:
+    bs = w.config.block_size
+    out: set[str] = set()
+    members: dict[str, list[RequestSpec]] = {}
+    for r in w.arrival_order():
+        if r.prefix_group is None:
+            out.add("prefix:ungrouped")
+            continue
+        members.setdefault(r.prefix_group, []).append(r)
+        if r.shared_prefix_len == r.prompt_len and r.prompt_len % bs == 0:
+            out.add("prefix:whole_prompt_shared_block_aligned")
+        if r.shared_prefix_len % bs:
+            out.add("prefix:shared_mid_block")
+        if r.shared_prefix_len < bs:
+            out.add("prefix:shared_under_a_block")
+    for group in members.values():
+        if len(group) >= 2:
+            out.add("prefix:group_of_several")
+        if group[-1].arrival_step > group[0].arrival_step:
+            out.add("prefix:group_arrives_later")
+    return out
+
+
+def run_features(w: Workload, records: Iterable[StepRecord],
+                 events: Iterable[frozenset[str]] = ()) -> frozenset[str]:
+    """The `RUN_FEATURES` that one run of `w` (its StepRecords) shows and, with prefix
+    caching on, its `PREFIX_RUN_FEATURES`: from the records' cache facts and from `events`,
+    the per-step cache events the real engine's probe noted (`RealRun.events`)."""
+    records = tuple(records)
     specs = {r.id: r for r in w.requests}
     budget = w.config.token_budget
     out: set[str] = set()
@@ -264,7 +478,30 @@ def run_features(w: Workload, records: Iterable[StepRecord]) -> frozenset[str]:
                     out.add("finished:length:max_tokens")
                 else:
                     out.add("finished:length:model_len")
+    if w.config.enable_prefix_caching:
+        out |= _prefix_run_features(w, records)
+        out |= set().union(*events) & set(PROBED_FEATURES)
     return frozenset(out)
+
+
+def _prefix_run_features(w: Workload, records: Sequence[StepRecord]) -> set[str]:
+    """The PREFIX_RUN_FEATURES read from the records' cache facts. After schedule() each
+    running request holds cdiv(num_computed_tokens, block_size) blocks, so more than
+    `blocks_in_use` in all means a block held twice."""
+    bs = w.config.block_size
+    out: set[str] = set()
+    for rec in records:
+        facts = dict(rec.extra)
+        hits: dict[str, int] = facts.get("prefix_hits", {})  # type: ignore[assignment]
+        if any(hits.values()):
+            out.add("prefix:hit")
+        if any(hits.get(rid, 0) for rid in rec.resumed):
+            out.add("prefix:hit_resumed")
+        computed = dict(rec.num_computed_tokens)
+        held = sum(_cdiv(computed[rid], bs) for rid in rec.running)
+        if "blocks_in_use" in facts and held > facts["blocks_in_use"]:  # type: ignore[operator]
+            out.add("prefix:shared_blocks_held")
+    return out
 
 
 # ---------------------------------------------------------------- configs for validation

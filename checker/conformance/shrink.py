@@ -1,12 +1,15 @@
 """Shrink a workload while a predicate (\"the divergence persists\") keeps holding.
 
 Greedy, in a fixed order, restarting after every accepted change: fewer steps, fewer
-requests, fewer EOS entries, then smaller numbers (request fields, then config fields,
-then config switches back to vLLM's defaults). A candidate is tried only if its config
-passes `model.vllm_config.validate` and every prompt is shorter than max_model_len, so
-the shrunk workload is one vLLM accepts. The result is 1-minimal for these moves: no
-single move keeps the predicate true. The order follows the design's "minimal": fewest
-steps, then fewest requests, then smallest numbers.
+requests, fewer EOS entries, fewer requests in prefix groups, then config switches back to
+the contract's defaults, then smaller numbers (config fields, then request fields). A
+candidate is tried only if its config passes `model.vllm_config.validate`, every prompt is
+shorter than max_model_len and every prefix group is well formed (a request in a group
+shares 1..prompt_len tokens, one outside shares none), so the shrunk workload is one vLLM
+and the workload contract accept; a shorter prompt takes its shared prefix down with it.
+The result is 1-minimal for these moves: no single move keeps the predicate true. The
+order follows the design's "minimal": fewest steps, then fewest requests, then the least
+sharing, then smallest numbers.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ _CONFIG_DEFAULTS: tuple[tuple[str, object], ...] = (
     ("scheduler_reserve_full_isl", True),
     ("enable_chunked_prefill", True),
     ("policy", POLICY_FCFS),
+    ("enable_prefix_caching", False),
 )
 
 
@@ -49,7 +53,14 @@ def is_admissible(w: Workload) -> bool:
     except InputError:
         return False
     return all(1 <= r.prompt_len < w.config.max_model_len for r in w.requests) and all(
-        r.arrival_step >= 1 and r.max_tokens >= 1 for r in w.requests)
+        r.arrival_step >= 1 and r.max_tokens >= 1 and _group_ok(r) for r in w.requests)
+
+
+def _group_ok(r: RequestSpec) -> bool:
+    """The contract's prefix-group rule (model/workload.py)."""
+    if r.prefix_group is None:
+        return r.shared_prefix_len == 0
+    return 1 <= r.shared_prefix_len <= r.prompt_len
 
 
 def shrink(workload: Workload, fails: Callable[[Workload], bool],
@@ -107,12 +118,23 @@ def _fewer_eos(w: Workload) -> Iterator[Workload]:
         yield replace(w, eos=w.eos[:i] + w.eos[i + 1:])
 
 
+def _ungrouped(w: Workload) -> Iterator[Workload]:
+    for i, r in enumerate(w.requests):
+        if r.prefix_group is not None:
+            yield _with_request(w, i, replace(r, prefix_group=None, shared_prefix_len=0))
+
+
 def _smaller_requests(w: Workload) -> Iterator[Workload]:
     for i, r in enumerate(w.requests):
         for field, floor in (("prompt_len", 1), ("max_tokens", 1), ("arrival_step", 1),
-                             ("priority", 0)):
+                             ("priority", 0), ("shared_prefix_len", 1)):
+            if field == "shared_prefix_len" and r.prefix_group is None:
+                continue
             for v in _smaller(getattr(r, field), floor):
-                yield _with_request(w, i, replace(r, **{field: v}))
+                smaller = replace(r, **{field: v})
+                if field == "prompt_len" and r.prefix_group is not None:
+                    smaller = replace(smaller, shared_prefix_len=min(r.shared_prefix_len, v))
+                yield _with_request(w, i, smaller)
 
 
 def _smaller_config(w: Workload) -> Iterator[Workload]:
@@ -144,20 +166,26 @@ def _with_config(w: Workload, cfg: Config) -> Workload:
 
 
 def _renamed(w: Workload) -> Iterator[Workload]:
-    """Ids renamed to r0, r1, ... in list order (only when that changes something)."""
+    """Ids renamed to r0, r1, ... and prefix groups to g0, g1, ... in list order (only
+    when that changes something)."""
     names = {r.id: f"r{i}" for i, r in enumerate(w.requests)}
-    if all(k == v for k, v in names.items()):
+    used = dict.fromkeys(r.prefix_group for r in w.requests if r.prefix_group is not None)
+    groups = {g: f"g{k}" for k, g in enumerate(used)}
+    if all(k == v for k, v in (*names.items(), *groups.items())):
         return
     yield replace(
         w,
-        requests=tuple(replace(r, id=names[r.id]) for r in w.requests),
+        requests=tuple(replace(r, id=names[r.id], prefix_group=groups.get(r.prefix_group))
+                       if r.prefix_group is not None else replace(r, id=names[r.id])
+                       for r in w.requests),
         eos=tuple(replace(e, id=names[e.id]) for e in w.eos),
     )
 
 
 MOVES: tuple[Callable[[Workload], Iterator[Workload]], ...] = (
-    _fewer_steps, _fewer_requests, _fewer_eos, _default_config, _smaller_config,
+    _fewer_steps, _fewer_requests, _fewer_eos, _ungrouped, _default_config, _smaller_config,
     _smaller_requests, _renamed,
 )
 """The shrinking moves, in the order tried: the design's "minimal" is fewest steps, then
-fewest requests, then smallest numbers; ids are renamed r0, r1, ... last."""
+fewest requests, then the least sharing, then smallest numbers; ids and groups are
+renamed r0, r1, ... and g0, g1, ... last."""
