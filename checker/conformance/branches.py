@@ -1,12 +1,24 @@
 """Which branches of vLLM's real scheduler a batch of workloads reaches.
 
 Measured on the real code: while `run_real_vllm` runs, a `sys.settrace` line tracer
-records the lines executed in vLLM's `scheduler.py`, `kv_cache_manager.py` and
-`sched/utils.py` (no coverage.py needed). Each branch of the modelled scope is named by
-the source line that only that branch executes, found by text (an anchor line, then the
-first line at or after it containing `target`), so the table survives line moves within
-the pinned version and fails loudly if the text is gone. Branches marked unreachable
-cannot be taken in the modelled scope (the reason is given) and are reported, not required.
+records the lines executed in the vLLM files the branches name (`scheduler.py`,
+`kv_cache_manager.py`, `sched/utils.py`; with prefix caching also `block_pool.py` and
+`single_type_kv_cache_manager.py`; no coverage.py needed). Each branch of the modelled
+scope is named by the source line that only that branch executes, found by text (an
+anchor line, then the first line at or after it containing `target`), so the table
+survives line moves within the pinned version and fails loudly if the text is gone.
+Branches marked unreachable cannot be taken in the modelled scope (the reason is given)
+and are reported, not required.
+
+Two refinements for what a line alone cannot tell:
+- `context="hit"`: the line counts only when executed inside an `allocate_slots` call
+  that adopts a prefix hit (e.g. the full-sequence check refusing a request with a hit);
+- `event`: a condition on values, not on lines (e.g. the num_tokens - 1 cap cutting a
+  cached block off a hit): a run feature of `generate.PREFIX_RUN_FEATURES`, read from the
+  records' cache facts or noted on the real engine by the driver's probe
+  (`vllm_real._CacheProbe`); the line is where upstream decides it.
+
+`BRANCH_SETS` groups them: `base` (every mode) and `prefix` (prefix caching on).
 """
 
 from __future__ import annotations
@@ -15,12 +27,15 @@ import functools
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from model.core.types import Workload
+
+if TYPE_CHECKING:
+    from checker.conformance.vllm_real import RealRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +50,15 @@ class Branch:
     what: str
     occurrence: int = 1
     unreachable: str = ""  # why the modelled scope cannot take it ("" = reachable)
+    context: str = ""  # "hit": counted only inside an allocate_slots call with a hit
+    event: str = ""  # counted by the driver's probe event of this name, not by the line
 
 
 _S = "v1/core/sched/scheduler.py"
 _K = "v1/core/kv_cache_manager.py"
 _U = "v1/core/sched/utils.py"
+_P = "v1/core/block_pool.py"
+_T = "v1/core/single_type_kv_cache_manager.py"
 
 BRANCHES: tuple[Branch, ...] = (
     Branch("long_prefill:adaptive_floor", _S,
@@ -107,6 +126,96 @@ BRANCHES: tuple[Branch, ...] = (
            "finished by max_tokens or max_model_len"),
 )
 
+_LOOKUP = "for block_hash in itertools.islice(full_block_hashes, max_length // block_size):"
+
+#: The branches prefix caching adds (in the order a request meets them).
+PREFIX_BRANCHES: tuple[Branch, ...] = (
+    Branch("lookup:run", _K, "max_cache_hit_length = request.num_tokens - 1",
+           "max_cache_hit_length = request.num_tokens - 1",
+           "prefix lookup of a waiting request (caching on, no prompt logprobs)"),
+    Branch("lookup:hit_block", _T, _LOOKUP, "computed.append(cached)",
+           "a cached block extends the hit"),
+    Branch("lookup:miss_break", _T, _LOOKUP, "break",
+           "the first uncached block ends the hit (chained hashes)"),
+    Branch("lookup:cap_num_tokens_minus_1", _K, "max_cache_hit_length = request.num_tokens - 1",
+           "max_cache_hit_length = request.num_tokens - 1",
+           "the num_tokens - 1 cap leaves a cached block out (recomputed)",
+           event="prefix:hit_capped"),
+    Branch("lookup:duplicate_returns_first", _P, "def get_one_block(self, key",
+           "return next(iter(blocks.values()))",
+           "a hash held by several blocks: the lookup takes the first inserted"),
+    Branch("alloc:evictable_hit_counted", _T,
+           "num_evictable_blocks = self._get_num_evictable_blocks(",
+           "num_evictable_blocks = self._get_num_evictable_blocks(",
+           "evictable hit blocks count in the need like new ones",
+           event="prefix:hit_evictable_need"),
+    Branch("alloc:evictable_hit_refused", _K,
+           "if required_blocks > available_blocks:", "return None",
+           "a hit on evictable blocks refused (by this check or the full-sequence one, 539): "
+           "evictable hit blocks need free ones (P5)", event="prefix:hit_evictable_refused"),
+    Branch("alloc:watermark_with_hit", _K, "watermark_blocks = self.watermark_blocks",
+           "watermark_blocks = self.watermark_blocks",
+           "a watermark above 0 counted for an admission with a hit",
+           event="prefix:hit_watermark"),
+    Branch("alloc:full_sequence_reject_with_hit", _K, "if full_sequence_must_fit:",
+           "return None", "full-sequence check refuses a request with a hit", context="hit"),
+    Branch("alloc:slots_reject_with_hit", _K, "if required_blocks > available_blocks:",
+           "return None", "the chunk's blocks do not fit, with a hit", context="hit"),
+    Branch("alloc:adopt_hit", _K, "# Append the new computed blocks to the request blocks",
+           "self.coordinator.allocate_new_computed_blocks(",
+           "hit blocks adopted after both checks passed"),
+    Branch("admit:resumed_with_hit", _S, "scheduled_resumed_reqs.append(request)",
+           "scheduled_resumed_reqs.append(request)",
+           "a preempted request resumes with a hit on its own blocks (P6)",
+           event="prefix:hit_resumed"),
+    Branch("pool:touch_evictable", _P, "if block.ref_cnt == 0 and not block.is_null:",
+           "self.free_block_queue.remove(block)",
+           "a hit takes an evictable block out of the free queue"),
+    Branch("pool:touch_shared", _P, "def touch(self, blocks", "block.ref_cnt += 1",
+           "a hit shares a block a running request holds (ref_cnt > 0)",
+           event="prefix:hit_shared"),
+    Branch("pool:touch_same_step", _P, "def touch(self, blocks", "block.ref_cnt += 1",
+           "a hit on a block cached earlier in the same step", event="prefix:hit_same_step"),
+    Branch("pool:reuse_unhashed", _P, "evicted_hashes = self._remove_cached_block_hashes(block)",
+           "return False", "get_new_blocks reuses a block without a hash"),
+    Branch("pool:evict_on_reuse", _P,
+           "evicted_hashes = self._remove_cached_block_hashes(block)", "return True",
+           "get_new_blocks evicts a cached block from the queue head (lazy eviction)"),
+    Branch("map:pop_keeps_other_copies", _P, "# Try to pop block_id from the block dict",
+           "self._cache[key] = blocks", "evicting one copy of a duplicated hash keeps the others"),
+    Branch("cache:full_block", _P, "num_hash_tokens = (num_cached_blocks + i + 1) * block_size",
+           "self._insert_block_hash(", "a full block is cached at allocate_slots time"),
+    Branch("cache:nothing_new", _T, "num_full_blocks = num_tokens // self.block_size",
+           "return", "cache_blocks: no newly full block to cache"),
+    Branch("map:first_copy", _P, "def insert(self, key", "self._cache[key] = block",
+           "a hash cached on its first block"),
+    Branch("map:second_copy", _P, "elif isinstance(blocks, KVCacheBlock):",
+           "self._cache[key] = {blocks.block_id: blocks, block.block_id: block}",
+           "the same hash cached on a second block (no de-duplication)"),
+    Branch("map:second_copy_after_cap", _P, "elif isinstance(blocks, KVCacheBlock):",
+           "self._cache[key] = {blocks.block_id: blocks, block.block_id: block}",
+           "a duplicate from recomputing the block the cap left out", occurrence=1,
+           event="prefix:duplicate_after_cap"),
+    Branch("map:second_copy_on_resume", _P, "elif isinstance(blocks, KVCacheBlock):",
+           "self._cache[key] = {blocks.block_id: blocks, block.block_id: block}",
+           "a duplicate cached by a resumed request (its hit stopped short of its blocks)",
+           event="prefix:duplicate_on_resume"),
+    Branch("map:more_copies", _P, "# If it's already a dict, simply insert the block",
+           "blocks[block.block_id] = block", "the same hash cached on a third block or more"),
+    Branch("free:hashed_to_tail", _P, "# FIFO reuse of cached blocks for LRU eviction",
+           "blocks_to_evict_last.append(block)",
+           "a freed cached block goes to the free queue's tail (evicted last)"),
+    Branch("free:unhashed_to_head", _P, "# LIFO reuse of non-cached blocks",
+           "blocks_to_evict_first.append(block)",
+           "a freed block without a hash goes to the queue's head (reused first)"),
+    Branch("free:still_held", _P, "def free_blocks(self, ordered_blocks", "block.ref_cnt -= 1",
+           "a freed block stays held by another request (ref_cnt > 0)",
+           event="prefix:free_still_held"),
+)
+
+#: The branch lists a mode's coverage report can name (`modes.Mode.branch_sets`).
+BRANCH_SETS: dict[str, tuple[Branch, ...]] = {"base": BRANCHES, "prefix": PREFIX_BRANCHES}
+
 
 @functools.cache
 def _vllm_root() -> str:
@@ -116,10 +225,10 @@ def _vllm_root() -> str:
 
 
 @functools.cache
-def branch_lines() -> dict[str, tuple[str, int]]:
+def branch_lines(branches: tuple[Branch, ...] = BRANCHES) -> dict[str, tuple[str, int]]:
     """Branch name -> (absolute file path, line number) in the installed vLLM."""
     out: dict[str, tuple[str, int]] = {}
-    for b in BRANCHES:
+    for b in branches:
         path = os.path.join(_vllm_root(), b.file)
         with open(path) as f:
             lines = f.read().splitlines()
@@ -143,16 +252,24 @@ def branch_lines() -> dict[str, tuple[str, int]]:
     return out
 
 
+def where(name: str, branches: tuple[Branch, ...] = BRANCHES) -> str:
+    """`file:line` of a branch, the file relative to the vllm package."""
+    path, line = branch_lines(branches)[name]
+    return f"{os.path.relpath(path, os.path.dirname(_vllm_root()))}:{line}"
+
+
 class _LineTracer:
-    """Records (file, line) pairs executed in the traced files while active."""
+    """Records (file, line, context) triples executed in the traced files while active;
+    `context` is whatever the caller set it to around a call (see `_tag_hits`)."""
 
     def __init__(self, files: Iterable[str]) -> None:
         self.files = frozenset(files)
-        self.lines: set[tuple[str, int]] = set()
+        self.lines: set[tuple[str, int, str]] = set()
+        self.context = ""
 
     def _local(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event == "line":
-            self.lines.add((frame.f_code.co_filename, frame.f_lineno))
+            self.lines.add((frame.f_code.co_filename, frame.f_lineno, self.context))
         return self._local
 
     def _global(self, frame: FrameType, event: str, arg: Any) -> Any:
@@ -169,24 +286,69 @@ class _LineTracer:
         sys.settrace(self._previous)
 
 
-def branches_hit(workload: Workload) -> frozenset[str]:
-    """The BRANCHES that one real run of `workload` takes."""
-    from checker.conformance.vllm_real import run_real_vllm
+def _tag_hits(tracer: _LineTracer) -> Callable[[Any], None]:
+    """An `instrument` for the driver: inside an allocate_slots call that adopts a prefix
+    hit, the tracer's context is "hit"."""
 
-    targets = branch_lines()
+    def instrument(sched: Any) -> None:
+        kv = sched.kv_cache_manager
+        allocate_slots = kv.allocate_slots
+
+        def tagged(request: Any, num_new_tokens: int, num_new_computed_tokens: int = 0,
+                   *args: Any, **kwargs: Any) -> Any:
+            previous = tracer.context
+            tracer.context = "hit" if num_new_computed_tokens > 0 else ""
+            try:
+                return allocate_slots(request, num_new_tokens, num_new_computed_tokens,
+                                      *args, **kwargs)
+            finally:
+                tracer.context = previous
+
+        kv.allocate_slots = tagged
+
+    return instrument
+
+
+def trace(workload: Workload, branches: tuple[Branch, ...] = BRANCHES
+          ) -> tuple[frozenset[str], RealRun]:
+    """One traced real run of `workload`: the `branches` it takes, and the run."""
+    from checker.conformance.generate import run_features
+    from checker.conformance.vllm_real import run_real_vllm_detailed
+
+    targets = branch_lines(branches)
     with _LineTracer({path for path, _ in targets.values()}) as tracer:
-        run_real_vllm(workload)
-    return frozenset(name for name, where in targets.items() if where in tracer.lines)
+        run = run_real_vllm_detailed(workload, instrument=_tag_hits(tracer))
+    events = run_features(workload, run.records, run.events)
+    taken = set()
+    for b in branches:
+        path, line = targets[b.name]
+        if b.event:
+            hit = b.event in events
+        elif b.context:
+            hit = (path, line, b.context) in tracer.lines
+        else:
+            hit = any((path, line, c) in tracer.lines for c in ("", "hit"))
+        if hit:
+            taken.add(b.name)
+    return frozenset(taken), run
 
 
-def branch_counts(workloads: Iterable[Workload]) -> Counter[str]:
+def branches_hit(workload: Workload,
+                 branches: tuple[Branch, ...] = BRANCHES) -> frozenset[str]:
+    """The `branches` that one real run of `workload` takes."""
+    return trace(workload, branches)[0]
+
+
+def branch_counts(workloads: Iterable[Workload],
+                  branches: tuple[Branch, ...] = BRANCHES) -> Counter[str]:
     """For each branch, the number of workloads whose real run takes it."""
-    counts: Counter[str] = Counter({b.name: 0 for b in BRANCHES})
+    counts: Counter[str] = Counter({b.name: 0 for b in branches})
     for w in workloads:
-        counts.update(branches_hit(w))
+        counts.update(branches_hit(w, branches))
     return counts
 
 
-def missing_reachable(counts: Counter[str]) -> tuple[str, ...]:
+def missing_reachable(counts: Counter[str],
+                      branches: tuple[Branch, ...] = BRANCHES) -> tuple[str, ...]:
     """The reachable branches that no workload took."""
-    return tuple(b.name for b in BRANCHES if not b.unreachable and counts[b.name] == 0)
+    return tuple(b.name for b in branches if not b.unreachable and counts[b.name] == 0)
