@@ -1,5 +1,8 @@
 """`python -m checker.conformance`: compare the vLLM reference with vLLM's real scheduler
-on N generated workloads.
+on N generated workloads of one mode.
+
+Modes (--mode):
+{modes}
 
 Prints the workloads and steps compared and the agreement; on a divergence, the shrunk
 (minimal) workload as JSON and its first diverging step side by side, and exits 1.
@@ -12,9 +15,10 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 
-from checker.conformance.generate import random_workload
+from checker.conformance.modes import DEFAULT_MODE, MODES, Mode
 from model.core.types import Workload
 from model.vllm.config import VLLM_VERSION
 from model.workload import workload_to_json
@@ -24,8 +28,13 @@ EXIT_OK, EXIT_DIVERGED, EXIT_UNAVAILABLE = 0, 1, 2
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
-    parser = argparse.ArgumentParser(prog="python -m checker.conformance", description=__doc__,
+    modes = "\n".join(f"  {m.name:8} {m.what}" for m in MODES.values())
+    parser = argparse.ArgumentParser(prog="python -m checker.conformance",
+                                     description=(__doc__ or "").format(modes=modes),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=tuple(MODES), default=DEFAULT_MODE,
+                        help=f"which scheduler features the workloads turn on: "
+                             f"{', '.join(MODES)} (default {DEFAULT_MODE})")
     parser.add_argument("--count", type=int, default=100, help="workloads (default 100)")
     parser.add_argument("--steps", type=int, default=30, help="steps each (default 30)")
     parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
@@ -49,10 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNAVAILABLE
     from checker.conformance.compare import compare, steps_agreeing
 
+    mode = MODES[args.mode]
     start = time.monotonic()
     steps_compared = steps_agreed = workloads_agreed = 0
     first: tuple[int, Workload] | None = None
-    workloads = [random_workload(args.seed + i, args.steps) for i in range(args.count)]
+    workloads = [mode.generate(args.seed + i, args.steps) for i in range(args.count)]
     for i, w in enumerate(workloads):
         divergence = compare(w)
         compared, agreed = steps_agreeing(w, divergence)
@@ -66,12 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             first = (args.seed + i, divergence.workload)
     elapsed = time.monotonic() - start
     print(f"compared {args.count} workloads ({steps_compared} steps) against vLLM "
-          f"{VLLM_VERSION}'s real Scheduler in {elapsed:.1f} s")
+          f"{VLLM_VERSION}'s real {mode.scheduler} in {elapsed:.1f} s (mode {mode.name}: "
+          f"{mode.what})")
     print(f"workloads agreeing: {workloads_agreed}/{args.count} "
           f"({100.0 * workloads_agreed / args.count:.1f}%); steps agreeing: "
           f"{steps_agreed}/{steps_compared} ({100.0 * steps_agreed / max(1, steps_compared):.1f}%)")
     if args.coverage:
-        _print_coverage(workloads)
+        _print_coverage(mode, workloads)
     if first is None:
         return EXIT_OK
     seed, workload = first
@@ -94,29 +105,31 @@ def _print_minimal(seed: int, workload: Workload, shrink_it: bool) -> None:
     print(divergence.render(), end="")
 
 
-def _print_coverage(workloads: Sequence[Workload]) -> None:
-    from checker.conformance.branches import BRANCHES, branch_counts, missing_reachable
-    from checker.conformance.generate import (
-        RUN_FEATURES,
-        STATIC_FEATURES,
-        run_features,
-        workload_features,
-    )
-    from checker.conformance.vllm_real import run_real_vllm
+def _print_coverage(mode: Mode, workloads: Sequence[Workload]) -> None:
+    from checker.conformance.branches import BRANCH_SETS, missing_reachable, trace, where
+    from checker.conformance.generate import run_features, workload_features
 
-    counts = branch_counts(workloads)
-    print("\nupstream branches reached (workloads taking each, line-traced in vLLM):")
-    for b in BRANCHES:
-        note = f"  [unreachable: {b.unreachable}]" if b.unreachable else ""
-        print(f"  {counts[b.name]:5d}  {b.name:40} {b.what}{note}")
-    features: dict[str, int] = {f: 0 for f in (*STATIC_FEATURES, *RUN_FEATURES)}
+    branches = tuple(b for name in mode.branch_sets for b in BRANCH_SETS[name])
+    counts: Counter[str] = Counter({b.name: 0 for b in branches})
+    features: dict[str, int] = {f: 0 for f in mode.features}
     for w in workloads:
-        for f in workload_features(w) | run_features(w, run_real_vllm(w)):
-            features[f] += 1
+        taken, run = trace(w, branches)
+        counts.update(taken)
+        for f in (workload_features(w) | run_features(w, run.records, run.events)):
+            if f in features:
+                features[f] += 1
+    print("\nupstream branches reached (workloads taking each, line-traced in vLLM; "
+          "'event': a condition the driver's probe or the records show, at that line):")
+    for b in branches:
+        how = " [event]" if b.event else " [in a call with a hit]" if b.context else ""
+        note = f"  [unreachable: {b.unreachable}]" if b.unreachable else ""
+        print(f"  {counts[b.name]:5d}  {b.name:40} {where(b.name, branches):48} "
+              f"{b.what}{how}{note}")
     print("workload and run features (workloads having each):")
     for name, n in features.items():
         print(f"  {n:5d}  {name}")
-    missing = missing_reachable(counts) + tuple(f for f, n in features.items() if n == 0)
+    missing = missing_reachable(counts, branches) + tuple(
+        f for f, n in features.items() if n == 0)
     print(f"not reached: {', '.join(missing) if missing else 'none'}")
 
 

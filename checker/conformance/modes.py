@@ -1,0 +1,53 @@
+"""The conformance modes: which of vLLM's scheduler features a run turns on, the workloads
+its generator draws, and the features and upstream branches its coverage report counts.
+
+A mode is a row of `MODES`. The driver (`vllm_real`) reads everything it needs from each
+workload's Config (today `enable_prefix_caching`), so a mode is only a generator and
+its report lists; the AsyncScheduler modes (`async`, `async+prefix`) will be rows here
+that draw configs with async scheduling on, plus the driver's switch on that field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from checker.conformance.generate import (
+    PREFIX_RUN_FEATURES,
+    PREFIX_STATIC_FEATURES,
+    RUN_FEATURES,
+    STATIC_FEATURES,
+    random_prefix_workload,
+    random_workload,
+)
+from model.core.types import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    """One conformance mode.
+
+    `generate(seed, steps)` draws its workloads; `scheduler` names the vLLM class the
+    workloads run on (for the report); `features` are the workload and run features its
+    coverage report counts, `branch_sets` the names of `branches.BRANCH_SETS` it lists.
+    """
+
+    name: str
+    what: str
+    generate: Callable[[int, int], Workload]
+    scheduler: str
+    features: tuple[str, ...]
+    branch_sets: tuple[str, ...]
+
+
+MODES: dict[str, Mode] = {
+    m.name: m for m in (
+        Mode("off", "the synchronous Scheduler, prefix caching off (the default)",
+             random_workload, "Scheduler", (*STATIC_FEATURES, *RUN_FEATURES), ("base",)),
+        Mode("prefix", "the synchronous Scheduler, prefix caching on, shared prefixes built "
+             "from real token ids", random_prefix_workload, "Scheduler",
+             (*STATIC_FEATURES, *PREFIX_STATIC_FEATURES, *RUN_FEATURES,
+              *PREFIX_RUN_FEATURES), ("base", "prefix")),
+    )
+}
+DEFAULT_MODE = "off"
