@@ -15,22 +15,32 @@ import pytest
 from checker.conformance.compare import Divergence, first_divergence
 from checker.conformance.generate import (
     BREAKABLE_RULES,
+    PREFIX_STATIC_FEATURES,
     STATIC_FEATURES,
     random_any_config,
+    random_prefix_workload,
     random_workload,
     workload_features,
 )
+from checker.conformance.modes import MODES
 from checker.conformance.shrink import candidates, is_admissible, shrink
 from checker.conformance.validation import our_verdict, vllm_rules
-from checker.conformance.vllm_real import vllm_available, vllm_unavailable_reason
+from checker.conformance.vllm_real import (
+    VOCAB_SIZE,
+    TokenIds,
+    vllm_available,
+    vllm_unavailable_reason,
+)
 from model.core.types import EosEvent, RequestSpec, StepRecord, Workload
 from model.vllm.config import Config
 from model.vllm.validation import RULES
+from model.workload import parse_workload, workload_to_json
 
 needs_vllm = pytest.mark.skipif(
     not vllm_available(), reason=f"{vllm_unavailable_reason()}")
 
 BATCH = range(100)  # the seeds of the generated batch the conformance tests run
+PREFIX_BATCH = range(150)  # the same for the prefix mode (its runs are faster)
 
 
 # ------------------------------------------------------------------- generator (pure)
@@ -71,6 +81,72 @@ def test_vllm_messages_map_to_rule_names():
     assert vllm_rules("something else") == frozenset()
 
 
+def test_prefix_workloads_are_seeded_valid_and_survive_the_json_contract():
+    assert random_prefix_workload(3) == random_prefix_workload(3)
+    assert len({random_prefix_workload(s) for s in range(30)}) == 30
+    for seed in range(300):
+        w = random_prefix_workload(seed)
+        assert w.config.enable_prefix_caching and is_admissible(w), (seed, w)
+        assert parse_workload(workload_to_json(w)) == w
+
+
+def test_a_batch_of_prefix_workloads_has_every_prefix_feature():
+    seen = set().union(*(workload_features(random_prefix_workload(s)) for s in PREFIX_BATCH))
+    assert set(PREFIX_STATIC_FEATURES) - seen == set()
+    assert set(STATIC_FEATURES) - seen == set()
+    assert not set(PREFIX_STATIC_FEATURES) & workload_features(random_workload(0))
+
+
+def test_the_modes_are_named_in_help():
+    from checker.conformance.__main__ import build_parser
+
+    text = build_parser().format_help()
+    assert set(MODES) == {"off", "prefix"}
+    for mode in MODES.values():
+        assert f"  {mode.name:8} {mode.what}" in text
+    assert build_parser().parse_args([]).mode == "off"
+    assert not MODES["off"].generate(0, 30).config.enable_prefix_caching
+    assert MODES["off"].generate(5, 30) == random_workload(5)
+
+
+def _prefix_spec(rid: str, prompt: int, group: str | None, shared: int) -> RequestSpec:
+    return RequestSpec(id=rid, prompt_len=prompt, max_tokens=3, prefix_group=group,
+                       shared_prefix_len=shared)
+
+
+def test_real_token_ids_share_exactly_the_blocks_the_contract_shares():
+    bs = 4
+    reqs = (_prefix_spec("a", 12, "g", 12), _prefix_spec("b", 14, "g", 8),
+            _prefix_spec("c", 9, "g", 6), _prefix_spec("d", 12, "h", 12),
+            _prefix_spec("e", 12, None, 0), _prefix_spec("f", 12, "g", 12))
+    w = Workload(Config(block_size=bs, enable_prefix_caching=True), reqs)
+    ids = TokenIds.of(w)
+    prompts = {r.id: ids.prompt(r) for r in reqs}
+    assert prompts["a"][:3] == [1_000, 1_001, 1_002]  # group g's row
+    assert prompts["d"][:2] == [2_000, 2_001]  # group h's row
+    assert all(len(prompts[r.id]) == r.prompt_len for r in reqs)
+    for r in reqs:
+        for q in reqs:
+            for j in range(min(r.prompt_len, q.prompt_len) // bs):
+                end = (j + 1) * bs
+                contract = r.id == q.id or (r.prefix_group is not None
+                                            and r.prefix_group == q.prefix_group
+                                            and end <= min(r.shared_prefix_len,
+                                                           q.shared_prefix_len))
+                assert (prompts[r.id][:end] == prompts[q.id][:end]) == contract, (r, q, j)
+    outputs = [ids.output(r) for r in reqs]
+    everything = [t for p in prompts.values() for t in p]
+    assert len(set(outputs)) == len(reqs) and not set(outputs) & set(everything)
+    assert max(outputs) < VOCAB_SIZE and min(everything) > 2  # above EOS
+
+
+def test_long_prompts_widen_the_rows_so_ids_never_collide():
+    reqs = (_prefix_spec("a", 1_500, "g", 1_200), _prefix_spec("b", 1_500, "h", 1_000))
+    ids = TokenIds.of(Workload(Config(max_model_len=4_096, enable_prefix_caching=True), reqs))
+    a, b = ids.prompt(reqs[0]), ids.prompt(reqs[1])
+    assert ids.width == 2_000 and not set(a) & set(b)
+
+
 # -------------------------------------------------------------------- shrinker (pure)
 
 def _big_workload() -> Workload:
@@ -109,6 +185,39 @@ def test_every_shrink_candidate_is_smaller_in_one_respect():
                 or len(c.eos) < len(w.eos) or c.requests != w.requests or c.config != w.config)
 
 
+def test_shrinking_keeps_prefix_groups_valid():
+    w = random_prefix_workload(11)
+    assert any(r.prefix_group is not None for r in w.requests)
+
+    def fails(c: Workload) -> bool:  # "some grouped request shares at least 3 tokens"
+        return any(r.prefix_group is not None and r.shared_prefix_len >= 3
+                   for r in c.requests)
+
+    w = replace(w, requests=tuple(replace(r, shared_prefix_len=max(3, r.shared_prefix_len),
+                                          prompt_len=max(r.prompt_len, 3))
+                                  if r.prefix_group else r for r in w.requests))
+    assert fails(w) and is_admissible(w)
+    for c in candidates(w):
+        if is_admissible(c):
+            assert parse_workload(workload_to_json(c)) == c
+    for c in candidates(w):  # a shorter prompt takes its shared prefix down with it
+        for r in c.requests:
+            if r.prefix_group is not None:
+                assert 1 <= r.shared_prefix_len <= r.prompt_len
+    small = shrink(w, fails)
+    assert [(r.id, r.prompt_len, r.prefix_group, r.shared_prefix_len)
+            for r in small.requests] == [("r0", 3, "g0", 3)]
+    assert small.steps == 1 and not small.config.enable_prefix_caching
+
+
+def test_a_grouped_request_must_share_and_an_ungrouped_one_must_not():
+    w = Workload(Config(enable_prefix_caching=True), (_prefix_spec("a", 8, "g", 8),))
+    assert is_admissible(w)
+    for bad in (_prefix_spec("a", 8, "g", 0), _prefix_spec("a", 8, "g", 9),
+                _prefix_spec("a", 8, None, 2)):
+        assert not is_admissible(replace(w, requests=(bad,)))
+
+
 # ------------------------------------------------------------------ rendering (pure)
 
 def _record(step: int, scheduled: tuple[tuple[str, int], ...], free: int) -> StepRecord:
@@ -137,6 +246,25 @@ def test_the_first_differing_step_is_reported_side_by_side():
         "  waiting             | -                  | -\n"
         "  token_budget_left   | 0                  | 0\n")
     assert first_divergence(w, real, real) is None
+
+
+def test_cache_facts_are_compared_one_by_one_and_shown_by_name():
+    w = _big_workload()
+    facts = (("prefix_hits", {"a": 8}), ("blocks_in_use", 3), ("cached_blocks", 4))
+    real = (replace(_record(1, (("a", 4),), 9), extra=facts),)
+    same = (replace(_record(1, (("a", 4),), 9), extra=facts[::-1]),)  # order is no matter
+    assert first_divergence(w, real, same) is None
+    other = (replace(_record(1, (("a", 4),), 9),
+                     extra=(("prefix_hits", {"a": 4}), *facts[1:])),)
+    d = first_divergence(w, real, other)
+    assert d is not None and d.fields == ("prefix_hits",)
+    text = d.render()
+    assert "* prefix_hits         | a:8                | a:4" in text
+    assert "  cached_blocks       | 4                  | 4" in text
+    missing = (_record(1, (("a", 4),), 9),)
+    d = first_divergence(w, real, missing)
+    assert d is not None and d.fields == ("prefix_hits", "blocks_in_use", "cached_blocks")
+    assert "(absent)" in d.render()
 
 
 def test_a_missing_step_is_a_divergence():
@@ -350,3 +478,206 @@ def test_a_departing_reference_is_caught_shrunk_and_reported(monkeypatch, capsys
     assert "workloads agreeing: 0/1 (0.0%)" in out
     assert "minimal diverging workload (from seed 1):" in out
     assert "* preempted           | r0 r2              | r2 r0" in out
+
+
+# ------------------------------------------- prefix caching on the real engine (marker)
+# The digest's scenarios (notes/vllm_prefix_async.md, section 8), block size 4; each is
+# compared step by step with the reference, and the digest's figures are pinned.
+
+PFX = Config(max_num_batched_tokens=64, max_num_seqs=8, max_model_len=64, block_size=4,
+             num_gpu_blocks=32, enable_prefix_caching=True)
+
+
+def _grouped(rid: str, prompt: int, max_tokens: int, arrival: int, group: str | None = "g",
+             shared: int | None = None) -> RequestSpec:
+    return RequestSpec(id=rid, prompt_len=prompt, max_tokens=max_tokens, arrival_step=arrival,
+                       prefix_group=group,
+                       shared_prefix_len=(prompt if shared is None else shared) if group else 0)
+
+
+def _agreeing(w: Workload) -> dict[int, StepRecord]:
+    """The real engine's records of `w`, after checking the reference agrees on each."""
+    from checker.conformance.compare import compare
+
+    divergence = compare(w)
+    assert divergence is None, divergence.render()
+    return _real(w)
+
+
+def _facts(record: StepRecord) -> dict[str, object]:
+    return dict(record.extra)
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_p2_a_cached_prompt_hits_all_but_its_last_block():
+    w = Workload(PFX, (_grouped("A", 12, 1, 1), _grouped("B", 12, 2, 2),
+                       _grouped("C", 13, 1, 3, shared=12), _grouped("D", 11, 1, 4),
+                       _grouped("E", 12, 1, 5, shared=8)), steps=5)
+    s = _agreeing(w)
+    assert _facts(s[1])["prefix_hits"] == {"A": 0}
+    # B = A's 12 tokens: the cap at num_tokens - 1 leaves block 3 out, recomputed as a
+    # second copy of its hash (cached_blocks 4 for 3 hashes).
+    assert (dict(s[2].scheduled), _facts(s[2])["prefix_hits"]) == ({"B": 4}, {"B": 8})
+    assert dict(s[2].num_computed_tokens)["B"] == 12 and _facts(s[2])["cached_blocks"] == 4
+    assert (dict(s[3].scheduled)["C"], _facts(s[3])["prefix_hits"]) == (1, {"C": 12})
+    assert (dict(s[4].scheduled), _facts(s[4])["prefix_hits"]) == ({"D": 3}, {"D": 8})
+    assert (dict(s[5].scheduled), _facts(s[5])["prefix_hits"]) == ({"E": 4}, {"E": 8})
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_p3_a_request_hits_blocks_cached_earlier_in_the_same_step():
+    w = Workload(PFX, (_grouped("A", 15, 2, 1, shared=12), _grouped("B", 15, 2, 1, shared=12)),
+                 steps=2)
+    s = _agreeing(w)
+    assert dict(s[1].scheduled) == {"A": 15, "B": 3}
+    assert _facts(s[1])["prefix_hits"] == {"A": 0, "B": 12}
+    assert _facts(s[1])["blocks_in_use"] == 5  # A's 4 blocks and B's own last one
+    # P3b: A chunked to 10 tokens caches 2 blocks; B, blocked by budget, hits all 3 after
+    # A's second chunk in the next step.
+    chunked = replace(w, config=replace(PFX, max_num_batched_tokens=10, max_num_seqs=2),
+                      steps=3)
+    s = _agreeing(chunked)
+    assert (dict(s[1].scheduled), _facts(s[1])["cached_blocks"]) == ({"A": 10}, 2)
+    assert (dict(s[2].scheduled), _facts(s[2])["prefix_hits"]) == ({"A": 5, "B": 3},
+                                                                  {"B": 12})
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_p4_reuse_evicts_the_least_recently_freed_and_a_chain_tail_first():
+    # X's 3 cached blocks go to the free queue's tail in reverse (3# 2# 1#), its partial
+    # block to the head: Y (20 tokens, no hit) takes the 4 free blocks and evicts 3#.
+    w = Workload(replace(PFX, num_gpu_blocks=8),
+                 (_grouped("X", 14, 1, 1), _grouped("Y", 20, 1, 2, group=None),
+                  _grouped("Z", 14, 1, 3)), steps=3)
+    s = _agreeing(w)
+    assert (_facts(s[1])["cached_blocks"], s[1].finished) == (3, (("X", "length"),))
+    assert (s[2].free_blocks, _facts(s[2])["evictable_blocks"]) == (2, 2)
+    assert (dict(s[3].scheduled), _facts(s[3])["prefix_hits"]) == ({"Z": 6}, {"Z": 8})
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_p5_an_evictable_hit_still_needs_free_blocks():
+    reqs = (_grouped("A", 16, 1, 1), _grouped("B", 17, 3, 2, shared=16))
+    s = _agreeing(Workload(replace(PFX, num_gpu_blocks=5), reqs, steps=3))
+    # B hits A's 4 blocks, all evictable: they come out of the free queue like new ones,
+    # so B needs 5 blocks against 4 free and waits.
+    for k in (2, 3):
+        assert (s[k].scheduled, s[k].waiting, s[k].free_blocks) == ((), ("B",), 4)
+        assert _facts(s[k])["evictable_blocks"] == 4
+    # P5b: one more block and B is admitted with its hit of 16, leaving 0 free.
+    s = _agreeing(Workload(replace(PFX, num_gpu_blocks=6), reqs, steps=3))
+    assert (dict(s[2].scheduled), _facts(s[2])["prefix_hits"], s[2].free_blocks) == (
+        {"B": 1}, {"B": 16}, 0)
+    # With a 6th usable block, C (the same prompt) hits B's blocks, which B holds: it
+    # needs only its own last block.
+    reqs += (_grouped("C", 17, 2, 3, shared=16),)
+    s = _agreeing(Workload(replace(PFX, num_gpu_blocks=7), reqs, steps=4))
+    assert (dict(s[3].scheduled), _facts(s[3])["prefix_hits"]) == ({"B": 1, "C": 1},
+                                                                  {"C": 16})
+    assert (s[3].free_blocks, _facts(s[3])["blocks_in_use"]) == (0, 6)
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_p6_a_preempted_request_resumes_by_hitting_its_own_blocks():
+    # 7 usable blocks; L and M decode from 8-token prompts until at step 6 L takes the
+    # last free block and M preempts itself: its 3 full blocks stay cached (evictable).
+    def run(l_max: int, steps: int) -> dict[int, StepRecord]:
+        reqs = (_grouped("L", 8, l_max, 1, group=None), _grouped("M", 8, 20, 1, group=None))
+        return _agreeing(Workload(replace(PFX, num_gpu_blocks=8), reqs, steps=steps))
+
+    s = run(9, 11)
+    assert (s[6].preempted, _facts(s[6])["evictable_blocks"]) == (("M",), 3)
+    assert s[9].finished == (("L", "length"),)
+    # M's 13 tokens: all 3 blocks hit (12, capped at num_tokens - 1), 1 token scheduled.
+    assert (dict(s[10].scheduled), s[10].resumed, _facts(s[10])["prefix_hits"]) == (
+        {"M": 1}, ("M",), {"M": 12})
+    # When L lives two steps longer it takes M's last cached block (evicting it): M
+    # resumes at step 12 with a hit of 8 and recomputes 5 tokens.
+    s = run(11, 13)
+    assert (dict(s[12].scheduled), s[12].resumed, _facts(s[12])["prefix_hits"]) == (
+        {"M": 5}, ("M",), {"M": 8})
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_cache_facts_appear_only_with_prefix_caching_on():
+    w = Workload(PFX, (_grouped("A", 12, 2, 1), _grouped("B", 12, 2, 2)), steps=3)
+    keys = ["prefix_hits", "blocks_in_use", "cached_blocks", "evictable_blocks",
+            "released_blocks"]
+    assert all([k for k, _ in r.extra] == keys for r in _real(w).values())
+    off = replace(w, config=replace(PFX, enable_prefix_caching=False))
+    assert all(r.extra == () for r in _real(off).values())
+    assert dict(_real(off)[2].scheduled) == {"A": 1, "B": 12}  # no hit with caching off
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_the_reference_agrees_on_every_generated_prefix_caching_step():
+    from checker.conformance.compare import compare
+
+    for seed in PREFIX_BATCH:
+        divergence = compare(random_prefix_workload(seed))
+        assert divergence is None, f"seed {seed}:\n{divergence.render()}"
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_the_prefix_batch_reaches_every_prefix_branch_and_feature():
+    from checker.conformance.branches import BRANCH_SETS, missing_reachable, trace
+    from checker.conformance.generate import run_features
+
+    branches = BRANCH_SETS["base"] + BRANCH_SETS["prefix"]
+    counts = {b.name: 0 for b in branches}
+    features = dict.fromkeys(MODES["prefix"].features, 0)
+    for seed in PREFIX_BATCH:
+        w = random_prefix_workload(seed)
+        taken, run = trace(w, branches)
+        for name in taken:
+            counts[name] += 1
+        for f in workload_features(w) | run_features(w, run.records, run.events):
+            features[f] = features.get(f, 0) + 1
+    from collections import Counter
+
+    assert missing_reachable(Counter(counts), branches) == ()
+    assert [f for f in MODES["prefix"].features if features[f] == 0] == []
+    often = len(PREFIX_BATCH) // 20  # each prefix-caching feature in 1 run out of 20
+    rare = {f: n for f, n in features.items() if f.startswith("prefix:") and n < often}
+    assert rare == {}
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_a_reference_wrong_about_hits_is_caught_and_shrunk_to_a_valid_workload(
+        monkeypatch, capsys):
+    import json
+
+    import model.vllm.reference as reference
+    from checker.conformance.__main__ import main
+    from checker.conformance.vllm_real import run_real_vllm
+
+    def hits(w: Workload) -> bool:
+        return any(any(dict(r.extra)["prefix_hits"].values()) for r in run_real_vllm(w))
+
+    seed = next(s for s in PREFIX_BATCH if hits(random_prefix_workload(s)))
+    honest = reference.iter_steps
+
+    def no_hits(workload):  # a reference that reports every hit as 0
+        for views, record in honest(workload):
+            facts = tuple((k, {r: 0 for r in v} if k == "prefix_hits" else v)
+                          for k, v in record.extra)
+            yield views, replace(record, extra=facts)
+
+    monkeypatch.setattr(reference, "iter_steps", no_hits)
+    assert main(["--mode", "prefix", "--count", "1", "--seed", str(seed)]) == 1
+    out = capsys.readouterr().out
+    assert "prefix_hits differ" in out
+    line = out.split(f"minimal diverging workload (from seed {seed}):\n")[1].splitlines()[0]
+    minimal = parse_workload(json.loads(line))
+    assert minimal.config.enable_prefix_caching
+    assert is_admissible(minimal) and len(minimal.requests) == 2
+    assert "* prefix_hits" in out
