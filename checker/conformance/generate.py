@@ -492,14 +492,15 @@ def _prefix_run_features(w: Workload, records: Sequence[StepRecord]) -> set[str]
     out: set[str] = set()
     for rec in records:
         facts = dict(rec.extra)
-        hits: dict[str, int] = facts.get("prefix_hits", {})  # type: ignore[assignment]
-        if any(hits.values()):
+        hits = facts.get("prefix_hits")
+        if isinstance(hits, dict) and any(hits.values()):
             out.add("prefix:hit")
-        if any(hits.get(rid, 0) for rid in rec.resumed):
-            out.add("prefix:hit_resumed")
+            if any(hits.get(rid, 0) for rid in rec.resumed):
+                out.add("prefix:hit_resumed")
         computed = dict(rec.num_computed_tokens)
         held = sum(_cdiv(computed[rid], bs) for rid in rec.running)
-        if "blocks_in_use" in facts and held > facts["blocks_in_use"]:  # type: ignore[operator]
+        in_use = facts.get("blocks_in_use")
+        if isinstance(in_use, int) and held > in_use:
             out.add("prefix:shared_blocks_held")
     return out
 
