@@ -198,7 +198,8 @@ PREFIX_BRANCHES: tuple[Branch, ...] = (
            event="prefix:duplicate_after_cap"),
     Branch("map:second_copy_on_resume", _P, "elif isinstance(blocks, KVCacheBlock):",
            "self._cache[key] = {blocks.block_id: blocks, block.block_id: block}",
-           "a duplicate cached by a resumed request (its hit stopped short of its blocks)",
+           "a duplicate cached by a request preempted before (mid-prefill, it comes back "
+           "to a fully cached prompt and the cap recomputes its last block)",
            event="prefix:duplicate_on_resume"),
     Branch("map:more_copies", _P, "# If it's already a dict, simply insert the block",
            "blocks[block.block_id] = block", "the same hash cached on a third block or more"),
