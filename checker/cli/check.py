@@ -39,7 +39,7 @@ from checker.show.progress import Progress
 from model import registry as engines
 from model.core.errors import ConfigError, InputError
 from model.vllm.config import ENGINE_VLLM_V1, Config
-from model.workload import config_rejection, load_workload
+from model.workload import config_rejection, parse_workload, read_json
 from properties import catalogue
 from properties.manifest import Entry, NamedConfig, custom_config, load, with_bounds
 
@@ -146,7 +146,13 @@ def _select(args: argparse.Namespace) -> list[tuple[Entry | None, NamedConfig, s
 def _custom_rows(args: argparse.Namespace, entries: list[Entry],
                  configs: dict[str, NamedConfig]) -> list:
     if args.config_file:
-        workload = load_workload(args.config_file, need_requests=False)
+        doc = read_json(args.config_file, "pass a workload JSON file with a 'config'",
+                        "config file")
+        if not isinstance(doc, dict) or "config" not in doc:
+            raise InputError(f"{args.config_file} has no 'config' to check; give a workload "
+                             "JSON whose 'config' holds the engine's fields "
+                             "(docs/simulation_contract.md)")
+        workload = parse_workload(doc, need_requests=False)
         if workload.engine != args.engine:
             raise InputError(f"{args.config_file} is a {workload.engine} workload but "
                              f"--engine is {args.engine}; pass --engine {workload.engine}")

@@ -22,6 +22,9 @@ from model.run import simulate
 from model.workload import config_rejection, parse_workload, read_json
 
 DEFAULT_ENGINES = ("vllm-v1", "sglang", "mistralrs", "static", "dynamic")
+# compare observes every request in every step under each engine (the Step observables),
+# a cost per request-step some fifty times the reference's: 10^5 takes seconds.
+MAX_COMPARE_REQUEST_STEPS = 100_000
 _TOP_KEYS = {"config", "requests", "steps", "engine_config"}
 
 
@@ -137,6 +140,13 @@ def parse_compare_workload(doc: Any) -> tuple[NeutralConfig, dict[str, Any], Wor
             raise InputError(f"engine_config[{name!r}]: {exc}") from None
     body = {k: doc[k] for k in ("requests", "steps") if k in doc}
     workload = parse_workload({"engine": "dynamic", "config": {}, **body})
+    arriving = sum(r.arrival_step <= workload.steps for r in workload.requests)
+    if arriving * workload.steps > MAX_COMPARE_REQUEST_STEPS:
+        raise InputError(f"compare runs {arriving} requests for {workload.steps} steps on "
+                         f"each engine, {arriving * workload.steps} request-steps, more than "
+                         f"the {MAX_COMPARE_REQUEST_STEPS} compare takes "
+                         "(docs/simulation_contract.md, limits); lower 'steps' or compare "
+                         "fewer requests")
     return neutral, overrides, workload
 
 

@@ -12,9 +12,9 @@ from model.core.types import Workload
 MAX_INT = 2**63 - 1  # every integer of a workload, config or flag fits in 64 bits
 MAX_STEPS = 100_000  # steps of one simulation
 MAX_REQUESTS = 10_000  # requests (and eos entries) of one workload
-# Requests x steps of one run: the reference and the step observables are linear in each,
-# and a command does a few such passes.
-MAX_REQUEST_STEPS = 10_000_000
+# Requests x steps of one run: the reference's records hold every queue of every step, so
+# time and memory grow with the product (10^6: a few seconds and a few hundred MB).
+MAX_REQUEST_STEPS = 1_000_000
 MAX_NESTING = 32  # JSON/YAML nesting; the deepest batchproof document nests 6 levels
 MAX_FILE_BYTES = 64 * 2**20  # an input file
 
@@ -46,9 +46,9 @@ def check_size(workload: Workload) -> None:
             "the requests")
 
 
-def check_nesting(doc: Any, where: str, fix: str) -> None:
-    """InputError when lists and objects in `doc` nest deeper than MAX_NESTING (walked
-    without recursion, so any depth is refused cleanly)."""
+def check_nesting(doc: Any, where: str, fix: str, syntax: str = "JSON") -> None:
+    """InputError when lists and objects in `doc` (read from `syntax`, JSON or YAML) nest
+    deeper than MAX_NESTING (walked without recursion, so any depth is refused cleanly)."""
     stack: list[tuple[Any, int]] = [(doc, 1)]
     while stack:
         value, depth = stack.pop()
@@ -59,7 +59,7 @@ def check_nesting(doc: Any, where: str, fix: str) -> None:
         else:
             continue
         if depth > MAX_NESTING:
-            raise InputError(f"{where} nests JSON too deeply (lists and objects more than "
+            raise InputError(f"{where} nests {syntax} too deeply (lists and objects more than "
                              f"{MAX_NESTING} levels deep, more than any batchproof input "
                              f"has); {fix}")
         stack.extend((child, depth + 1) for child in children)

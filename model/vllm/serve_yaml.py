@@ -162,7 +162,7 @@ def yaml_tokens(path: str) -> list[str]:
     if not isinstance(doc, dict):
         raise InputError(f"{path} must be a YAML mapping of flag: value (as vllm serve "
                          f"--config reads), got a {type(doc).__name__}")
-    check_nesting(doc, path, fix)
+    check_nesting(doc, path, fix, "YAML")
     tokens: list[str] = []
     for key, value in doc.items():
         if not isinstance(key, str):
