@@ -1,0 +1,242 @@
+"""The array explorer: breadth-first search over an engine's RULES, a whole frontier of
+(state, environment choice) pairs per pass, on arrays (model/core/array_ops.py).
+
+The environment is the reference explorer's and BMC's at the same Bounds: before each step
+any sequence of requests from the menu of kinds may arrive (at most `slots` in all, in
+arrival order, so slot index = arrival_time), and after scheduling any subset of the
+requests that sample a token may sample EOS. Arrivals of one step are enumerated as
+ordered sequences: their order is the FCFS queue order (model/core/rule_parts.py
+`arrive_at_tail` gives them tail keys in slot order) and the PRIORITY tie-break
+(arrival_time), so two orders of the same kinds are different states, and no reduction to
+multisets is sound for these rules. Symmetry reduction applies after the step instead,
+where z3 proved it sound (checker/methods/array/analysis.py).
+
+A state is a row of small ints: the rule state's leaves, each arrived request's kind, how
+many requests arrived, and the observables of the last steps a property reads
+(checker/methods/array/history.py); its key (what deduplication compares) drops what
+`same_behaviour` says steers nothing, ranks the order keys, resets retired slots and sorts
+interchangeable slots. The first layer at which a property fails gives the shortest
+violation; a second search to that depth keeps, for every state, the least path by
+checker/methods/minimize.py's order (fewest requests, then arrival step, prompt_len, ...,
+then EOS choices), so the counterexample is the least one, the reference explorer's and
+BMC's. Every counterexample is replayed on the reference by the caller (jobs.explored).
+A lasso (`never_finishes`) is a cycle of the arrival-free graph through a state that holds a
+request whose whole sequence fits max_model_len, as in checker/methods/explore.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+from model.core.array_ops import numpy_module
+
+numpy_module()  # one line naming the extra to install, before any numpy import below
+
+from checker.methods.array.search import Options, Outcome, Search, Witness  # noqa: E402
+from checker.methods.explore import (  # noqa: E402
+    MAX_FAMILY_CONFIGS,
+    ExploreResult,
+    ExploreStats,
+    Kind,
+    family_members,
+    menu,
+)
+from checker.methods.symbolic import Bounds, Family  # noqa: E402
+from model import registry as engines  # noqa: E402
+from model.core.types import EosEvent, RequestSpec, Workload  # noqa: E402
+from properties.catalogue import Property  # noqa: E402
+
+__all__ = ["Options", "check", "check_many", "workload_of"]
+
+
+def workload_of(family: Family, kinds: Sequence[Kind], w: Witness, steps: int) -> Workload:
+    """The workload of a run: ids r0, r1, ... in arrival order (slot order)."""
+    requests, eos = [], []
+    n = 0
+    for step, arrived in enumerate(w.arrivals, start=1):
+        for k in arrived:
+            kind = kinds[k]
+            requests.append(RequestSpec(f"r{n}", kind.prompt_len, kind.max_tokens, step,
+                                        kind.priority, kind.cached_prefix_len))
+            n += 1
+    for step, mask in enumerate(w.eos, start=1):
+        eos += [EosEvent(f"r{i}", step) for i in range(mask.bit_length()) if mask >> i & 1]
+    return Workload(config=family.base, requests=tuple(requests), eos=tuple(eos),
+                    steps=steps, engine=family.engine)
+
+
+def check(prop: Property, family: Family, bounds: Bounds, timeout_s: float,
+          symmetric: bool = True, options: Options | None = None) -> ExploreResult:
+    """Search to `bounds.depth` for a violation of `prop` (see the module docstring)."""
+    return check_many((prop,), family, bounds, timeout_s, symmetric, options)[0]
+
+
+def check_many(props: Sequence[Property], family: Family, bounds: Bounds, timeout_s: float,
+               symmetric: bool = True, options: Options | None = None
+               ) -> tuple[ExploreResult, ...]:
+    """Several step/window properties in one search (or one property of any kind). A
+    ranged family is searched config by config, as the reference explorer does."""
+    opts = replace(options or Options(), symmetric=symmetric)
+    if len(props) > 1 and any(p.kind == "lasso" for p in props):
+        raise ValueError("a lasso property is searched alone")
+    if not family.ranges:
+        return _one(props, family, bounds, time.monotonic() + timeout_s, opts)
+    members = family_members(family)
+    if len(members) > MAX_FAMILY_CONFIGS:
+        why = (f"the family has {len(members)} configs; the explorer enumerates at most "
+               f"{MAX_FAMILY_CONFIGS}")
+        return tuple(ExploreResult("unknown", 0, ExploreStats(0, 0, 0, 0.0, 0), reason=why)
+                     for _ in props)
+    deadline = time.monotonic() + timeout_s
+    runs = [_one(props, replace(family, base=cfg, ranges=()), bounds, deadline, opts)
+            for cfg in members]
+    stats = ExploreStats(
+        states=sum(r[0].stats.states for r in runs),
+        transitions=sum(r[0].stats.transitions for r in runs),
+        depth_reached=max(r[0].stats.depth_reached for r in runs),
+        seconds=sum(r[0].stats.seconds for r in runs), kinds=max(r[0].stats.kinds
+                                                                  for r in runs))
+    out = []
+    for i in range(len(props)):
+        results = [r[i] for r in runs]
+        unknown = [r for r in results if r.status == "unknown"]
+        violated = [r for r in results if r.status == "violated"]
+        if unknown:
+            out.append(replace(unknown[0], stats=stats))
+        elif violated:
+            first = min(violated, key=lambda r: (r.depth, _workload_key(r.workload)))
+            out.append(replace(first, stats=stats))
+        else:
+            out.append(ExploreResult("holds", bounds.depth, stats,
+                                     reason=f"{len(members)} configs of the family"))
+    return tuple(out)
+
+
+def _workload_key(w: Workload | None) -> tuple[object, ...]:
+    """minimize.py's order on workloads of one length."""
+    assert w is not None
+    specs = [x for r in w.arrival_order() for x in (r.arrival_step, r.prompt_len,
+                                                      r.max_tokens, r.priority,
+                                                      r.cached_prefix_len)]
+    n = len(w.requests)
+    eos_steps = w.eos_steps()
+    bits = [int(t in eos_steps.get(f"r{i}", ())) for t in range(1, w.steps + 1)
+            for i in range(n)]
+    return (n, specs, bits)
+
+
+def _one(props: Sequence[Property], family: Family, bounds: Bounds, deadline: float,
+         opts: Options) -> tuple[ExploreResult, ...]:
+    engine = engines.get(family.engine)
+    rule_cfg = engine.rule_config(family.base)
+    kinds = menu(bounds, rule_cfg)
+    start = time.monotonic()
+
+    def search(ps: Sequence[Property], depth: int, o: Options) -> Outcome:
+        return Search(engine, rule_cfg, ps, kinds, bounds.slots, depth, o, deadline).run()
+
+    def stats(out: Outcome) -> ExploreStats:
+        return ExploreStats(out.states, out.transitions, out.depth_reached,
+                            time.monotonic() - start, len(kinds))
+
+    if props and props[0].kind == "lasso":
+        out = search(props, bounds.depth, replace(opts, least=True, keep_edges=True,
+                                                  symmetric=False))
+        if not out.complete:
+            return (ExploreResult("unknown", out.depth_reached, stats(out),
+                                  reason=out.reason),)
+        lasso = _lasso(out, bounds.depth, len(kinds), bounds.slots)
+        if lasso is None:
+            return (ExploreResult("holds", bounds.depth, stats(out)),)
+        w, loop, depth = lasso
+        return (ExploreResult("violated", depth, stats(out),
+                              workload_of(family, kinds, w, depth), loop),)
+    first = search(props, bounds.depth, replace(opts, least=False))
+    results: list[ExploreResult | None] = [None] * len(props)
+    violated = sorted(first.violated)
+    if violated:
+        depth = max(first.violated[i][0] for i in violated)
+        least = search([props[i] for i in violated], depth, replace(opts, least=True))
+        for k, i in enumerate(violated):
+            d, w = least.violated.get(k, first.violated[i])
+            if d != first.violated[i][0]:
+                raise AssertionError(f"{props[i].name}: the least search fails at depth {d}, "
+                                     f"the first at {first.violated[i][0]}")
+            results[i] = ExploreResult("violated", d, stats(first),
+                                       workload_of(family, kinds, w, d))
+    for i in range(len(props)):
+        if results[i] is None:
+            if first.complete:
+                results[i] = ExploreResult("holds", bounds.depth, stats(first))
+            else:
+                results[i] = ExploreResult("unknown", first.depth_reached, stats(first),
+                                           reason=first.reason)
+    return tuple(r for r in results if r is not None)
+
+
+def _lasso(out: Outcome, depth: int, num_kinds: int, slots: int
+           ) -> tuple[Witness, int, int] | None:
+    """The least lasso: shortest run (path to the loop start + cycle), then least by
+    minimize.py's order; the cycle starts with an edge on which a request that fits is
+    held (the reference explorer's `stuck` edge)."""
+    import networkx as nx
+
+    if out.edges is None or out.depth_of is None:
+        return None
+    src, dst, stuck, eos = out.edges
+    graph = nx.MultiDiGraph()
+    for s, t, st, e in zip(src.tolist(), dst.tolist(), stuck.tolist(), eos.tolist(),
+                           strict=True):
+        if t >= 0:
+            graph.add_edge(s, t, stuck=st, eos=_request_order(e, slots))
+    best: tuple[tuple[object, ...], Witness, int, int] | None = None
+    starts = sorted({s for s, _, st in graph.edges(data="stuck") if st},
+                    key=lambda v: int(out.depth_of[v]))
+    reverse = graph.reverse(copy=False)
+    for v in starts:
+        dv = int(out.depth_of[v])
+        if dv >= depth:
+            continue
+        dist = nx.single_source_shortest_path_length(reverse, v)
+        options = [(1 + dist[t], e) for _, t, e in graph.out_edges(v, data=True)
+                   if e["stuck"] and t in dist]
+        if not options:
+            continue
+        length = min(L for L, _ in options)
+        if dv + length > depth:
+            continue
+        labels, node = [], v
+        for hop in range(length):
+            left = length - hop - 1
+            choices = [(e["eos"], t) for _, t, e in graph.out_edges(node, data=True)
+                       if dist.get(t, -1) == left and (hop > 0 or e["stuck"])
+                       and (left > 0 or t == v)]
+            label, node = min(choices)
+            labels.append(label)
+        prefix = out.witness_of(v)
+        cycle_eos = tuple(_slot_order(x, slots) for x in labels)
+        w = Witness(prefix.arrivals + ((),) * length, prefix.eos + cycle_eos)
+        key = (dv + length, _witness_key(w, slots))
+        if best is None or key < best[0]:
+            best = (key, w, dv, dv + length)
+    if best is None:
+        return None
+    return best[1], best[2], best[3]
+
+
+def _request_order(mask: int, n: int) -> int:
+    """EOS bits with request r0 most significant (minimize.py compares r0 first)."""
+    return sum(1 << (n - 1 - i) for i in range(n) if mask >> i & 1)
+
+
+def _slot_order(code: int, n: int) -> int:
+    return sum(1 << i for i in range(n) if code >> (n - 1 - i) & 1)
+
+
+def _witness_key(w: Witness, slots: int) -> tuple[object, ...]:
+    n = sum(len(a) for a in w.arrivals)
+    specs = [(step, k) for step, a in enumerate(w.arrivals, start=1) for k in a]
+    bits = [mask >> i & 1 for mask in w.eos for i in range(n)]
+    return (n, specs, bits)

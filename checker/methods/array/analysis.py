@@ -1,0 +1,658 @@
+"""What the array explorer may forget of a state, derived from the engine's own rules and
+`same_behaviour` with z3, once per (engine, rule config, slot count).
+
+The explorer deduplicates states by a key. Everything below is read off the engine's
+EngineModel, never off its field names, and each reduction is used only when z3 proves the
+fact it rests on (else the explorer keeps the leaf raw, which is always sound):
+
+- **behaviour key** (`same_behaviour`): its conjuncts say which leaves must be equal
+  (`a.p == b.p`) and which leaves only order the slots (`G -> (a.i.f < a.j.f) ==
+  (b.i.f < b.j.f)`, a guarded relative order: vLLM's run and wait keys). A leaf of the
+  second kind enters the key as its rank among the slots its guard selects; a leaf in no
+  conjunct (key counters, preemption counts) is left out. z3 proves that equal keys imply
+  `same_behaviour`.
+- **carried leaves** (per property): a left-out or ranked leaf whose raw value flows into an
+  observable the property reads (vLLM's `num_preemptions` into `SlotObs.num_preemptions`,
+  the wait keys and their counters into `queue_key`) is kept raw, with every leaf its next
+  value flows from. Flow is syntactic: through arithmetic and the branches of an `ite`,
+  never through a condition (a condition is behaviour, which the key already fixes).
+- **arrival step**: whether the step reads an arrived request's `arrival_step` (z3: two
+  arrival steps before the current one give the same step). vLLM's rules do not (a request
+  joins the queue when it arrives, and then its queue key orders it); the batching
+  baselines do (a flush waits on the head's age), so there the key keeps arrival steps and
+  the step number.
+- **symmetry**: whether swapping two arrived slots commutes with the step (z3, for each
+  adjacent pair). Slot index = arrival_time, so this holds when nothing breaks a tie by
+  arrival time (vLLM FCFS: the queue order lives in the keys) and, under a priority policy,
+  only for slots of different priority: there the canonical order is the stable sort by
+  priority. A property is searched with symmetry only if the swap also carries along every
+  observable it reads (`permuted`; never arrival_time, and not PRIORITY's queue_key, which
+  is priority * slots + arrival_time).
+- **retired slots**: status values v such that a slot with status v never changes again and
+  no other output depends on its other leaves or its request (z3). vLLM's FINISHED is one:
+  the explorer resets such a slot to its initial leaves, so runs that differ only in what
+  the finished requests were meet. The premise, as for the reference explorer (whose
+  `state_key` drops finished requests), is that a property does not depend on what a
+  retired slot goes on reporting after it retired; tests/test_array_explore.py compares
+  verdicts with and without the reduction.
+
+The proofs are made at min(slots, PROOF_SLOTS) slots: the rules are folds over slots with
+the same code for every slot, so a fact about two adjacent slots among three is a fact
+about any two; the explorer uses them at its own slot count.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import z3
+
+from checker.methods.array.layout import Leaf, Path, build, leaves_of, values_of
+from checker.methods.symbolic import fresh_state
+from model import registry as engines
+from model.core.engine import EngineModel
+from model.core.ops import SymbolicOps
+from model.core.types import SlotObs, SlotSpec, Step
+
+PROOF_SLOTS = 2
+PROOF_TIMEOUT_MS = 60_000
+# A step number far past any arrival, so that a rule reading a request's age sees it vary.
+_LATE = 1000
+_STEP_FIELDS = tuple(f.name for f in fields(Step) if f.name not in ("step", "slots", "cfg"))
+_OBS_FIELDS = tuple(f.name for f in fields(SlotObs))
+_SPEC_FIELDS = tuple(f.name for f in fields(SlotSpec))
+POSITIONAL = frozenset({"arrival_time"})
+
+
+@dataclass(frozen=True, slots=True)
+class OrderField:
+    """An in-slot leaf that only orders the slots: per ordered pair (i, j), i != j, the
+    guard under which same_behaviour compares slot i's value with slot j's (a z3 term over
+    the state's leaves, named `s.<path>`)."""
+
+    field: Path
+    guards: tuple[tuple[int, int, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The reductions z3 proved for one engine config at `proof_slots` slots (see the
+    module docstring). Leaf fields are in-slot paths (`("status",)`) or global paths."""
+
+    proof_slots: int
+    equal: frozenset[Path]  # leaves (global paths, in-slot paths) compared for equality
+    order: tuple[OrderField, ...]  # in-slot order fields, guards at proof_slots slots
+    behaviour_proved: bool  # False: the key keeps every leaf raw
+    arrival_step_read: bool
+    symmetry: str  # "full" | "priority" (stable sort by priority) | "none"
+    retired: frozenset[int]  # status values of retired slots
+    # value flow, as leaf fields: observable field -> leaves, next leaf -> leaves
+    obs_flow: Mapping[str, frozenset[Path]]
+    next_flow: Mapping[Path, frozenset[Path]]
+    constant: frozenset[Path] = frozenset()  # leaves at their initial value in every state
+    notes: tuple[str, ...] = ()
+
+
+def field_of(leaf_path: Path) -> Path:
+    """In-slot path of a slot leaf, the path itself for a global leaf."""
+    return leaf_path[2:] if len(leaf_path) >= 2 and leaf_path[0] == "slots" else leaf_path
+
+
+def _const_name(e: z3.ExprRef) -> str | None:
+    if z3.is_const(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+        return e.decl().name()
+    return None
+
+
+def _split(name: str) -> tuple[str, Path]:
+    """`a.slots.2.status` -> ("a", ("slots", 2, "status"))."""
+    tag, *rest = name.split(".")
+    return tag, tuple(int(p) if p.isdigit() else p for p in rest)
+
+
+def _conjuncts(e: z3.ExprRef) -> list[z3.ExprRef]:
+    if z3.is_and(e):
+        return [c for a in e.children() for c in _conjuncts(a)]
+    return [e]
+
+
+def _implication(e: z3.ExprRef) -> tuple[z3.ExprRef, z3.ExprRef] | None:
+    """(G, B) for Or(Not(G), B), Or(B, Not(G)) or Implies(G, B)."""
+    if z3.is_implies(e):
+        return e.arg(0), e.arg(1)
+    if z3.is_or(e) and e.num_args() == 2:
+        a, b = e.arg(0), e.arg(1)
+        if z3.is_not(a):
+            return a.arg(0), b
+        if z3.is_not(b):
+            return b.arg(0), a
+    return None
+
+
+def _lt_pair(e: z3.ExprRef) -> tuple[str, str] | None:
+    if z3.is_lt(e):
+        x, y = _const_name(e.arg(0)), _const_name(e.arg(1))
+        if x and y:
+            return x, y
+    return None
+
+
+def _parse_behaviour(term: z3.ExprRef) -> tuple[set[Path], dict[Path, dict[tuple[int, int], Any]]
+                                                ] | None:
+    """Equal leaves and guarded order fields of a same_behaviour term, None if a conjunct
+    has another shape."""
+    equal: set[Path] = set()
+    order: dict[Path, dict[tuple[int, int], Any]] = {}
+    for c in _conjuncts(term):
+        if z3.is_true(c):
+            continue
+        if z3.is_eq(c):
+            x, y = _const_name(c.arg(0)), _const_name(c.arg(1))
+            if x and y:
+                (ta, pa), (tb, pb) = _split(x), _split(y)
+                if {ta, tb} == {"a", "b"} and pa == pb:
+                    equal.add(pa)
+                    continue
+            return None
+        imp = _implication(c)
+        if imp is None or not z3.is_eq(imp[1]):
+            return None
+        guard, body = imp
+        left, right = _lt_pair(body.arg(0)), _lt_pair(body.arg(1))
+        if left is None or right is None:
+            return None
+        (t1, p1), (t2, p2) = _split(left[0]), _split(left[1])
+        (t3, p3), (t4, p4) = _split(right[0]), _split(right[1])
+        if not (t1 == t2 == "a" and t3 == t4 == "b" and p1 == p3 and p2 == p4
+                and p1[0] == "slots" and p2[0] == "slots" and p1[2:] == p2[2:]):
+            return None
+        for v in z3_consts(guard):
+            tag, _ = _split(v)
+            if tag != "a":
+                return None
+        order.setdefault(p1[2:], {})[(int(p1[1]), int(p2[1]))] = guard
+    return equal, order
+
+
+def z3_consts(e: z3.ExprRef) -> set[str]:
+    """Names of the uninterpreted constants in a term."""
+    out: set[str] = set()
+    seen: set[int] = set()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if x.get_id() in seen:
+            continue
+        seen.add(x.get_id())
+        name = _const_name(x)
+        if name is not None:
+            out.add(name)
+        stack.extend(x.children())
+    return out
+
+
+def _named_like(term: z3.ExprRef, name: str, new: str | None = None) -> z3.ExprRef:
+    """The constant `name` of `term` (with its sort), or a constant of that sort named
+    `new`."""
+    for x in _all_consts(term):
+        if x.decl().name() == name:
+            return x if new is None else z3.Const(new, x.sort())
+    raise KeyError(name)
+
+
+def _all_consts(e: z3.ExprRef) -> list[z3.ExprRef]:
+    out, seen, stack = [], set(), [e]
+    while stack:
+        x = stack.pop()
+        if x.get_id() in seen:
+            continue
+        seen.add(x.get_id())
+        if _const_name(x) is not None:
+            out.append(x)
+        stack.extend(x.children())
+    return out
+
+
+def _symbolic_specs(tag: str, n: int) -> list[SlotSpec]:
+    return [SlotSpec(**{f: z3.Int(f"{tag}{i}.{f}") for f in _SPEC_FIELDS}) for i in range(n)]
+
+
+def _solve_unsat(facts: Sequence[Any], timeout_ms: int) -> bool:
+    s = z3.Solver()
+    s.set(timeout=timeout_ms)
+    s.add(*facts)
+    return s.check() == z3.unsat
+
+
+def _step(engine: EngineModel, cfg: Any, specs: Sequence[SlotSpec], state: Any,
+          eos: Sequence[Any]) -> tuple[Any, Step, list[Any]]:
+    ops = SymbolicOps()
+    nxt, obs = engine.step(ops, cfg, specs, state, eos)
+    return nxt, obs, ops.take_definitions()
+
+
+def _differs(x: Any, y: Any) -> Any:
+    if isinstance(x, bool) and isinstance(y, bool):
+        return z3.BoolVal(x != y)
+    return z3.Not(x == y)
+
+
+def _outputs(nxt: Any, obs: Step, obs_fields: Sequence[str]) -> list[Any]:
+    vals = [v for _, v in sorted(values_of(nxt).items(), key=lambda kv: str(kv[0]))]
+    vals += [getattr(obs, f) for f in _STEP_FIELDS]
+    for o in obs.slots:
+        vals += [getattr(o, f) for f in obs_fields]
+    return vals
+
+
+def _swap(seq: Sequence[Any], i: int) -> list[Any]:
+    out = list(seq)
+    out[i], out[i + 1] = out[i + 1], out[i]
+    return out
+
+
+class _Analyser:
+    """The z3 queries behind one Shape."""
+
+    def __init__(self, engine: EngineModel, cfg: Any, n: int) -> None:
+        self.engine, self.cfg, self.n = engine, cfg, n
+        self.template = engine.initial_state(n, cfg)
+        self.leaves: tuple[Leaf, ...] = leaves_of(self.template)
+        self.notes: list[str] = []
+        self.constant: dict[Path, int] = {}
+        self.constant = self._constant_leaves()
+
+    def fresh(self, tag: str, step: int) -> Any:
+        """A state of fresh constants, but for the leaves that are constant in every
+        reachable state."""
+        state = fresh_state(tag, self.template, step)
+        if not self.constant:
+            return state
+        return build(state, lambda p: self.constant.get(p, values_of(state)[p]), step)
+
+    def _constant_leaves(self) -> dict[Path, int]:
+        """Leaves the step sets to their initial value whatever the state (a leaf of a
+        mode that is off, such as the prefix cache's with caching off)."""
+        s = fresh_state("s", self.template, 1)
+        specs = _symbolic_specs("p", self.n)
+        eos = [z3.Bool(f"e{k}") for k in range(self.n)]
+        nxt, _, _ = _step(self.engine, self.cfg, specs, s, eos)
+        out = {}
+        initial = {leaf.path: leaf.initial for leaf in self.leaves}
+        for path, value in values_of(nxt).items():
+            v = z3.simplify(value) if isinstance(value, z3.ExprRef) else value
+            if isinstance(v, z3.ExprRef):
+                if not (z3.is_int_value(v) or z3.is_true(v) or z3.is_false(v)):
+                    continue
+                v = v.as_long() if z3.is_int_value(v) else z3.is_true(v)
+            if int(v) == initial[path]:
+                out[path] = v
+        return out
+
+    def behaviour(self) -> tuple[frozenset[Path], tuple[OrderField, ...], bool]:
+        a, b = self.fresh("a", 0), self.fresh("b", 0)
+        ops = SymbolicOps()
+        same = self.engine.same_behaviour(ops, a, b)
+        if ops.take_definitions() or isinstance(same, bool):
+            self.notes.append("same_behaviour is not a plain conjunction: every leaf kept raw")
+            return frozenset(), (), False
+        parsed = _parse_behaviour(same)
+        if parsed is None:
+            self.notes.append("same_behaviour has a conjunct of another shape: every leaf "
+                              "kept raw")
+            return frozenset(), (), False
+        equal, order = parsed
+        fields_eq = frozenset(field_of(p) for p in equal)
+        ofs = []
+        for f, pairs in order.items():
+            if set(pairs) != {(i, j) for i in range(self.n) for j in range(self.n) if i != j}:
+                self.notes.append(f"order field {f} is not compared for every pair")
+                return frozenset(), (), False
+            ofs.append(OrderField(f, tuple((i, j, g) for (i, j), g in sorted(pairs.items()))))
+        if not all(self._uniform(of) for of in ofs):
+            self.notes.append("an order guard reads another slot or differs between pairs")
+            return frozenset(), (), False
+        # Equal keys must imply same_behaviour: the key is sound. The guards name a's
+        # leaves; b's ranks use b's own leaves under the same guards.
+        va, vb = values_of(a), values_of(b)
+        key_eq = [va[p] == vb[p] for p in equal]
+        key_eq += [x == y for x, y in zip(self._ranks(a, ofs), self._ranks(b, ofs),
+                                          strict=True)]
+        if not _solve_unsat([*key_eq, z3.Not(same)], PROOF_TIMEOUT_MS):
+            self.notes.append("equal behaviour keys do not imply same_behaviour: every leaf "
+                              "kept raw")
+            return frozenset(), (), False
+        every = {leaf.path for leaf in self.leaves}
+        if not equal <= every:
+            return frozenset(), (), False
+        return fields_eq, tuple(ofs), True
+
+    def _uniform(self, of: OrderField) -> bool:
+        """Each pair's guard reads only its two slots and the global leaves, and is pair
+        (0, 1)'s guard with the slots renamed."""
+        guards = {(i, j): g for i, j, g in of.guards}
+        for (i, j), g in guards.items():
+            a, b = (0, 1) if i < j else (1, 0)
+            rename = {i: a, j: b}
+            sub = []
+            for name in z3_consts(g):
+                _, path = _split(name)
+                if path[0] == "slots":
+                    if int(path[1]) not in rename:
+                        return False
+                    new = ".".join(str(p) for p in ("a", "slots", rename[int(path[1])],
+                                                     *path[2:]))
+                    sub.append((_named_like(g, name), _named_like(g, name, new)))
+            renamed = z3.substitute(g, *sub) if sub else g
+            if not _solve_unsat([z3.Not(renamed == guards[(a, b)])], PROOF_TIMEOUT_MS):
+                return False
+        return True
+
+    def _ranks(self, state: Any, ofs: Sequence[OrderField]) -> list[Any]:
+        vals = values_of(state)
+        out = []
+        for of in ofs:
+            for i in range(self.n):
+                terms = []
+                for gi, gj, g in of.guards:
+                    if gi != i:
+                        continue
+                    sub = [(z3.Bool(nm) if z3.is_bool(vals[_split(nm)[1]]) else z3.Int(nm),
+                            vals[_split(nm)[1]]) for nm in z3_consts(g)]
+                    terms.append(z3.If(z3.And(z3.substitute(g, *sub) if sub else g,
+                                              vals[("slots", gj, *of.field)]
+                                              < vals[("slots", i, *of.field)]), 1, 0))
+                out.append(z3.Sum(terms) if terms else z3.IntVal(0))
+        return out
+
+    def arrival_read(self) -> bool:
+        """Whether an arrived request's arrival step changes the step: first by building
+        the step's terms for arrival steps 1, 2 and _LATE - 1 (z3 shares equal terms, so
+        identical terms are one object), then by a solver query."""
+        s = self.fresh("s", _LATE - 1)
+        eos = [z3.Bool(f"e{k}") for k in range(self.n)]
+        built = []
+        for a in (1, 2, _LATE // 2, _LATE - 1):
+            specs = [replace(sp, arrival_step=a) for sp in _symbolic_specs("p", self.n)]
+            nxt, obs = self.engine.step(_Unnamed(), self.cfg, specs, s, eos)
+            built.append(_outputs(nxt, obs, _OBS_FIELDS))
+        if all(_same_term(x, y) for other in built[1:] for x, y in zip(built[0], other,
+                                                                        strict=True)):
+            return False
+        return self._arrival_query()
+
+    def _arrival_query(self) -> bool:
+        s = self.fresh("s", _LATE - 1)
+        specs, other = _symbolic_specs("p", self.n), []
+        cons = []
+        for i, sp in enumerate(specs):
+            a2 = z3.Int(f"q{i}.arrival_step")
+            cons += [sp.arrival_step >= 1, sp.arrival_step < _LATE, a2 >= 1, a2 < _LATE]
+            other.append(replace(sp, arrival_step=a2))
+        eos = [z3.Bool(f"e{i}") for i in range(self.n)]
+        n1, o1, d1 = _step(self.engine, self.cfg, specs, s, eos)
+        n2, o2, d2 = _step(self.engine, self.cfg, other, s, eos)
+        diff = [_differs(x, y) for x, y in zip(_outputs(n1, o1, _OBS_FIELDS),
+                                              _outputs(n2, o2, _OBS_FIELDS), strict=True)]
+        return not _solve_unsat([*cons, *d1, *d2, z3.Or(*diff)], PROOF_TIMEOUT_MS)
+
+    def symmetry(self) -> str:
+        """"full" when swapping two arrived slots commutes with the step (next state and
+        step-level observables), "priority" when it does for slots of different priority,
+        else "none"."""
+        if self.n < 2:
+            return "full"
+        for condition in ("none", "priority"):
+            if all(self._commutes(i, condition, None) for i in range(self.n - 1)):
+                return "full" if condition == "none" else "priority"
+        return "none"
+
+    def permuted(self, condition: str, obs_fields: Sequence[str]) -> bool:
+        """The swap carries these SlotObs fields along with the slots."""
+        return all(self._commutes(i, condition, tuple(obs_fields))
+                   for i in range(self.n - 1))
+
+    def _commutes(self, i: int, condition: str, obs_fields: tuple[str, ...] | None) -> bool:
+        """Swapping arrived slots i and i+1 before the step = swapping them after it: the
+        next state and the step's observables (obs_fields None), or these SlotObs fields."""
+        t = 3
+        s = self.fresh("s", t - 1)
+        specs = _symbolic_specs("p", self.n)
+        eos = [z3.Bool(f"e{k}") for k in range(self.n)]
+        cons = [sp.arrival_step >= 1 for sp in specs[i:i + 2]]
+        cons += [sp.arrival_step < t for sp in specs[i:i + 2]]
+        if condition == "priority":
+            cons.append(specs[i].priority != specs[i + 1].priority)
+        swapped = replace(s, slots=tuple(_swap(s.slots, i)))
+        n1, o1, d1 = _step(self.engine, self.cfg, specs, s, eos)
+        n2, o2, d2 = _step(self.engine, self.cfg, _swap(specs, i), swapped, _swap(eos, i))
+        if obs_fields is None:
+            back = replace(n2, slots=tuple(_swap(n2.slots, i)))
+            diff = [_differs(x, y) for x, y in zip(_outputs(n1, o1, ()),
+                                                  _outputs(back, o2, ()), strict=True)]
+        else:
+            diff = [_differs(getattr(a, f), getattr(b, f))
+                    for a, b in zip(o1.slots, _swap(o2.slots, i), strict=True)
+                    for f in obs_fields]
+        return _solve_unsat([*cons, *d1, *d2, z3.Or(*diff)] if diff else [z3.BoolVal(False)],
+                            PROOF_TIMEOUT_MS)
+
+    def retired(self) -> frozenset[int]:
+        status = ("status",)
+        if status not in {leaf.field for leaf in self.leaves if leaf.slot is not None}:
+            return frozenset()
+        initial = next(leaf.initial for leaf in self.leaves if leaf.field == status)
+        out = set()
+        for v in range(8):
+            if v != initial and self._retires(v):
+                out.add(v)
+        return frozenset(out)
+
+    def _retires(self, v: int) -> bool:
+        """A slot (slot 0) with status v keeps every leaf, and nothing else depends on its
+        other leaves or its request."""
+        t = 3
+        s = self.fresh("s", t - 1)
+        s = replace(s, slots=(replace(s.slots[0], status=v), *s.slots[1:]))
+        other = self.fresh("r", t - 1)
+        s2 = replace(s, slots=(replace(other.slots[0], status=v), *s.slots[1:]))
+        specs = _symbolic_specs("p", self.n)
+        specs2 = [_symbolic_specs("q", 1)[0], *specs[1:]]
+        cons = [sp.arrival_step >= 1 for sp in (specs[0], specs2[0])]
+        cons += [sp.arrival_step < t for sp in (specs[0], specs2[0])]
+        eos = [z3.Bool(f"e{k}") for k in range(self.n)]
+        n1, o1, d1 = _step(self.engine, self.cfg, specs, s, eos)
+        frozen = [_differs(x, y) for x, y in zip(values_of(n1.slots[0]).values(),
+                                                values_of(s.slots[0]).values(), strict=True)]
+        if not _solve_unsat([*cons, *d1, z3.Or(*frozen)], PROOF_TIMEOUT_MS):
+            return False
+        n2, o2, d2 = _step(self.engine, self.cfg, specs2, s2, eos)
+        rest = [_differs(x, y) for x, y in zip(
+            _outputs(replace(n1, slots=n1.slots[1:]), replace(o1, slots=o1.slots[1:]),
+                     _OBS_FIELDS),
+            _outputs(replace(n2, slots=n2.slots[1:]), replace(o2, slots=o2.slots[1:]),
+                     _OBS_FIELDS), strict=True)]
+        return _solve_unsat([*cons, *d1, *d2, z3.Or(*rest)], PROOF_TIMEOUT_MS)
+
+    def flow(self) -> tuple[dict[str, frozenset[Path]], dict[Path, frozenset[Path]]]:
+        s = self.fresh("s", 1)
+        specs = _symbolic_specs("p", self.n)
+        eos = [z3.Bool(f"e{k}") for k in range(self.n)]
+        nxt, obs, defs = _step(self.engine, self.cfg, specs, s, eos)
+        flow = _Flow(defs)
+        obs_flow: dict[str, set[Path]] = {}
+        for f in _STEP_FIELDS:
+            obs_flow[f] = flow.leaves(getattr(obs, f))
+        for o in obs.slots:
+            for f in _OBS_FIELDS:
+                obs_flow.setdefault(f, set()).update(flow.leaves(getattr(o, f)))
+        next_flow: dict[Path, set[Path]] = {}
+        for path, value in values_of(nxt).items():
+            next_flow.setdefault(field_of(path), set()).update(flow.leaves(value))
+        return ({k: frozenset(v) for k, v in obs_flow.items()},
+                {k: frozenset(v) for k, v in next_flow.items()})
+
+
+class _Unnamed(SymbolicOps):
+    """SymbolicOps without naming: equal computations give one shared z3 term."""
+
+    def name(self, value: Any) -> Any:
+        """Identity."""
+        return value
+
+
+def _same_term(x: Any, y: Any) -> bool:
+    if isinstance(x, z3.ExprRef) and isinstance(y, z3.ExprRef):
+        return x.eq(y)
+    return not isinstance(x, z3.ExprRef) and not isinstance(y, z3.ExprRef) and x == y
+
+
+class _Flow:
+    """Leaves whose raw value flows into a term: through arithmetic, the branches of an
+    If and boolean connectives, never through an If's condition or a comparison of
+    integers (named definitions are followed)."""
+
+    def __init__(self, definitions: Sequence[Any]) -> None:
+        self.defs: dict[str, z3.ExprRef] = {}
+        for d in definitions:
+            if z3.is_eq(d) and _const_name(d.arg(0)):
+                self.defs[_const_name(d.arg(0))] = d.arg(1)
+        self.memo: dict[int, frozenset[Path]] = {}
+
+    def leaves(self, value: Any) -> set[Path]:
+        if not isinstance(value, z3.ExprRef):
+            return set()
+        return set(self._leaves(value))
+
+    def _leaves(self, e: z3.ExprRef) -> frozenset[Path]:
+        key = e.get_id()
+        if key in self.memo:
+            return self.memo[key]
+        self.memo[key] = frozenset()  # guards cycles (there are none in definitions)
+        out: frozenset[Path]
+        name = _const_name(e)
+        if name is not None:
+            if name in self.defs:
+                out = self._leaves(self.defs[name])
+            else:
+                tag, path = _split(name)
+                out = frozenset({field_of(path)}) if tag == "s" else frozenset()
+        elif z3.is_app(e) and e.decl().kind() in _COMPARISONS and not z3.is_bool(e.arg(0)):
+            out = frozenset()
+        elif z3.is_app(e) and e.decl().kind() == z3.Z3_OP_ITE:
+            out = self._leaves(e.arg(1)) | self._leaves(e.arg(2))
+        else:
+            out = frozenset().union(*(self._leaves(c) for c in e.children()))
+        self.memo[key] = out
+        return out
+
+
+_COMPARISONS = {z3.Z3_OP_LT, z3.Z3_OP_LE, z3.Z3_OP_GT, z3.Z3_OP_GE, z3.Z3_OP_EQ,
+                z3.Z3_OP_DISTINCT}
+
+
+@functools.lru_cache(maxsize=64)
+def shape(engine_name: str, rule_cfg: Any, slots: int) -> Shape:
+    """The proved reductions of one engine config (cached: the proofs take seconds)."""
+    engine = engines.get(engine_name)
+    a = _Analyser(engine, rule_cfg, slots)
+    equal, order, proved = a.behaviour()
+    arrival = a.arrival_read()
+    obs_flow, next_flow = a.flow()
+    n = max(1, min(slots, PROOF_SLOTS))
+    small = _Analyser(engine, rule_cfg, n) if n != slots else a
+    sym = small.symmetry()
+    retired = small.retired() if proved else frozenset()
+    return Shape(proof_slots=n, equal=equal, order=order, behaviour_proved=proved,
+                 arrival_step_read=arrival, symmetry=sym,
+                 retired=retired, obs_flow=obs_flow, next_flow=next_flow,
+                 constant=frozenset(field_of(p) for p in a.constant), notes=tuple(a.notes))
+
+
+@functools.lru_cache(maxsize=256)
+def permuted(engine_name: str, rule_cfg: Any, slots: int, obs_fields: frozenset[str]
+             ) -> bool:
+    """Whether the symmetry of `shape(...)` carries these SlotObs fields along (a property
+    that reads one that it does not is searched without symmetry). Never `arrival_time`,
+    which is the slot index itself."""
+    sh = shape(engine_name, rule_cfg, slots)
+    if sh.symmetry == "none" or obs_fields & POSITIONAL:
+        return False
+    if not obs_fields:
+        return True
+    n = max(1, min(slots, PROOF_SLOTS))
+    a = _Analyser(engines.get(engine_name), rule_cfg, n)
+    return a.permuted("none" if sh.symmetry == "full" else "priority", sorted(obs_fields))
+
+
+def guard_fn(of: OrderField, i: int, j: int, proof_slots: int
+             ) -> Callable[[Callable[[Path], Any], Any], Any]:
+    """The guard of pair (i, j) at any slot count, as a function of a leaf getter and an
+    Ops: the proof's pair (0, 1) or (1, 0) with slot numbers renamed (guards are the same
+    code for every pair, which `behaviour` checked)."""
+    a, b = (0, 1) if i < j else (1, 0)
+    g = dict(((x, y), t) for x, y, t in of.guards)[(a, b)]
+    rename = {a: i, b: j}
+
+    def leaf(name: str) -> Path:
+        _, path = _split(name)
+        if path[0] == "slots":
+            return ("slots", rename[int(path[1])], *path[2:])
+        return path
+
+    return compile_term(g, leaf)
+
+
+_BINARY: dict[int, Callable[[Any, Any], Any]] = {
+    z3.Z3_OP_EQ: lambda x, y: x == y, z3.Z3_OP_DISTINCT: lambda x, y: x != y,
+    z3.Z3_OP_LT: lambda x, y: x < y, z3.Z3_OP_LE: lambda x, y: x <= y,
+    z3.Z3_OP_GT: lambda x, y: x > y, z3.Z3_OP_GE: lambda x, y: x >= y,
+    z3.Z3_OP_SUB: lambda x, y: x - y,
+}
+
+
+def compile_term(e: z3.ExprRef, leaf: Callable[[str], Path]
+                 ) -> Callable[[Callable[[Path], Any], Any], Any]:
+    """A z3 term as a function of (leaf getter, Ops): constants are read by path, the
+    connectives and comparisons computed with the Ops (ints, bools or arrays)."""
+    name = _const_name(e)
+    if name is not None:
+        path = leaf(name)
+        return lambda get, ops: get(path)
+    if z3.is_true(e) or z3.is_false(e):
+        value = z3.is_true(e)
+        return lambda get, ops: value
+    if z3.is_int_value(e):
+        number = e.as_long()
+        return lambda get, ops: number
+    parts = [compile_term(c, leaf) for c in e.children()]
+    k = e.decl().kind()
+    if k == z3.Z3_OP_AND:
+        return lambda get, ops: ops.and_(*[p(get, ops) for p in parts])
+    if k == z3.Z3_OP_OR:
+        return lambda get, ops: ops.or_(*[p(get, ops) for p in parts])
+    if k == z3.Z3_OP_NOT:
+        return lambda get, ops: ops.not_(parts[0](get, ops))
+    if k == z3.Z3_OP_ITE:
+        return lambda get, ops: ops.ite(*[p(get, ops) for p in parts])
+    if k == z3.Z3_OP_ADD:
+        return lambda get, ops: functools.reduce(lambda x, y: x + y,
+                                                 [p(get, ops) for p in parts])
+    if k == z3.Z3_OP_MUL:
+        return lambda get, ops: functools.reduce(lambda x, y: x * y,
+                                                 [p(get, ops) for p in parts])
+    if k == z3.Z3_OP_UMINUS:
+        return lambda get, ops: -parts[0](get, ops)
+    if k in _BINARY and len(parts) == 2:
+        fn = _BINARY[k]
+        return lambda get, ops: fn(parts[0](get, ops), parts[1](get, ops))
+    raise ValueError(f"cannot evaluate {e.decl()} in a guard")
+
+
+def pairs(n: int) -> list[tuple[int, int]]:
+    """Ordered pairs of distinct slots."""
+    return [(i, j) for i, j in itertools.product(range(n), repeat=2) if i != j]

@@ -1,0 +1,674 @@
+"""Breadth-first search over an engine's rules, one frontier of states x environment
+choices per pass of the rules (see checker/methods/array/__init__.py for the method).
+
+One pass evaluates `EngineModel.step` under ArrayOps on arrays shaped
+(parents, arrival choices, eos_0, ..., eos_{n-1}): a parent's leaves vary along the first
+axis only, the arriving requests' kinds along the second, and slot i's EOS choice along
+axis 2 + i, so numpy broadcasting computes each value at the smallest shape it depends on
+(the RUNNING loop once per parent, the update once per EOS choice of its own slot). A
+column equal for every parent of a pass is handed to the rules as a Python int, which
+Ops fold, so slots that have not arrived cost nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from checker.methods.array import analysis, history
+from checker.methods.array.analysis import Shape
+from checker.methods.array.keys import Codec, Visited, first_of_each
+from checker.methods.array.layout import Leaf, Path, build, leaves_of, values_of
+from checker.methods.explore import Kind
+from model.core.array_ops import ArrayOps
+from model.core.engine import EngineModel
+from model.core.types import SlotSpec, Step
+from properties.catalogue import Property
+
+_KIND_FIELDS = tuple(f.name for f in fields(Kind))
+_SPEC_FIELDS = tuple(f.name for f in fields(SlotSpec))
+# A slot that has not arrived, as model/core/slots.py lays one out.
+_UNUSED = {"prompt_len": 1, "max_tokens": 1, "arrival_step": 0}
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How the search runs (the environment itself is fixed by the Bounds).
+
+    `arrival_steps`: requests arrive only in steps 1..arrival_steps (None: in any step up
+    to the depth, as BMC and the reference explorer allow); the key then holds
+    min(step, arrival_steps), so a state from which requests may still arrive never meets
+    one from which none can. `exhaustive`: no depth bound, until no new state appears.
+    `exact` False stores 64-bit hashes of the keys only (hash compaction, as SPIN's -DHC).
+    """
+
+    symmetric: bool = True
+    retire: bool = True
+    arrival_steps: int | None = None
+    exhaustive: bool = False
+    exact: bool = True
+    chunk: int = 1 << 20
+    max_states: int = 400_000_000
+    least: bool = False  # keep the least path to every state (minimize.py's order)
+    keep_edges: bool = False  # the arrival-free edges (for lassos)
+
+
+@dataclass(frozen=True, slots=True)
+class Witness:
+    """A run the search found: per step, the kinds that arrive and the EOS mask (bit i:
+    slot i, which is request r<i>)."""
+
+    arrivals: tuple[tuple[int, ...], ...]
+    eos: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """Per property, the first violating depth and a violating run (None: no violation
+    within the bounds); and how big the search was."""
+
+    violated: dict[int, tuple[int, Witness]]
+    states: int
+    transitions: int
+    depth_reached: int
+    seconds: float
+    complete: bool  # every layer was searched (no time or state limit)
+    reason: str = ""
+    key_bytes: int = 0
+    edges: tuple[np.ndarray, ...] | None = None
+    depth_of: np.ndarray | None = None
+    witness_of: Any = None  # node id -> Witness (least mode)
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Layer:
+    """The nodes kept at one depth, in frontier order, and how each was reached."""
+
+    first_id: int
+    parent: np.ndarray  # index in the previous layer's frontier order
+    choice: np.ndarray  # the arrivals: kind indices as digits of this code
+    j: np.ndarray  # how many requests arrived
+    eos: np.ndarray  # bit i: slot i sampled EOS
+
+
+class Search:
+    """One search of one configuration for some properties (all of one kind: step and
+    window properties share a search; a lasso property is searched alone)."""
+
+    def __init__(self, engine: EngineModel, rule_cfg: Any, props: Sequence[Property],
+                 kinds: Sequence[Kind], slots: int, depth: int, options: Options,
+                 deadline: float) -> None:
+        self.engine, self.cfg, self.props = engine, rule_cfg, tuple(props)
+        self.kinds, self.n, self.depth, self.opt = tuple(kinds), slots, depth, options
+        self.deadline = deadline
+        self.template = engine.initial_state(slots, rule_cfg)
+        self.leaves: tuple[Leaf, ...] = leaves_of(self.template)
+        self.shape: Shape = analysis.shape(engine.name, rule_cfg, slots)
+        self.reads = history.merged([history.reads(p, rule_cfg, slots) for p in props]
+                                    ) if props else history.Reads((frozenset(),),
+                                                                  (frozenset(),))
+        self.ops = ArrayOps(np)
+        self.dtype = _eval_dtype(rule_cfg)
+        self._plan()
+
+    # ---- what a state holds and what its key holds -------------------------------------
+
+    def _plan(self) -> None:
+        sh, n = self.shape, self.n
+        self.kind_cols = {f: np.array([getattr(k, f) for k in self.kinds], dtype=np.int64)
+                          for f in _KIND_FIELDS}
+        self.spec_fields = tuple(f for f in _KIND_FIELDS if f in _SPEC_FIELDS)
+        self.varying_specs = tuple(f for f in self.spec_fields
+                                   if len(set(self.kind_cols[f].tolist())) > 1)
+        self.arrival_read = sh.arrival_step_read
+        if self.arrival_read:
+            self.spec_fields = (*self.spec_fields, "arrival_step")
+            self.varying_specs = (*self.varying_specs, "arrival_step")
+        read_slot, read_step = self.reads.all_slot_fields(), self.reads.all_step_fields()
+        carried: set[Path] = set()
+        for f in (*read_slot, *read_step):
+            carried |= set(sh.obs_flow.get(f, ()))
+        carried -= set(sh.equal) | set(sh.constant)
+        grown = True
+        while grown:
+            extra = set()
+            for c in carried:
+                extra |= set(sh.next_flow.get(c, ())) - set(sh.equal) - set(sh.constant)
+            grown = not extra <= carried
+            carried |= extra
+        self.carried = frozenset(carried)
+        slot_fields = []
+        for leaf in self.leaves:
+            if leaf.slot == 0 and leaf.field not in sh.constant:
+                slot_fields.append(leaf.field)
+        global_fields = [leaf.path for leaf in self.leaves
+                         if leaf.slot is None and leaf.path not in sh.constant]
+        if sh.behaviour_proved:
+            self.key_slot = [f for f in slot_fields if f in sh.equal or f in self.carried]
+            self.key_global = [p for p in global_fields if p in sh.equal or p in self.carried]
+            self.order = list(sh.order)
+        else:
+            self.key_slot, self.key_global, self.order = slot_fields, global_fields, []
+        self.guards = {(of.field, i, j): analysis.guard_fn(of, i, j, sh.proof_slots)
+                       for of in self.order for i, j in analysis.pairs(n)}
+        self.hist_slot = self.reads.past_slot_fields()
+        self.hist_step = self.reads.past_step_fields()
+        self.lags = self.reads.lags
+        self.depth_in_key = self.arrival_read or "step" in read_step
+        sym = sh.symmetry if self.opt.symmetric else "none"
+        if self.props and self.props[0].kind == "lasso":
+            sym = "none"  # a cycle up to a permutation of slots is not a cycle
+        if sym != "none" and not analysis.permuted(self.engine.name, self.cfg, n,
+                                                   frozenset(read_slot)):
+            sym = "none"
+        self.symmetry = sym
+        self.retired = tuple(sorted(sh.retired)) if self.opt.retire else ()
+        self.status_leaf = ("status",) if any(leaf.field == ("status",) for leaf in
+                                              self.leaves) else None
+        if self.status_leaf is None:
+            self.retired = ()
+        self.initial = {leaf.path: leaf.initial for leaf in self.leaves}
+
+    # ---- columns ----------------------------------------------------------------------
+
+    def _columns(self) -> None:
+        """The frontier is one int matrix: these columns, in this order."""
+        keys: list[Any] = [("leaf", leaf.path) for leaf in self.leaves
+                           if leaf.field not in self.shape.constant]
+        keys += [("spec", s, f) for s in range(self.n) for f in self.spec_fields]
+        keys.append(("arrived",))
+        for lag in range(1, self.lags + 1):
+            keys += [("hist", lag, s, f) for s in range(self.n) for f in self.hist_slot]
+            keys += [("hist", lag, None, f) for f in self.hist_step]
+        self.colkeys = keys
+        self.ci = {k: i for i, k in enumerate(keys)}
+        self.store = np.int16 if self.dtype == np.int16 else np.int64
+        self.stored_leaves = [leaf for leaf in self.leaves
+                              if leaf.field not in self.shape.constant]
+        info = np.iinfo(self.store)
+        self.store_range = (int(info.min), int(info.max))
+        key_slot, key_glob = [], []
+        for s in range(self.n):
+            cols = [self.ci[("spec", s, f)] for f in self.varying_specs]
+            cols += [self.ci[("leaf", ("slots", s, *f))] for f in self.key_slot]
+            for lag in range(1, self.lags + 1):
+                cols += [self.ci[("hist", lag, s, f)] for f in self.hist_slot]
+            key_slot.append(cols)
+        key_glob = [self.ci[("arrived",)]] + [self.ci[("leaf", p)] for p in self.key_global]
+        for lag in range(1, self.lags + 1):
+            key_glob += [self.ci[("hist", lag, None, f)] for f in self.hist_step]
+        self.key_slot_cols, self.key_glob_cols = key_slot, key_glob
+        self.retire_cols = []
+        if self.retired:
+            for s in range(self.n):
+                status = self.ci[("leaf", ("slots", s, *self.status_leaf))]
+                reset = [(self.ci[("leaf", leaf.path)], leaf.initial)
+                         for leaf in self.stored_leaves
+                         if leaf.slot == s and leaf.field != self.status_leaf]
+                reset += [(self.ci[("spec", s, f)], 0) for f in self.spec_fields]
+                self.retire_cols.append((status, reset))
+        self.codec: Codec | None = None
+        self.seen: tuple[list[int], list[int], list[int], list[int]] | None = None
+        self.priority_col = (self.varying_specs.index("priority")
+                             if "priority" in self.varying_specs else None)
+
+    # ---- the search ----------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        """Breadth-first to the depth (or to a fixpoint when exhaustive)."""
+        start = time.monotonic()
+        self._columns()
+        self.visited = Visited(self.opt.exact)
+        self.layers: list[_Layer] = []
+        self.transitions = 0
+        self.edges: list[tuple[np.ndarray, ...]] = []
+        self.timing: dict[str, float] = {"rules": 0.0, "gather": 0.0, "keys": 0.0,
+                                         "dedup": 0.0}
+        self._pending: list[list[Any]] = []
+        front = np.zeros((1, len(self.colkeys)), dtype=self.store)
+        for leaf in self.stored_leaves:
+            front[0, self.ci[("leaf", leaf.path)]] = leaf.initial
+        meta = {"srank": np.zeros(1, dtype=np.int64), "prank": np.zeros(1, dtype=np.int64)}
+        root_words = self._words(front, 0)
+        self.visited.add(root_words, np.zeros(1, dtype=np.int64))
+        self.layers.append(_Layer(0, np.full(1, -1), np.zeros(1, dtype=np.int64),
+                                  np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int64)))
+        self.next_id = 1
+        found: dict[int, tuple[int, Witness]] = {}
+        d, reason, complete = 0, "", True
+        limit = None if self.opt.exhaustive else self.depth
+        while len(front) and (limit is None or d < limit):
+            d += 1
+            pending = [i for i in range(len(self.props)) if i not in found
+                       and self.props[i].kind != "lasso"]
+            try:
+                front, meta, viol = self._layer(front, meta, d, pending)
+            except _Stop as stop:
+                reason, complete = stop.reason, False
+                d -= 1
+                break
+            for i, w in viol.items():
+                found[i] = (d, w[1])
+            if self.props and len(found) == len(self.props):
+                break
+        outcome = Outcome(found, self.visited.count, self.transitions, d,
+                          time.monotonic() - start, complete, reason,
+                          self.visited.nbytes(), stats=dict(self.timing))
+        if self.opt.keep_edges:
+            outcome.edges = (tuple(np.concatenate(x) for x in zip(*self.edges, strict=True))
+                             if self.edges else None)
+            outcome.depth_of = np.concatenate(
+                [np.full(len(layer.parent), k) for k, layer in enumerate(self.layers)])
+            outcome.witness_of = self.witness
+        return outcome
+
+    def _layer(self, front: np.ndarray, meta: dict[str, np.ndarray], d: int,
+               pending: Sequence[int]
+               ) -> tuple[np.ndarray, dict[str, np.ndarray],
+                          dict[int, tuple[tuple[int, ...], Witness]]]:
+        """Expand one layer: every parent x arrival choice x EOS choice. Each pass's
+        children are deduplicated against each other and the visited set; the survivors of
+        all passes once more against each other, keeping the first (or the least)."""
+        arrived = front[:, self.ci[("arrived",)]].astype(np.int64)
+        may_arrive = self.opt.arrival_steps is None or d <= self.opt.arrival_steps
+        parts: list[list[Any]] = []
+        self._pending = parts
+        edges: list[tuple[np.ndarray, ...]] = []
+        viol: dict[int, tuple[tuple[int, ...], Witness]] = {}
+        kept = 0
+        for a in sorted(set(arrived.tolist())):
+            rows = np.nonzero(arrived == a)[0]
+            room = self.n - a if may_arrive else 0
+            for j in range(room + 1):
+                for batch in self._batches(rows, j):
+                    if time.monotonic() > self.deadline:
+                        raise _Stop("time limit")
+                    child, info, vmask = self._expand(front, meta, d, a, j, *batch)
+                    for i, mask in vmask.items():
+                        self._note_violation(viol, i, d, child, info, mask)
+                    t0 = time.monotonic()
+                    words = self._words(child, d)
+                    self.timing["keys"] += time.monotonic() - t0
+                    t0 = time.monotonic()
+                    if self.opt.keep_edges and j == 0:
+                        edges.append((info["parent"], words, info["stuck"], info["eos"]))
+                    # A child that violates every undecided property is not expanded.
+                    if pending and all(i in vmask for i in pending):
+                        cand = np.nonzero(~np.all(np.stack([vmask[i] for i in pending]),
+                                                  axis=0))[0]
+                    else:
+                        cand = np.arange(len(child))
+                    if len(cand):
+                        cand = cand[first_of_each(words[cand], self._order(info, cand))]
+                        cand = cand[self.visited.lookup(words[cand]) < 0]
+                    if len(cand):
+                        parts.append([child[cand], words[cand],
+                                      {k: v[cand] for k, v in info.items()}])
+                        kept += len(cand)
+                    self.timing["dedup"] += time.monotonic() - t0
+                    if self.visited.count + kept > self.opt.max_states:
+                        raise _Stop(f"state limit {self.opt.max_states}")
+        t0 = time.monotonic()
+        if parts:
+            nxt = np.concatenate([p[0] for p in parts])
+            words = np.concatenate([p[1] for p in parts])
+            info = {k: np.concatenate([p[2][k] for p in parts]) for k in parts[0][2]}
+        else:
+            nxt = np.zeros((0, len(self.colkeys)), dtype=self.store)
+            words = np.zeros((0, 1), dtype=np.uint64)
+            info = {k: np.zeros(0, dtype=np.int64) for k in ("parent", "choice", "eos", "j")}
+        self._pending = []
+        first = first_of_each(words, self._order(info, np.arange(len(nxt))))
+        if self.opt.least:
+            r = info["ranks"][first]
+            first = first[np.lexsort((r[:, 3], r[:, 2], r[:, 1], r[:, 0]))]
+        else:
+            first = np.sort(first)
+        nxt, words = nxt[first], words[first]
+        info = {k: v[first] for k, v in info.items()}
+        new_meta: dict[str, np.ndarray] = {}
+        if self.opt.least:
+            r = info["ranks"]
+            new_s = np.ones(len(r), dtype=bool)
+            new_s[1:] = np.any(r[1:, :2] != r[:-1, :2], axis=1)
+            new_meta["srank"] = np.cumsum(new_s) - 1
+            new_meta["prank"] = np.arange(len(r), dtype=np.int64)
+        ids = self.next_id + np.arange(len(nxt), dtype=np.int64)
+        self.visited.add(words, ids)
+        self.layers.append(_Layer(self.next_id, info["parent"], info["choice"],
+                                  info["j"].astype(np.int8), info["eos"]))
+        if self.opt.keep_edges:
+            base = self.layers[-2].first_id
+            for par, w, stuck, eos in edges:
+                self.edges.append((base + par, self.visited.lookup(w), stuck.astype(bool),
+                                   eos))
+        self.next_id += len(nxt)
+        self.timing["dedup"] += time.monotonic() - t0
+        return nxt, new_meta, viol
+
+    def _order(self, info: dict[str, np.ndarray], idx: np.ndarray) -> tuple[np.ndarray, ...]:
+        """np.lexsort keys (least significant first) of minimize.py's order, least mode."""
+        if not self.opt.least:
+            return ()
+        r = info["ranks"][idx]
+        return (r[:, 3], r[:, 2], r[:, 1], r[:, 0])
+
+    def _batches(self, rows: np.ndarray, j: int) -> list[tuple[np.ndarray, int, int]]:
+        """(parent rows, first choice, last choice) per pass: at most `chunk` elements."""
+        e = 1 << self.n
+        choices = len(self.kinds) ** j
+        step_c = min(choices, max(1, self.opt.chunk // e))
+        per_parent = max(1, self.opt.chunk // (step_c * e))
+        return [(rows[p0:p0 + per_parent], c0, min(choices, c0 + step_c))
+                for p0 in range(0, len(rows), per_parent)
+                for c0 in range(0, choices, step_c)]
+
+    # ---- one pass of the rules -------------------------------------------------------------
+
+    def _expand(self, front: np.ndarray, meta: dict[str, np.ndarray], d: int, a: int,
+                j: int, rows: np.ndarray, c0: int, c1: int
+                ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[int, np.ndarray]]:
+        """One pass: parents `rows` (a requests arrived) x choices c0..c1 of j arrivals x
+        every EOS choice. Returns the children's matrix (valid transitions only), how each
+        was reached, and per property the children at which it fails."""
+        t0 = time.monotonic()
+        n, m, c = self.n, len(rows), c1 - c0
+        dims = 2 + n
+        shape = (m, c, *([2] * n))
+        sub = front[rows]
+        const = np.all(sub == sub[:1], axis=0) if m else np.ones(sub.shape[1], bool)
+
+        def parent(col: int, as_bool: bool = False) -> Any:
+            if const[col]:
+                v = int(sub[0, col])
+                return bool(v) if as_bool else v
+            v = sub[:, col].reshape((m,) + (1,) * (dims - 1))
+            return v.astype(bool) if as_bool else v.astype(self.dtype, copy=False)
+
+        kinds_idx = _digits(np.arange(c0, c1, dtype=np.int64), len(self.kinds), j)
+        specs = []
+        for s in range(n):
+            values: dict[str, Any] = {}
+            for f in _SPEC_FIELDS:
+                if s < a:
+                    values[f] = (parent(self.ci[("spec", s, f)]) if f in self.spec_fields
+                                 else 1 if f == "arrival_step" else 0)
+                elif s < a + j:
+                    if f == "arrival_step":
+                        values[f] = d
+                    elif f in self.kind_cols:
+                        v = self.kind_cols[f][kinds_idx[:, s - a]]
+                        values[f] = (int(v[0]) if (v == v[0]).all() else
+                                     v.astype(self.dtype).reshape((1, c) + (1,) * n))
+                    else:
+                        values[f] = 0
+                else:
+                    values[f] = _UNUSED.get(f, 0)
+            specs.append(SlotSpec(**values))
+        leaf_value = {leaf.path: leaf.initial for leaf in self.leaves}
+        for leaf in self.stored_leaves:
+            leaf_value[leaf.path] = parent(self.ci[("leaf", leaf.path)], leaf.is_bool)
+        for leaf in self.leaves:
+            if leaf.is_bool and isinstance(leaf_value[leaf.path], int):
+                leaf_value[leaf.path] = bool(leaf_value[leaf.path])
+        state = build(self.template, lambda p: leaf_value[p], d - 1)
+        eos = [np.array([False, True]).reshape((1,) * (2 + i) + (2,) + (1,) * (n - 1 - i))
+               for i in range(n)]
+        nxt, obs = self.engine.step(self.ops, self.cfg, specs, state, eos)
+        valid: Any = True
+        for i in range(n):
+            valid = self.ops.and_(valid, self.ops.implies(eos[i], obs.slots[i].sampled))
+        past = self._past(sub, const, m, dims, d)
+        holds = {i: prop.holds(self.ops, [*past, obs], len(past))
+                 for i, prop in enumerate(self.props) if prop.kind != "lasso"}
+        self.timing["rules"] += time.monotonic() - t0
+        t0 = time.monotonic()
+        flat = np.flatnonzero(np.broadcast_to(np.asarray(valid), shape))
+        t = len(flat)
+        self.transitions += t
+        idx = np.unravel_index(flat, shape)
+        gather = _Gather(shape, idx)
+        child = np.empty((t, len(self.colkeys)), dtype=self.store)
+        values = values_of(nxt)
+        for leaf in self.stored_leaves:
+            self._put(child, self.ci[("leaf", leaf.path)], gather(values[leaf.path]))
+        pidx = idx[0]
+        copied = [self.ci[("spec", s, f)] for s in range(min(a, n)) for f in self.spec_fields]
+        for lag in range(2, self.lags + 1):
+            copied += [self.ci[("hist", lag - 1, s, f)] for s in range(n)
+                       for f in self.hist_slot]
+            copied += [self.ci[("hist", lag - 1, None, f)] for f in self.hist_step]
+        targets = [self.ci[("spec", s, f)] for s in range(min(a, n)) for f in self.spec_fields]
+        for lag in range(2, self.lags + 1):
+            targets += [self.ci[("hist", lag, s, f)] for s in range(n) for f in self.hist_slot]
+            targets += [self.ci[("hist", lag, None, f)] for f in self.hist_step]
+        if copied:
+            child[:, targets] = sub[np.ix_(pidx, copied)]
+        for s in range(a, n):
+            for f in self.spec_fields:
+                col = self.ci[("spec", s, f)]
+                if s < a + j:
+                    child[:, col] = (d if f == "arrival_step"
+                                     else self.kind_cols[f][kinds_idx[idx[1], s - a]])
+                else:
+                    child[:, col] = 0
+        child[:, self.ci[("arrived",)]] = a + j
+        if self.lags >= 1:
+            for s in range(n):
+                for f in self.hist_slot:
+                    self._put(child, self.ci[("hist", 1, s, f)],
+                              gather(getattr(obs.slots[s], f)))
+            for f in self.hist_step:
+                self._put(child, self.ci[("hist", 1, None, f)], gather(getattr(obs, f)))
+        eos_mask = np.zeros(t, dtype=np.int64)
+        for i in range(n):
+            eos_mask |= idx[2 + i].astype(np.int64) << i
+        info = {"parent": rows[pidx], "choice": c0 + idx[1].astype(np.int64), "eos": eos_mask,
+                "j": np.full(t, j, dtype=np.int64)}
+        if self.opt.keep_edges:
+            stuck = gather(self.ops.or_(*[
+                self.ops.and_(o.held, o.prompt_len + o.max_tokens <= self.cfg.max_model_len)
+                for o in obs.slots]))
+            info["stuck"] = np.broadcast_to(np.asarray(stuck, dtype=np.int64), (t,)).copy()
+        if self.opt.least:
+            pad = np.zeros(t, dtype=np.int64)
+            base = len(self.kinds) + 1
+            for s in range(n):
+                digit = (kinds_idx[idx[1], s - a].astype(np.int64) if a <= s < a + j
+                         else np.full(t, len(self.kinds), dtype=np.int64))
+                pad = pad * base + digit
+            eps = np.zeros(t, dtype=np.int64)
+            for i in range(n):
+                eps |= idx[2 + i].astype(np.int64) << (n - 1 - i)
+            info["ranks"] = np.stack([meta["srank"][rows][pidx], pad,
+                                      meta["prank"][rows][pidx], eps], axis=1)
+        vmask = {}
+        for i, h in holds.items():
+            if isinstance(h, (bool, int)) and h:
+                continue
+            v = ~np.broadcast_to(np.asarray(gather(h), dtype=bool), (t,))
+            if v.any():
+                vmask[i] = v
+        self.timing["gather"] += time.monotonic() - t0
+        return child, info, vmask
+
+    def _put(self, child: np.ndarray, col: int, values: Any) -> None:
+        """Store a column, refusing values the matrix's int type cannot hold."""
+        if isinstance(values, np.ndarray) and len(values) and self.store != np.int64:
+            lo, hi = int(values.min()), int(values.max())
+            if lo < self.store_range[0] or hi > self.store_range[1]:
+                raise OverflowError(f"{self.colkeys[col]} takes {lo}..{hi}, beyond "
+                                    f"{np.dtype(self.store).name}")
+        child[:, col] = values
+
+    def _past(self, sub: np.ndarray, const: np.ndarray, m: int, dims: int,
+              d: int) -> list[Step]:
+        """The history steps a property reads, oldest first, as they were."""
+        out = []
+        for lag in range(min(self.lags, d - 1), 0, -1):
+            def col(key: Any) -> Any:
+                k = self.ci[key]
+                if const[k]:
+                    return int(sub[0, k])
+                return sub[:, k].reshape((m,) + (1,) * (dims - 1)).astype(self.dtype)
+            slot_values = [{f: col(("hist", lag, s, f)) for f in self.hist_slot}
+                           for s in range(self.n)]
+            step_values = {f: col(("hist", lag, None, f)) for f in self.hist_step}
+            out.append(history.past_step(d - lag, slot_values, step_values, self.cfg))
+        return out
+
+    # ---- keys ---------------------------------------------------------------------------
+
+    def _words(self, child: np.ndarray, d: int) -> np.ndarray:
+        """The packed keys of a batch; retiring slots first changes the batch itself."""
+        rows, n = len(child), self.n
+        for status, reset in self.retire_cols:
+            gone = np.isin(child[:, status], self.retired)
+            if gone.any():
+                for col, value in reset:
+                    child[gone, col] = value
+        ranks = {}
+        if self.order:
+            def getter(p: Path) -> Any:
+                return child[:, self.ci[("leaf", p)]]
+            for of in self.order:
+                vals = [child[:, self.ci[("leaf", ("slots", i, *of.field))]] for i in range(n)]
+                for i in range(n):
+                    r = np.zeros(rows, dtype=np.int16)
+                    for k in range(n):
+                        if i != k:
+                            g = self.guards[(of.field, i, k)](getter, self.ops)
+                            r += self.ops.and_(g, vals[k] < vals[i])
+                    ranks[(of.field, i)] = r
+        slots = [[child[:, col] for col in cols] + [ranks[(of.field, s)] for of in self.order]
+                 for s, cols in enumerate(self.key_slot_cols)]
+        glob = [child[:, col] for col in self.key_glob_cols]
+        if self.opt.arrival_steps is not None:
+            glob.append(min(d, self.opt.arrival_steps))
+        if self.depth_in_key:
+            glob.append(d)
+        for lag in range(1, self.lags + 1):
+            glob.append(int(d - lag >= 1))
+        return self._encode(glob, slots, rows)
+
+    def _encode(self, glob: list[Any], slots: list[list[Any]], rows: int) -> np.ndarray:
+        if rows == 0:
+            return np.zeros((0, self.codec.words if self.codec else 1), dtype=np.uint64)
+        gmin = [int(np.min(c)) for c in glob]
+        gmax = [int(np.max(c)) for c in glob]
+        smin = [min(int(np.min(cols[k])) for cols in slots) for k in range(len(slots[0]))]
+        smax = [max(int(np.max(cols[k])) for cols in slots) for k in range(len(slots[0]))]
+        if self.seen is None:
+            self.seen = (gmin, gmax, smin, smax)
+        else:
+            g0, g1, s0, s1 = self.seen
+            self.seen = ([min(a, b) for a, b in zip(g0, gmin, strict=True)],
+                         [max(a, b) for a, b in zip(g1, gmax, strict=True)],
+                         [min(a, b) for a, b in zip(s0, smin, strict=True)],
+                         [max(a, b) for a, b in zip(s1, smax, strict=True)])
+        if self.codec is None or not self.codec.holds(gmin, gmax, smin, smax):
+            new = Codec.fit(*self.seen, self.n, self.symmetry, self.priority_col)
+            if self.codec is not None:
+                self.visited.repack(self.codec, new)
+                for part in self._pending:
+                    part[1] = new.recode(part[1], self.codec)
+            self.codec = new
+        return self.codec.encode(glob, slots, rows)
+
+    # ---- runs ---------------------------------------------------------------------------
+
+    def _note_violation(self, viol: dict[int, tuple[tuple[int, ...], Witness]], i: int,
+                        d: int, child: np.ndarray, info: dict[str, np.ndarray],
+                        mask: np.ndarray) -> None:
+        pos = np.nonzero(mask)[0]
+        ranks = info.get("ranks")
+        arrived = child[:, self.ci[("arrived",)]].astype(np.int64)
+        if ranks is not None:
+            # Fewest requests first, then the path order.
+            r = ranks[pos]
+            k = int(pos[np.lexsort((r[:, 3], r[:, 2], r[:, 1], r[:, 0], arrived[pos]))[0]])
+            key = (int(arrived[k]), *(int(x) for x in ranks[k]))
+        else:
+            k = int(pos[0])
+            key = (0,)
+        if i in viol and (ranks is None or viol[i][0] <= key):
+            return
+        last = (self._kinds(int(info["choice"][k]), int(info["j"][k])), int(info["eos"][k]))
+        prefix = self._walk(len(self.layers) - 1, int(info["parent"][k]))
+        viol[i] = (key, Witness((*prefix.arrivals, last[0]), (*prefix.eos, last[1])))
+
+    def _kinds(self, choice: int, j: int) -> tuple[int, ...]:
+        return tuple(int(x) for x in _digits(np.array([choice]), len(self.kinds), j)[0])
+
+    def _walk(self, layer: int, node: int) -> Witness:
+        arrivals: list[tuple[int, ...]] = []
+        eos: list[int] = []
+        for k in range(layer, 0, -1):
+            lay = self.layers[k]
+            arrivals.append(self._kinds(int(lay.choice[node]), int(lay.j[node])))
+            eos.append(int(lay.eos[node]))
+            node = int(lay.parent[node])
+        return Witness(tuple(reversed(arrivals)), tuple(reversed(eos)))
+
+    def witness(self, node_id: int) -> Witness:
+        """The run kept for a node (its least run in least mode)."""
+        k = max(i for i, layer in enumerate(self.layers) if layer.first_id <= node_id)
+        return self._walk(k, node_id - self.layers[k].first_id)
+
+
+class _Gather:
+    """Values of broadcast arrays at the valid transitions (flat indices per shape)."""
+
+    def __init__(self, shape: tuple[int, ...], idx: tuple[np.ndarray, ...]) -> None:
+        self.shape, self.idx = shape, idx
+        self.cache: dict[tuple[int, ...], np.ndarray] = {}
+
+    def __call__(self, x: Any) -> Any:
+        if isinstance(x, (bool, int)):
+            return int(x)
+        x = np.asarray(x)
+        if x.ndim < len(self.shape):
+            x = x.reshape((1,) * (len(self.shape) - x.ndim) + x.shape)
+        pos = self.cache.get(x.shape)
+        if pos is None:
+            pos = np.zeros(len(self.idx[0]), dtype=np.int64)
+            stride = 1
+            for dim in range(len(self.shape) - 1, -1, -1):
+                if x.shape[dim] > 1:
+                    pos += self.idx[dim] * stride
+                stride *= x.shape[dim]
+            self.cache[x.shape] = pos
+        return np.ascontiguousarray(x).reshape(-1)[pos]
+
+
+class _Stop(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _digits(codes: np.ndarray, base: int, width: int) -> np.ndarray:
+    """Per code, its `width` digits in `base`, most significant first (lexicographic
+    order of kind tuples = numeric order of codes)."""
+    out = np.zeros((len(codes), width), dtype=np.int64)
+    rest = codes.copy()
+    for k in range(width - 1, -1, -1):
+        out[:, k] = rest % base
+        rest //= base
+    return out
+
+
+def _eval_dtype(cfg: Any) -> Any:
+    """int16 when every value the rules see stays small (every config int below 2**10:
+    the rules add and compare such values and multiply by small constants), else int64."""
+    big = 0
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        if isinstance(v, int) and not isinstance(v, bool):
+            big = max(big, abs(v))
+    return np.int16 if big < (1 << 10) else np.int64
