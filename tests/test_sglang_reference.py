@@ -163,7 +163,9 @@ def test_retraction_pops_fewest_outputs_then_longest_prompt_and_keeps_the_rest()
     s.free = 0
     retracted, aborted = s._retract_decode()
     assert [r.rid for r in retracted] == ["B", "A"] and not aborted  # schedule_batch.py:3392
-    assert [r.rid for r in s.running] == ["C", "D"] and s.free == 2
+    # The survivors stay in retraction-sort order, most outputs first:
+    # filter_batch(keep_indices=sorted_indices), schedule_batch.py:3379.
+    assert [r.rid for r in s.running] == ["D", "C"] and s.free == 2
 
 
 def test_a_lone_request_that_cannot_decode_is_aborted():

@@ -46,7 +46,9 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
 
     The record names the running batch, the chunked request and the waiting list after
     scheduling; a request's own KV (`blocks`) is its computed tokens less the cache hit it
-    was admitted with (computed - scheduled in the step it joined)."""
+    was admitted with (computed - scheduled in the step it joined), less the last prompt
+    token of a fully cached prompt from the step after its prefill on (the tree's copy,
+    model/sglang/reference.py `_process_results`)."""
     cfg: Config = workload.config
     rcfg = rules.SGLangRuleConfig.from_config(cfg)
     ordered = workload.arrival_order()
@@ -54,6 +56,7 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     computed = {r.id: 0 for r in ordered}
     hits = {r.id: 0 for r in ordered}
     retractions = {r.id: 0 for r in ordered}
+    deduped = {r.id: 0 for r in ordered}
     running: tuple[str, ...] = ()
     waiting: tuple[str, ...] = ()
     chunked: str | None = None
@@ -67,12 +70,15 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
         finished = dict(rec.finished)
         now_chunked = extra["chunked_req"]
         slots = []
+        released = 0
         for i, spec in enumerate(ordered):
             rid = spec.id
             n = sched.get(rid, 0)
             now = after.get(rid, 0)
             if rid in rec.admitted or rid in rec.resumed:
                 hits[rid] = now - n
+            if rid in rec.preempted:
+                deduped[rid] = 0
             sampled = n > 0 and rid != now_chunked
             held_now = rid in rec.running or rid == now_chunked
             retractions[rid] += rid in rec.preempted
@@ -85,7 +91,7 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
                 sampled=sampled, num_tokens=spec.prompt_len + outputs[rid],
                 num_computed_tokens_before=computed[rid], num_computed_tokens=now,
                 num_output_tokens=outputs[rid] + int(sampled),
-                blocks=now - hits[rid] if held_now else 0,
+                blocks=now - hits[rid] - deduped[rid] if held_now else 0,
                 num_preemptions=retractions[rid], running_after=rid in rec.running,
                 waiting_after=rid in rec.waiting,
                 queue_key=rec.waiting.index(rid) if rid in rec.waiting else 0,
@@ -93,9 +99,13 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
                 prompt_len=spec.prompt_len,
                 max_tokens=cfg.clip_max_new_tokens(spec.prompt_len, spec.max_tokens),
                 priority=0, arrival_time=i))
+            dedup = (sampled and outputs[rid] == 0 and rid not in finished
+                     and not cfg.disable_radix_cache and spec.cached_prefix_len >= spec.prompt_len)
+            deduped[rid] += int(dedup)
+            released += int(dedup)
             outputs[rid] += int(sampled)
             computed[rid] = now
-        released = sum(o.blocks for o in slots if o.finished)
+        released += sum(o.blocks for o in slots if o.finished)
         steps.append(observed_step(rec, slots, rcfg, released,
                                    step_kind=_KIND.get(extra["batch"], rules.KIND_OTHER)))
         running = tuple(r for r in rec.running if r not in finished)
@@ -225,7 +235,8 @@ def _scheduler(cfg: Config) -> SGLangScheduler:
 
 
 RULES_TABLE: tuple[tuple[str, str, str], ...] = (
-    ("managers/scheduler.py:3785-3835", "SGLangScheduler._merge_last_batch",
+    ("managers/scheduler.py:3785-3835 (3830-3833: an empty running batch becomes the last "
+     "batch, latch False, schedule_batch.py:2364)", "SGLangScheduler._merge_last_batch",
      "rules._finish (merge at the end of the step)"),
     ("managers/scheduler.py:3954-4004", "SGLangScheduler._get_new_batch_prefill", "rules._prefill"),
     ("managers/scheduler.py:3907-3925", "SGLangScheduler._num_allocatable_reqs",
@@ -241,12 +252,15 @@ RULES_TABLE: tuple[tuple[str, str, str], ...] = (
     ("managers/scheduler.py:4251-4288", "SGLangScheduler._mix_running", "rules._mix"),
     ("managers/scheduler.py:4335-4428", "SGLangScheduler._update_running_batch",
      "rules._decode"),
-    ("managers/schedule_batch.py:3298-3426", "SGLangScheduler._retract_decode",
-     "rules._retract"),
+    ("managers/schedule_batch.py:3298-3426 (3379: survivors kept in retraction-sort order)",
+     "SGLangScheduler._retract_decode", "rules._retract, rules._keep_retraction_order"),
     ("managers/scheduler_components/new_token_ratio_tracker.py:21-49", "RatioTracker",
      "rules._decayed, rules._decode (estimate), rules.step (reset)"),
     ("managers/schedule_batch.py:1913-1950", "SGLangScheduler._process_results",
      "rules._finish"),
+    ("managers/scheduler_components/batch_result_processor.py:394; "
+     "mem_cache/unified_radix_cache.py:1080-1154", "SGLangScheduler._process_results "
+     "(a fully cached prompt's recomputed token)", "rules._finish (dedup)"),
 )
 
 

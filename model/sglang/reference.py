@@ -9,7 +9,12 @@ radix cache is abstracted: a request's `cached_prefix_len` tokens are found in t
 every admission while the cache is on (they live outside the modelled pool), and KV that
 upstream keeps as evictable tree nodes is counted as free, as admission
 (`available + evictable`, prefill_budget.py:90-96) and the decode check (evict then compare,
-mem_cache/allocator/base.py:160-174) both do.
+mem_cache/allocator/base.py:160-174) both do. A fully cached prompt recomputes its last
+token (the match stops at fill - 1, B:1696-1706), and the tree keeps its own copy when the
+request's KV is checkpointed after the prefill, freeing the request's duplicate
+(mem_cache/unified_radix_cache.py:1080-1154). With the cache on, the model assumes a retracted
+request's prompt leaves the tree at its retraction (`retracted_prompt_evicted` says when
+that is sure); upstream may otherwise find it again at re-admission.
 
 Citations (paths relative to `sglang/srt/`, v0.5.22):
   S  = managers/scheduler.py              P  = managers/schedule_policy.py
@@ -23,7 +28,7 @@ The code is our own; loops and `break` sit where upstream has them.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from fractions import Fraction
@@ -38,6 +43,23 @@ from model.sglang.config import (
 )
 
 FINISH_ABORT = "abort"  # FINISH_ABORT: the lone request that cannot decode (B:3352-3374)
+
+
+def retracted_prompt_evicted(cfg: Config, requests: Sequence[RequestSpec]) -> bool:
+    """Whether the model's radix-cache abstraction holds for these requests: with the
+    cache on, no retracted request can find its own prompt in the tree again.
+
+    A retraction frees the request's KV but leaves its prompt in the tree as evictable
+    nodes (B:2258-2274, mem_cache/common.py:378-422); it then evicts until
+    `remaining x SGLANG_RETRACT_DECODE_STEPS` tokens are available (allocator/base.py:
+    144-158). At `retract_decode_steps >= max_total_num_tokens` that empties every
+    evictable node, so the prompt is gone; a pool of at least every prompt plus its
+    max_tokens never retracts (a running request holds at most prompt + outputs - 1 own
+    tokens, so one free token per request always remains). Otherwise a re-admitted request
+    can match its old prompt and extend less than the model's recomputation."""
+    if cfg.disable_radix_cache or cfg.retract_decode_steps >= cfg.max_total_num_tokens:
+        return True
+    return cfg.max_total_num_tokens >= sum(r.prompt_len + r.max_tokens for r in requests)
 
 BATCH_PREFILL = "prefill"
 BATCH_MIXED = "mixed"
@@ -277,7 +299,11 @@ class SGLangScheduler:
         free_after_schedule = self.free
         sampled = self._samplers(batch)
         held_after = self._held_order(batch)
-        computed = tuple((r.rid, 0 if r.kv == 0 else r.prefix_len) for r in held_after)
+        # A waiting request holds no KV row; a held one can own no token of its own (a
+        # fully cached prompt after its prefill) and still report its computed tokens.
+        waiting_now = {id(r) for r in self.waiting}
+        computed = tuple((r.rid, 0 if id(r) in waiting_now else r.prefix_len)
+                         for r in held_after)
         running_after = self._running_after(batch)
         waiting_after = tuple(r.rid for r in self.waiting)
         chunked_id = self.chunked_req.rid if self.chunked_req is not None else None
@@ -315,20 +341,26 @@ class SGLangScheduler:
         if last is None or last.kind not in (BATCH_PREFILL, BATCH_MIXED):
             return list(self.running), self.batch_is_full
         kept = [r for r in last.reqs if not r.finished() and r is not self.chunked_req]
-        full = self.batch_is_full and len(kept) == len(last.reqs)
+        full = (self.batch_is_full and len(kept) == len(last.reqs)
+                and not (kept and not self.running))
         return [*self.running, *kept], full
 
     # ---- merge (S:3785-3835) -----------------------------------------------------------
 
     def _merge_last_batch(self) -> None:
         """Fold the last extend batch, less its finished requests and the chunked request,
-        into the running batch; if that dropped any request, clear the latch."""
+        into the running batch; if that dropped any request, clear the latch. An empty
+        running batch is replaced by the last batch itself (S:3830-3833), whose latch is
+        the dataclass default, False (B:2364): nothing sets it on a new extend batch, and a
+        mixed step's emptied running batch is a new object too (S:4284-4286)."""
         last = self.last_batch
         if last is None or last.kind not in (BATCH_PREFILL, BATCH_MIXED):
             return
         exclude = {id(self.chunked_req)} if self.chunked_req is not None else set()
         kept = [r for r in last.reqs if not r.finished() and id(r) not in exclude]
         if len(kept) < len(last.reqs):  # S:3824-3825
+            self.batch_is_full = False
+        if kept and not self.running:  # S:3830-3833: running_batch = last_batch
             self.batch_is_full = False
         self.running = self.running + kept  # merge_batch appends (B:3802)
         last.reqs = kept
@@ -480,7 +512,9 @@ class SGLangScheduler:
     def _retract_decode(self) -> tuple[list[Req], list[Req]]:
         """`retract_decode` (B:3298-3385): keep order is by (outputs, -prompt) descending,
         stably; pop from the end (fewest outputs, then longest prompt) until the decode fits,
-        at least one, keeping one; a last request that still does not fit is aborted."""
+        at least one, keeping one; a last request that still does not fit is aborted. The
+        survivors stay in that order: `filter_batch(keep_indices=sorted_indices)` (B:3379)
+        rebuilds the batch from the index list (B:3698)."""
         order = sorted(self.running, key=lambda r: (r.output_len, -r.prompt_len),
                        reverse=True)  # B:3392-3426
         retracted: list[Req] = []
@@ -501,14 +535,21 @@ class SGLangScheduler:
             self._release(last)
             last.finished_reason = FINISH_ABORT
             aborted.append(last)
-        keep = set(map(id, order))
-        self.running = [r for r in self.running if id(r) in keep]  # filter_batch(keep)
+        self.running = order  # filter_batch(keep_indices=sorted_indices), B:3379
         return retracted, aborted
 
     def _release(self, req: Req) -> None:
         """Free the request's own KV."""
-        self.free += req.kv
-        req.kv = 0
+        self._release_tokens(req, req.kv)
+
+    def _release_tokens(self, req: Req, tokens: int) -> None:
+        """Give `tokens` of the request's own KV back to the pool."""
+        self.free += tokens
+        req.kv -= tokens
+
+    def _prompt_fully_cached(self, req: Req) -> bool:
+        """The cache holds the request's whole prompt (its hit stops one token short)."""
+        return not self.cfg.disable_radix_cache and req.cached_prefix_len >= req.prompt_len
 
     def _is_fully_idle(self) -> bool:
         """`is_fully_idle` in scope: nothing running, chunked or waiting (S:5168-5190).
@@ -537,15 +578,21 @@ class SGLangScheduler:
     def _process_results(self, sampled: list[Req], eos_ids: frozenset[str]
                          ) -> tuple[tuple[str, str], ...]:
         """One output token each; EOS first, then max_new_tokens (B:1913-1950); a finished
-        request releases its KV (BR:387, 1452). Aborted requests finish too."""
+        request releases its KV (BR:387, 1452). Aborted requests finish too. A request
+        that ends its first prefill unfinished checkpoints its KV into the tree (BR:394);
+        when its whole prompt was cached, the tree already holds the recomputed last
+        token and frees the request's copy (mem_cache/unified_radix_cache.py:1080-1154)."""
         finished: list[tuple[str, str]] = []
         for req in sampled:
+            first_token = req.output_len == 0
             req.output_len += 1
             if req.rid in eos_ids:
                 req.finished_reason = FINISH_STOP
             elif req.output_len >= req.max_new_tokens:
                 req.finished_reason = FINISH_LENGTH
             else:
+                if first_token and self._prompt_fully_cached(req):
+                    self._release_tokens(req, 1)
                 continue
             self._release(req)
             finished.append((req.rid, req.finished_reason))

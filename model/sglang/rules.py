@@ -466,6 +466,7 @@ def _decode(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w: _Work
     count = ops.sum([ops.to_int(k) for k in kept])
     e = ops.sum([ops.ite(kept[i], mnew[i], 0) for i in range(n)]) + 1
     a = a + cfg.retract_decode_steps * count
+    _keep_retraction_order(ops, specs, w, outputs, kept, count, retract)
     capped = a >= e  # T:48
     est_n = ops.ite(capped, cfg.ratio_scale, a * cfg.ratio_scale)
     est_b = ops.ite(capped, 1, e)
@@ -476,6 +477,28 @@ def _decode(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w: _Work
     w.full = ops.and_(w.full, ops.not_(ops.and_(do, count < initial_bs)))
     _serve_running(ops, w, active)
     return ops.and_(active, count > 0)
+
+
+def _keep_retraction_order(ops: Ops, specs: Sequence[SlotSpec], w: _Work,
+                           outputs: Sequence[Int], kept: Sequence[Bool], count: Int,
+                           do: Bool) -> None:
+    """After a retraction the running batch is in retraction-sort order, most outputs
+    first, then the shortest prompt, then the earlier in running order:
+    `filter_batch(keep_indices=sorted_indices)` (B:3379, 3698). The survivors get fresh
+    run keys in that order."""
+    n = len(specs)
+    new_keys = []
+    for i in range(n):
+        before = ops.sum([ops.to_int(ops.and_(kept[j], ops.or_(
+            outputs[j] > outputs[i],
+            ops.and_(outputs[j] == outputs[i], ops.or_(
+                specs[j].prompt_len < specs[i].prompt_len,
+                ops.and_(specs[j].prompt_len == specs[i].prompt_len,
+                         w.run_key[j] < w.run_key[i]))))))
+            for j in range(n) if j != i])
+        new_keys.append(ops.ite(ops.and_(do, kept[i]), w.next_run_key + before, w.run_key[i]))
+    w.run_key = new_keys
+    w.next_run_key = ops.ite(do, w.next_run_key + count, w.next_run_key)
 
 
 def _retract(ops: Ops, specs: Sequence[SlotSpec], w: _Work, outputs: Sequence[Int],
@@ -577,15 +600,25 @@ def _finish(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], state: S
     free_end = w.free
     slots, obs = [], []
     dropped: Bool = False
+    kept: Bool = False  # the extend batch keeps a request for the running batch
+    running_left: Bool = False  # the running batch holds a request outside the batch
     for i, spec in enumerate(specs):
         sampled = ops.and_(w.in_batch[i], ops.not_(still_chunked[i]))
         out = before[i].outputs + ops.to_int(sampled)
         stop = ops.and_(sampled, eos[i])
         length = ops.and_(sampled, out >= mnew[i])
         finished = ops.or_(stop, length)
-        free_end = free_end + ops.ite(finished, w.kv[i], 0)
+        # A fully cached prompt's recomputed last token is the tree's after the prefill's
+        # checkpoint (BR:394; mem_cache/unified_radix_cache.py:1080-1154).
+        dedup = ops.and_(cfg.radix_cache, sampled, ops.not_(finished),
+                         before[i].outputs == 0, spec.cached_prefix_len >= spec.prompt_len)
+        free_end = free_end + ops.ite(finished, w.kv[i], ops.to_int(dedup))
         extend_member = ops.and_(formed, w.in_batch[i])
         dropped = ops.or_(dropped, ops.and_(extend_member, ops.or_(finished, still_chunked[i])))
+        kept = ops.or_(kept, ops.and_(extend_member, ops.not_(still_chunked[i]),
+                                      ops.not_(finished)))
+        running_left = ops.or_(running_left, ops.and_(_in_running_batch(ops, w.status[i]),
+                                                      ops.not_(extend_member)))
         status = ops.ite(still_chunked[i], CHUNKED,
                          ops.ite(extend_member, ops.ite(finished, FINISHED, RUNNING),
                                  ops.ite(ops.and_(finished, w.status[i] == RUNNING), STALE,
@@ -593,7 +626,8 @@ def _finish(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], state: S
         running_after = ops.or_(ops.and_(extend_member, ops.not_(still_chunked[i])),
                                 ops.and_(ops.not_(extend_member), w.status[i] == RUNNING))
         slots.append(SGLangSlot(
-            status=status, kv=ops.ite(finished, 0, w.kv[i]), computed=w.computed[i],
+            status=status, kv=ops.ite(finished, 0, w.kv[i] - ops.to_int(dedup)),
+            computed=w.computed[i],
             outputs=out, run_key=run_key[i], wait_key=w.wait_key[i],
             retracted=ops.and_(w.retracted[i], ops.not_(w.joined[i])),
             num_retractions=w.num_retractions[i]))
@@ -612,7 +646,9 @@ def _finish(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], state: S
             waiting_after=w.status[i] == WAITING, queue_key=w.wait_key[i],
             run_key=run_key[i], prompt_len=spec.prompt_len, max_tokens=mnew[i],
             priority=0, arrival_time=i))
-    full = ops.and_(w.full, ops.not_(dropped))  # S:3824-3825
+    # S:3824-3825 clear the latch when the merge drops a request; S:3830-3833 replace an
+    # empty running batch by the extend batch, whose latch is False (B:2364).
+    full = ops.and_(w.full, ops.not_(dropped), ops.not_(ops.and_(kept, ops.not_(running_left))))
     num_running = ops.sum([ops.to_int(o.running_after) for o in obs])
     num_running_end = ops.sum([ops.to_int(ops.and_(o.running_after, ops.not_(o.finished)))
                                for o in obs])
