@@ -1,0 +1,350 @@
+"""Seeded random SGLang workloads for the conformance run against SGLang's real scheduler,
+and a shrinker for a diverging one. Pure Python: nothing here imports SGLang.
+
+Every workload is inside the model's scope (`in_scope`): a config the model accepts
+(model/sglang/config.py `rejection`), prompts SGLang accepts, and with the radix cache on
+no retracted prompt left in the tree (model/sglang/reference.py `retracted_prompt_evicted`,
+docs/sglang_model.md, Encodings and departures).
+
+Small configs: a 8-64 token pool, chunks of 2-16 or none, 1-5 requests, 4-24 steps,
+context 64. Large: a 48-400 token pool, chunks of 8-64 or none, 2-12 requests, 10-60
+steps, context 256. Both draw the policy (fcfs, lof, lpm), mixed chunk, the radix cache
+on or off, cached prefixes (up to the whole prompt), EOS entries, the conservativeness,
+the ratio knobs and max_running_requests; 40% of them get a pool cut below what their
+requests need. Pressure: decode-heavy workloads (2-6 short prompts with 8-30 outputs,
+20-50 steps, a low reservation ratio, a pool at 40-75% of the need) that retract.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+
+from model.core.errors import InputError
+from model.core.types import FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
+from model.sglang.config import POLICIES, POLICY_FCFS, Config, rejection
+from model.sglang.engine import check_admissible
+from model.sglang.reference import retracted_prompt_evicted
+
+SIZES = ("any", "small", "large", "pressure")
+MAX_REQUESTS = 499_000  # the driver's token ids: own tokens 1000 + i, a cached prefix 500000 + i
+#: The shares of the "any" workloads: large, pressure, the rest small.
+LARGE_SHARE, PRESSURE_SHARE = 0.2, 0.25
+PRESSED_SHARE = 0.4  # small and large workloads whose pool is cut below what they need
+
+
+def check_drivable(workload: Workload) -> None:
+    """InputError unless the driver can run `workload` (an SGLang workload the model
+    accepts)."""
+    if workload.engine != "sglang" or not isinstance(workload.config, Config):
+        raise InputError(f"the SGLang driver runs sglang workloads, not {workload.engine!r}")
+    refused = rejection(workload.config)
+    if refused is not None:
+        raise InputError(f"the model refuses the config: {refused}")
+    check_admissible(workload)
+    if len(workload.requests) > MAX_REQUESTS:
+        raise InputError(f"at most {MAX_REQUESTS} requests (their token ids)")
+    if any(r.prefix_group is not None for r in workload.requests):
+        raise InputError("prefix groups are vLLM's contract; an SGLang workload gives "
+                         "cached_prefix_len")
+
+
+def in_scope(w: Workload) -> bool:
+    """The model accepts the workload, the driver can run it, and it stays inside the
+    model's radix-cache scope."""
+    try:
+        check_drivable(w)
+    except InputError:
+        return False
+    return retracted_prompt_evicted(w.config, w.requests)
+
+
+def random_sglang_workload(seed: int, size: str = "any") -> Workload:
+    """The workload of `seed` (the same seed gives the same workload)."""
+    rng = random.Random(seed)
+    if size == "any":
+        u = rng.random()
+        size = ("large" if u < LARGE_SHARE else
+                "pressure" if u < LARGE_SHARE + PRESSURE_SHARE else "small")
+    if size == "pressure":
+        cfg, requests, steps = _draw_pressure(rng)
+    else:
+        cfg, requests, steps = _draw_large(rng) if size == "large" else _draw_small(rng)
+        if rng.random() < PRESSED_SHARE:
+            cfg = _pressed(rng, cfg, requests, 0.3, 0.8)
+    cfg, requests = _into_scope(rng, cfg, requests)
+    eos = tuple(EosEvent(r.id, rng.randint(1, steps)) for r in requests
+                if rng.random() < 0.3)
+    return Workload(config=cfg, requests=requests, eos=eos, steps=steps, engine="sglang")
+
+
+def _draw_config(rng: random.Random, pool: int, chunk: int | None, prefill: int,
+                 running: int | None, context: int, decay: tuple[int, ...],
+                 retract: tuple[int, ...], conservativeness: tuple[float, ...]) -> Config:
+    return Config(
+        max_total_num_tokens=pool, chunked_prefill_size=chunk, max_prefill_tokens=prefill,
+        max_running_requests=running, schedule_policy=rng.choice(POLICIES),
+        schedule_conservativeness=rng.choice(conservativeness),
+        enable_mixed_chunk=rng.random() < 0.4, disable_radix_cache=rng.random() < 0.5,
+        context_length=context, init_new_token_ratio=rng.choice((0.7, 0.7, 0.7, 1.0)),
+        min_new_token_ratio_factor=rng.choice((0.14, 0.14, 1.0)),
+        new_token_ratio_decay_steps=rng.choice(decay),
+        retract_decode_steps=rng.choice(retract))
+
+
+def _draw_requests(rng: random.Random, cfg: Config, count: int, longest: int,
+                   most_tokens: int, last_arrival: int) -> tuple[RequestSpec, ...]:
+    top = max(1, min(longest, cfg.max_req_input_len - 1))
+    requests = []
+    for i in range(count):
+        prompt = rng.randint(1, top)
+        cached = rng.randint(0, prompt) if rng.random() < 0.3 else 0
+        requests.append(RequestSpec(id=f"r{i}", prompt_len=prompt,
+                                    max_tokens=rng.randint(1, most_tokens),
+                                    arrival_step=rng.randint(1, last_arrival),
+                                    cached_prefix_len=cached))
+    return tuple(requests)
+
+
+def _draw_small(rng: random.Random) -> tuple[Config, tuple[RequestSpec, ...], int]:
+    cfg = _draw_config(rng, pool=rng.randint(8, 64),
+                       chunk=rng.choice((None, rng.randint(2, 16))),
+                       prefill=rng.randint(2, 32),
+                       running=rng.choice((None, rng.randint(1, 6))), context=64,
+                       decay=(600, 5), retract=(20, 1),
+                       conservativeness=(0.1, 0.3, 1.0, 2.0))
+    steps = rng.randint(4, 24)
+    return cfg, _draw_requests(rng, cfg, rng.randint(1, 5), 20, 12, 6), steps
+
+
+def _draw_large(rng: random.Random) -> tuple[Config, tuple[RequestSpec, ...], int]:
+    cfg = _draw_config(rng, pool=rng.randint(48, 400),
+                       chunk=rng.choice((None, rng.randint(8, 64))),
+                       prefill=rng.randint(8, 128),
+                       running=rng.choice((None, rng.randint(2, 12))), context=256,
+                       decay=(600, 20, 3), retract=(20, 1, 5),
+                       conservativeness=(0.1, 0.3, 0.5, 1.0, 2.0))
+    steps = rng.randint(10, 60)
+    return cfg, _draw_requests(rng, cfg, rng.randint(2, 12), 120, 40, max(1, steps // 2)), steps
+
+
+def _draw_pressure(rng: random.Random) -> tuple[Config, tuple[RequestSpec, ...], int]:
+    """Decode-heavy: short prompts, long outputs, staggered arrivals, a low reservation
+    ratio and a pool cut to 40-75% of the need, so running requests outgrow it."""
+    cfg = _draw_config(rng, pool=64, chunk=rng.choice((None, rng.randint(2, 16))),
+                       prefill=rng.randint(4, 32),
+                       running=rng.choice((None, rng.randint(2, 6))), context=64,
+                       decay=(600, 5, 2), retract=(20, 1, 3),
+                       conservativeness=(0.1, 0.2, 0.3, 0.5))
+    steps = rng.randint(20, 50)
+    requests = tuple(RequestSpec(
+        id=f"r{i}", prompt_len=(p := rng.randint(1, 8)), max_tokens=rng.randint(8, 30),
+        arrival_step=rng.randint(1, 10),
+        cached_prefix_len=rng.randint(0, p) if rng.random() < 0.3 else 0)
+        for i in range(rng.randint(2, 6)))
+    return _pressed(rng, cfg, requests, 0.4, 0.75), requests, steps
+
+
+def _pressed(rng: random.Random, cfg: Config, requests: tuple[RequestSpec, ...],
+             low: float, high: float) -> Config:
+    """The pool cut to a share in [low, high] of every prompt plus its outputs (so decodes
+    outgrow it and retract), never below what the longest prompt needs
+    (max_req_input_len > prompt)."""
+    need = sum(r.prompt_len + r.max_tokens for r in requests)
+    floor = max(8, max(r.prompt_len for r in requests) + 7)
+    return replace(cfg, max_total_num_tokens=max(floor, int(need * rng.uniform(low, high))))
+
+
+def _into_scope(rng: random.Random, cfg: Config, requests: tuple[RequestSpec, ...]
+                ) -> tuple[Config, tuple[RequestSpec, ...]]:
+    """With the radix cache on, either every retraction empties the tree's evictable part
+    (retract_decode_steps >= the pool, 3 in 4) or no retraction can happen (a pool of at
+    least every prompt plus its outputs); then mixed chunk off if the model refuses it."""
+    if not retracted_prompt_evicted(cfg, requests):
+        if rng.random() < 0.75:
+            cfg = replace(cfg, retract_decode_steps=cfg.max_total_num_tokens
+                          + rng.randint(0, 16))
+        else:
+            cfg = replace(cfg, max_total_num_tokens=sum(r.prompt_len + r.max_tokens
+                                                        for r in requests))
+    if rejection(cfg) is not None:
+        cfg = replace(cfg, enable_mixed_chunk=False)
+    return cfg, requests
+
+
+# ---------------------------------------------------------------------------- shrink
+
+#: Config fields moved to their simplest value (mechanisms off, SGLang's defaults).
+_SIMPLE_CONFIG: tuple[tuple[str, object], ...] = (
+    ("enable_mixed_chunk", False),
+    ("schedule_policy", POLICY_FCFS),
+    ("disable_radix_cache", True),
+    ("max_running_requests", None),
+    ("schedule_conservativeness", 1.0),
+    ("init_new_token_ratio", 0.7),
+    ("min_new_token_ratio_factor", 0.14),
+    ("new_token_ratio_decay_steps", 600),
+    ("retract_decode_steps", 20),
+)
+#: Config fields shrunk towards a smaller integer, with their floor (none of those moved to
+#: a default above, or the two moves would undo each other).
+_CONFIG_INTS: tuple[tuple[str, int], ...] = (
+    ("max_total_num_tokens", 8),
+    ("chunked_prefill_size", 1),
+    ("max_prefill_tokens", 1),
+    ("max_running_requests", 1),
+    ("context_length", 8),
+)
+
+
+def shrink(workload: Workload, fails: Callable[[Workload], bool],
+           max_calls: int = 2000) -> Workload:
+    """The smallest workload reached from `workload` by greedy moves (`MOVES`, in order)
+    while `fails` holds and the workload stays `in_scope`; `fails(workload)` must hold on
+    entry. After an accepted move its group is tried again; passes repeat until none
+    changes anything, or `max_calls` predicate calls."""
+    current = workload
+    calls = 0
+    changed = True
+    while changed and calls < max_calls:
+        changed = False
+        for moves in MOVES:
+            accepted = True
+            while accepted and calls < max_calls:
+                accepted = False
+                for candidate in moves(current):
+                    if calls >= max_calls:
+                        break
+                    if candidate == current or not in_scope(candidate):
+                        continue
+                    calls += 1
+                    if fails(candidate):
+                        current, accepted, changed = candidate, True, True
+                        break
+    return current
+
+
+def _smaller(value: int, floor: int) -> Iterator[int]:
+    """Smaller values to try, most aggressive first: the floor, half-way, one less."""
+    seen: set[int] = set()
+    for v in (floor, floor + (value - floor) // 2, value - 1):
+        if floor <= v < value and v not in seen:
+            seen.add(v)
+            yield v
+
+
+def _fewer_steps(w: Workload) -> Iterator[Workload]:
+    for steps in _smaller(w.steps, 1):
+        yield replace(w, steps=steps, eos=tuple(e for e in w.eos if e.step <= steps))
+
+
+def _fewer_requests(w: Workload) -> Iterator[Workload]:
+    for i, r in enumerate(w.requests):
+        yield replace(w, requests=w.requests[:i] + w.requests[i + 1:],
+                      eos=tuple(e for e in w.eos if e.id != r.id))
+
+
+def _fewer_eos(w: Workload) -> Iterator[Workload]:
+    for i in range(len(w.eos)):
+        yield replace(w, eos=w.eos[:i] + w.eos[i + 1:])
+
+
+def _simpler_config(w: Workload) -> Iterator[Workload]:
+    for name, simple in _SIMPLE_CONFIG:
+        if getattr(w.config, name) != simple:
+            yield replace(w, config=replace(w.config, **{name: simple}))
+
+
+def _smaller_config(w: Workload) -> Iterator[Workload]:
+    for name, floor in _CONFIG_INTS:
+        value = getattr(w.config, name)
+        if value is not None and value > 0:
+            for v in _smaller(value, floor):
+                yield replace(w, config=replace(w.config, **{name: v}))
+
+
+def _smaller_requests(w: Workload) -> Iterator[Workload]:
+    for i, r in enumerate(w.requests):
+        for name, floor in (("prompt_len", 1), ("max_tokens", 1), ("arrival_step", 1),
+                            ("cached_prefix_len", 0)):
+            for v in _smaller(getattr(r, name), floor):
+                smaller = replace(r, **{name: v})
+                if name == "prompt_len":
+                    smaller = replace(smaller, cached_prefix_len=min(r.cached_prefix_len, v))
+                yield replace(w, requests=w.requests[:i] + (smaller,) + w.requests[i + 1:])
+
+
+def _renamed(w: Workload) -> Iterator[Workload]:
+    """Ids renamed r0, r1, ... in list order (only when that changes something)."""
+    names = {r.id: f"r{i}" for i, r in enumerate(w.requests)}
+    if all(k == v for k, v in names.items()):
+        return
+    yield replace(w, requests=tuple(replace(r, id=names[r.id]) for r in w.requests),
+                  eos=tuple(replace(e, id=names[e.id]) for e in w.eos))
+
+
+MOVES: tuple[Callable[[Workload], Iterator[Workload]], ...] = (
+    _fewer_steps, _fewer_requests, _fewer_eos, _simpler_config, _smaller_config,
+    _smaller_requests, _renamed,
+)
+"""The shrinking moves in the order tried: fewest steps, then fewest requests and EOS
+entries, then the simplest config, then the smallest numbers; ids renamed last."""
+
+
+# -------------------------------------------------------------------------- coverage
+
+FEATURES: tuple[str, ...] = (
+    "size:small", "size:large", "policy:fcfs", "policy:lof", "policy:lpm+radix",
+    "radix", "cached_prefix", "batch:prefill", "batch:decode", "batch:mixed", "batch:idle",
+    "chunked", "latch", "latch_dropped_by_merge", "retraction", "retraction_reorders",
+    "resumed", "fully_cached_prompt", "eos_stop", "ratio_reset",
+)
+"""What `run_features` names: the workload's switches, and the mechanisms a run used
+(`latch_dropped_by_merge`: an extend step with the latch set and no running request
+beside the batch, so the next merge takes the batch's fresh latch, S:3830-3833;
+`retraction_reorders`: the survivors of a retraction changed order, B:3379;
+`fully_cached_prompt`: a request with its whole prompt cached ran on after its prefill)."""
+
+
+def run_features(w: Workload, records: Sequence[StepRecord]) -> frozenset[str]:
+    """The `FEATURES` this workload has and its run (the records of either scheduler)
+    used."""
+    cfg: Config = w.config
+    found = {f"policy:{cfg.schedule_policy}" if cfg.schedule_policy != "lpm" else
+             "policy:lpm+radix" if not cfg.disable_radix_cache else "policy:fcfs"}
+    found.add("size:large" if cfg.context_length > 64 else "size:small")
+    if not cfg.disable_radix_cache:
+        found.add("radix")
+        if any(r.cached_prefix_len for r in w.requests):
+            found.add("cached_prefix")
+    full_cached = {r.id for r in w.requests if r.cached_prefix_len >= r.prompt_len}
+    ratio_init = float(cfg.ratio_init())
+    for t, rec in enumerate(records):
+        extra = dict(rec.extra)
+        found.add(f"batch:{extra['batch']}")
+        finished = dict(rec.finished)
+        scheduled = dict(rec.scheduled)
+        if extra["chunked_req"] is not None:
+            found.add("chunked")
+        if extra["batch_is_full"]:
+            found.add("latch")
+            kept = [r for r in scheduled if r not in finished and r != extra["chunked_req"]]
+            if (extra["batch"] in ("prefill", "mixed") and kept
+                    and all(r in scheduled for r in rec.running)):
+                found.add("latch_dropped_by_merge")
+        if rec.preempted:
+            found.add("retraction")
+            before = [r for r in records[t - 1].running if r in rec.running] if t else []
+            if before != list(rec.running):
+                found.add("retraction_reorders")
+        if rec.resumed:
+            found.add("resumed")
+        if not cfg.disable_radix_cache and any(
+                r in full_cached and r not in finished for r in rec.admitted):
+            found.add("fully_cached_prompt")
+        if FINISH_STOP in finished.values():
+            found.add("eos_stop")
+        if extra["new_token_ratio"] != extra["new_token_ratio_after"] == round(ratio_init, 6):
+            found.add("ratio_reset")
+    return frozenset(found)

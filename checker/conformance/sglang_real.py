@@ -1,0 +1,978 @@
+"""Drive SGLang v0.5.22's REAL scheduler on a CPU over a workload; record each step in the
+simulation contract, with the same `extra` keys as model/sglang/reference.py.
+
+`python -m checker.conformance.sglang_real --count N --seed S` compares the reference with
+it on N generated workloads (`checker.conformance.sglang_generate`) and prints the
+workloads and steps compared and the agreement; on a divergence the shrunk workload and
+its first diverging step side by side (exit 1). Exit 2: SGLang is not installed.
+
+SGLang is imported lazily (this module imports without it) after the stand-ins of
+`checker.conformance.sglang_stubs` (torchvision always, triton when it is missing).
+Install: `pip install -e '.[sglang]'` then `pip install --no-deps sglang==0.5.22`.
+
+One step is one iteration of upstream's non-overlap `event_loop_normal`
+(managers/scheduler.py:1940-1973): add the requests with `arrival_step == s` (workload
+list order), `Scheduler.get_next_batch_to_run`, a fake forward, the result processor;
+with no batch, the idle hook. Paths are relative to `sglang/srt/`.
+
+What runs for real (upstream's code, unchanged):
+- the scheduler's step: `get_next_batch_to_run` -> the merge of the last batch,
+  `stash_chunked_request`, `get_new_batch_prefill` / `_get_new_batch_prefill_raw`
+  (`get_num_allocatable_reqs`, `SchedulePolicy.calc_priority`, `PrefillAdder` with
+  `PrefillBudget`, `ScheduleBatch.init_new`, `prepare_for_extend`, `mix_with_running`),
+  `update_running_batch` (`check_decode_mem`, `retract_decode`, `release_req` with its
+  tree eviction, `prepare_for_decode`), `filter_batch`, `merge_batch`,
+  `Req.init_next_round_input` (the radix match);
+- the memory: `ReqToTokenPool`, `TokenToKVPoolAllocator` (CPU tensors, page size 1) and
+  `UnifiedRadixCache` (with `disable=True` when the radix cache is off, as
+  `mem_cache/registry.py:83-147` builds it in both cases);
+- set-up: `Scheduler.init_chunked_prefill`, `Scheduler.init_schedule_policy` (the policy
+  and `NewTokenRatioTracker.from_config`), `KVCacheConfigurator.resolve_max_num_reqs`
+  (mem_cache/kv_cache_configurator.py:2800) for max_running_requests; the server
+  arguments through upstream's own test hook `override_server_args`
+  (runtime_context.py:1169-1240), the ratio knobs through their environment variables;
+- requests: `Req(...)` as `_handle_generate_request` builds it (scheduler.py:2836-2900),
+  `init_req_max_new_tokens`, `validate_input_length`, `_add_request_to_queue`;
+- results: `SchedulerBatchResultProcessor.process_batch_result_prefill` / `_decode`
+  (batch_result_processor.py:258-515, 942-1100: the output token, `update_finish_state`
+  with EOS id 2 then max_new_tokens, `release_kv_cache` with the tree insert,
+  `checkpoint_kv_cache`), then `tree_cache.flush_pending_backups()`;
+- idle: `Scheduler.is_fully_idle()`, then the ratio reset (scheduler.py:5149).
+
+What is stubbed, and why it carries no scheduling decision:
+- `Scheduler.__init__` is bypassed (`object.__new__`): it would start the model worker,
+  NCCL/gloo groups, ZMQ IPC, the tokenizer and CUDA graphs. The attributes it would set
+  are set to the values of a one-rank, non-overlap, page-size-1 server with every
+  optional feature off (LoRA, speculative decoding, hierarchical cache, disaggregation,
+  priority scheduling, prefill delayers, hybrid SWA/SSM);
+- `model_config`: vocabulary 2^20, the context length, not multimodal nor
+  encoder-decoder, EOS id 2, the native model implementation (so no HF config is read);
+  `tp_worker.model_runner`: an attention backend without `extend_attention_block_m`
+  (upstream's fallback, 64) and `prefill_aware_swa=False`;
+- the forward: `next_token_ids` is EOS (2) for the requests the workload names in that
+  step, else 100; `forward_ct`, `processed_tokens_counter` and `_sched_idled` are kept
+  as `run_batch` keeps them (scheduler.py:4490-4510);
+- `process_batch_result`'s wrapper: the two processor methods are called directly (the
+  wrapper adds trace flushing, load publishing, metrics and the health check);
+- `on_idle`: only its scheduling part, `is_fully_idle()` then the reset; the rest is DP
+  sync, health checks, metrics, KV events and sleeping;
+- no-op stand-ins for the grammar and dLLM managers, the DP-attention adapter, the n-gram
+  embedding manager, the beam coordinator, the load inquirer (feeds PrefillStats, a log),
+  the metrics reporter, the IPC channels and the output streamer: every feature they
+  serve is off.
+
+Observation only (records, changes nothing): a `PrefillAdder` subclass returned by
+`Scheduler.get_prefill_adder_class` (upstream's override point, scheduler.py:2362)
+snapshots `rem_input/rem_chunk/rem_total` after each admission call, since they are live
+properties (`available + evictable - offsets`, prefill_budget.py:98-106) that would count
+the extend twice once `prepare_for_extend` has allocated; the scheduler's
+`_add_request_to_queue(req, is_retracted=True)` calls (scheduler.py:4415-4416) give the
+retraction victims in order, the beam coordinator's `retire_group` calls (4399) the
+aborted requests.
+
+The model's abstract cache hit (`cached_prefix_len`, model/sglang/reference.py) is
+reproduced with real tree nodes: request i's first `cached_prefix_len` prompt tokens are
+token 500000 + i, the rest 1000 + i (no two requests share a prefix); the allocator gets
+that many extra slots, each prefix is inserted into the real tree and locked
+(`inc_lock_ref`), so it is matched at every admission, never evicted, and counts as
+neither available nor evictable: outside the modelled pool, as the model says. Every run
+ends with the pool identity available + evictable + protected == pool size once no
+request holds KV.
+
+How each record field is read: `scheduled` the batch rows in order (`extend_len` for an
+extend row, 1 for a decode row); `admitted` / `resumed` the extend rows that waited before
+the step, split by `is_retracted`; `preempted` and `retracted` / `aborted` from the
+observation hooks; `finished` the batch rows with a finish reason after the results
+(FINISH_MATCHED_TOKEN stop, FINISH_LENGTH length), then the aborted; `free_blocks`
+`available + evictable` right after scheduling; `num_computed_tokens` `kv_allocated_len`
+of each request holding KV (else 0), running then chunked then waiting; `running` the
+running batch less finished requests, then the extend rows but the chunked request;
+`waiting` the queue after scheduling; the extras as the reference defines them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import json
+import logging
+import math
+import os
+import sys
+import time
+import warnings
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from types import SimpleNamespace
+from typing import Any
+
+from checker.conformance.sglang_generate import MAX_REQUESTS, check_drivable
+from model.core.errors import InputError
+from model.core.types import FINISH_LENGTH, FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
+from model.sglang.config import SGLANG_VERSION, Config
+from model.sglang.reference import (
+    BATCH_DECODE,
+    BATCH_IDLE,
+    BATCH_MIXED,
+    BATCH_PREFILL,
+    FINISH_ABORT,
+)
+
+EOS_TOKEN_ID = 2
+OTHER_TOKEN_ID = 100  # every sampled token that is not EOS
+VOCAB_SIZE = 1 << 20
+_OWN_TOKEN = 1_000  # request i's uncached prompt tokens: 1000 + i
+_CACHED_TOKEN = 1_000 + MAX_REQUESTS  # request i's cached prefix: 500000 + i
+INSTALL_HINT = (
+    "SGLang's real scheduler is needed: in a separate venv run "
+    "`pip install -e '.[sglang]'` then `pip install --no-deps sglang==0.5.22` "
+    "(docs/sglang_model.md, Conformance), then `pytest -m conformance`")
+REAL = f"SGLang {SGLANG_VERSION} (real)"
+REFERENCE = "model.sglang.reference"
+
+# The ratio knobs are environment variables upstream (environ.py:595-598), read when used.
+_RATIO_ENV = (
+    ("init_new_token_ratio", "SGLANG_INIT_NEW_TOKEN_RATIO"),
+    ("min_new_token_ratio_factor", "SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR"),
+    ("new_token_ratio_decay_steps", "SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS"),
+    ("retract_decode_steps", "SGLANG_RETRACT_DECODE_STEPS"),
+)
+
+
+# ---------------------------------------------------------------------------- importing
+
+@functools.cache
+def sglang_unavailable_reason() -> str | None:
+    """None when SGLang's scheduler imports here, else why not (with the fix)."""
+    if importlib.util.find_spec("sglang") is None:
+        return f"sglang is not installed. {INSTALL_HINT}"
+    try:
+        _sglang()
+    except Exception as exc:  # noqa: BLE001 - any import failure means "not usable"
+        return f"sglang does not import ({type(exc).__name__}: {exc}). {INSTALL_HINT}"
+    return None
+
+
+def sglang_available() -> bool:
+    """True when SGLang's real Scheduler can be imported here."""
+    return sglang_unavailable_reason() is None
+
+
+@functools.cache
+def _sglang() -> SimpleNamespace:
+    """SGLang's classes, imported once, quietly and offline, after the stand-ins."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("SGLANG_LOG_LEVEL", "error")
+    from checker.conformance import sglang_stubs
+
+    sglang_stubs.install()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import torch
+        from sglang.srt.configs.model_config import ModelImpl
+        from sglang.srt.disaggregation.utils import DisaggregationMode
+        from sglang.srt.managers.schedule_batch import (
+            FINISH_ABORT as UpstreamAbort,
+        )
+        from sglang.srt.managers.schedule_batch import (
+            FINISH_LENGTH as UpstreamLength,
+        )
+        from sglang.srt.managers.schedule_batch import (
+            FINISH_MATCHED_TOKEN as UpstreamMatched,
+        )
+        from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+        from sglang.srt.managers.schedule_policy import PrefillAdder
+        from sglang.srt.managers.scheduler import Scheduler
+        from sglang.srt.managers.scheduler_components.batch_result_processor import (
+            SchedulerBatchResultProcessor,
+        )
+        from sglang.srt.managers.scheduler_components.logprob_result_processor import (
+            SchedulerLogprobResultProcessor,
+        )
+        from sglang.srt.managers.utils import GenerationBatchResult, validate_input_length
+        from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+        from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+        from sglang.srt.mem_cache.unified_cache.components import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+        from sglang.srt.runtime_context import get_context, get_parallel, get_schedule
+        from sglang.srt.sampling.sampling_params import SamplingParams
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    # Upstream warns at every retraction ("KV cache pool is full"); the record has it.
+    logging.getLogger("sglang").setLevel(logging.ERROR)
+    return SimpleNamespace(
+        torch=torch, ModelImpl=ModelImpl, DisaggregationMode=DisaggregationMode,
+        UpstreamAbort=UpstreamAbort, UpstreamLength=UpstreamLength,
+        UpstreamMatched=UpstreamMatched, Req=Req, ScheduleBatch=ScheduleBatch,
+        PrefillAdder=PrefillAdder, Scheduler=Scheduler,
+        SchedulerBatchResultProcessor=SchedulerBatchResultProcessor,
+        SchedulerLogprobResultProcessor=SchedulerLogprobResultProcessor,
+        GenerationBatchResult=GenerationBatchResult,
+        validate_input_length=validate_input_length,
+        TokenToKVPoolAllocator=TokenToKVPoolAllocator, InsertParams=InsertParams,
+        MatchPrefixParams=MatchPrefixParams, CacheInitParams=CacheInitParams,
+        KVCacheConfigurator=KVCacheConfigurator, ReqToTokenPool=ReqToTokenPool,
+        RadixKey=RadixKey, ComponentType=ComponentType, UnifiedRadixCache=UnifiedRadixCache,
+        ForwardMode=ForwardMode, get_context=get_context, get_parallel=get_parallel,
+        get_schedule=get_schedule, SamplingParams=SamplingParams,
+        SpeculativeAlgorithm=SpeculativeAlgorithm,
+        RecordingPrefillAdder=_recording_adder_class(PrefillAdder),
+    )
+
+
+def _recording_adder_class(base: type) -> type:
+    """`PrefillAdder` unchanged but for a snapshot of its three budgets after each
+    admission call (see the module doc)."""
+
+    class RecordingPrefillAdder(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._snapshot()
+
+        def _snapshot(self) -> None:
+            self.snapshot = (self.rem_input_tokens, self.rem_chunk_tokens,
+                             self.rem_total_tokens)
+
+        def add_one_req(self, *args: Any, **kwargs: Any) -> Any:
+            result = super().add_one_req(*args, **kwargs)
+            self._snapshot()
+            return result
+
+        def add_chunked_req(self, *args: Any, **kwargs: Any) -> Any:
+            result = super().add_chunked_req(*args, **kwargs)
+            self._snapshot()
+            return result
+
+    return RecordingPrefillAdder
+
+
+# ------------------------------------------------------------------------ server args
+
+@dataclass(slots=True)
+class _Published:
+    """The ServerArgs override in force (publishing one costs about 20 ms)."""
+
+    override: Any = None
+    fields: dict[str, object] | None = None
+
+
+_PUBLISHED = _Published()
+
+
+def _server_fields(cfg: Config) -> dict[str, object]:
+    """The ServerArgs fields of `cfg`: the model's knobs, page size 1, the non-overlap
+    loop, the torch-native attention backend on a CPU, no prefill-decode interval."""
+    return dict(
+        page_size=1,
+        chunked_prefill_size=(cfg.chunked_prefill_size
+                              if cfg.chunked_prefill_size is not None else -1),
+        max_prefill_tokens=cfg.max_prefill_tokens,
+        max_running_requests=cfg.max_running_requests,
+        schedule_policy=cfg.schedule_policy,
+        schedule_conservativeness=float(cfg.schedule_conservativeness),
+        enable_mixed_chunk=cfg.enable_mixed_chunk,
+        disable_radix_cache=cfg.disable_radix_cache,
+        disable_overlap_schedule=True,
+        attention_backend="torch_native",
+        max_total_tokens=cfg.max_total_num_tokens,
+        context_length=cfg.context_length,
+        prefill_decode_interval=0,
+        device="cpu",
+    )
+
+
+def _publish(sg: SimpleNamespace, cfg: Config) -> None:
+    """Make every `get_schedule()` / `get_memory()` / ... read inside upstream code see
+    `cfg` (runtime_context.py:1169-1240), and set the ratio environment variables."""
+    for name, env in _RATIO_ENV:
+        os.environ[env] = str(getattr(cfg, name))
+    wanted = _server_fields(cfg)
+    if _PUBLISHED.override is not None and wanted == _PUBLISHED.fields:
+        return
+    if _PUBLISHED.override is not None:
+        _PUBLISHED.override.restore()
+    override = sg.get_context().override_server_args(**wanted)
+    override.install()
+    _PUBLISHED.override, _PUBLISHED.fields = override, wanted
+
+
+# ---------------------------------------------------------- stand-ins and observation
+
+class _Null:
+    """Accepts any call and returns None: only where upstream discards the result."""
+
+    def __getattr__(self, item: str) -> Callable[..., None]:
+        if item.startswith("__"):
+            raise AttributeError(item)
+        return lambda *args, **kwargs: None
+
+
+class _MetricsReporter(_Null):
+    enable_metrics = False
+    num_retracted_reqs = 0
+    num_generated_tokens = 0
+    forward_ct_decode = 0
+    scheduler_stage_metrics = None
+
+
+class _DPAttnAdapter:
+    """DP attention off: both hooks return the batch unchanged."""
+
+    def maybe_prepare_mlp_sync_batch(self, batch: Any, need_sync: bool = False) -> Any:
+        return batch
+
+    def maybe_convert_decode_to_extend(self, batch: Any) -> Any:
+        return batch
+
+
+class _NgramEmbedding:
+    def prepare_for_forward(self, batch: Any, chunked_req: Any = None) -> Any:
+        return batch
+
+
+class _GrammarManager:
+    grammar_queue: tuple[()] = ()
+
+    def has_waiting_grammars(self) -> bool:
+        return False
+
+    def process_req_with_grammar(self, req: Any) -> bool:
+        return False
+
+
+class _DllmManager:
+    def any_staging_reqs(self) -> bool:
+        return False
+
+
+class _LoadInquirer:
+    def _get_num_pending_tokens(self, chunk_deduct: int = 0) -> int:
+        return 0
+
+
+@dataclass(slots=True)
+class _Observer:
+    """What the hooks saw in the current step (scratch, reset at every step)."""
+
+    adder: Any = None
+    retracted: list[Any] = field(default_factory=list)
+    aborted: list[Any] = field(default_factory=list)
+
+    def start_step(self) -> None:
+        self.adder = None
+        self.retracted.clear()
+        self.aborted.clear()
+
+
+class _BeamCoordinator:
+    """No beam search; `retire_group` is called for each aborted request (S:4399)."""
+
+    def __init__(self, observer: _Observer) -> None:
+        self._observer = observer
+
+    def pending_member_rows(self, batch: Any) -> int:
+        return 0
+
+    def commit_decode(self, batch: Any) -> set[Any]:
+        return set()
+
+    def retire_group(self, req: Any) -> None:
+        self._observer.aborted.append(req)
+
+
+# ------------------------------------------------------------------- the scheduler
+
+def _max_num_reqs(sg: SimpleNamespace, cfg: Config) -> int:
+    """`resolve_max_num_reqs` (kv_cache_configurator.py:2800) on a stand-in `self`: one
+    DP rank, no mamba."""
+    stand_in = SimpleNamespace(model_config=SimpleNamespace(context_len=cfg.context_length),
+                               attn_dp_size=1, mambaish_config=None)
+    return sg.KVCacheConfigurator.resolve_max_num_reqs(stand_in, cfg.max_total_num_tokens)
+
+
+def new_scheduler(cfg: Config, extra_pool_tokens: int = 0,
+                  observer: _Observer | None = None) -> Any:
+    """A real `Scheduler` for `cfg` built without `__init__` (see the module doc), its KV
+    allocator larger by `extra_pool_tokens` (the pre-loaded cached prefixes)."""
+    sg = _sglang()
+    _publish(sg, cfg)
+    max_num_reqs = _max_num_reqs(sg, cfg)
+    if max_num_reqs != cfg.effective_max_running_requests:
+        raise RuntimeError(
+            f"SGLang resolves max_running_requests to {max_num_reqs}, the model to "
+            f"{cfg.effective_max_running_requests} (model/sglang/config.py)")
+    # Scheduler.init_model_worker: pp_max_micro_batch_size = max(max_running_requests // pp,
+    # 1) (scheduler.py:1202-1207).
+    sg.get_parallel().override_permanently(pp_max_micro_batch_size=max(max_num_reqs, 1))
+    observer = observer if observer is not None else _Observer()
+    s = object.__new__(sg.Scheduler)
+    schedule = sg.get_schedule()
+    # What Scheduler.__init__ reads from the server arguments (scheduler.py:460-525).
+    s.forward_ct = 0
+    s.processed_tokens_counter = 0
+    s.server_args = sg.get_context().server_args
+    s.schedule_policy = schedule.schedule_policy
+    s.enable_priority_scheduling = False
+    s.schedule_low_priority_values_first = False
+    s.priority_scheduling_preemption_threshold = (
+        schedule.priority_scheduling_preemption_threshold)
+    s.enable_lora = False
+    s.enable_overlap = False
+    s.enable_overlap_mlx = False
+    s.spec_algorithm = sg.SpeculativeAlgorithm.from_string(None)
+    s.page_size = 1
+    for name in ("enable_hierarchical_cache", "enable_lmcache", "enable_hicache_storage",
+                 "enable_unified_cache_external_linker", "enable_hisparse",
+                 "enable_session_radix_cache", "enable_fpm", "require_mlp_sync",
+                 "is_hybrid_swa", "is_hybrid_ssm"):
+        setattr(s, name, False)
+    for name in ("max_new_tokens_limit", "dllm_config", "sliding_window_size",
+                 "truncation_align_size", "dynamic_chunk_sizer", "min_free_slots_delayer",
+                 "decode_offload_manager", "hisparse_coordinator", "lora_drainer",
+                 "scheduler_stage_metrics", "draft_worker", "future_map",
+                 "metrics_collector", "max_queued_requests"):
+        setattr(s, name, None)
+    s.disaggregation_mode = sg.DisaggregationMode.NULL
+    s.is_generation = True
+    s.kv_shard_widening = 1
+    # The model and worker facts (tp_worker.get_worker_info, tp_worker.py:543-566).
+    s.model_config = SimpleNamespace(
+        vocab_size=VOCAB_SIZE, context_len=cfg.context_length, is_multimodal=False,
+        is_encoder_decoder=False, hf_eos_token_id={EOS_TOKEN_ID}, num_key_value_heads=1,
+        is_hybrid_swa=False)
+    # The resolved implementation (model_loader/utils.py:247-261): native, no HF config.
+    s.model_config._resolved_model_impl = sg.ModelImpl.SGLANG
+    s.max_total_num_tokens = cfg.max_total_num_tokens
+    s.max_prefill_tokens = schedule.max_prefill_tokens
+    s.max_running_requests = max_num_reqs
+    s.max_req_len = cfg.max_req_len
+    s.max_req_input_len = cfg.max_req_input_len
+    s.device = "cpu"
+    s.tp_worker = SimpleNamespace(model_runner=SimpleNamespace(
+        attn_backend=SimpleNamespace(), prefill_aware_swa=False))
+    s.model_worker = s.tp_worker
+    # The memory: real pools and tree on CPU tensors.
+    s.req_to_token_pool = sg.ReqToTokenPool(
+        size=max_num_reqs, max_context_len=cfg.context_length + 4, device="cpu",
+        enable_memory_saver=False)
+    s.token_to_kv_pool_allocator = sg.TokenToKVPoolAllocator(
+        cfg.max_total_num_tokens + extra_pool_tokens, dtype=sg.torch.float32,
+        device="cpu", kvcache=None, need_sort=False)
+    s.tree_cache = sg.UnifiedRadixCache(sg.CacheInitParams(
+        disable=cfg.disable_radix_cache, req_to_token_pool=s.req_to_token_pool,
+        token_to_kv_pool_allocator=s.token_to_kv_pool_allocator, page_size=1,
+        chunked_prefill_size=cfg.chunked_prefill_size,
+        tree_components=(sg.ComponentType.FULL,)))
+    s.disable_radix_cache = cfg.disable_radix_cache
+    # Scheduler.init_running_status, its scheduling part (scheduler.py:1280-1314).
+    s.waiting_queue = []
+    s.running_batch = sg.ScheduleBatch(reqs=[], batch_is_full=False)
+    s.last_batch = None
+    s.result_queue = __import__("collections").deque()
+    s.enable_skip_finishing_decode = False
+    s._engine_paused = False
+    sg.Scheduler.init_chunked_prefill(s)  # scheduler.py:1316-1340
+    s.metrics_reporter = _MetricsReporter()
+    sg.Scheduler.init_schedule_policy(s)  # scheduler.py:1392-1430
+    s.prefill_decode_interval = 0
+    s._prefill_decode_interval_remaining = 0
+    s.grammar_manager = _GrammarManager()
+    s.dllm_manager = _DllmManager()
+    s.dp_attn_adapter = _DPAttnAdapter()
+    s.ngram_embedding_manager = _NgramEmbedding()
+    s.beam_coordinator = _BeamCoordinator(observer)
+    s.load_inquirer = _LoadInquirer()
+    s.ipc_channels = SimpleNamespace(send_to_tokenizer=_Null(), send_to_detokenizer=_Null())
+    s.output_streamer = _Null()
+    s.batch_result_processor = sg.SchedulerBatchResultProcessor(
+        is_generation=True, disaggregation_mode=sg.DisaggregationMode.NULL,
+        enable_overlap=False, enable_overlap_mlx=False, model_config=s.model_config,
+        token_to_kv_pool_allocator=s.token_to_kv_pool_allocator, tree_cache=s.tree_cache,
+        hisparse_coordinator=None, req_to_token_pool=s.req_to_token_pool,
+        decode_offload_manager=None, metrics_collector=None,
+        metrics_reporter=s.metrics_reporter, draft_worker=None, model_worker=s.model_worker,
+        logprob_result_processor=sg.SchedulerLogprobResultProcessor(
+            model_config=s.model_config),
+        output_streamer=s.output_streamer, beam_coordinator=s.beam_coordinator,
+        abort_request=lambda *args, **kwargs: None)
+    # Observation hooks (instance attributes: upstream's classes stay untouched).
+    recording = sg.RecordingPrefillAdder
+
+    def make_adder(*args: Any, **kwargs: Any) -> Any:
+        observer.adder = recording(*args, **kwargs)
+        return observer.adder
+
+    s.get_prefill_adder_class = lambda: make_adder
+    enqueue = s._add_request_to_queue
+
+    def add_request_to_queue(req: Any, is_retracted: bool = False) -> Any:
+        if is_retracted:
+            observer.retracted.append(req)
+        return enqueue(req, is_retracted=is_retracted)
+
+    s._add_request_to_queue = add_request_to_queue
+    return s
+
+
+# ------------------------------------------------------------------------- requests
+
+def prompt_ids(spec: RequestSpec, index: int) -> array:
+    """Request `index`'s prompt: its cached prefix (token 500000 + index), then its own
+    tokens (1000 + index)."""
+    c = spec.cached_prefix_len
+    return array("q", [_CACHED_TOKEN + index] * c
+                 + [_OWN_TOKEN + index] * (spec.prompt_len - c))
+
+
+def _preload_cached_prefixes(sg: SimpleNamespace, s: Any,
+                             requests: Sequence[RequestSpec]) -> None:
+    """Insert each request's cached prefix into the real tree with real slots and lock it
+    (see the module doc)."""
+    for i, spec in enumerate(requests):
+        c = spec.cached_prefix_len
+        if not c:
+            continue
+        ids = prompt_ids(spec, i)[:c]
+        value = s.token_to_kv_pool_allocator.alloc(c)
+        s.tree_cache.insert(sg.InsertParams(key=sg.RadixKey(token_ids=ids), value=value))
+        match = s.tree_cache.match_prefix(sg.MatchPrefixParams(key=sg.RadixKey(token_ids=ids)))
+        if match.device_prefix_len != c:
+            raise RuntimeError(f"request {spec.id!r}: the tree matched "
+                               f"{match.device_prefix_len} of its {c} pre-loaded tokens")
+        s.tree_cache.inc_lock_ref(match.last_device_node)
+
+
+def _add_request(sg: SimpleNamespace, s: Any, spec: RequestSpec, index: int) -> Any:
+    """A request as `_handle_generate_request` builds and queues it."""
+    params = sg.SamplingParams(max_new_tokens=spec.max_tokens)
+    params.normalize(None)
+    req = sg.Req(spec.id, "", prompt_ids(spec, index), params,
+                 eos_token_ids={EOS_TOKEN_ID}, vocab_size=VOCAB_SIZE)
+    s.init_req_max_new_tokens(req)  # scheduler.py:2585-2632
+    req.logprob_start_len = -1  # no logprobs asked for (scheduler.py:3128-3141)
+    error = sg.validate_input_length(req, s.max_req_input_len, False)
+    if error:
+        raise InputError(f"request {spec.id!r}: SGLang refuses it: {error}")
+    s._add_request_to_queue(req)  # scheduler.py:3353-3384
+    return req
+
+
+# ------------------------------------------------------------------------ one step
+
+def _number(x: float | int | None) -> float | int | None:
+    """A budget or ratio as the reference shows it: an int when whole, else 6 decimals."""
+    if x is None or isinstance(x, bool):
+        return x
+    if isinstance(x, float):
+        return int(x) if x.is_integer() else round(x, 6)
+    return int(x)
+
+
+def _finish_name(sg: SimpleNamespace, req: Any) -> str:
+    reason = req.finished_reason
+    if isinstance(reason, sg.UpstreamMatched):
+        return FINISH_STOP
+    if isinstance(reason, sg.UpstreamLength):
+        return FINISH_LENGTH
+    if isinstance(reason, sg.UpstreamAbort):
+        return FINISH_ABORT
+    return type(reason).__name__
+
+
+def _free_tokens(s: Any) -> int:
+    """Free KV tokens as the scheduler counts them: available + evictable
+    (prefill_budget.py:90-96)."""
+    return s.token_to_kv_pool_allocator.available_size() + s.tree_cache.evictable_size()
+
+
+def _fake_forward(sg: SimpleNamespace, s: Any, batch: Any, eos_ids: frozenset[str]) -> Any:
+    """`run_batch`'s scheduler-side bookkeeping (scheduler.py:4490-4510) and one sampled
+    token per row: EOS for `eos_ids`, else token 100."""
+    s.forward_ct += 1
+    batch.forward_iter = s.forward_ct
+    s._sched_idled = False
+    if batch.extend_num_tokens:
+        s.processed_tokens_counter += batch.extend_num_tokens
+    ids = [EOS_TOKEN_ID if r.rid in eos_ids else OTHER_TOKEN_ID for r in batch.reqs]
+    return sg.GenerationBatchResult(
+        logits_output=None, next_token_ids=sg.torch.tensor(ids, dtype=sg.torch.int64),
+        can_run_cuda_graph=False)
+
+
+def _batch_kind(sg: SimpleNamespace, batch: Any) -> str:
+    if batch is None:
+        return BATCH_IDLE
+    mode = batch.forward_mode
+    if mode == sg.ForwardMode.MIXED:
+        return BATCH_MIXED
+    if mode.is_extend():
+        return BATCH_PREFILL
+    if mode.is_decode():
+        return BATCH_DECODE
+    raise RuntimeError(f"unexpected forward mode {mode}")
+
+
+def _step(sg: SimpleNamespace, s: Any, observer: _Observer, cfg: Config, step: int,
+          eos_ids: frozenset[str]) -> tuple[StepRecord, frozenset[str]]:
+    """One loop iteration: its record and the requests that sampled a token in it."""
+    waited = {id(r): r.is_retracted for r in s.waiting_queue}
+    ratio_before = s.new_token_ratio_tracker.current
+    observer.start_step()
+    plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
+    s.running_batch = plan.running_batch
+    batch = plan.batch_to_run
+    free_blocks = _free_tokens(s)
+    kind = _batch_kind(sg, batch)
+    scheduled: list[tuple[str, int]] = []
+    admitted: list[str] = []
+    resumed: list[str] = []
+    if batch is not None:
+        extend = batch.forward_mode.is_extend()
+        decoding = {id(r) for r in (batch.decoding_reqs or ())} if extend else set()
+        for r in batch.reqs:
+            if extend and id(r) not in decoding:
+                scheduled.append((r.rid, r.extend_len))
+                if id(r) in waited:
+                    (resumed if waited[id(r)] else admitted).append(r.rid)
+            else:
+                scheduled.append((r.rid, 1))
+    chunked = s.chunked_req
+    running = [r for r in s.running_batch.reqs if not r.finished()]
+    if batch is not None and batch.forward_mode.is_extend():
+        listed = {id(r) for r in running}
+        running += [r for r in batch.reqs if r is not chunked and id(r) not in listed]
+    held = running + ([chunked] if chunked is not None else []) + list(s.waiting_queue)
+    computed = tuple((r.rid, r.kv.kv_allocated_len if r.kv.holds_kv else 0) for r in held)
+    waiting = tuple(r.rid for r in s.waiting_queue)
+    budgets = observer.adder.snapshot if observer.adder is not None else (None, None, None)
+    retracted = [r.rid for r in observer.retracted]
+    aborted = [r.rid for r in observer.aborted]
+    # A request samples unless its prefill is unfinished (batch_result_processor.py:427-445).
+    sampled = frozenset() if batch is None else frozenset(
+        r.rid for r in batch.reqs if r is not chunked)
+    finished: list[tuple[str, str]] = []
+    if batch is not None:
+        result = _fake_forward(sg, s, batch, eos_ids & sampled)
+        if batch.forward_mode.is_decode():
+            s.batch_result_processor.process_batch_result_decode(batch, result)
+        else:
+            s.batch_result_processor.process_batch_result_prefill(batch, result)
+        s.tree_cache.flush_pending_backups()
+        finished = [(r.rid, _finish_name(sg, r)) for r in batch.reqs if r.finished()]
+    else:
+        s._sched_idled = True
+        if s.is_fully_idle():  # on_idle's scheduling part (scheduler.py:5085-5149)
+            s.new_token_ratio_tracker.reset()
+    finished += [(rid, FINISH_ABORT) for rid in aborted if rid not in dict(finished)]
+    s.last_batch = batch
+    record = StepRecord(
+        step=step, scheduled=tuple(scheduled), admitted=tuple(admitted),
+        resumed=tuple(resumed), preempted=tuple(retracted), finished=tuple(finished),
+        free_blocks=free_blocks, num_computed_tokens=computed,
+        running=tuple(r.rid for r in running), waiting=waiting,
+        token_budget_left=cfg.max_prefill_tokens - sum(n for _, n in scheduled),
+        extra=(
+            ("batch", kind),
+            ("rem_input_tokens", _number(budgets[0])),
+            ("rem_chunk_tokens", _number(budgets[1])),
+            ("rem_total_tokens", _number(budgets[2])),
+            ("new_token_ratio", _number(ratio_before)),
+            ("new_token_ratio_after", _number(s.new_token_ratio_tracker.current)),
+            ("batch_is_full", bool(s.running_batch.batch_is_full)),
+            ("chunked_req", None if s.chunked_req is None else s.chunked_req.rid),
+            ("retracted", retracted),
+            ("aborted", aborted),
+        ))
+    return record, sampled
+
+
+def _check_no_leak(s: Any) -> None:
+    """Once no request holds KV, every slot is available, evictable or a locked pre-loaded
+    prefix (the identity upstream's idle check asserts)."""
+    last = s.last_batch.reqs if s.last_batch is not None else []
+    if s.chunked_req is not None or any(
+            r.kv.holds_kv for r in (*s.running_batch.reqs, *last, *s.waiting_queue)):
+        return
+    allocator = s.token_to_kv_pool_allocator
+    total = (allocator.available_size() + s.tree_cache.evictable_size()
+             + s.tree_cache.protected_size())
+    if total != allocator.size:
+        raise RuntimeError(f"KV leak: available + evictable + protected = {total}, "
+                           f"pool {allocator.size}")
+
+
+# ------------------------------------------------------------------------ a workload
+
+@dataclass(frozen=True, slots=True)
+class RealRun:
+    """One run of the real scheduler: its records and, per step, the requests that
+    sampled a token in it (an EOS entry takes effect only there)."""
+
+    records: tuple[StepRecord, ...]
+    sampled: tuple[frozenset[str], ...]
+
+    def effective_eos(self, workload: Workload) -> tuple[EosEvent, ...]:
+        """The EOS entries of `workload` naming a step in which the request sampled; the
+        others had no effect on this run, so dropping them leaves it unchanged."""
+        return tuple(e for e in workload.eos
+                     if 1 <= e.step <= len(self.sampled) and e.id in self.sampled[e.step - 1])
+
+
+def run_real_sglang(workload: Workload) -> tuple[StepRecord, ...]:
+    """The StepRecords of SGLang's real scheduler on `workload` (see the module doc)."""
+    return run_real_sglang_detailed(workload).records
+
+
+def run_real_sglang_detailed(workload: Workload) -> RealRun:
+    """`run_real_sglang`, also returning which requests sampled in each step."""
+    if (reason := sglang_unavailable_reason()) is not None:
+        raise RuntimeError(reason)
+    check_drivable(workload)
+    sg = _sglang()
+    cfg: Config = workload.config
+    requests = workload.requests
+    extra = 0 if cfg.disable_radix_cache else sum(r.cached_prefix_len for r in requests)
+    observer = _Observer()
+    s = new_scheduler(cfg, extra_pool_tokens=extra, observer=observer)
+    if extra:
+        _preload_cached_prefixes(sg, s, requests)
+    index = {r.id: i for i, r in enumerate(requests)}
+    arrivals = workload.arrivals_by_step()
+    eos = workload.eos_ids_by_step()
+    records: list[StepRecord] = []
+    sampled: list[frozenset[str]] = []
+    for step in range(1, workload.steps + 1):
+        for spec in arrivals.get(step, ()):
+            _add_request(sg, s, spec, index[spec.id])
+        record, took = _step(sg, s, observer, cfg, step, eos.get(step, frozenset()))
+        records.append(record)
+        sampled.append(took)
+    _check_no_leak(s)
+    return RealRun(records=tuple(records), sampled=tuple(sampled))
+
+
+# ----------------------------------------------------------------------- comparison
+
+_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord)
+                                 if f.name not in ("step", "extra"))
+_CELL_WIDTH = 44
+
+
+def _value(name: str, record: StepRecord) -> object:
+    if name in _FIELDS:
+        return getattr(record, name)
+    return dict(record.extra).get(name)
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, numbers to 1e-6 relative (upstream's ratio and budgets are binary floats,
+    the reference's exact fractions shown to 6 decimals)."""
+    if (isinstance(a, int | float) and isinstance(b, int | float)
+            and not isinstance(a, bool) and not isinstance(b, bool)):
+        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
+    return a == b
+
+
+def _names(*records: StepRecord | None) -> tuple[str, ...]:
+    extra: dict[str, None] = {}
+    for record in records:
+        if record is not None:
+            extra.update((k, None) for k, _ in record.extra)
+    return (*_FIELDS, *extra)
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """The first step at which the reference departs from SGLang's real scheduler.
+
+    `fields` names the differing StepRecord fields (an `extra` fact by its key); `real`
+    and `reference` are the two records of that step (None when that side has none).
+    When the reference raised instead, `error` holds its message."""
+
+    workload: Workload
+    step: int
+    fields: tuple[str, ...]
+    real: StepRecord | None
+    reference: StepRecord | None
+    error: str | None = None
+
+    def summary(self) -> str:
+        """One line: where and in what the two schedulers differ."""
+        if self.error is not None:
+            return f"step {self.step}: the reference raised {self.error}"
+        return f"step {self.step}: {', '.join(self.fields)} differ"
+
+    def render(self) -> str:
+        """The diverging step side by side (differing rows marked *)."""
+        if self.error is not None:
+            return f"{self.summary()}\n{REAL}'s record of that step: {self.real}\n"
+        rows = [("", "field", REAL, REFERENCE)]
+        for name in _names(self.real, self.reference):
+            rows.append(("*" if name in self.fields else "", name,
+                         _show(name, self.real), _show(name, self.reference)))
+        width1 = max(len(r[1]) for r in rows)
+        width2 = min(_CELL_WIDTH, max(len(r[2]) for r in rows))
+        lines = [f"first divergence at step {self.step} "
+                 f"({len(self.fields)} field(s): {', '.join(self.fields)})"]
+        for mark, name, real, ref in rows:
+            lines.append(f"{mark:1} {name:<{width1}} | {real:<{width2}} | {ref}".rstrip())
+        return "\n".join(lines) + "\n"
+
+
+def _show(name: str, record: StepRecord | None) -> str:
+    if record is None:
+        return "(no record)"
+    value = _value(name, record)
+    if isinstance(value, tuple | list):
+        if not value:
+            return "-"
+        if all(isinstance(x, tuple) for x in value):
+            return " ".join(f"{k}:{v}" for k, v in value)
+        return " ".join(str(x) for x in value)
+    return str(value)
+
+
+def first_divergence(workload: Workload, real: Sequence[StepRecord],
+                     reference: Sequence[StepRecord]) -> Divergence | None:
+    """The first step whose records differ in any field or extra (or that only one side
+    has), else None."""
+    for i in range(max(len(real), len(reference))):
+        a = real[i] if i < len(real) else None
+        b = reference[i] if i < len(reference) else None
+        names = _names(a, b)
+        if a is None or b is None:
+            differing = names
+        else:
+            differing = tuple(n for n in names if not _same(_value(n, a), _value(n, b)))
+            if not differing:
+                continue
+        return Divergence(workload=workload, step=i + 1, fields=differing, real=a,
+                          reference=b)
+    return None
+
+
+def compare(workload: Workload) -> Divergence | None:
+    """Run both schedulers on `workload` (EOS entries that take no effect dropped, as
+    the reference refuses them) and return the first divergence, or None."""
+    return compare_detailed(workload)[0]
+
+
+def compare_detailed(workload: Workload) -> tuple[Divergence | None, RealRun]:
+    """`compare`, also returning the real run."""
+    run = run_real_sglang_detailed(workload)
+    return _against_reference(workload, run), run
+
+
+def _against_reference(workload: Workload, run: RealRun) -> Divergence | None:
+    from model.run import iter_records
+
+    compared = replace(workload, eos=run.effective_eos(workload))
+    reference: list[StepRecord] = []
+    try:
+        for _, record in iter_records(compared):
+            reference.append(record)
+    except Exception as exc:  # noqa: BLE001 - any failure of the reference is a finding
+        early = first_divergence(compared, run.records[: len(reference)], reference)
+        if early is not None:
+            return early
+        step = len(reference) + 1
+        return Divergence(workload=compared, step=step, fields=("error",),
+                          real=run.records[step - 1] if step <= len(run.records) else None,
+                          reference=None, error=f"{type(exc).__name__}: {exc}")
+    return first_divergence(compared, run.records, reference)
+
+
+# --------------------------------------------------------------------------- runner
+
+EXIT_OK, EXIT_DIVERGED, EXIT_UNAVAILABLE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The runner's flags."""
+    from checker.conformance.sglang_generate import SIZES
+
+    parser = argparse.ArgumentParser(
+        prog="python -m checker.conformance.sglang_real",
+        description="Compare the SGLang reference with SGLang's real scheduler "
+                    f"({SGLANG_VERSION}, CPU) on generated workloads.")
+    parser.add_argument("--count", type=int, default=100, help="workloads (default 100)")
+    parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    parser.add_argument("--size", choices=SIZES, default="any",
+                        help="small or large configs, or either by seed (default any)")
+    parser.add_argument("--no-shrink", action="store_true",
+                        help="print the first divergence as found, without shrinking it")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the comparison; see the module doc for output and exit codes."""
+    args = build_parser().parse_args(argv)
+    if args.count < 1:
+        sys.stderr.write("--count must be positive\n")
+        return EXIT_UNAVAILABLE
+    if (reason := sglang_unavailable_reason()) is not None:
+        sys.stderr.write(f"conformance: {reason}\n")
+        return EXIT_UNAVAILABLE
+    from checker.conformance.sglang_generate import (
+        FEATURES,
+        random_sglang_workload,
+        run_features,
+        shrink,
+    )
+
+    start = time.monotonic()
+    steps_compared = steps_agreed = workloads_agreed = 0
+    first: tuple[int, Workload] | None = None
+    reached = dict.fromkeys(FEATURES, 0)
+    for seed in range(args.seed, args.seed + args.count):
+        w = random_sglang_workload(seed, args.size)
+        divergence, run = compare_detailed(w)
+        for name in run_features(w, run.records):
+            reached[name] += 1
+        if divergence is None:
+            workloads_agreed += 1
+            steps_compared += w.steps
+            steps_agreed += w.steps
+            continue
+        steps_compared += divergence.step
+        steps_agreed += divergence.step - 1
+        print(f"seed {seed}: {divergence.summary()}")
+        if first is None:
+            first = (seed, divergence.workload)
+    elapsed = time.monotonic() - start
+    print(f"compared {args.count} workloads ({steps_compared} steps) against {REAL}'s "
+          f"scheduler in {elapsed:.1f} s (seeds {args.seed}-{args.seed + args.count - 1}, "
+          f"size {args.size})")
+    print(f"workloads agreeing: {workloads_agreed}/{args.count} "
+          f"({100.0 * workloads_agreed / args.count:.1f}%); steps agreeing: "
+          f"{steps_agreed}/{steps_compared} "
+          f"({100.0 * steps_agreed / max(1, steps_compared):.1f}%)")
+    print("workloads reaching each feature: "
+          + ", ".join(f"{name} {n}" for name, n in reached.items()))
+    if first is None:
+        return EXIT_OK
+    seed, workload = first
+    if not args.no_shrink:
+        workload = shrink(workload, lambda w: compare(w) is not None)
+    divergence = compare(workload)
+    if divergence is None:  # shrink keeps the predicate true; the unshrunk one diverged
+        raise RuntimeError("the diverging workload no longer diverges")
+    from model.workload import workload_to_json
+
+    print(f"\n{'minimal' if not args.no_shrink else 'first'} diverging workload "
+          f"(from seed {seed}):")
+    print(json.dumps(workload_to_json(divergence.workload)))
+    print()
+    print(divergence.render(), end="")
+    return EXIT_DIVERGED
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
