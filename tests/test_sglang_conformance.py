@@ -292,3 +292,26 @@ def test_the_runner_reports_agreement(capsys):
     assert main(["--count", "15", "--seed", "40"]) == 0
     out = capsys.readouterr().out
     assert "workloads agreeing: 15/15 (100.0%)" in out and "steps agreeing" in out
+
+
+@pytest.mark.conformance
+@needs_sglang
+def test_the_runner_reports_a_divergence_of_the_old_latch(monkeypatch, capsys):
+    """The reference before the D1 fix (the latch kept when an empty running batch is
+    replaced by the last batch) diverges from the real scheduler, and the runner says so."""
+    from checker.conformance.sglang_real import main
+    from model.sglang.reference import SGLangScheduler
+
+    fixed = SGLangScheduler._merge_last_batch
+
+    def old_merge(self):
+        full, was_empty, last = self.batch_is_full, not self.running, self.last_batch
+        fixed(self)
+        if full and was_empty and last is not None and last.reqs and self.running:
+            self.batch_is_full = True
+
+    monkeypatch.setattr(SGLangScheduler, "_merge_last_batch", old_merge)
+    assert main(["--count", "10", "--seed", "0", "--no-shrink"]) == 1
+    out = capsys.readouterr().out
+    assert "workloads agreeing: 9/10" in out and "first diverging workload" in out
+    assert "first divergence at step 11" in out and "* rem_total_tokens" in out
