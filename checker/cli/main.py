@@ -29,6 +29,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("checker.cli.replay", "replay a counterexample on the reference scheduler"),
     "explain": ("checker.cli.explain", "render a counterexample or simulation as a timeline"),
     "config": ("checker.cli.config", "check a vLLM serving configuration: rules and hazards"),
+    "sweep": ("checker.cli.sweep", "check a grid of configurations, locally or on Ray"),
 }
 
 
