@@ -104,27 +104,34 @@ def _out_dirs(args: argparse.Namespace, loaded: list[grids.Grid]) -> list[Path]:
 
 @contextmanager
 def _ray_session(args: argparse.Namespace) -> Iterator[None]:
-    """One Ray for every grid of the command: started here, ended here."""
+    """One Ray for every grid of the command: started here (unless this process is
+    connected to one already), ended here."""
     if args.executor != "ray":
         yield
         return
     ray = require("ray")
-    executors.start_ray(args.address, args.num_cpus)
+    started = executors.start_ray(args.address, args.num_cpus)
     try:
         yield
     finally:
-        ray.shutdown()
+        if started:
+            ray.shutdown()
 
 
 def _print_expansion(grid: grids.Grid, points: list[grids.Point],
                      skipped: list[grids.Skipped], jobs: int, already: int) -> None:
     print(f"grid {grid.path}: {grid.engine}, {len(points) + len(skipped)} configs "
-          f"({len(skipped)} refused), {grid.jobs_per_point()} jobs per config: {jobs} jobs"
+          f"({len(skipped)} refused), {_n(grid.jobs_per_point(), 'job')} per config: "
+          f"{_n(jobs, 'job')}"
           + (f", {already} already in the output" if already else ""))
     for s in skipped:
         where = " ".join(f"{grid.axis(f).name}={grids._text(v)}" for f, v in s.values
                          if len(grid.axis(f).values) > 1) or "the config"
         print(f"  refused {where}: rule {s.rule}")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _sweep(args: argparse.Namespace, grid: grids.Grid, out: Path) -> int:
@@ -182,7 +189,7 @@ def _sweep(args: argparse.Namespace, grid: grids.Grid, out: Path) -> int:
         f"{counts[v]} {v}" for v in (PROVED, HOLDS, VIOLATED, UNKNOWN) if counts[v]))
     where = (f"executor ray{' at ' + args.address if args.address else ''}"
              if args.executor == "ray" else f"executor local, {args.jobs} workers")
-    print(f"ran {new} jobs in {elapsed:.1f} s ({rate}, {where}); {summary}")
+    print(f"ran {_n(new, 'job')} in {elapsed:.1f} s ({rate}, {where}); {summary}")
     print(f"rows: {parquet}, {csv_path}; refused configs: {out / store.SKIPPED}")
     if not args.no_pictures:
         maps = pictures.heatmaps(grid, rows, skipped, out)

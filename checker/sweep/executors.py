@@ -123,10 +123,13 @@ def run_local(batches: Sequence[Batch], workers: int, on_done: OnDone, hooks: Po
     pool.shutdown()
 
 
-def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     """Connect to the Ray cluster at `address`, or start Ray on this machine with
-    `num_cpus` (None: all); no dashboard, and workers' logs stay in Ray's log folder."""
+    `num_cpus` (None: all); no dashboard, and workers' logs stay in Ray's log folder.
+    False, doing nothing, when this process is connected to a Ray already."""
     ray = require("ray")
+    if ray.is_initialized():
+        return False
     options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                "logging_level": "warning"}
     if address:
@@ -137,6 +140,7 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> None:
                              f"{' '.join(str(exc).split())[:200]}; check --address") from None
     else:
         ray.init(num_cpus=num_cpus, **options)
+    return True
 
 
 def run_ray(batches: Sequence[Batch], on_done: OnDone, address: str | None = None,
@@ -148,9 +152,7 @@ def run_ray(batches: Sequence[Batch], on_done: OnDone, address: str | None = Non
     Ray runs a task again when its worker dies (`max_retries`); a task that still fails,
     or outlives its time limit (then cancelled), is recorded as UNKNOWN."""
     ray = require("ray")
-    started = not ray.is_initialized()
-    if started:
-        start_ray(address, num_cpus)
+    started = start_ray(address, num_cpus)
     queue: deque[Batch] = deque(batches)
     inflight: dict[Any, tuple[Batch, float]] = {}
     try:
