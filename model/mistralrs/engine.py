@@ -1,9 +1,14 @@
 """mistral.rs (commit 9e922623f24b) as an EngineModel: the rules of model/mistralrs/rules.py,
-the reference of model/mistralrs/reference.py, and the Step observables of a reference run."""
+the reference of model/mistralrs/reference.py, and the Step observables of a reference run;
+and its older versions (`mistralrs@v0.8.22`, ...), the same EngineModel over another set of
+rule switches (model/mistralrs/config.py VERSIONS), which the registry reaches through
+`ENGINE.extra["versions"]`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from functools import cache, partial
 
 from model.core.engine import EngineModel
 from model.core.errors import InputError
@@ -13,9 +18,14 @@ from model.mistralrs import rules
 from model.mistralrs.config import (
     ENGINE_MISTRALRS,
     MISTRALRS_COMMIT,
+    PINNED,
+    SWITCHES,
+    VERSIONS,
     MistralrsConfig,
+    MistralrsRules,
     parse_config,
     rejection,
+    with_switches,
 )
 from model.mistralrs.reference import FINISH_ERROR, KIND_DECODE, KIND_PROMPT, MistralrsScheduler
 
@@ -90,9 +100,9 @@ def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ..
 def rules_to_record(observed: Step, ids: Sequence[str], chunk: int | None = None,
                     decode_steps: int | None = None) -> StepRecord:
     """The StepRecord of a concrete rules Step (slots -> request ids). Event orders follow
-    from the rules: admissions append to `running` (run_key order); escape victims are
-    popped from the running tail (descending run_key), decode-turn victims newest first
-    (descending slot index); rejected heads leave the waiting front in queue order."""
+    from the rules: admissions append to `running` (run_key order); preemptions push to
+    the waiting front (descending queue_key); rejected heads leave the waiting front in
+    queue order. `chunk` is None for a version without the token budget."""
     slots = list(enumerate(observed.slots))[: len(ids)]
     served = sorted((o.serve_rank, i) for i, o in slots if o.scheduled > 0)
     running = sorted((i for i, o in slots if o.running_after),
@@ -100,8 +110,11 @@ def rules_to_record(observed: Step, ids: Sequence[str], chunk: int | None = None
     waiting = sorted((i for i, o in slots if o.waiting_after),
                      key=lambda i: observed.slots[i].queue_key)
     decode = observed.step_kind == rules.KIND_DECODE
+    # Every preemption pushes its victim to the waiting front (an escape victim right
+    # behind the head), and a victim keeps that key even if it is re-admitted later in
+    # the call: the later the preemption, the smaller the key.
     victims = sorted((i for i, o in slots if o.preempted),
-                     key=lambda i: i if decode else observed.slots[i].run_key, reverse=True)
+                     key=lambda i: observed.slots[i].queue_key, reverse=True)
     joined = sorted((i for i, o in slots if o.admitted or o.resumed),
                     key=lambda i: observed.slots[i].run_key)
     rejected = sorted((i for i, o in slots if o.finished and not o.sampled),
@@ -155,10 +168,48 @@ RULES_TABLE: tuple[tuple[str, str, str], ...] = (
      "MistralrsScheduler._preempt", "rules.mistralrs._preempt"),
 )
 
+
+
+@dataclass(frozen=True, slots=True)
+class MistralrsVersions:
+    """The modelled versions of mistral.rs, as the registry reads them (model/registry.py,
+    `Versioned`): each a set of rule switches of the one rule set."""
+
+    versions: Mapping[str, MistralrsRules]
+    pinned: str
+
+    def with_version(self, version: str) -> EngineModel:
+        """The engine at `version` (a key of `versions`); the pinned one is ENGINE."""
+        return _at_version(version)
+
+    def switches(self, cfg: MistralrsConfig) -> dict[str, bool]:
+        """The rule switches a config runs, by name."""
+        return asdict(cfg.rules)
+
+    def with_switches(self, cfg: MistralrsConfig, changes: Mapping[str, bool]
+                      ) -> MistralrsConfig:
+        """`cfg` with some switches set (InputError for an unknown switch)."""
+        return replace(cfg, rules=with_switches(cfg.rules, changes))
+
+    def evidence(self, switch: str) -> str:
+        """Where upstream changed the switch, and what each value does."""
+        s = next(s for s in SWITCHES if s.name == switch)
+        return f"{s.change}. On: {s.on}. Off: {s.off}."
+
+
+@cache
+def _at_version(version: str) -> EngineModel:
+    if version == PINNED:
+        return ENGINE
+    return replace(ENGINE, name=f"{ENGINE_MISTRALRS}@{version}", version=version,
+                   parse_config=partial(parse_config, version=version))
+
+
 ENGINE = EngineModel(
     name=ENGINE_MISTRALRS, folder="mistralrs", title="mistral.rs", version=MISTRALRS_COMMIT,
     parse_config=parse_config, config_to_dict=MistralrsConfig.to_dict, rejection=rejection,
     check_admissible=check_admissible, rule_config=rules.MistralrsRuleConfig.from_config,
     initial_state=rules.initial_state, step=rules.step, same_behaviour=rules.same_behaviour,
     scheduler=MistralrsScheduler, observe=observe, describe_step=describe_step,
-    rules_table=RULES_TABLE)
+    rules_table=RULES_TABLE,
+    extra={"versions": MistralrsVersions(versions=VERSIONS, pinned=PINNED)})

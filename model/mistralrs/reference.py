@@ -1,8 +1,11 @@
-"""Reference port of mistral.rs's paged-attention scheduler (commit 9e922623f24b), in scope.
+"""Reference port of mistral.rs's paged-attention scheduler (commit 9e922623f24b), in scope,
+with the older versions' rules behind the switches of `cfg.rules` (model/mistralrs/config.py
+SWITCHES says where each changed upstream).
 
 One `step()` is one engine iteration: `PagedAttentionScheduler::schedule()`, the forward
 pass with the environment's EOS choices, then `free_finished_sequence_groups()`. Line
-numbers are `mistralrs-core/src/paged_attention/scheduler.rs` (S:) unless a file is named.
+numbers are `mistralrs-core/src/paged_attention/scheduler.rs` (S:) at 9e922623 unless a
+version or a file is named.
 
 Scope (model/mistralrs/config.py): a text model on CUDA with packed prefill, prefix caching
 off, no speculative decoding, media, X-LoRA or hybrid cache. Under it `select_prompt_batch`
@@ -82,6 +85,7 @@ class MistralrsScheduler:
         self.free_blocks = cfg.usable_blocks
         self.decode_steps_since_prefill = 0
         self.completion_cursor = 0
+        self.completion_turn_due = False  # v0.9.2 S:75, read only by alternate_turns
         self.current_step = 0
         self._arrivals = 0
 
@@ -148,9 +152,23 @@ class MistralrsScheduler:
 
     # ---- schedule() (S:563-946) ----------------------------------------------------------
 
+    def _completion_due(self) -> bool:
+        """Whether this call decodes without trying admission: completion_is_due with the
+        token budget; after a prompt step with alternate turns (v0.9.2 S:278-284); never
+        when prefill comes first (v0.9.0 S:193)."""
+        rules = self.cfg.rules
+        if rules.token_budget:
+            return self.completion_is_due()
+        if not rules.alternate_turns:
+            return False
+        turn_due, self.completion_turn_due = self.completion_turn_due, False
+        # Upstream also decodes when a running sequence is still in prompt state; that
+        # happens only right after a prompt step, which set completion_turn_due too.
+        return turn_due and bool(self.running)
+
     def _schedule(self) -> _Turn:
         turn = _Turn()
-        due = self.completion_is_due()
+        due = self._completion_due()
         candidates: list[Seq] = []
         if not due:
             candidates = [s for s in self.running if s.state == PROMPT]  # S:577-584
@@ -166,8 +184,8 @@ class MistralrsScheduler:
         the starvation escape after `waiting_timeout` failed attempts."""
         cfg = self.cfg
         while self.waiting:
-            if (len(self.running) >= cfg.max_num_seqs
-                    or len(candidates) >= cfg.max_num_batched_tokens):
+            if len(self.running) >= cfg.max_num_seqs or (
+                    cfg.rules.token_budget and len(candidates) >= cfg.max_num_batched_tokens):
                 break  # S:589-593: |candidates| counts sequences, not tokens
             head = self.waiting[0]
             if head.num_tokens > cfg.token_capacity:
@@ -190,7 +208,8 @@ class MistralrsScheduler:
 
     def _escape(self, head: Seq, candidates: list[Seq], turn: _Turn) -> bool:
         """S:693-728: preempt `running.pop_back()` (the head stays at the front of waiting)
-        and retry until the head fits or nothing runs."""
+        and retry until the head fits or nothing runs; without escape_loop one victim and
+        one retry (v0.9.2 S:376-399)."""
         while self.running:
             victim = self.running.pop()
             self.waiting.popleft()
@@ -200,6 +219,8 @@ class MistralrsScheduler:
                 candidates.remove(victim)
             if self._allocate(head, head.num_tokens):
                 return True
+            if not self.cfg.rules.escape_loop:
+                return False
         return False
 
     def _reject_head(self, turn: _Turn) -> None:
@@ -211,37 +232,85 @@ class MistralrsScheduler:
         """`select_prompt_batch` (S:150-237) with scheduler-visible chunks: chunk =
         max(1, budget / #candidates) (S:136-138); each candidate's next range is
         [computed, min(computed + chunk, len)) (prompt_chunks.rs:120-225); only the candidates
-        whose range is final iff the first one's is run (prompt_chunks.rs:10-43)."""
-        chunk = max(1, self.cfg.max_num_batched_tokens // len(candidates))
-        final_first = candidates[0].num_computed_tokens + chunk >= candidates[0].num_tokens
-        for s in candidates:
-            if (s.num_computed_tokens + chunk >= s.num_tokens) == final_first:
-                turn.scheduled.append((s, min(chunk, s.num_tokens - s.num_computed_tokens)))
+        whose range is final iff the first one's is run (prompt_chunks.rs:10-43). Without
+        the token budget every candidate runs its whole sequence (v0.9.2 S:454-484); with
+        bucket_by_length only the shortest do (v0.9.0 S:361-365)."""
+        rows: list[Seq] = []
+        if self.cfg.rules.token_budget:
+            chunk = max(1, self.cfg.max_num_batched_tokens // len(candidates))
+            final_first = candidates[0].num_computed_tokens + chunk >= candidates[0].num_tokens
+            rows = [s for s in candidates
+                    if (s.num_computed_tokens + chunk >= s.num_tokens) == final_first]
+            turn.chunk_size = chunk
+        else:
+            chunk = None
+            rows = list(candidates)
+        if self.cfg.rules.bucket_by_length:
+            rows, victims = self._bucket(rows, turn)
+            self.running = deque(s for s in self.running if s not in victims)  # S:180-181
+        for s in rows:
+            remaining = s.num_tokens - s.num_computed_tokens
+            turn.scheduled.append((s, remaining if chunk is None else min(chunk, remaining)))
         turn.kind = KIND_PROMPT
-        turn.chunk_size = chunk
         self.decode_steps_since_prefill = 0  # S:786
+        if self.cfg.rules.alternate_turns and not self.cfg.rules.token_budget:
+            self.completion_turn_due = True  # v0.9.2 S:478
+
+    def _bucket(self, rows: list[Seq], turn: _Turn) -> tuple[list[Seq], list[Seq]]:
+        """`bucket_and_preempt_sequences` (v0.9.0 S:126-184): rows are bucketed by len()
+        (a prompt's len() less its prefix-cache hit, none in scope; the image and
+        token-offset parts of the key are constant in scope); the bucket of the shortest
+        runs (S:160-166) and every other bucket is preempted, its rows in reverse order
+        (S:171-177), each pushed to the waiting front. Returns (kept, preempted).
+
+        Upstream's buckets are a HashMap (S:134), so the order in which the other buckets
+        are preempted is its iteration order, which RandomState makes differ from run to
+        run. The model fixes one such order: shorter buckets first, so the longest
+        bucket's rows end at the very front of waiting."""
+        buckets: dict[int, list[Seq]] = {}
+        for s in rows:
+            buckets.setdefault(s.num_tokens, []).append(s)
+        if len(buckets) <= 1:
+            return rows, []
+        victims: list[Seq] = []
+        for length in sorted(buckets)[1:]:
+            for s in reversed(buckets[length]):
+                self._preempt(s, turn)
+                victims.append(s)
+        return buckets[min(buckets)], victims
 
     def _decode_turn(self, turn: _Turn) -> None:
         """S:796-946: allocate the next token's block for every decoding sequence, oldest
-        first, preempting the newest on failure; then the round-robin selection."""
+        first, preempting the newest on failure (newest first and the oldest preempted
+        without victim_newest, v0.8.22 S:588-593); the completion bucketing when
+        bucket_by_length (v0.9.0 S:436-438); then the round-robin selection, or every kept
+        sequence without the token budget (v0.9.2 S:604-607)."""
+        rules = self.cfg.rules
         prompt_running = [s for s in self.running if s.state == PROMPT]
         pending = deque(sorted((s for s in self.running if s.state == DECODE),
-                               key=lambda s: s.timestamp))  # S:808, 1074-1078
+                               key=lambda s: s.timestamp,
+                               reverse=not rules.victim_newest))  # S:808, 1074-1078
         kept: list[Seq] = []
         while pending:
             seq = pending.popleft()
-            # A decoding sequence has one uncomputed token, so it asks for len() (S:818-824).
-            while not self._allocate(seq, seq.num_tokens):
+            # A decoding sequence has one uncomputed token, so it asks for len() (S:818-824);
+            # before c3667bb3f, len() + 1 (v0.8.23 S:396-402).
+            need = seq.num_tokens + int(rules.reserve_next_token)
+            while not self._allocate(seq, need):
                 if pending:
-                    self._preempt(pending.pop(), turn)  # the newest running sequence
+                    self._preempt(pending.pop(), turn)  # the newest (oldest) pending one
                 else:
                     self._preempt(seq, turn)
                     break
             else:
                 kept.append(seq)
+        if rules.bucket_by_length:
+            kept, _ = self._bucket(kept, turn)
         self.decode_steps_since_prefill = min(self.decode_steps_since_prefill + 1,
                                               self.cfg.max_decode_steps_before_prefill)
-        for index in self._completion_batch(len(kept)):  # S:368-380
+        rows = (self._completion_batch(len(kept)) if rules.token_budget  # S:368-380
+                else range(len(kept)))
+        for index in rows:
             turn.scheduled.append((kept[index], 1))
         self.running = deque([*kept, *prompt_running])  # S:935
         turn.kind = KIND_DECODE
@@ -325,4 +394,5 @@ class MistralrsScheduler:
                     s.num_computed_tokens, s.blocks, s.waiting_count, rank[s.id],
                     extra.get(s.id))
         return (self.free_blocks, self.decode_steps_since_prefill, self.completion_cursor,
+                self.completion_turn_due,
                 tuple(one(s) for s in self.running), tuple(one(s) for s in self.waiting))

@@ -1,5 +1,7 @@
 """mistral.rs's paged-attention scheduler (commit 9e922623f24b) as one branch-free step over
-fixed request slots, written once over Ops: the rules of model/mistralrs/reference.py.
+fixed request slots, written once over Ops: the rules of model/mistralrs/reference.py. The
+older versions' rules are the switches of `cfg.rules` (model/mistralrs/config.py); a switch
+is a concrete Python bool, so branching on it builds one rule set or the other.
 
 Orders are keys: `run_key` orders `running`, `wait_key` the `waiting` deque (smaller is
 nearer the front); a sequence's timestamp is its slot index (slots are in arrival order).
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from model.core.ops import Bool, Int, Ops
 from model.core.rule_parts import arrive_at_tail, pick
 from model.core.types import SlotObs, SlotSpec, Step
-from model.mistralrs.config import MistralrsConfig
+from model.mistralrs.config import MistralrsConfig, MistralrsRules
 
 ABSENT, WAITING, PROMPT, DECODE, FINISHED = 0, 1, 2, 3, 4
 KIND_PROMPT, KIND_DECODE = 1, 2  # model.state.Step.step_kind
@@ -40,6 +42,7 @@ class MistralrsRuleConfig:
     policy_priority: bool
     max_decode_steps_before_prefill: int
     waiting_timeout: int
+    rules: MistralrsRules = MistralrsRules()
 
     @staticmethod
     def from_config(cfg: MistralrsConfig) -> MistralrsRuleConfig:
@@ -50,7 +53,7 @@ class MistralrsRuleConfig:
             block_size=cfg.block_size, watermark_blocks=0, enable_chunked_prefill=True,
             policy_priority=False,
             max_decode_steps_before_prefill=cfg.max_decode_steps_before_prefill,
-            waiting_timeout=cfg.waiting_timeout)
+            waiting_timeout=cfg.waiting_timeout, rules=cfg.rules)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +186,9 @@ def _admission(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, due: Bool) -> None:
         running = _count(ops, [ops.or_(s == PROMPT, s == DECODE) for s in w.status])
         candidates = _count(ops, [s == PROMPT for s in w.status])
         active = ops.and_(ops.not_(stopped), ops.or_(*waiting))
-        full = ops.or_(running >= cfg.max_num_seqs, candidates >= cfg.token_budget)
+        full = running >= cfg.max_num_seqs
+        if cfg.rules.token_budget:
+            full = ops.or_(full, candidates >= cfg.token_budget)
         stopped = ops.or_(stopped, ops.and_(active, full))
         active = ops.and_(active, ops.not_(full))
         head = _select(ops, waiting, w.wait_key)
@@ -196,7 +201,7 @@ def _admission(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, due: Bool) -> None:
             w.count[i] = ops.ite(ops.and_(failed, head[i]), w.count[i] + 1, w.count[i])
         escape = ops.and_(failed, pick(ops, head, w.count) > cfg.waiting_timeout)
         stopped = ops.or_(stopped, ops.and_(failed, ops.not_(escape)))  # S:729-731
-        fits = _escape(ops, w, head, need, escape, fits)
+        fits = _escape(ops, cfg, w, head, need, escape, fits)
         reject = ops.and_(active, ops.or_(too_big, ops.and_(escape, ops.not_(fits))))
         admit = ops.and_(active, ops.not_(too_big), fits)
         _admit(ops, w, head, need, admit, reject)
@@ -204,12 +209,13 @@ def _admission(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, due: Bool) -> None:
         w.name(ops)
 
 
-def _escape(ops: Ops, w: _Work, head: Sequence[Bool], need: Int, escape: Bool, fits: Bool
-            ) -> Bool:
+def _escape(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, head: Sequence[Bool], need: Int,
+            escape: Bool, fits: Bool) -> Bool:
     """S:693-728: while the head does not fit, preempt `running.pop_back()`, keeping the
-    head at the front of waiting (the victim goes right behind it)."""
+    head at the front of waiting (the victim goes right behind it); one victim without
+    escape_loop (v0.9.2 S:376-399)."""
     n = len(w.status)
-    for _ in range(n):
+    for _ in range(n if cfg.rules.escape_loop else 1):
         running = [ops.or_(s == PROMPT, s == DECODE) for s in w.status]
         do = ops.and_(escape, ops.not_(fits), ops.or_(*running))
         victim = _select(ops, running, w.run_key, largest=True)
@@ -245,47 +251,103 @@ def _admit(ops: Ops, w: _Work, head: Sequence[Bool], need: Int, admit: Bool, rej
 
 
 def _prompt_turn(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, scheduled: list[Int],
-                 rank: list[Int]) -> Int:
+                 rank: list[Int], do: Bool) -> Int | None:
     """`select_prompt_batch` (S:150-237): chunk = max(1, budget / #candidates) (S:136-138);
     only candidates whose next range is final iff the first one's is run
-    (pipeline/prompt_chunks.rs:10-43, 120-225). Returns the chunk size."""
+    (pipeline/prompt_chunks.rs:10-43, 120-225). Without the token budget every candidate
+    runs its whole sequence (v0.9.2 S:454-484); with bucket_by_length only the shortest do,
+    the others are preempted when `do` (v0.9.0 S:361-365). Returns the chunk size (None
+    without the budget)."""
     n = len(w.status)
     cand = [s == PROMPT for s in w.status]
-    num = _count(ops, cand)
-    chunk: Int = 0
-    for c in range(1, n + 1):
-        chunk = ops.ite(num == c, max(1, cfg.token_budget // c), chunk)
-    first = _select(ops, cand, w.run_key)
-    final_first = pick(ops, first, w.ncomp) + chunk >= pick(ops, first, w.ntok)
-    active = [ops.and_(cand[i], (w.ncomp[i] + chunk >= w.ntok[i]) == final_first)
-              for i in range(n)]
+    chunk: Int | None = None
+    if cfg.rules.token_budget:
+        num = _count(ops, cand)
+        chunk = 0
+        for c in range(1, n + 1):
+            chunk = ops.ite(num == c, max(1, cfg.token_budget // c), chunk)
+        first = _select(ops, cand, w.run_key)
+        final_first = pick(ops, first, w.ncomp) + chunk >= pick(ops, first, w.ntok)
+        active = [ops.and_(cand[i], (w.ncomp[i] + chunk >= w.ntok[i]) == final_first)
+                  for i in range(n)]
+    else:
+        active = cand
+    if cfg.rules.bucket_by_length:
+        active = _bucket(ops, w, active, w.run_key, do)
     for i in range(n):
-        scheduled[i] = ops.ite(active[i], ops.min(chunk, w.ntok[i] - w.ncomp[i]), 0)
+        remaining = w.ntok[i] - w.ncomp[i]
+        scheduled[i] = ops.ite(active[i], remaining if chunk is None
+                               else ops.min(chunk, remaining), 0)
         rank[i] = _count(ops, [ops.and_(active[j], w.run_key[j] < w.run_key[i])
                                for j in range(n) if j != i])
     return chunk
 
 
+def _bucket(ops: Ops, w: _Work, rows: Sequence[Bool], order: Sequence[Int], do: Bool
+            ) -> list[Bool]:
+    """`bucket_and_preempt_sequences` (v0.9.0 S:126-184) over the `rows` (in `order`):
+    the rows of the shortest len() run; when `do`, every other row is preempted to the
+    waiting front. Upstream preempts the other buckets in HashMap order (S:172, RandomState);
+    the model's fixed order, as the reference's: shorter buckets first, each bucket's rows
+    in reverse order (S:173), so the front of waiting holds the longest bucket first and
+    each bucket in its rows' order. Returns the rows kept."""
+    n = len(rows)
+    kept: list[Bool] = []
+    for i in range(n):
+        shorter = [ops.and_(rows[j], w.ntok[j] < w.ntok[i]) for j in range(n) if j != i]
+        kept.append(ops.and_(rows[i], ops.not_(ops.or_(*shorter))) if shorter else rows[i])
+    victim = [ops.and_(do, rows[i], ops.not_(kept[i])) for i in range(n)]
+    total = _count(ops, victim)
+    for i in range(n):
+        ahead = _count(ops, [ops.and_(victim[j], ops.or_(
+            w.ntok[j] > w.ntok[i], ops.and_(w.ntok[j] == w.ntok[i], order[j] < order[i])))
+            for j in range(n) if j != i])
+        hit = victim[i]
+        w.free = w.free + ops.ite(hit, w.blocks[i], 0)
+        w.blocks[i] = ops.ite(hit, 0, w.blocks[i])
+        w.status[i] = ops.ite(hit, WAITING, w.status[i])
+        w.ncomp[i] = ops.ite(hit, 0, w.ncomp[i])
+        w.npre[i] = ops.ite(hit, w.npre[i] + 1, w.npre[i])
+        w.wait_key[i] = ops.ite(hit, w.wait_head - total + 1 + ahead, w.wait_key[i])
+        w.preempted_at[i] = ops.ite(hit, w.events + total - ahead, w.preempted_at[i])
+    w.wait_head = w.wait_head - total
+    w.events = w.events + total
+    w.name(ops)
+    return kept
+
+
+def _decode_order(cfg: MistralrsRuleConfig, n: int) -> list[int]:
+    """Slots in the order the decode turn visits them: timestamp ascending (S:808,
+    1074-1078), descending without victim_newest (v0.8.22 S:588-593)."""
+    return list(range(n)) if cfg.rules.victim_newest else list(range(n - 1, -1, -1))
+
+
 def _decode_allocation(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, do: Bool) -> None:
     """S:808-855: decoding sequences oldest first (timestamp = slot index); each needs
-    blocks for len() tokens (one uncomputed token, S:818-824); on failure the newest
-    pending one is preempted, or the sequence itself when none is left."""
+    blocks for len() tokens (one uncomputed token, S:818-824; len() + 1 with
+    reserve_next_token, v0.8.23 S:396-402); on failure the newest pending one is preempted
+    (the oldest without victim_newest), or the sequence itself when none is left."""
     n = len(w.status)
-    for i in range(n):
+    visit = _decode_order(cfg, n)
+    extra = int(cfg.rules.reserve_next_token)
+    for k, i in enumerate(visit):
         mine = ops.and_(do, w.status[i] == DECODE)
         dropped: Bool = False
-        for _ in range(n - i):
-            need = ops.max(ops.cdiv(w.ntok[i], cfg.block_size) - w.blocks[i], 0)
+        later = visit[k + 1:]
+        for _ in range(len(later) + 1):
+            need = ops.max(ops.cdiv(w.ntok[i] + extra, cfg.block_size) - w.blocks[i], 0)
             short = ops.and_(mine, ops.not_(dropped), need > w.free)
-            pending = [ops.and_(j > i, w.status[j] == DECODE) for j in range(n)]
+            pending = [ops.and_(j in later, w.status[j] == DECODE) for j in range(n)]
             any_pending = ops.or_(*pending)
-            victim = _select(ops, pending, list(range(n)), largest=True)
+            # pending.pop(): the last one the turn would visit
+            victim = _select(ops, pending, [later.index(j) if j in later else 0
+                                            for j in range(n)], largest=True)
             _preempt(ops, w, victim, ops.and_(short, any_pending))
             self_hit = ops.and_(short, ops.not_(any_pending))
             _preempt(ops, w, [j == i for j in range(n)], self_hit)
             dropped = ops.name(ops.or_(dropped, self_hit))
             w.name(ops)
-        need = ops.max(ops.cdiv(w.ntok[i], cfg.block_size) - w.blocks[i], 0)
+        need = ops.max(ops.cdiv(w.ntok[i] + extra, cfg.block_size) - w.blocks[i], 0)
         ok = ops.and_(mine, ops.not_(dropped))
         w.blocks[i] = ops.ite(ok, w.blocks[i] + need, w.blocks[i])
         w.free = ops.name(ops.ite(ok, w.free - need, w.free))
@@ -294,12 +356,22 @@ def _decode_allocation(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, do: Bool) -
 def _round_robin(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, cursor: Int,
                  scheduled: list[Int], rank: list[Int], do: Bool) -> Int:
     """`completion_batch_indices` (S:298-326) with cost 1 per row: rows are the decoding
-    sequences by timestamp; from `cursor % rows`, take min(rows, budget); the cursor moves
-    past the last row taken. Returns the new cursor."""
+    sequences in the decode turn's order; from `cursor % rows`, take min(rows, budget); the
+    cursor moves past the last row taken. Without the token budget every row is taken in
+    order and the cursor stays (v0.9.2 S:604-607). Returns the new cursor."""
     n = len(w.status)
     rows = [w.status[i] == DECODE for i in range(n)]
+    visit = _decode_order(cfg, n)
+    pos: list[Int] = [0] * n
+    for k, i in enumerate(visit):
+        pos[i] = _count(ops, [rows[j] for j in visit[:k]])
+    if not cfg.rules.token_budget:
+        for i in range(n):
+            chosen = ops.and_(do, rows[i])
+            scheduled[i] = ops.ite(chosen, 1, scheduled[i])
+            rank[i] = ops.ite(chosen, pos[i], rank[i])
+        return cursor
     num = _count(ops, rows)
-    pos = [_count(ops, rows[:i]) for i in range(n)]
     new_cursor = cursor
     for c in range(1, n + 1):
         start = cursor - ops.floordiv(cursor, c) * c
@@ -315,23 +387,38 @@ def _round_robin(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, cursor: Int,
     return new_cursor
 
 
-def _running_order(ops: Ops, w: _Work, do: Bool) -> None:
-    """After a decode turn `running` is the kept decoders by timestamp, then the running
-    prompts in their old order (S:856, 935); keys are renumbered 0.. in that order."""
+def _running_order(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, do: Bool) -> None:
+    """After a decode turn `running` is the kept decoders in the turn's order, then the
+    running prompts in their old order (S:856, 935); keys are renumbered 0.. in that
+    order."""
     n = len(w.status)
     dec = [s == DECODE for s in w.status]
     pro = [s == PROMPT for s in w.status]
     num_dec = _count(ops, dec)
-    keys = []
-    for i in range(n):
-        as_dec = _count(ops, dec[:i])
+    visit = _decode_order(cfg, n)
+    keys: list[Int] = [0] * n
+    for k, i in enumerate(visit):
+        as_dec = _count(ops, [dec[j] for j in visit[:k]])
         as_pro = num_dec + _count(ops, [ops.and_(pro[j], w.run_key[j] < w.run_key[i])
                                         for j in range(n) if j != i])
-        keys.append(ops.ite(dec[i], as_dec, ops.ite(pro[i], as_pro, w.run_key[i])))
+        keys[i] = ops.ite(dec[i], as_dec, ops.ite(pro[i], as_pro, w.run_key[i]))
     for i in range(n):
         w.run_key[i] = ops.ite(do, keys[i], w.run_key[i])
     running = _count(ops, [ops.or_(d, p) for d, p in zip(dec, pro, strict=True)])
     w.next_run_key = ops.ite(do, running, w.next_run_key)
+
+
+def _completion_due(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, k: Int) -> Bool:
+    """Whether the call decodes without admission: completion_is_due with the token budget;
+    with alternate turns, after a prompt step (k = 0: a prompt step resets the counter, a
+    decode step makes it >= 1) while anything runs (v0.9.2 S:278-284); never when prefill
+    comes first (v0.9.0 S:193)."""
+    if cfg.rules.token_budget:
+        return completion_is_due(ops, cfg, w, k)
+    if not cfg.rules.alternate_turns:
+        return False
+    running = ops.or_(*[ops.or_(s == PROMPT, s == DECODE) for s in w.status])
+    return ops.and_(k == 0, running)
 
 
 def step(ops: Ops, cfg: MistralrsRuleConfig, specs: Sequence[SlotSpec], state: MistralrsState,
@@ -344,8 +431,9 @@ def step(ops: Ops, cfg: MistralrsRuleConfig, specs: Sequence[SlotSpec], state: M
 
 def step_with_chunk(ops: Ops, cfg: MistralrsRuleConfig, specs: Sequence[SlotSpec],
                     state: MistralrsState, eos: Sequence[Bool]
-                    ) -> tuple[MistralrsState, Step, Int]:
-    """`step`, also returning the prompt turn's chunk size (meaningful in a prompt step)."""
+                    ) -> tuple[MistralrsState, Step, Int | None]:
+    """`step`, also returning the prompt turn's chunk size (meaningful in a prompt step;
+    None without the token budget)."""
     n = len(specs)
     state = _arrive(ops, specs, state, state.step + 1)
     before = state.slots
@@ -360,17 +448,20 @@ def step_with_chunk(ops: Ops, cfg: MistralrsRuleConfig, specs: Sequence[SlotSpec
         free=state.free_blocks, next_run_key=state.next_run_key, wait_head=state.wait_head,
         events=0)
     k = state.decode_steps_since_prefill
-    due = ops.name(completion_is_due(ops, cfg, w, k))
+    due = ops.name(_completion_due(ops, cfg, w, k))
     _admission(ops, cfg, w, due)
     scheduled: list[Int] = [0] * n
     rank: list[Int] = [0] * n
     prompt = ops.name(ops.and_(ops.not_(due), ops.or_(*[s == PROMPT for s in w.status])))
-    chunk = _prompt_turn(ops, cfg, w, scheduled, rank)
+    chunk = _prompt_turn(ops, cfg, w, scheduled, rank, prompt)
     scheduled = [ops.ite(prompt, x, 0) for x in scheduled]
     decode = ops.not_(prompt)
     _decode_allocation(ops, cfg, w, decode)
+    if cfg.rules.bucket_by_length:
+        order = [_decode_order(cfg, n).index(i) for i in range(n)]
+        _bucket(ops, w, [ops.and_(decode, s == DECODE) for s in w.status], order, decode)
     cursor = _round_robin(ops, cfg, w, state.completion_cursor, scheduled, rank, decode)
-    _running_order(ops, w, decode)
+    _running_order(ops, cfg, w, decode)
     k_next = ops.ite(prompt, 0, ops.min(k + 1, cfg.max_decode_steps_before_prefill))
     new_state, observed = _update(ops, cfg, specs, state, w, scheduled, rank, eos, prompt,
                                   k_next, cursor)
