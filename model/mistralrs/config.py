@@ -109,6 +109,11 @@ _B0882BD75 = replace(_V0_9_2, escape_loop=True)
 
 # Modelled versions, oldest first. Equal rule sets share an entry's switches: v0.9.1 and
 # v0.9.2 differ only in metrics, 48be6c1e2 and 9e922623 likewise (S: diffs read with git).
+# Not modelled: up to v0.9.0 the starvation escape's `waiting.pop_front()` (v0.9.0 S:344)
+# takes the victim that `_preempt` has just pushed to the front (S:284-285), not the head,
+# so the victim, with no blocks, joins the running batch in the head's place; 8010b6a05
+# fixed it (v0.9.2 S:378-381). The model runs v0.9.2's escape for those versions, so their
+# checks are exact while no head has failed more than waiting_timeout times.
 VERSIONS: Mapping[str, MistralrsRules] = {
     "v0.8.22": _V0_8_22,
     "v0.8.23": _V0_8_23,

@@ -1,0 +1,452 @@
+"""`batchproof diff A B`: the shortest workload on which two versions of an engine decide
+differently (checker/methods/diff.py), drawn as two timelines side by side.
+
+    batchproof diff mistralrs@v0.8.22 mistralrs@v0.8.23 --config mr_tiny
+    batchproof diff mistralrs@v0.9.0 --ablate bucket_by_length --config mr_tiny
+    batchproof diff mistralrs --ablate-all --config mr_escape
+
+A and B are engine names with a version (`NAME@VERSION`; the bare name is the pinned
+version), or one engine and `--ablate SWITCH` (the same version with that rule switch
+toggled). `--ablate-all` toggles each switch in turn. The configuration is a manifest
+config (`--config`, whose bounds are the defaults), a workload JSON's config
+(`--config-file`), or the engine's defaults (vLLM: with vLLM's flags, as `check` takes
+them); each side parses it with its own version's rules.
+
+Exit codes: 0 no difference within the bounds (or proved equivalent); 1 a difference found
+(with --ablate-all: for some switch); 2 bad input; 3 inconclusive (solver unknown, time
+limit, or the references do not confirm a difference: a divergence, never a finding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
+from itertools import zip_longest
+from typing import Any
+
+from checker.cli.check import MAX_DEPTH, MAX_JOBS, MAX_SLOTS, MAX_TIMEOUT_S
+from checker.config.flags import (
+    add_config_flags,
+    apply_config_flags,
+    bounded_int,
+    bounded_seconds,
+)
+from checker.methods.diff import (
+    DIFFER,
+    DIVERGENCE,
+    OBSERVABLES,
+    PROVED,
+    SAME,
+    STEP_OBSERVABLES,
+    UNKNOWN,
+    DiffResult,
+    Side,
+    compare,
+    sides_compatible,
+)
+from checker.methods.symbolic import Bounds
+from checker.show import svg, timeline
+from checker.show import text as render
+from model import registry as engines
+from model.core.errors import InputError
+from model.vllm.config import ENGINE_VLLM_V1, Config
+from model.workload import config_rejection, read_json, workload_to_json
+from properties.manifest import load
+
+JSON_SCHEMA = 1
+DEFAULT_BOUNDS = {"slots": 3, "depth": 6, "max_prompt_len": 8, "max_max_tokens": 6}
+MAX_LENGTH = 10_000  # prompt_len / max_tokens bounds; the formula grows with the numbers
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `batchproof diff`."""
+    parser.add_argument("engines", nargs="+", metavar="ENGINE",
+                        help="A and B: engine versions, e.g. mistralrs@v0.8.22 "
+                        "mistralrs@v0.8.23 (the bare name is the pinned version); one engine "
+                        "with --ablate or --ablate-all")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--ablate", metavar="SWITCH",
+                     help="compare the engine with the same version with this rule switch "
+                     "toggled (see --list)")
+    how.add_argument("--ablate-all", action="store_true",
+                     help="toggle every rule switch in turn: which ones change a decision")
+    parser.add_argument("--list", action="store_true",
+                        help="list the engine's versions and rule switches, then exit")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--config", metavar="NAME",
+                     help="a manifest configuration (its bounds are the defaults)")
+    src.add_argument("--config-file", metavar="F",
+                     help="a workload JSON whose 'config' both sides run")
+    parser.add_argument("--no-validate", action="store_true",
+                        help="compare on a configuration the engine would reject")
+    parser.add_argument("--slots", type=bounded_int(1, MAX_SLOTS),
+                        help=f"request slots, at most {MAX_SLOTS} (default 3, or the config's)")
+    parser.add_argument("--depth", type=bounded_int(1, MAX_DEPTH),
+                        help=f"steps, at most {MAX_DEPTH} (default 6, or the config's)")
+    parser.add_argument("--max-prompt-len", type=bounded_int(1, MAX_LENGTH),
+                        help="longest prompt of the workloads searched (default 8)")
+    parser.add_argument("--max-tokens", type=bounded_int(1, MAX_LENGTH),
+                        help="largest max_tokens of the workloads searched (default 6)")
+    parser.add_argument("--timeout", type=bounded_seconds(MAX_TIMEOUT_S), default=300.0,
+                        metavar="S", help="seconds per comparison before UNKNOWN (default 300)")
+    parser.add_argument("--jobs", type=bounded_int(1, MAX_JOBS), default=2,
+                        help="worker processes for --ablate-all (default 2)")
+    parser.add_argument("--no-prove", action="store_true",
+                        help="skip the one-step equivalence proof, search the bounds only")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--format", choices=("text", "svg"), default="text",
+                        help="text (default), or svg: the two timelines side by side")
+    add_config_flags(parser)
+
+
+# ---- what to compare --------------------------------------------------------------------
+
+def _versions(name: str) -> engines.Versioned:
+    modelled = engines.versioned(engines.get(name))
+    if modelled is None:
+        raise InputError(f"{engines.base_name(name)} models one version and no rule "
+                         "switches; diff needs an engine with versions (mistralrs)")
+    return modelled
+
+
+def _raw_config(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], str, dict[str, int],
+                                                               bool]:
+    """The config both sides parse (JSON field names), its name, its bounds, validated."""
+    base = engines.base_name(name)
+    if args.config:
+        manifest = load()
+        if args.config not in manifest.configs:
+            raise InputError(f"unknown config {args.config!r}; manifest configs: "
+                             f"{', '.join(manifest.configs)}")
+        nc = manifest.configs[args.config]
+        if engines.base_name(nc.engine) != base:
+            raise InputError(f"config {args.config} is a {nc.engine} config, not {base}'s; "
+                             "pick one of its engine's configs")
+        raw = engines.get(nc.engine).config_to_dict(nc.config)
+        return dict(raw), nc.name, dict(nc.bounds), nc.validated
+    if args.config_file:
+        doc = read_json(args.config_file, "pass a workload JSON file with a 'config'",
+                        "config file")
+        if not isinstance(doc, dict) or "config" not in doc:
+            raise InputError(f"{args.config_file} has no 'config'; give a workload JSON whose "
+                             "'config' holds the engine's fields (docs/simulation_contract.md)")
+        engine = doc.get("engine", ENGINE_VLLM_V1)
+        if not isinstance(engine, str) or engines.base_name(engine) != base:
+            raise InputError(f"{args.config_file} is a {engine} workload, not {base}'s; "
+                             f"give a {base} workload")
+        if not isinstance(doc["config"], dict):
+            raise InputError(f"{args.config_file}: 'config' must be a JSON object")
+        return dict(doc["config"]), "custom", {}, not args.no_validate
+    if base == ENGINE_VLLM_V1:
+        return apply_config_flags(args, Config()).to_dict(), "custom", {}, not args.no_validate
+    return {}, "defaults", {}, not args.no_validate
+
+
+def _flags_given(args: argparse.Namespace) -> bool:
+    return apply_config_flags(args, Config()) != Config()
+
+
+def _side(name: str, raw: dict[str, Any], validated: bool) -> Side:
+    engine = engines.get(name)
+    cfg = engine.parse_config(raw)
+    rejected = config_rejection(engine.name, cfg)
+    if rejected is not None and validated:
+        raise InputError(f"{rejected} [rule {rejected.rule}; pass --no-validate to compare "
+                         "it anyway]")
+    return Side(engine=engine.name, config=cfg, label=name)
+
+
+def _toggled(a: Side, switch: str) -> Side:
+    modelled = _versions(a.engine)
+    current = modelled.switches(a.config)
+    if switch not in current:
+        raise InputError(f"unknown rule switch {switch!r} of {engines.base_name(a.engine)}; "
+                         f"switches: {', '.join(current)}")
+    value = not current[switch]
+    config = modelled.with_switches(a.config, {switch: value})
+    return Side(engine=a.engine, config=config,
+                label=f"{a.label} {switch}={'on' if value else 'off'}")
+
+
+def _bounds(args: argparse.Namespace, defaults: dict[str, int]) -> Bounds:
+    given = {"slots": args.slots, "depth": args.depth, "max_prompt_len": args.max_prompt_len,
+             "max_max_tokens": args.max_tokens}
+    values = {**DEFAULT_BOUNDS, **{k: v for k, v in defaults.items() if k in DEFAULT_BOUNDS},
+              **{k: v for k, v in given.items() if v is not None}}
+    return Bounds(**values)
+
+
+def _bounds_line(b: Bounds) -> str:
+    return (f"{b.slots} request slots, depth {b.depth}, prompt_len <= {b.max_prompt_len}, "
+            f"max_tokens <= {b.max_max_tokens}")
+
+
+# ---- rendering ----------------------------------------------------------------------------
+
+_VERDICT = {
+    DIFFER: "DIFFER", SAME: "NO DIFFERENCE", PROVED: "PROVED EQUIVALENT", UNKNOWN: "UNKNOWN",
+    DIVERGENCE: "DIVERGENCE",
+}
+
+
+def _headline(r: DiffResult) -> str:
+    if r.status == DIFFER:
+        minimal = "minimal" if r.minimal else "not minimised (time limit)"
+        return (f"DIFFER at step {r.depth}: the shortest workload on which they decide "
+                f"differently ({minimal}; replayed on both references)")
+    if r.status == SAME:
+        return f"no difference within these bounds (every workload agrees for {r.depth} steps)"
+    if r.status == PROVED:
+        return f"PROVED equivalent: {r.reason}"
+    if r.status == DIVERGENCE:
+        return f"DIVERGENCE at step {r.depth}, not a finding: {r.reason}"
+    return f"UNKNOWN after depth {r.depth}: {r.reason}"
+
+
+def _side_by_side(left: str, right: str, titles: tuple[str, str]) -> str:
+    a, b = left.rstrip("\n").split("\n"), right.rstrip("\n").split("\n")
+    a, b = [titles[0], *a], [titles[1], *b]
+    width = max(len(x) for x in a) + 4
+    return "\n".join((x.ljust(width) + y).rstrip()
+                     for x, y in zip_longest(a, b, fillvalue="")) + "\n"
+
+
+def text_report(a: Side, b: Side, config: str, bounds: Bounds, r: DiffResult) -> str:
+    """What `diff` prints: the headline, the workload, what differs, the two timelines."""
+    lines = [f"diff A = {a.label}, B = {b.label} on {config}", f"bounds: {_bounds_line(bounds)}",
+             _headline(r)]
+    if r.workload is None or not r.runs:
+        return "\n".join(lines) + "\n"
+    (wa, ra), (wb, rb) = r.runs
+    lines += ["requests:", render.requests_table(r.workload).rstrip("\n")]
+    if r.differences:
+        lines.append(f"what differs at step {r.depth}:")
+        lines += [f"  {d.line()}" for d in r.differences]
+    budget = engines.get(a.engine).rule_config(a.config).token_budget
+    left = _table(render.timeline(wa, ra, highlight=r.depth, budget=budget))
+    right = _table(render.timeline(wb, rb, highlight=r.depth, budget=budget))
+    lines += ["", _side_by_side(left, right, (f"A: {a.label}", f"B: {b.label}")).rstrip("\n"),
+              "", "marks: +admitted ^resumed !preempted $EOS #length .waiting  v the first "
+              "difference"]
+    return "\n".join(lines) + "\n"
+
+
+def _table(timeline_text: str) -> str:
+    """A text timeline without its legend and budget note (printed once for both sides:
+    a version may have no token budget at all)."""
+    rows = timeline_text.rstrip("\n").split("\n")
+    kept = [row for row in rows[:-2]]  # the blank line and the marks line
+    return "\n".join(re.sub(r"\s+\(budget \d+\)$", "", row) for row in kept) + "\n"
+
+
+_SIZE = re.compile(r'<svg [^>]*width="([0-9.]+)" height="([0-9.]+)"')
+
+
+def _size(document: str) -> tuple[float, float]:
+    match = _SIZE.search(document)
+    assert match is not None, "svg.render writes width and height on its <svg> element"
+    return float(match.group(1)), float(match.group(2))
+
+
+def svg_report(a: Side, b: Side, r: DiffResult) -> str:
+    """The two timelines as one SVG, side by side; each step that differs is framed."""
+    if not r.runs:
+        raise InputError(f"nothing to draw: {_headline(r)}; --format svg draws a difference")
+    budget = engines.get(a.engine).rule_config(a.config).token_budget
+    # A version without a token budget may schedule more in a step; both columns share
+    # one scale that holds the largest step.
+    budget = max([budget] + [sum(n for _, n in rec.scheduled)
+                             for _, records in r.runs for rec in records])
+    parts = []
+    for (w, records), side, tag in zip(r.runs, (a, b), ("a-", "b-"), strict=True):
+        tl = timeline.from_run(w, records, budget, f"{'A' if tag == 'a-' else 'B'}: "
+                               f"{side.label}", subtitle=f"first difference at step {r.depth}",
+                               violated_at=r.depth)
+        # svg.render frames the step as "violated"; here it is where the two differ
+        parts.append(svg.render(tl, ids=tag).replace(">violated</text>", ">differs</text>"))
+    sizes = [_size(p) for p in parts]
+    gap = 24.0
+    width = sizes[0][0] + gap + sizes[1][0]
+    height = max(h for _, h in sizes)
+    body = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{svg.num(width)}" '
+            f'height="{svg.num(height)}" viewBox="0 0 {svg.num(width)} {svg.num(height)}">',
+            f"<title>diff {a.label} vs {b.label}</title>",
+            '<rect width="100%" height="100%" fill="#ffffff"/>']
+    x = 0.0
+    for part, (w, _) in zip(parts, sizes, strict=True):
+        body.append(part.replace("<svg ", f'<svg x="{svg.num(x)}" y="0" ', 1).rstrip("\n"))
+        x += w + gap
+    body.append("</svg>")
+    return "\n".join(body) + "\n"
+
+
+def result_json(a: Side, b: Side, r: DiffResult) -> dict[str, Any]:
+    """One comparison as JSON."""
+    out: dict[str, Any] = {
+        "status": r.status, "depth": r.depth, "seconds": round(r.seconds, 3),
+        "minimal": r.minimal, "reason": r.reason,
+        "workload": workload_to_json(r.workload) if r.workload is not None else None,
+        "differences": [{"step": d.step, "request": d.request or None,
+                         "observable": d.observable, "a": d.a, "b": d.b}
+                        for d in r.differences],
+    }
+    if r.runs:
+        out["steps"] = {"a": [rec.to_json() for rec in r.runs[0][1]],
+                        "b": [rec.to_json() for rec in r.runs[1][1]]}
+    return out
+
+
+def _side_json(s: Side) -> dict[str, Any]:
+    return {"label": s.label, "engine": s.engine,
+            "config": engines.get(s.engine).config_to_dict(s.config)}
+
+
+def exit_code(results: list[DiffResult]) -> int:
+    """1 if a difference was found; else 3 if anything is inconclusive; else 0."""
+    if any(r.status == DIFFER for r in results):
+        return 1
+    if any(r.status in (UNKNOWN, DIVERGENCE) for r in results):
+        return 3
+    return 0
+
+
+# ---- the command ----------------------------------------------------------------------------
+
+def _list(name: str) -> int:
+    modelled = _versions(name)
+    base = engines.base_name(name)
+    print(f"{base} versions (NAME@VERSION; the bare name is {modelled.pinned}):")
+    for version, switches in modelled.versions.items():
+        on = [k for k, v in asdict(switches).items() if v]
+        print(f"  {base}@{version}: {', '.join(on) or 'no switch on'}")
+    print("rule switches:")
+    for switch in modelled.switches(engines.get(name).parse_config({})):
+        print(f"  {switch}: {modelled.evidence(switch)}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compare two versions (or one version and an ablation); print; return the exit code."""
+    names = list(args.engines)
+    if args.list:
+        return _list(names[0])
+    one = bool(args.ablate or args.ablate_all)
+    if one and len(names) != 1:
+        raise InputError("--ablate and --ablate-all compare one engine version with itself; "
+                         f"give one engine, not {len(names)}")
+    if not one and len(names) != 2:
+        raise InputError(f"diff compares two engines A B (or one with --ablate SWITCH), got "
+                         f"{len(names)}")
+    if args.json and args.format == "svg":
+        raise InputError("--json and --format svg both choose the output; give one")
+    if _flags_given(args) and engines.base_name(names[0]) != ENGINE_VLLM_V1:
+        raise InputError(f"the vLLM flags configure vllm-v1, not {names[0]}; give the config "
+                         "with --config NAME or --config-file WORKLOAD.json")
+    raw, config, defaults, validated = _raw_config(args, names[0])
+    bounds = _bounds(args, defaults)
+    a = _side(names[0], raw, validated)
+    if args.ablate_all:
+        if args.format == "svg":
+            raise InputError("--format svg draws one difference; use --ablate SWITCH")
+        return _ablate_all(args, a, config, bounds)
+    b = _toggled(a, args.ablate) if args.ablate else _side(names[1], raw, validated)
+    why = sides_compatible(a, b)
+    if why:
+        raise InputError(why)
+    result = compare(a, b, bounds, args.timeout, prove=not args.no_prove)
+    code = exit_code([result])
+    if args.json:
+        doc = {"schema": JSON_SCHEMA, "a": _side_json(a), "b": _side_json(b), "config": config,
+               "bounds": _bounds_json(bounds), "observables": _observables(),
+               **result_json(a, b, result), "exit_code": code}
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif args.format == "svg":
+        sys.stdout.write(svg_report(a, b, result))
+    else:
+        sys.stdout.write(text_report(a, b, config, bounds, result))
+    return code
+
+
+def _bounds_json(b: Bounds) -> dict[str, int]:
+    return {"slots": b.slots, "depth": b.depth, "max_prompt_len": b.max_prompt_len,
+            "max_tokens": b.max_max_tokens}
+
+
+def _observables() -> list[str]:
+    return [*OBSERVABLES, *STEP_OBSERVABLES]
+
+
+def _one_ablation(a: Side, switch: str, bounds: Bounds, timeout_s: float, prove: bool
+                  ) -> tuple[Side, DiffResult]:
+    b = _toggled(a, switch)
+    return b, compare(a, b, bounds, timeout_s, prove=prove)
+
+
+def _ablate_all(args: argparse.Namespace, a: Side, config: str, bounds: Bounds) -> int:
+    modelled = _versions(a.engine)
+    switches = list(modelled.switches(a.config))
+    work = [(a, s, bounds, args.timeout, not args.no_prove) for s in switches]
+    if args.jobs == 1:
+        done = [_one_ablation(*w) for w in work]
+    else:
+        with ProcessPoolExecutor(max_workers=min(args.jobs, len(work))) as pool:
+            futures = [pool.submit(_one_ablation, *w) for w in work]
+            done = [f.result() for f in futures]
+    results = [r for _, r in done]
+    code = exit_code(results)
+    current = modelled.switches(a.config)
+    if args.json:
+        rows = [{"switch": s, "value": current[s], **result_json(a, b, r),
+                 "evidence": modelled.evidence(s)}
+                for s, (b, r) in zip(switches, done, strict=True)]
+        doc = {"schema": JSON_SCHEMA, "a": _side_json(a), "config": config,
+               "bounds": _bounds_json(bounds), "observables": _observables(),
+               "switches": rows, "exit_code": code,
+               "seconds": round(sum(r.seconds for r in results), 3)}
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return code
+    sys.stdout.write(ablation_report(a, config, bounds, switches, current, done))
+    return code
+
+
+def _verdict_cell(r: DiffResult) -> str:
+    if r.status == DIFFER:
+        return f"DIFFER at step {r.depth}"
+    if r.status == SAME:
+        return f"no difference ({r.depth} steps)"
+    return {PROVED: "PROVED equivalent", UNKNOWN: "UNKNOWN", DIVERGENCE: "DIVERGENCE"}[r.status]
+
+
+def ablation_report(a: Side, config: str, bounds: Bounds, switches: list[str],
+                    current: dict[str, bool], done: list[tuple[Side, DiffResult]]) -> str:
+    """The --ablate-all table, then each switch's minimal workload and first difference."""
+    lines = [f"ablate-all: {a.label} on {config}", f"bounds: {_bounds_line(bounds)}", ""]
+    rows = [("switch", "value", "toggled", "seconds")]
+    for s, (_, r) in zip(switches, done, strict=True):
+        rows.append((s, "on" if current[s] else "off", _verdict_cell(r), f"{r.seconds:.1f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+              for row in rows]
+    for s, (_, r) in zip(switches, done, strict=True):
+        if r.status != DIFFER or r.workload is None:
+            if r.status in (UNKNOWN, DIVERGENCE):
+                lines += ["", f"{s}: {_headline(r)}"]
+            continue
+        lines += ["", f"{s} ({'on' if current[s] else 'off'} -> {'off' if current[s] else 'on'}): "
+                  f"{_headline(r)}", render.requests_table(r.workload).rstrip("\n")]
+        lines += [f"  {d.line('A', 'B')}" for d in r.differences]
+    total = sum(r.seconds for _, r in done)
+    lines += ["", f"{len(switches)} switches, {sum(r.status == DIFFER for _, r in done)} change "
+              f"a decision within the bounds; {total:.1f} s of checking",
+              "A is the version as named, B the same with the switch toggled"]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["ablation_report", "add_arguments", "exit_code", "result_json", "run", "svg_report",
+           "text_report"]

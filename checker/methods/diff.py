@@ -1,0 +1,387 @@
+"""Where two schedulers decide differently: bounded model checking over two transition
+systems fed one environment, and a proof of equivalence where one step shows it.
+
+A *side* is an engine (a version, `mistralrs@v0.8.22`) with its configuration; the two
+sides of a comparison are two versions of one engine over one configuration, or one
+version and the same with a rule switch toggled (`ablate`). Both sides are unrolled over
+the same symbolic request slots (`slot_specs`) and the same EOS choices, each with its own
+state (`fresh_state`, tagged a.* and b.*) and its own rules (`EngineModel.step`).
+
+The observables compared are the decisions of the StepRecord contract: per request, the
+tokens scheduled, admitted, resumed, preempted, finished (and finished by EOS); per step,
+the free KV blocks right after scheduling (OBSERVABLES). Orders inside a step (who is
+served first, queue positions) are not decisions a request sees and are not compared.
+
+The first depth at which some workload makes the sides differ gives the shortest one;
+it is then minimised by checker/methods/minimize.py's order (fewest requests, then the
+smallest numbers, then EOS choices false first) and replayed on both references, which
+must differ at the same step and agree before it; otherwise the result is a divergence,
+never a difference. Where the two rule sets compute the same step from every state (the
+switch is not read in this configuration), a one-step induction on the product proves
+them equivalent for every depth and request length: from identical states, the two steps
+give the same observables and identical next states.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any
+
+import z3
+
+from checker.methods.minimize import minimal_model, workload_of
+from checker.methods.symbolic import (
+    Bounds,
+    Family,
+    Unrolling,
+    family_config,
+    fresh_state,
+    slot_specs,
+)
+from model import registry as engines
+from model.core.engine import EngineModel
+from model.core.ops import Bool, Ops, SymbolicOps
+from model.core.types import EosEvent, SlotObs, Step, StepRecord, Workload
+from model.run import simulate, without_unsampled_eos
+
+Z3_SEED = 0
+OBSERVABLES = ("scheduled", "admitted", "resumed", "preempted", "finished", "finished_stop")
+STEP_OBSERVABLES = ("free_blocks",)
+
+DIFFER, SAME, PROVED, UNKNOWN, DIVERGENCE = "differ", "same", "proved", "unknown", "divergence"
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One scheduler of a comparison: a registry name (maybe `NAME@VERSION`), the engine's
+    Config, and how the output names it."""
+
+    engine: str
+    config: Any
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One observable of one step that the two sides decide differently."""
+
+    step: int
+    request: str  # "" for a step observable
+    observable: str
+    a: object
+    b: object
+
+    def line(self, a: str = "A", b: str = "B") -> str:
+        """One line: `step 3 r1 preempted: A yes, B no`."""
+        who = f" {self.request}" if self.request else ""
+        return (f"step {self.step}{who} {self.observable}: {a} {_shown(self.a)}, "
+                f"{b} {_shown(self.b)}")
+
+
+@dataclass(frozen=True, slots=True)
+class DiffResult:
+    """The outcome of one comparison.
+
+    `status`: DIFFER (a minimal workload, replayed on both references), SAME (no
+    difference up to `depth`), PROVED (equivalent for every depth), UNKNOWN (solver or
+    time limit) or DIVERGENCE (the references do not confirm the rules' difference).
+    `workload` is the common workload (side A's engine and config, the EOS choices of
+    either side); `runs` each side's own workload (its engine, config, and the EOS choices
+    where it samples) and reference records."""
+
+    status: str
+    depth: int
+    seconds: float
+    workload: Workload | None = None
+    runs: tuple[tuple[Workload, tuple[StepRecord, ...]], ...] = ()
+    differences: tuple[Difference, ...] = ()
+    reason: str = ""
+    minimal: bool = True
+
+
+def sides_compatible(a: Side, b: Side) -> str:
+    """Why two sides cannot be compared on one environment, or ''."""
+    ea, eb = engines.get(a.engine), engines.get(b.engine)
+    if ea.folder != eb.folder:
+        return (f"{a.label} and {b.label} are different engines; diff compares versions of "
+                "one engine (or one version with a rule switched)")
+    ca, cb = ea.rule_config(a.config), eb.rule_config(b.config)
+    for name in ("max_model_len", "policy_priority"):
+        if getattr(ca, name) != getattr(cb, name):
+            return (f"{a.label} and {b.label} admit different requests ({name} "
+                    f"{getattr(ca, name)} vs {getattr(cb, name)}); give them one config")
+    return ""
+
+
+def _term(value: object) -> object:
+    """A Python constant as a z3 term, so that `!=` builds a formula."""
+    if isinstance(value, bool):
+        return z3.BoolVal(value)
+    if isinstance(value, int):
+        return z3.IntVal(value)
+    return value
+
+
+def differs(ops: Ops, a: Step, b: Step) -> Bool:
+    """The two sides' observables of one step differ (over ints or z3 terms)."""
+    terms: list[Bool] = []
+    for x, y in zip(a.slots, b.slots, strict=True):
+        for name in OBSERVABLES:
+            terms.append(ops.not_(_eq(ops, getattr(x, name), getattr(y, name))))
+    for name in STEP_OBSERVABLES:
+        terms.append(ops.not_(_eq(ops, getattr(a, name), getattr(b, name))))
+    return ops.or_(*terms)
+
+
+def _eq(ops: Ops, x: object, y: object) -> Bool:
+    if isinstance(ops, SymbolicOps):
+        return _term(x) == _term(y)
+    return x == y
+
+
+def differences(a: Step, b: Step, ids: Sequence[str]) -> tuple[Difference, ...]:
+    """Every observable that differs between two concrete Steps (slot i = ids[i])."""
+    out: list[Difference] = []
+    for i, (x, y) in enumerate(zip(a.slots, b.slots, strict=True)):
+        if i >= len(ids):
+            continue
+        for name in OBSERVABLES:
+            if getattr(x, name) != getattr(y, name):
+                out.append(Difference(a.step, ids[i], name, _value(x, name),
+                                      _value(y, name)))
+    for name in STEP_OBSERVABLES:
+        if getattr(a, name) != getattr(b, name):
+            out.append(Difference(a.step, "", name, getattr(a, name), getattr(b, name)))
+    return tuple(out)
+
+
+def _value(o: SlotObs, name: str) -> object:
+    value = getattr(o, name)
+    return bool(value) if name != "scheduled" else int(value)
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+# ---- the product of the two transition systems -------------------------------------------
+
+@dataclass(slots=True)
+class _Pair:
+    """Both sides unrolled over one environment; `joint` carries every constraint and side
+    A's steps (what minimize.py reads: the specs, the EOS choices, the constraints)."""
+
+    a: EngineModel
+    b: EngineModel
+    cfg_a: Any
+    cfg_b: Any
+    joint: Unrolling
+    states_b: list[Any] = field(default_factory=list)
+    steps_b: list[Step] = field(default_factory=list)
+
+
+def _pair(a: Side, b: Side, bounds: Bounds) -> _Pair:
+    ea, eb = engines.get(a.engine), engines.get(b.engine)
+    cfg_a, _, cons_a = family_config(Family(base=a.config, engine=a.engine))
+    cfg_b, _, cons_b = family_config(Family(base=b.config, engine=b.engine))
+    specs, spec_cons = slot_specs(bounds.slots, cfg_a, bounds)
+    joint = Unrolling(engine=ea, cfg=cfg_a, cfg_vars={}, specs=specs,
+                      states=[ea.initial_state(bounds.slots, cfg_a)],
+                      constraints=cons_a + cons_b + spec_cons)
+    return _Pair(ea, eb, cfg_a, cfg_b, joint, states_b=[eb.initial_state(bounds.slots, cfg_b)])
+
+
+def _bind(fresh: Any, value: Any) -> list[Bool]:
+    """fresh == value, leaf by leaf (the `step` counter is not bound)."""
+    if is_dataclass(fresh):
+        out: list[Bool] = []
+        for f in fields(fresh):
+            if f.name != "step":
+                out += _bind(getattr(fresh, f.name), getattr(value, f.name))
+        return out
+    if isinstance(fresh, tuple):
+        return [c for x, y in zip(fresh, value, strict=True) for c in _bind(x, y)]
+    return [_term(fresh) == _term(value)]
+
+
+def _extend(p: _Pair) -> list[Bool]:
+    """One more step of both sides, on one fresh vector of EOS choices."""
+    u = p.joint
+    t = len(u.steps)
+    eos = tuple(z3.Bool(f"eos{t + 1}.{i}") for i in range(len(u.specs)))
+    ops = SymbolicOps()
+    next_a, obs_a = p.a.step(ops, p.cfg_a, u.specs, u.states[-1], eos)
+    next_b, obs_b = p.b.step(ops, p.cfg_b, u.specs, p.states_b[-1], eos)
+    fresh_a = fresh_state(f"a.s{t + 1}", u.states[0], t + 1)
+    fresh_b = fresh_state(f"b.s{t + 1}", p.states_b[0], t + 1)
+    cons = ops.take_definitions() + _bind(fresh_a, next_a) + _bind(fresh_b, next_b)
+    u.eos.append(eos)
+    u.states.append(fresh_a)
+    u.steps.append(obs_a)
+    p.states_b.append(fresh_b)
+    p.steps_b.append(obs_b)
+    u.constraints += cons
+    return cons
+
+
+def _eos_of(model: z3.ModelRef, p: _Pair, steps: Sequence[Step]) -> tuple[EosEvent, ...]:
+    """The EOS choices of the model where the side whose `steps` these are samples."""
+    out = []
+    for t, (choices, observed) in enumerate(zip(p.joint.eos, steps, strict=False)):
+        for i, (e, obs) in enumerate(zip(choices, observed.slots, strict=True)):
+            if z3.is_true(model.eval(z3.And(e, _term(obs.sampled)), model_completion=True)):
+                out.append(EosEvent(id=f"r{i}", step=t + 1))
+    return tuple(out)
+
+
+def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = True
+            ) -> DiffResult:
+    """The shortest (then least) workload on which the sides' observables differ, within
+    `bounds`, replayed on both references; or SAME up to the depth, PROVED when the
+    one-step product induction shows equivalence (tried first when `prove`), UNKNOWN."""
+    start = time.monotonic()
+    if prove:
+        proof = prove_equivalent(a, b, bounds.slots, timeout_s)
+        if proof is True:
+            return DiffResult(PROVED, 0, time.monotonic() - start,
+                              reason=f"one-step induction on the product, {bounds.slots} "
+                              "slots, every depth and request length")
+    p = _pair(a, b, bounds)
+    solver = z3.Solver()
+    solver.set(random_seed=Z3_SEED)
+    solver.add(*p.joint.constraints)
+    for d in range(1, bounds.depth + 1):
+        solver.add(*_extend(p))
+        remaining = timeout_s - (time.monotonic() - start)
+        if remaining <= 0:
+            return DiffResult(UNKNOWN, d - 1, time.monotonic() - start, reason="time limit")
+        solver.set(timeout=max(1, int(remaining * 1000)))
+        # Every workload agreed on steps 1..d-1 (no shallower depth differed), so a model
+        # here differs first at step d.
+        differ = differs(SymbolicOps(), p.joint.steps[-1], p.steps_b[-1])
+        result = solver.check(differ)
+        if result == z3.unknown:
+            return DiffResult(UNKNOWN, d, time.monotonic() - start,
+                              reason=solver.reason_unknown())
+        if result == z3.sat:
+            first = solver.model()
+            remaining = timeout_s - (time.monotonic() - start)
+            model = minimal_model(p.joint, differ, max(1, int(remaining * 1000)))
+            minimal = model is not None
+            return _replayed(a, b, p, model if model is not None else first, d, start,
+                             minimal)
+    return DiffResult(SAME, bounds.depth, time.monotonic() - start)
+
+
+def _replayed(a: Side, b: Side, p: _Pair, model: z3.ModelRef, d: int, start: float,
+              minimal: bool) -> DiffResult:
+    """The model's workload on both references: they must agree on steps 1..d-1 and differ
+    at step d, else DIVERGENCE."""
+    base = workload_of(p.joint, model, a.config, d)
+    eos_a, eos_b = _eos_of(model, p, p.joint.steps), _eos_of(model, p, p.steps_b)
+    common = replace(base, eos=tuple(sorted(set(eos_a) | set(eos_b),
+                                            key=lambda e: (e.step, e.id))))
+    wa = replace(base, eos=eos_a)
+    wb = replace(base, config=b.config, engine=b.engine, eos=eos_b)
+    ra, rb = simulate(wa), simulate(wb)
+    sa = engines.get(a.engine).observe(wa, ra)
+    sb = engines.get(b.engine).observe(wb, rb)
+    ids = [r.id for r in wa.arrival_order()]
+    found = [differences(x, y, ids) for x, y in zip(sa, sb, strict=True)]
+    seconds = time.monotonic() - start
+    first = next((t for t, f in enumerate(found) if f), None)
+    runs = ((wa, ra), (wb, rb))
+    if first != d - 1:
+        where = "agree on every step" if first is None else f"differ first at step {first + 1}"
+        return DiffResult(DIVERGENCE, d, seconds, common, runs, (),
+                          reason=f"the rules differ first at step {d} but the references "
+                          f"{where}; the rules and a reference disagree", minimal=minimal)
+    # The rules must predict what the references do at step d, observable by observable.
+    rules_found = _rules_differences(p, model, d, ids)
+    if rules_found != found[d - 1]:
+        return DiffResult(DIVERGENCE, d, seconds, common, runs, found[d - 1],
+                          reason=f"at step {d} the rules differ in "
+                          f"{_names(rules_found)}, the references in {_names(found[d - 1])}",
+                          minimal=minimal)
+    return DiffResult(DIFFER, d, seconds, common, runs, found[d - 1], minimal=minimal)
+
+
+def _rules_differences(p: _Pair, model: z3.ModelRef, d: int, ids: Sequence[str]
+                       ) -> tuple[Difference, ...]:
+    def val(x: object) -> object:
+        if isinstance(x, z3.ExprRef):
+            v = model.eval(x, model_completion=True)
+            return z3.is_true(v) if z3.is_bool(v) else v.as_long()
+        return x
+
+    def concrete(s: Step) -> Step:
+        slots = tuple(replace(o, **{n: val(getattr(o, n)) for n in OBSERVABLES})
+                      for o in s.slots)
+        return replace(s, slots=slots, **{n: val(getattr(s, n)) for n in STEP_OBSERVABLES})
+
+    return differences(concrete(p.joint.steps[d - 1]), concrete(p.steps_b[d - 1]), ids)
+
+
+def _names(found: Sequence[Difference]) -> str:
+    return ", ".join(f"{f.request} {f.observable}".strip() for f in found) or "nothing"
+
+
+def prove_equivalent(a: Side, b: Side, slots: int, timeout_s: float) -> bool | None:
+    """True when the two rule sets agree from every state: the initial states are equal,
+    and from any one state, any requests (unbounded lengths) and EOS choices, both steps
+    give the same observables and equal next states (a one-step induction on the
+    product). False when some state tells them apart (they may still agree on every
+    reachable one), None on a solver limit."""
+    ea, eb = engines.get(a.engine), engines.get(b.engine)
+    cfg_a = ea.rule_config(a.config)
+    cfg_b = eb.rule_config(b.config)
+    init_a, init_b = ea.initial_state(slots, cfg_a), eb.initial_state(slots, cfg_b)
+    specs, spec_cons = slot_specs(slots, cfg_a)
+    t = z3.Int("t")
+    state = fresh_state("s", init_a, t)
+    eos = tuple(z3.Bool(f"eos.{i}") for i in range(slots))
+    ops = SymbolicOps()
+    next_a, obs_a = ea.step(ops, cfg_a, specs, state, eos)
+    next_b, obs_b = eb.step(ops, cfg_b, specs, state, eos)
+    apart = z3.Or(_as_bool(differs(ops, obs_a, obs_b)),
+                  z3.Not(z3.And(*_bind(next_a, next_b))))
+    solver = z3.Solver()
+    solver.set(random_seed=Z3_SEED, timeout=max(1, int(timeout_s * 1000)))
+    solver.add(*ops.take_definitions(), *spec_cons, t >= 0)
+    base = z3.simplify(z3.And(*_bind(init_a, init_b)))
+    if not z3.is_true(base):
+        return False
+    result = solver.check(apart)
+    if result == z3.unknown:
+        return None
+    return result == z3.unsat
+
+
+def _as_bool(b: Bool) -> z3.BoolRef:
+    return z3.BoolVal(b) if isinstance(b, bool) else b
+
+
+def concrete_differences(a: Side, b: Side, workload: Workload
+                         ) -> tuple[tuple[Difference, ...], ...]:
+    """Per step, what the two references decide differently on one workload (each side
+    drops the EOS choices where it samples nothing): a check of a stored answer."""
+    out = []
+    wa = replace(workload, engine=a.engine, config=a.config)
+    wb = replace(workload, engine=b.engine, config=b.config)
+    wa, wb = without_unsampled_eos(wa), without_unsampled_eos(wb)
+    sa = engines.get(a.engine).observe(wa, simulate(wa))
+    sb = engines.get(b.engine).observe(wb, simulate(wb))
+    ids = [r.id for r in wa.arrival_order()]
+    for x, y in zip(sa, sb, strict=True):
+        out.append(differences(x, y, ids))
+    return tuple(out)
+
+
+__all__ = ["DIFFER", "DIVERGENCE", "OBSERVABLES", "PROVED", "SAME",
+           "STEP_OBSERVABLES", "UNKNOWN", "DiffResult", "Difference", "Side", "compare",
+           "concrete_differences", "differences", "differs", "prove_equivalent",
+           "sides_compatible"]
