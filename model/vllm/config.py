@@ -78,11 +78,11 @@ class Config:
 
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config))
 
-INT_FIELDS = ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "block_size",
-              "num_gpu_blocks", "long_prefill_token_threshold")
-OPTIONAL_INT_FIELDS = ("max_num_active_seqs", "max_num_scheduled_tokens")
-BOOL_FIELDS = ("enable_chunked_prefill", "long_prefill_token_threshold_adaptive",
-               "scheduler_reserve_full_isl", "enable_prefix_caching")
+# Each field's type follows from its default, so a field added to Config is checked too.
+BOOL_FIELDS = tuple(f.name for f in fields(Config) if isinstance(f.default, bool))
+INT_FIELDS = tuple(f.name for f in fields(Config)
+                   if isinstance(f.default, int) and not isinstance(f.default, bool))
+OPTIONAL_INT_FIELDS = tuple(f.name for f in fields(Config) if f.default is None)
 
 
 def check_value(name: str, value: object) -> None:
