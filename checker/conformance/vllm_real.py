@@ -1,12 +1,19 @@
-"""Drive vLLM's REAL V1 `Scheduler` (v0.32.0, on CPU) over a workload; record each step.
+"""Drive vLLM's REAL V1 `Scheduler` or `AsyncScheduler` (v0.32.0, on CPU) over a workload;
+record each step.
 
-Set-up (recipe: shared/reference/vllm_v1_rules.md, Part 2). The synchronous `Scheduler`
-(`async_scheduling=False`), a stub Llama `config.json` in a temporary directory (no
+Set-up (recipe: shared/reference/vllm_v1_rules.md, Part 2). A `VllmConfig` with
+`async_scheduling=False`, a stub Llama `config.json` in a temporary directory (no
 weights, no tokenizer, `HF_HUB_OFFLINE=1`), a fake `KVCacheConfig` with
 `num_blocks = cfg.num_gpu_blocks` and one full-attention group of `cfg.block_size`, and
 fake model outputs. vLLM is imported lazily: this module imports without it.
 
-Two modes, chosen by the workload's `cfg.enable_prefix_caching`:
+The scheduler class follows `cfg.async_scheduling`: off, the synchronous `Scheduler`; on,
+`AsyncScheduler` built directly from the same VllmConfig (notes/vllm_prefix_async.md,
+section 8). The CPU platform forces `async_scheduling` off in the VllmConfig
+(platforms/cpu.py:329-331), which the class does not read; what async changes in scope is
+the class (async_scheduler.py:25-78) and the engine loop, emulated here.
+
+Two cache modes, chosen by the workload's `cfg.enable_prefix_caching`:
 - off: `CacheConfig(enable_prefix_caching=False)`; every prompt token is 7 and every
   sampled (non-EOS) token 100 (nothing is hashed into a cache, so ids do not matter);
 - prefix: `CacheConfig(enable_prefix_caching=True)`, `init_none_hash(sha256)` and a sha256
@@ -19,12 +26,19 @@ Two modes, chosen by the workload's `cfg.enable_prefix_caching`:
 
 The workload contract, as driven here:
 - steps count from 1; step s = add the requests with `arrival_step == s` (workload list
-  order), then one `schedule()`, then one `update_from_output()`;
+  order), then one `schedule()`, then one `update_from_output()`: synchronous, of that
+  schedule's output (v1/engine/core.py:657-687); async, of the previous step's schedule
+  (none in step 1), as `EngineCore.step_with_batch_queue` runs a batch queue of two
+  (core.py:698-792, config/vllm.py:577-587): engine step k = schedule(k), then
+  update_from_output(k-1);
 - `Request.arrival_time` = the request's position in `Workload.arrival_order()`;
 - `priority` as given; `max_tokens` through `SamplingParams`; EOS token id 2;
-- a request samples a token in a step only if, after `schedule()`, its
-  `num_computed_tokens >= num_tokens` (a partial prefill chunk samples nothing); the
-  token is EOS when the workload has an EOS entry (request, step), else token 100.
+- a request samples a token in a step only if, right after `schedule()`, its chunk is not
+  a prefill chunk (`not request.is_prefill_chunk`, set by `_update_after_schedule`,
+  scheduler.py:1634-1636; before any update, so under async it is read before the
+  previous output lands); the token, planned then and delivered with that schedule's
+  output, is EOS when the workload has an EOS entry (request, step), else the request's
+  sampled token.
 
 How each StepRecord field is read (all right after `schedule()` unless said otherwise):
 - `scheduled`: `SchedulerOutput.num_scheduled_tokens` items. It is a plain dict filled
@@ -39,8 +53,11 @@ How each StepRecord field is read (all right after `schedule()` unless said othe
   wrapper around this scheduler instance's `_preempt_request` that records each victim's
   id as it is called (call order = preemption order); the driver checks that the recorded
   ids equal the set;
-- `finished`: after `update_from_output()`, each scheduled request (service order) whose
-  status is finished: FINISHED_STOPPED -> "stop", FINISHED_LENGTH_CAPPED -> "length";
+- `finished`: the requests this step's `update_from_output()` finished, in the service
+  order of the schedule it updates (async: the previous one), each whose status turned
+  finished in that call: FINISHED_STOPPED -> "stop", FINISHED_LENGTH_CAPPED -> "length".
+  Under async a request preempted meanwhile still gets its stale token and may finish
+  from the waiting queue; one finished meanwhile gets nothing (scheduler.py:2080-2100);
 - `free_blocks`: `kv_cache_manager.block_pool.get_num_free_blocks()`;
 - `num_computed_tokens`, `running`, `waiting`: every request the scheduler holds,
   `running` list order then waiting order (`kv_holding_waiting` then `waiting`, each in
@@ -59,6 +76,9 @@ engine (model/vllm/reference.py defines them), in the reference's order:
   of a hash counted (block_pool.py:35-133);
 - `evictable_blocks`: the blocks of the free queue that hold a hash;
 - `released_blocks`: free blocks after `update_from_output()` minus `free_blocks`.
+
+With async scheduling, `extra` also holds `sampled`: the ids, in service order, whose
+chunk in this step's schedule samples a token (delivered by the next step's update).
 """
 
 from __future__ import annotations
@@ -69,7 +89,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -135,6 +155,7 @@ def _vllm() -> SimpleNamespace:
         init_none_hash,
         make_block_hash_with_group_id,
     )
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import (
         FullAttentionSpec,
@@ -150,6 +171,7 @@ def _vllm() -> SimpleNamespace:
         torch=torch, CacheConfig=CacheConfig, ModelConfig=ModelConfig,
         SchedulerConfig=SchedulerConfig, VllmConfig=VllmConfig, SamplingParams=SamplingParams,
         sha256=sha256, get_request_block_hasher=get_request_block_hasher, Scheduler=Scheduler,
+        AsyncScheduler=AsyncScheduler,
         make_block_hash_with_group_id=make_block_hash_with_group_id,
         FullAttentionSpec=FullAttentionSpec, KVCacheConfig=KVCacheConfig,
         KVCacheGroupSpec=KVCacheGroupSpec, ModelRunnerOutput=ModelRunnerOutput,
@@ -169,7 +191,8 @@ def _stub_model_dir() -> str:
 
 @functools.cache
 def _vllm_config(cfg: Config) -> Any:
-    """vLLM's VllmConfig for `cfg` (cached: building it is the slow part)."""
+    """vLLM's VllmConfig for `cfg` (cached: building it is the slow part). It is the same
+    for `cfg` with async scheduling on or off: the scheduler class carries it."""
     from checker.conformance.validation import scheduler_config_kwargs
 
     v = _vllm()
@@ -198,7 +221,8 @@ def _check_config_kept(cfg: Config, vllm_config: Any) -> None:
         changed = {k: (want[k], got[k]) for k in want if want[k] != got[k]}
         raise RuntimeError(f"vLLM rewrote scheduler settings (ours, vLLM's): {changed}")
     if vllm_config.scheduler_config.async_scheduling:
-        raise RuntimeError("vLLM turned async scheduling on; the driver needs the sync Scheduler")
+        raise RuntimeError("vLLM turned async scheduling on in the VllmConfig; the driver "
+                           "chooses the scheduler class itself")
     if vllm_config.cache_config.enable_prefix_caching != cfg.enable_prefix_caching:
         raise RuntimeError(f"vLLM rewrote enable_prefix_caching to "
                            f"{vllm_config.cache_config.enable_prefix_caching}")
@@ -214,17 +238,20 @@ def _scheduler_fields(cfg: Config) -> dict[str, Any]:
 
 
 def new_scheduler(cfg: Config) -> Any:
-    """A fresh real `Scheduler` for `cfg` with a fake KV cache of `cfg.num_gpu_blocks`."""
+    """A fresh real `Scheduler` (`AsyncScheduler` when `cfg.async_scheduling`) for `cfg`
+    with a fake KV cache of `cfg.num_gpu_blocks`."""
     v = _vllm()
-    vllm_config = _vllm_config(cfg)
-    _check_config_kept(cfg, vllm_config)  # the cached config must not drift between runs
+    sync_cfg = replace(cfg, async_scheduling=False)
+    vllm_config = _vllm_config(sync_cfg)
+    _check_config_kept(sync_cfg, vllm_config)  # the cached config must not drift between runs
     spec = v.FullAttentionSpec(block_size=cfg.block_size, num_kv_heads=1, head_size=1,
                                dtype=v.torch.float32)
     kv_cache_config = v.KVCacheConfig(
         num_blocks=cfg.num_gpu_blocks, kv_cache_tensors=[],
         kv_cache_groups=[v.KVCacheGroupSpec(["layer"], spec)])
-    return v.Scheduler(vllm_config, kv_cache_config, v.StructuredOutputManager(vllm_config),
-                       block_size=cfg.block_size)
+    cls = v.AsyncScheduler if cfg.async_scheduling else v.Scheduler
+    return cls(vllm_config, kv_cache_config, v.StructuredOutputManager(vllm_config),
+               block_size=cfg.block_size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,6 +463,62 @@ class _CacheProbe:
         self._cached_now.clear()
 
 
+class _AsyncProbe:
+    """Wraps one AsyncScheduler instance's KV manager and `_preempt_request` to note, per
+    engine step, async events the records do not show, for the coverage report (nothing is
+    changed; the names are `checker.conformance.generate.ASYNC_PROBED_FEATURES`):
+    - `async:phantom_preemption`: a preemption in schedule(k) for a request whose
+      allocation failed (the running loop, scheduler.py:777-844) and which the same engine
+      step's update_from_output(k-1) then finishes by EOS: it had already sampled EOS when
+      it was given one more token (notes/vllm_prefix_async.md, A7);
+    - `async:uncached_block_lost` (prefix caching on): a victim held a full block whose
+      tokens are all known (the request has its hash) and computed (within
+      `num_computed_tokens`) but which was not cached yet, since async caches at output
+      time only `num_computed_tokens - num_output_placeholders` tokens
+      (async_scheduler.py:73-77); the synchronous scheduler caches such a block when it
+      allocates it (kv_cache_manager.py:607-616). Freed without a hash, it goes to the
+      free queue's head and the request's resume cannot hit it (A5).
+    """
+
+    def __init__(self, sched: Any) -> None:
+        self.events: set[str] = set()
+        self._refused: Any = None  # the request whose allocate_slots just returned None
+        self._preempting: set[str] = set()  # refused requests that made a preemption
+        kv = sched.kv_cache_manager
+        allocate_slots, preempt = kv.allocate_slots, sched._preempt_request
+        caching = sched.cache_config.enable_prefix_caching
+        manager = kv.coordinator.single_type_managers[0]
+
+        def allocating(request: Any, *args: Any, **kwargs: Any) -> Any:
+            result = allocate_slots(request, *args, **kwargs)
+            self._refused = request if result is None else None
+            return result
+
+        def preempting(request: Any, *args: Any, **kwargs: Any) -> Any:
+            if self._refused is not None:
+                self._preempting.add(self._refused.request_id)
+            if caching:
+                full = min(len(request.block_hashes),
+                           request.num_computed_tokens // sched.block_size)
+                blocks = manager.req_to_blocks.get(request.request_id, ())
+                if any(b.block_hash is None for b in blocks[:full]):
+                    self.events.add("async:uncached_block_lost")
+            return preempt(request, *args, **kwargs)
+
+        kv.allocate_slots, sched._preempt_request = allocating, preempting
+
+    def start_step(self) -> None:
+        """Forget the previous engine step's events."""
+        self.events.clear()
+        self._preempting.clear()
+        self._refused = None
+
+    def updated(self, finished: tuple[tuple[str, str], ...]) -> None:
+        """Note what this engine step's update finished."""
+        if any(rid in self._preempting and why == FINISH_STOP for rid, why in finished):
+            self.events.add("async:phantom_preemption")
+
+
 def _cache_facts(sched: Any, scheduled: tuple[tuple[str, int], ...],
                  entering: set[str], held: dict[str, Any]) -> list[tuple[str, object]]:
     """The extra facts read right after `schedule()` (see the module doc)."""
@@ -454,9 +537,9 @@ def _cache_facts(sched: Any, scheduled: tuple[tuple[str, int], ...],
 
 @dataclass(frozen=True, slots=True)
 class RealRun:
-    """One run of the real scheduler: its records, per step the requests that sampled a
-    token in that step (so an EOS entry there would take effect), and per step the cache
-    events `_CacheProbe` noted (empty with prefix caching off)."""
+    """One run of the real scheduler: its records, per step the requests whose chunk in
+    that step's schedule sampled a token (so an EOS entry there would take effect), and per
+    step the events `_CacheProbe` and `_AsyncProbe` noted (empty with both features off)."""
 
     records: tuple[StepRecord, ...]
     sampled: tuple[frozenset[str], ...]
@@ -478,7 +561,7 @@ def run_real_vllm(workload: Workload) -> tuple[StepRecord, ...]:
 
 def run_real_vllm_detailed(workload: Workload,
                            instrument: Callable[[Any], None] | None = None) -> RealRun:
-    """`run_real_vllm`, also returning which requests sampled in each step and the cache
+    """`run_real_vllm`, also returning which requests sampled in each step and the probes'
     events; `instrument(scheduler)`, if given, is called once on the fresh scheduler
     before the first step (the branch tracer wraps methods with it)."""
     if (reason := vllm_unavailable_reason()) is not None:
@@ -491,6 +574,7 @@ def run_real_vllm_detailed(workload: Workload,
     sched = new_scheduler(cfg)
     log = _PreemptionLog(sched)
     probe = _CacheProbe(v, sched) if caching else None
+    async_probe = _AsyncProbe(sched) if cfg.async_scheduling else None
     if instrument is not None:
         instrument(sched)
     arrivals: dict[int, list[tuple[int, RequestSpec]]] = {}
@@ -501,12 +585,23 @@ def run_real_vllm_detailed(workload: Workload,
     held: dict[str, Any] = {}
     finish_names = {v.RequestStatus.FINISHED_STOPPED: FINISH_STOP,
                     v.RequestStatus.FINISHED_LENGTH_CAPPED: FINISH_LENGTH}
+
+    def update(out: Any, model_output: Any) -> tuple[tuple[str, str], ...]:
+        """update_from_output; the requests it finished, in the schedule's service order."""
+        ids = tuple(out.num_scheduled_tokens)
+        done = {rid for rid in ids if held[rid].is_finished()}  # finished meanwhile (async)
+        sched.update_from_output(out, model_output)
+        return tuple((rid, finish_names.get(held[rid].status, held[rid].status.name.lower()))
+                     for rid in ids if held[rid].is_finished() and rid not in done)
+
     records: list[StepRecord] = []
     sampled_ids: list[frozenset[str]] = []
     events: list[frozenset[str]] = []
+    in_flight: tuple[Any, Any] | None = None  # async: schedule(k-1)'s output, its tokens
     for step in range(1, workload.steps + 1):
-        if probe is not None:
-            probe.start_step()
+        for p in (probe, async_probe):
+            if p is not None:
+                p.start_step()
         for position, spec in arrivals.get(step, ()):
             prompt = tokens.prompt(spec) if tokens is not None else None
             held[spec.id] = make_request(spec, position, cfg.block_size, prompt)
@@ -528,21 +623,26 @@ def run_real_vllm_detailed(workload: Workload,
         facts = (_cache_facts(sched, scheduled, {*admitted, *resumed}, held)
                  if caching else [])
         req_ids = [rid for rid, _ in scheduled]
-        sampled = [
-            [EOS_TOKEN_ID if step in eos.get(rid, ()) else
-             tokens.output(specs[rid]) if tokens is not None else OTHER_TOKEN_ID]
-            if held[rid].num_computed_tokens >= held[rid].num_tokens else []
-            for rid in req_ids
-        ]
-        sampled_ids.append(frozenset(rid for rid, t in zip(req_ids, sampled, strict=True) if t))
-        sched.update_from_output(out, v.ModelRunnerOutput(
+        samples = tuple(rid for rid in req_ids if not held[rid].is_prefill_chunk)
+        model_output = v.ModelRunnerOutput(
             req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-            sampled_token_ids=sampled))
-        finished = tuple((rid, finish_names.get(held[rid].status, held[rid].status.name.lower()))
-                         for rid in req_ids if held[rid].is_finished())
+            sampled_token_ids=[
+                [EOS_TOKEN_ID if step in eos.get(rid, ()) else
+                 tokens.output(specs[rid]) if tokens is not None else OTHER_TOKEN_ID]
+                if rid in samples else []
+                for rid in req_ids])
+        sampled_ids.append(frozenset(samples))
+        if not cfg.async_scheduling:
+            finished = update(out, model_output)
+        else:
+            finished = update(*in_flight) if in_flight is not None else ()
+            in_flight = (out, model_output)
         if caching:
             released = sched.kv_cache_manager.block_pool.get_num_free_blocks() - free_blocks
             facts.append(("released_blocks", released))
+        if async_probe is not None:
+            async_probe.updated(finished)
+            facts.append(("sampled", samples))
         records.append(StepRecord(
             step=step,
             scheduled=scheduled,
@@ -557,5 +657,8 @@ def run_real_vllm_detailed(workload: Workload,
             token_budget_left=cfg.token_budget - sum(n for _, n in scheduled),
             extra=tuple(facts),
         ))
-        events.append(frozenset(probe.events) if probe is not None else frozenset())
+        step_events = set(probe.events) if probe is not None else set()
+        if async_probe is not None:
+            step_events |= async_probe.events
+        events.append(frozenset(step_events))
     return RealRun(records=tuple(records), sampled=tuple(sampled_ids), events=tuple(events))
