@@ -3,22 +3,29 @@
 Measured on the real code: while `run_real_vllm` runs, a `sys.settrace` line tracer
 records the lines executed in the vLLM files the branches name (`scheduler.py`,
 `kv_cache_manager.py`, `sched/utils.py`; with prefix caching also `block_pool.py` and
-`single_type_kv_cache_manager.py`; no coverage.py needed). Each branch of the modelled
-scope is named by the source line that only that branch executes, found by text (an
-anchor line, then the first line at or after it containing `target`), so the table
-survives line moves within the pinned version and fails loudly if the text is gone.
+`single_type_kv_cache_manager.py`; with async scheduling also `async_scheduler.py`; no
+coverage.py needed). Each branch of the modelled scope is named by the source line that
+only that branch executes, found by text (an anchor line, then the first code line, not a
+comment, at or after it containing `target`), so the table survives line moves within the
+pinned version and fails loudly if the text is gone.
 Branches marked unreachable cannot be taken in the modelled scope (the reason is given)
 and are reported, not required.
 
 Two refinements for what a line alone cannot tell:
 - `context="hit"`: the line counts only when executed inside an `allocate_slots` call
   that adopts a prefix hit (e.g. the full-sequence check refusing a request with a hit);
+  `context="update"`: only inside `update_from_output` (e.g. a block cached when an async
+  output lands);
 - `event`: a condition on values, not on lines (e.g. the num_tokens - 1 cap cutting a
-  cached block off a hit): a run feature of `generate.PREFIX_RUN_FEATURES`, read from the
-  records' cache facts or noted on the real engine by the driver's probe
-  (`vllm_real._CacheProbe`); the line is where upstream decides it.
+  cached block off a hit): a run feature of `generate.PREFIX_RUN_FEATURES` or
+  `generate.ASYNC_RUN_FEATURES`, read from the records' extra facts or noted on the real
+  engine by the driver's probes (`vllm_real._CacheProbe`, `vllm_real._AsyncProbe`); the
+  line is where upstream decides it.
 
-`BRANCH_SETS` groups them: `base` (every mode) and `prefix` (prefix caching on).
+`BRANCH_SETS` groups them: `base` (every mode), `prefix` (prefix caching on), `async`
+(the AsyncScheduler) and `async+prefix` (both). A later set may restate a branch of an
+earlier one under the same name (`branches_for`): `async` does so for the running loop's
+zero-token skip, which the max_model_len cap makes reachable once outputs are in flight.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ _K = "v1/core/kv_cache_manager.py"
 _U = "v1/core/sched/utils.py"
 _P = "v1/core/block_pool.py"
 _T = "v1/core/single_type_kv_cache_manager.py"
+_A = "v1/core/sched/async_scheduler.py"
 
 BRANCHES: tuple[Branch, ...] = (
     Branch("long_prefill:adaptive_floor", _S,
@@ -214,8 +222,90 @@ PREFIX_BRANCHES: tuple[Branch, ...] = (
            event="prefix:free_still_held"),
 )
 
+#: The branches the AsyncScheduler and the one-step-late output add (A = async_scheduler.py).
+ASYNC_BRANCHES: tuple[Branch, ...] = (
+    Branch("async:placeholder_added", _A, "def _update_after_schedule",
+           "request.num_output_placeholders += (",
+           "a chunk that samples gets an output placeholder (final prefill chunk, decode)"),
+    Branch("async:prefill_chunk_no_placeholder", _A, "if request.is_prefill_chunk:",
+           "continue", "a non-final prefill chunk gets no placeholder"),
+    Branch("running:max_tokens_skip", _S, "# Async scheduling: Avoid scheduling an extra step",
+           "continue", "a request whose output in flight is its last (max_tokens) is "
+           "skipped: no token, no block, no budget"),
+    Branch("running:zero_tokens_skip", _S,
+           "# The request cannot be scheduled because one of the following", "continue",
+           "running request gets 0 tokens and is skipped: async, the max_model_len cap "
+           "(716-721) when the output in flight reaches max_model_len"),
+    Branch("running:phantom_preemption", _S, "preempted_req = self.running.pop()",
+           "self._preempt_request(",
+           "a request that had already sampled EOS (in flight) needs a block and "
+           "preempts another (A7)", event="async:phantom_preemption"),
+    Branch("preempt:output_in_flight", _S,
+           "request.num_stale_output_tokens = request.num_in_flight_tokens",
+           "request.num_stale_output_tokens = request.num_in_flight_tokens",
+           "a victim with a step in flight: that output is marked stale",
+           event="async:preempted_in_flight"),
+    Branch("waiting:stale_output_skip", _S,
+           "if request.num_stale_output_tokens and not request.drop_stale_output:",
+           "skip_request(request_queue)", "a waiting request with stale output in flight "
+           "is skipped",
+           unreachable="batch queue of two (PP=1): a victim of schedule(k) is stale for "
+                       "step k-1 only, drained by update(k-1) before schedule(k+1), and "
+                       "schedule(k) admits nothing after a preemption (900)"),
+    Branch("update:finished_meanwhile", _S, "if request is None or request.is_finished():",
+           "continue", "the output of a request finished since it was scheduled is dropped "
+           "(A2)"),
+    Branch("update:stale_output", _S, "# Drain any stale share (see _preempt_request)",
+           "output_is_stale = True", "a preempted request's output in flight is delivered "
+           "as stale (A5)"),
+    Branch("update:stale_token_kept_placeholders", _A, "if not is_stale:",
+           "if status_before_update == RequestStatus.RUNNING:",
+           "a stale token is appended without touching the reset placeholders",
+           event="async:stale_token"),
+    Branch("update:placeholder_released", _A, "if not is_stale:",
+           "request.num_output_placeholders -= len(new_token_ids)",
+           "a delivered token releases its placeholder"),
+    Branch("update:finish_from_waiting", _S, "if status_before_stop == RequestStatus.RUNNING:",
+           "stopped_preempted_reqs.add(request)",
+           "a stale token finishes a preempted request (EOS or length)"),
+    Branch("update:remove_from_waiting", _S, "if stopped_preempted_reqs:",
+           "self.waiting.remove_requests(stopped_preempted_reqs)",
+           "... and removes it from the waiting queue"),
+    Branch("update:cache_at_output", _A, "if status_before_update == RequestStatus.RUNNING:",
+           "self.kv_cache_manager.cache_blocks(",
+           "a running request's blocks are cached when its output lands, up to "
+           "num_computed_tokens - num_output_placeholders"),
+)
+
+#: The branches of async scheduling with prefix caching on.
+ASYNC_PREFIX_BRANCHES: tuple[Branch, ...] = (
+    Branch("cache:full_block_at_output", _P,
+           "num_hash_tokens = (num_cached_blocks + i + 1) * block_size",
+           "self._insert_block_hash(", "a full block is cached when the output lands "
+           "(async_scheduler.py:73-77), not at allocate_slots", context="update"),
+    Branch("cache:nothing_new_at_output", _T, "num_full_blocks = num_tokens // self.block_size",
+           "return", "an output lands with no newly full block", context="update"),
+    Branch("free:uncached_full_block_to_head", _P, "# LIFO reuse of non-cached blocks",
+           "blocks_to_evict_first.append(block)",
+           "a victim's full block not yet cached is freed without a hash, to the head: "
+           "its resume cannot hit it (A5)", event="async:uncached_block_lost"),
+)
+
 #: The branch lists a mode's coverage report can name (`modes.Mode.branch_sets`).
-BRANCH_SETS: dict[str, tuple[Branch, ...]] = {"base": BRANCHES, "prefix": PREFIX_BRANCHES}
+BRANCH_SETS: dict[str, tuple[Branch, ...]] = {
+    "base": BRANCHES, "prefix": PREFIX_BRANCHES, "async": ASYNC_BRANCHES,
+    "async+prefix": ASYNC_PREFIX_BRANCHES,
+}
+
+
+def branches_for(sets: Iterable[str]) -> tuple[Branch, ...]:
+    """The branches of these `BRANCH_SETS`, in order; a branch a later set restates (same
+    name) keeps its place and takes the later definition."""
+    merged: dict[str, Branch] = {}
+    for name in sets:
+        for b in BRANCH_SETS[name]:
+            merged[b.name] = b
+    return tuple(merged.values())
 
 
 @functools.cache
@@ -245,7 +335,8 @@ def branch_lines(branches: tuple[Branch, ...] = BRANCHES) -> dict[str, tuple[str
             raise RuntimeError(f"branch {b.name}: anchor {b.anchor!r} (occurrence "
                                f"{b.occurrence}) not found in {path}; update BRANCHES")
         hit = next((i for i in range(start, min(start + 25, len(lines)))
-                    if b.target in lines[i]), None)
+                    if b.target in lines[i] and not lines[i].lstrip().startswith("#")),
+                   None)
         if hit is None:
             raise RuntimeError(f"branch {b.name}: {b.target!r} not within 25 lines after "
                                f"{b.anchor!r} in {path}; update BRANCHES")
@@ -289,11 +380,20 @@ class _LineTracer:
 
 def _tag_hits(tracer: _LineTracer) -> Callable[[Any], None]:
     """An `instrument` for the driver: inside an allocate_slots call that adopts a prefix
-    hit, the tracer's context is "hit"."""
+    hit, the tracer's context is "hit"; inside update_from_output, "update"."""
 
     def instrument(sched: Any) -> None:
         kv = sched.kv_cache_manager
         allocate_slots = kv.allocate_slots
+        update_from_output = sched.update_from_output
+
+        def updating(*args: Any, **kwargs: Any) -> Any:
+            previous = tracer.context
+            tracer.context = "update"
+            try:
+                return update_from_output(*args, **kwargs)
+            finally:
+                tracer.context = previous
 
         def tagged(request: Any, num_new_tokens: int, num_new_computed_tokens: int = 0,
                    *args: Any, **kwargs: Any) -> Any:
@@ -306,6 +406,7 @@ def _tag_hits(tracer: _LineTracer) -> Callable[[Any], None]:
                 tracer.context = previous
 
         kv.allocate_slots = tagged
+        sched.update_from_output = updating
 
     return instrument
 
@@ -328,7 +429,7 @@ def trace(workload: Workload, branches: tuple[Branch, ...] = BRANCHES
         elif b.context:
             hit = (path, line, b.context) in tracer.lines
         else:
-            hit = any((path, line, c) in tracer.lines for c in ("", "hit"))
+            hit = any((path, line, c) in tracer.lines for c in ("", "hit", "update"))
         if hit:
             taken.add(b.name)
     return frozenset(taken), run
