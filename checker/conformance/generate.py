@@ -107,6 +107,26 @@ PREFIX_RUN_FEATURES: tuple[str, ...] = (
 #: The PREFIX_RUN_FEATURES the driver's probe notes (the others come from the records).
 PROBED_FEATURES: tuple[str, ...] = PREFIX_RUN_FEATURES[3:]
 
+#: Features of an async run (the AsyncScheduler, output applied one engine step late), in
+#: report order: the first five read from the records and their `sampled` fact, the last
+#: noted on the real engine by the driver's probe (vllm_real.py, `_AsyncProbe`). A1-A7 name
+#: the scenarios of notes/vllm_prefix_async.md, section 8.
+ASYNC_RUN_FEATURES: tuple[str, ...] = (
+    "async:eos_one_step_late",  # given one more token in the step its EOS is applied (A2)
+    "async:freed_blocks_next_step",  # a finish's blocks first used by the next schedule (A5)
+    "async:preempted_in_flight",  # a victim of schedule(k) was scheduled by schedule(k-1)
+    "async:stale_token",  # ... and sampled there: its token is delivered after preemption
+    "async:stale_finish",  # ... and that token finished it, from the waiting queue
+    "async:phantom_preemption",  # a request with EOS in flight preempted a request (A7)
+)
+#: Features of an async run with prefix caching on (noted by the driver's probe).
+ASYNC_PREFIX_RUN_FEATURES: tuple[str, ...] = (
+    "async:uncached_block_lost",  # a victim's full block not yet cached at output (A5)
+)
+#: The async features the driver's probe notes (the others come from the records).
+ASYNC_PROBED_FEATURES: tuple[str, ...] = ("async:phantom_preemption",
+                                          *ASYNC_PREFIX_RUN_FEATURES)
+
 _BLOCK_SIZES = (1, 2, 4, 4, 8, 16)
 _BATCH_BLOCK_SIZES = (1, 2, 4, 4, 8, 16)
 _BUDGETS = (8, 12, 16, 24, 32, 48, 64)
@@ -270,6 +290,110 @@ def _prefix_burst(rng: random.Random, steps: int) -> Workload:
         for i, mt in enumerate(max_tokens))
     eos = _draw_eos(rng, cfg, requests, steps)
     workload = Workload(config=cfg, requests=requests, eos=tuple(eos), steps=steps)
+    validate(workload.config)
+    return workload
+
+
+def random_async_workload(seed: int, steps: int = 30) -> Workload:
+    """A valid workload for the AsyncScheduler (async scheduling on, prefix caching off),
+    drawn from `seed` alone (its own stream).
+
+    Two fifths of the seeds draw the synchronous mode's mix (`random_workload`) with async
+    scheduling on; the others a decode batch timed to the block boundaries
+    (`_async_batch`), where the one-step-late output matters most.
+    """
+    rng = random.Random(f"async:{seed}")
+    if rng.random() < 0.4:
+        w = random_workload(rng.randrange(1 << 32), steps)
+        return replace(w, config=replace(w.config, async_scheduling=True))
+    return _async_batch(rng, steps, prefix=False)
+
+
+def random_async_prefix_workload(seed: int, steps: int = 30) -> Workload:
+    """A valid workload for the AsyncScheduler with prefix caching on, drawn from `seed`
+    alone (its own stream): two fifths the prefix mode's mix (`random_prefix_workload`)
+    with async scheduling on, the others `_async_batch` with its requests in prefix
+    groups."""
+    rng = random.Random(f"async+prefix:{seed}")
+    if rng.random() < 0.4:
+        w = random_prefix_workload(rng.randrange(1 << 32), steps)
+        return replace(w, config=replace(w.config, async_scheduling=True))
+    return _async_batch(rng, steps, prefix=True)
+
+
+def _async_batch(rng: random.Random, steps: int, prefix: bool) -> Workload:
+    """A decode batch whose EOS entries and max_tokens fall on the steps the async output
+    lag shows, in a pool its decodes outgrow.
+
+    Requests of one prompt length p arrive together and are prefilled in one step a; the
+    j-th output is then sampled by schedule(a + j - 1), and schedule(a + j) computes
+    position p + j - 1, which opens a new block when it is a multiple of the block size.
+    A boundary output is one sampled just before such a step. An EOS there is applied by
+    the update after the schedule that gave the request one more token and the new block
+    it needed (A2), and with the pool exhausted that token preempts the tail: a phantom
+    preemption (A7). A max_tokens there makes the request skip its boundary step
+    (scheduler.py:664-677), and as the tail it is preempted with its last token in flight,
+    which then finishes it from the waiting queue. Blocks freed by those finishes serve
+    the later arrivals one step late. With `prefix`, the batch shares a prefix group
+    (whole prompts or part), so victims resume with hits and the blocks they lose uncached
+    (A5) show.
+    """
+    bs = rng.choice((1, 2, 2, 4, 4, 4, 8))
+    n = rng.randint(2, 8)
+    base = rng.randint(1, 3 * bs)
+    spread = 0 if rng.random() < 0.75 else 1
+    prompts = [max(1, base + rng.randint(-spread, spread)) for _ in range(n)]
+    arrivals = [1 if rng.random() < 0.8 else rng.randint(2, 3) for _ in range(n)]
+
+    def boundary_outputs(p: int) -> list[int]:
+        first = (1 - p) % bs or bs
+        return [first + m * bs for m in range(4)]
+
+    max_tokens = [rng.choice(boundary_outputs(p)[:3]) if rng.random() < 0.5
+                  else rng.randint(4, 24) for p in prompts]
+    late = rng.randint(0, 3)  # later arrivals that wait for the batch's blocks
+    for _ in range(late):
+        prompts.append(rng.randint(1, 4 * bs))
+        max_tokens.append(rng.randint(1, 12))
+        arrivals.append(rng.randint(2, 8))
+    cfg = _draw_config(rng, prompts, max_tokens, n)
+    first_wave = sum(prompts[:n])
+    if cfg.enable_chunked_prefill and rng.random() < 0.7:  # prefill the batch in one step
+        budget = max(cfg.max_num_batched_tokens, first_wave)
+        cfg = replace(cfg, max_num_batched_tokens=budget,
+                      max_num_scheduled_tokens=None if cfg.max_num_scheduled_tokens is None
+                      else max(cfg.max_num_scheduled_tokens, budget))
+    cfg = replace(cfg, block_size=bs, async_scheduling=True, enable_prefix_caching=prefix,
+                  max_num_seqs=max(cfg.max_num_seqs, n),
+                  max_num_active_seqs=None if cfg.max_num_active_seqs is None
+                  else max(cfg.max_num_active_seqs, n))
+    if cfg.max_num_seqs > cfg.max_num_batched_tokens:
+        cfg = replace(cfg, max_num_batched_tokens=cfg.max_num_seqs)
+    groups: list[tuple[str, int] | None] = [None] * len(prompts)
+    if prefix:
+        for i, p in enumerate(prompts):
+            if rng.random() < 0.8:
+                groups[i] = ("g0", p if rng.random() < 0.6 else rng.randint(1, p))
+    shared_blocks = max((g[1] // bs for g in groups if g is not None), default=0)
+    own = sum(_cdiv(p, bs) - (g[1] // bs if g is not None else 0)
+              for p, g in zip(prompts[:n], groups[:n], strict=True))
+    usable = max(own + shared_blocks + rng.randint(-1, 2), _cdiv(max(prompts), bs), 1)
+    cfg = replace(cfg, num_gpu_blocks=usable + 1)
+    requests = []
+    for i, (p, mt, a, g) in enumerate(zip(prompts, max_tokens, arrivals, groups, strict=True)):
+        group, share = g if g is not None else (None, 0)
+        requests.append(RequestSpec(id=f"r{i}", prompt_len=p, max_tokens=mt, arrival_step=a,
+                                    priority=rng.randint(0, 3), prefix_group=group,
+                                    shared_prefix_len=share))
+    eos: list[EosEvent] = []
+    for i in range(n):
+        if rng.random() < 0.5:
+            j = rng.choice(boundary_outputs(prompts[i])[:3]) + rng.choice((0, 0, 0, -1, 1))
+            s = arrivals[i] + j - 1
+            if 1 <= s <= steps:
+                eos.append(EosEvent(id=f"r{i}", step=s))
+    eos += _draw_eos(rng, cfg, requests[n:], steps)
+    workload = Workload(config=cfg, requests=tuple(requests), eos=tuple(eos), steps=steps)
     validate(workload.config)
     return workload
 
@@ -443,9 +567,14 @@ def _prefix_features(w: Workload) -> set[str]:
 def run_features(w: Workload, records: Iterable[StepRecord],
                  events: Iterable[frozenset[str]] = ()) -> frozenset[str]:
     """The `RUN_FEATURES` that one run of `w` (its StepRecords) shows and, with prefix
-    caching on, its `PREFIX_RUN_FEATURES`: from the records' cache facts and from `events`,
-    the per-step cache events the real engine's probe noted (`RealRun.events`)."""
+    caching on, its `PREFIX_RUN_FEATURES`, with async scheduling its `ASYNC_RUN_FEATURES`
+    (and with both its `ASYNC_PREFIX_RUN_FEATURES`): from the records' extra facts and
+    from `events`, the per-step events the real engine's probes noted (`RealRun.events`).
+
+    A chunk samples when the record's `sampled` fact (async) lists it; synchronously, when
+    it brings `num_computed_tokens` up to the prompt and the outputs so far."""
     records = tuple(records)
+    events = tuple(events)
     specs = {r.id: r for r in w.requests}
     budget = w.config.token_budget
     out: set[str] = set()
@@ -462,8 +591,14 @@ def run_features(w: Workload, records: Iterable[StepRecord],
         if rec.scheduled and sum(n for _, n in rec.scheduled) == budget:
             out.add("budget:exhausted")
         computed = dict(rec.num_computed_tokens)
+        samples = dict(rec.extra).get("sampled")
         for rid, _ in rec.scheduled:
-            if rid in computed and computed[rid] < specs[rid].prompt_len + outputs.get(rid, 0):
+            if isinstance(samples, tuple):
+                partial = rid not in samples
+            else:
+                partial = rid in computed and computed[rid] < (specs[rid].prompt_len
+                                                               + outputs.get(rid, 0))
+            if partial:
                 out.add("chunked:partial_prefill")
             elif rid in computed:
                 outputs[rid] = outputs.get(rid, 0) + 1
@@ -478,10 +613,45 @@ def run_features(w: Workload, records: Iterable[StepRecord],
                     out.add("finished:length:max_tokens")
                 else:
                     out.add("finished:length:model_len")
+    probed = set().union(*events)
     if w.config.enable_prefix_caching:
         out |= _prefix_run_features(w, records)
-        out |= set().union(*events) & set(PROBED_FEATURES)
+        out |= probed & set(PROBED_FEATURES)
+    if w.config.async_scheduling:
+        out |= _async_run_features(records)
+        out |= probed & set(ASYNC_PROBED_FEATURES)
     return frozenset(out)
+
+
+def _async_run_features(records: Sequence[StepRecord]) -> set[str]:
+    """The ASYNC_RUN_FEATURES read from the records. Record k's `finished` comes from
+    update_from_output(k-1), which runs after schedule(k): a request scheduled in record k
+    and finished there was given a token after its last one; a victim of record k finished
+    there was finished by its stale token."""
+    out: set[str] = set()
+    previous: StepRecord | None = None
+    for k, rec in enumerate(records):
+        finished = dict(rec.finished)
+        scheduled = dict(rec.scheduled)
+        if any(finished.get(rid) == FINISH_STOP for rid in scheduled):
+            out.add("async:eos_one_step_late")
+        if (finished and rec.waiting and not rec.admitted and not rec.resumed
+                and not rec.preempted and k + 1 < len(records)
+                and (records[k + 1].admitted or records[k + 1].resumed)):
+            out.add("async:freed_blocks_next_step")
+        if previous is not None:
+            before = dict(previous.scheduled)
+            sampled = dict(previous.extra).get("sampled")
+            sampled = sampled if isinstance(sampled, tuple) else ()
+            for rid in rec.preempted:
+                if rid in before:
+                    out.add("async:preempted_in_flight")
+                if rid in sampled:
+                    out.add("async:stale_token")
+                    if rid in finished:
+                        out.add("async:stale_finish")
+        previous = rec
+    return out
 
 
 def _prefix_run_features(w: Workload, records: Sequence[StepRecord]) -> set[str]:
