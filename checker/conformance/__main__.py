@@ -28,7 +28,7 @@ EXIT_OK, EXIT_DIVERGED, EXIT_UNAVAILABLE = 0, 1, 2
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
-    modes = "\n".join(f"  {m.name:8} {m.what}" for m in MODES.values())
+    modes = "\n".join(f"  {m.name:12} {m.what}" for m in MODES.values())
     parser = argparse.ArgumentParser(prog="python -m checker.conformance",
                                      description=(__doc__ or "").format(modes=modes),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -106,10 +106,10 @@ def _print_minimal(seed: int, workload: Workload, shrink_it: bool) -> None:
 
 
 def _print_coverage(mode: Mode, workloads: Sequence[Workload]) -> None:
-    from checker.conformance.branches import BRANCH_SETS, missing_reachable, trace, where
+    from checker.conformance.branches import branches_for, missing_reachable, trace, where
     from checker.conformance.generate import run_features, workload_features
 
-    branches = tuple(b for name in mode.branch_sets for b in BRANCH_SETS[name])
+    branches = branches_for(mode.branch_sets)
     counts: Counter[str] = Counter({b.name: 0 for b in branches})
     features: dict[str, int] = {f: 0 for f in mode.features}
     for w in workloads:
@@ -121,7 +121,8 @@ def _print_coverage(mode: Mode, workloads: Sequence[Workload]) -> None:
     print("\nupstream branches reached (workloads taking each, line-traced in vLLM; "
           "'event': a condition the driver's probe or the records show, at that line):")
     for b in branches:
-        how = " [event]" if b.event else " [in a call with a hit]" if b.context else ""
+        how = (" [event]" if b.event else " [in a call with a hit]" if b.context == "hit"
+               else " [in update_from_output]" if b.context else "")
         note = f"  [unreachable: {b.unreachable}]" if b.unreachable else ""
         print(f"  {counts[b.name]:5d}  {b.name:40} {where(b.name, branches):48} "
               f"{b.what}{how}{note}")

@@ -2,9 +2,9 @@
 its generator draws, and the features and upstream branches its coverage report counts.
 
 A mode is a row of `MODES`. The driver (`vllm_real`) reads everything it needs from each
-workload's Config (today `enable_prefix_caching`), so a mode is only a generator and
-its report lists; the AsyncScheduler modes (`async`, `async+prefix`) will be rows here
-that draw configs with async scheduling on, plus the driver's switch on that field.
+workload's Config (`enable_prefix_caching`, and `async_scheduling`, which picks the
+AsyncScheduler and feeds each schedule's output one engine step late), so a mode is only
+a generator and its report lists.
 """
 
 from __future__ import annotations
@@ -13,10 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from checker.conformance.generate import (
+    ASYNC_PREFIX_RUN_FEATURES,
+    ASYNC_RUN_FEATURES,
     PREFIX_RUN_FEATURES,
     PREFIX_STATIC_FEATURES,
     RUN_FEATURES,
     STATIC_FEATURES,
+    random_async_prefix_workload,
+    random_async_workload,
     random_prefix_workload,
     random_workload,
 )
@@ -48,6 +52,14 @@ MODES: dict[str, Mode] = {
              "from real token ids", random_prefix_workload, "Scheduler",
              (*STATIC_FEATURES, *PREFIX_STATIC_FEATURES, *RUN_FEATURES,
               *PREFIX_RUN_FEATURES), ("base", "prefix")),
+        Mode("async", "the AsyncScheduler (outputs one engine step late), prefix caching off",
+             random_async_workload, "AsyncScheduler",
+             (*STATIC_FEATURES, *RUN_FEATURES, *ASYNC_RUN_FEATURES), ("base", "async")),
+        Mode("async+prefix", "the AsyncScheduler, prefix caching on, shared prefixes built "
+             "from real token ids", random_async_prefix_workload, "AsyncScheduler",
+             (*STATIC_FEATURES, *PREFIX_STATIC_FEATURES, *RUN_FEATURES, *PREFIX_RUN_FEATURES,
+              *ASYNC_RUN_FEATURES, *ASYNC_PREFIX_RUN_FEATURES),
+             ("base", "prefix", "async", "async+prefix")),
     )
 }
 DEFAULT_MODE = "off"
