@@ -2,14 +2,15 @@
 
 Greedy, in a fixed order, restarting after every accepted change: fewer steps, fewer
 requests, fewer EOS entries, fewer requests in prefix groups, then config switches back to
-the contract's defaults, then smaller numbers (config fields, then request fields). A
-candidate is tried only if its config passes `model.vllm_config.validate`, every prompt is
-shorter than max_model_len and every prefix group is well formed (a request in a group
-shares 1..prompt_len tokens, one outside shares none), so the shrunk workload is one vLLM
-and the workload contract accept; a shorter prompt takes its shared prefix down with it.
-The result is 1-minimal for these moves: no single move keeps the predicate true. The
-order follows the design's "minimal": fewest steps, then fewest requests, then the least
-sharing, then smallest numbers.
+the contract's defaults (prefix caching and async scheduling off among them: a divergence
+that persists without them is the smaller one), then smaller numbers (config fields, then
+request fields). A candidate is tried only if its config passes
+`model.vllm_config.validate`, every prompt is shorter than max_model_len and every prefix
+group is well formed (a request in a group shares 1..prompt_len tokens, one outside shares
+none), so the shrunk workload is one vLLM and the workload contract accept; a shorter
+prompt takes its shared prefix down with it. The result is 1-minimal for these moves: no
+single move keeps the predicate true. The order follows the design's "minimal": fewest
+steps, then fewest requests, then the least sharing, then smallest numbers.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ _CONFIG_DEFAULTS: tuple[tuple[str, object], ...] = (
     ("enable_chunked_prefill", True),
     ("policy", POLICY_FCFS),
     ("enable_prefix_caching", False),
+    ("async_scheduling", False),
 )
 
 
