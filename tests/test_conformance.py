@@ -18,8 +18,11 @@ from checker.conformance.generate import (
     PREFIX_STATIC_FEATURES,
     STATIC_FEATURES,
     random_any_config,
+    random_async_prefix_workload,
+    random_async_workload,
     random_prefix_workload,
     random_workload,
+    run_features,
     workload_features,
 )
 from checker.conformance.modes import MODES
@@ -41,6 +44,7 @@ needs_vllm = pytest.mark.skipif(
 
 BATCH = range(100)  # the seeds of the generated batch the conformance tests run
 PREFIX_BATCH = range(150)  # the same for the prefix mode (its runs are faster)
+ASYNC_BATCH = range(150)  # the same for each async mode
 
 
 # ------------------------------------------------------------------- generator (pure)
@@ -101,12 +105,77 @@ def test_the_modes_are_named_in_help():
     from checker.conformance.__main__ import build_parser
 
     text = build_parser().format_help()
-    assert set(MODES) == {"off", "prefix"}
+    assert set(MODES) == {"off", "prefix", "async", "async+prefix"}
     for mode in MODES.values():
-        assert f"  {mode.name:8} {mode.what}" in text
+        assert f"  {mode.name:12} {mode.what}" in text
     assert build_parser().parse_args([]).mode == "off"
     assert not MODES["off"].generate(0, 30).config.enable_prefix_caching
     assert MODES["off"].generate(5, 30) == random_workload(5)
+    assert build_parser().parse_args(["--mode", "async+prefix"]).mode == "async+prefix"
+    for name, prefix in (("off", False), ("prefix", True), ("async", False),
+                         ("async+prefix", True)):
+        cfg = MODES[name].generate(3, 30).config
+        assert (cfg.enable_prefix_caching, cfg.async_scheduling) == (prefix, "async" in name)
+        assert (MODES[name].scheduler == "AsyncScheduler") == ("async" in name)
+
+
+def test_async_workloads_are_seeded_valid_and_survive_the_json_contract():
+    for generate in (random_async_workload, random_async_prefix_workload):
+        assert generate(3) == generate(3)
+        assert len({generate(s) for s in range(30)}) == 30
+        for seed in range(300):
+            w = generate(seed)
+            assert w.config.async_scheduling and is_admissible(w), (seed, w)
+            assert w.config.enable_prefix_caching == (generate is random_async_prefix_workload)
+            assert parse_workload(workload_to_json(w)) == w
+    seen = set().union(*(workload_features(random_async_workload(s)) for s in ASYNC_BATCH))
+    assert set(STATIC_FEATURES) - seen == set()
+
+
+def test_async_batches_time_eos_and_max_tokens_to_block_boundaries():
+    # In `_async_batch` a request of prompt p prefilled at step a samples output j in step
+    # a + j - 1; the next schedule opens a block when p + j - 1 is a multiple of the block
+    # size. Most batch EOS entries and many max_tokens sit exactly there.
+    on_boundary = total = aligned = 0
+    for seed in range(200):
+        w = random_async_workload(seed)
+        bs = w.config.block_size
+        specs = {r.id: r for r in w.requests}
+        for e in w.eos:
+            r = specs[e.id]
+            total += 1
+            on_boundary += (r.prompt_len + e.step - r.arrival_step) % bs == 0
+        aligned += sum((r.prompt_len + r.max_tokens - 1) % bs == 0 for r in w.requests)
+    assert on_boundary > total // 2 and aligned > 200
+
+
+def test_async_run_features_read_the_one_step_late_records():
+    def rec(step, scheduled=(), finished=(), preempted=(), waiting=(), admitted=(),
+            sampled=()):
+        return StepRecord(step=step, scheduled=scheduled, admitted=admitted, resumed=(),
+                          preempted=preempted, finished=finished, free_blocks=0,
+                          num_computed_tokens=(), waiting=waiting,
+                          extra=(("sampled", sampled),))
+
+    w = Workload(Config(async_scheduling=True),
+                 tuple(RequestSpec(rid, 4, 9) for rid in "abcd"), steps=4)
+    records = (
+        rec(1, (("a", 4), ("b", 4)), admitted=("a", "b"), sampled=("a", "b")),
+        # a, given one more token, is finished by the EOS sampled in step 1; b, preempted
+        # with its token in flight, is finished by it from the waiting queue.
+        rec(2, (("a", 1),), finished=(("a", "stop"), ("b", "length")), preempted=("b",),
+            sampled=("a",)),
+        rec(3, finished=(("d", "length"),), waiting=("c",)),
+        rec(4, (("c", 4),), admitted=("c",), sampled=("c",)),
+    )
+    features = run_features(w, records, [frozenset(), frozenset({"async:phantom_preemption"}),
+                                         frozenset(), frozenset()])
+    assert {"async:eos_one_step_late", "async:preempted_in_flight", "async:stale_token",
+            "async:stale_finish", "async:freed_blocks_next_step",
+            "async:phantom_preemption"} <= features
+    assert "chunked:partial_prefill" not in features
+    assert not any(f.startswith("async:") for f in run_features(
+        replace(w, config=Config()), records))
 
 
 def _prefix_spec(rid: str, prompt: int, group: str | None, shared: int) -> RequestSpec:
@@ -681,3 +750,197 @@ def test_a_reference_wrong_about_hits_is_caught_and_shrunk_to_a_valid_workload(
     assert minimal.config.enable_prefix_caching
     assert is_admissible(minimal) and len(minimal.requests) == 2
     assert "* prefix_hits" in out
+
+
+# ----------------------------------------------- async scheduling on the real engine (marker)
+# The digest's scenarios A1-A7 (notes/vllm_prefix_async.md, section 8): the real
+# AsyncScheduler, outputs fed one engine step late; each is compared step by step with the
+# reference, and the digest's figures are pinned. Block size 4 throughout.
+
+ASYNC = Config(max_num_batched_tokens=16, max_num_seqs=8, max_model_len=256, block_size=4,
+               num_gpu_blocks=32, async_scheduling=True)
+
+
+def _sync(w: Workload) -> Workload:
+    return replace(w, config=replace(w.config, async_scheduling=False))
+
+
+def _sampled(record: StepRecord) -> object:
+    return _facts(record)["sampled"]
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_a1_max_tokens_is_anticipated_and_the_finish_lands_one_step_late():
+    w = Workload(ASYNC, (RequestSpec("R", 6, 4),), steps=6)
+    s = _agreeing(w)
+    assert [dict(s[k].scheduled) for k in range(1, 7)] == [{"R": 6}, {"R": 1}, {"R": 1},
+                                                           {"R": 1}, {}, {}]
+    # Step 5 schedules nothing: R's 4th output is in flight (scheduler.py:664-677).
+    assert [_sampled(s[k]) for k in range(1, 6)] == [("R",)] * 4 + [()]
+    assert (s[5].finished, s[5].running) == ((("R", "length"),), ("R",))
+    assert [dict(s[k].num_computed_tokens)["R"] for k in range(1, 6)] == [6, 7, 8, 9, 9]
+    sync = _agreeing(_sync(w))  # the same tokens, the finish one engine step earlier
+    assert [dict(sync[k].scheduled) for k in range(1, 6)] == [{"R": 6}, {"R": 1}, {"R": 1},
+                                                              {"R": 1}, {}]
+    assert sync[4].finished == (("R", "length"),)
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_a2_an_eos_is_discovered_one_step_late_and_the_extra_token_dropped():
+    w = Workload(ASYNC, (RequestSpec("R", 6, 10), RequestSpec("Q", 3, 10)),
+                 eos=(EosEvent("R", 2),), steps=5)
+    s = _agreeing(w)
+    # Step 3 gives R one more token (and the block it opens) before update(2) applies the
+    # EOS it sampled in step 2; that token's output is dropped in step 4 (2091-2100).
+    assert (dict(s[3].scheduled), s[3].finished, s[3].free_blocks) == (
+        {"R": 1, "Q": 1}, (("R", "stop"),), 27)
+    assert (dict(s[4].scheduled), s[4].finished, s[4].free_blocks) == ({"Q": 1}, (), 29)
+    from checker.conformance.vllm_real import run_real_vllm_detailed
+
+    run = run_real_vllm_detailed(w)
+    assert "async:eos_one_step_late" in run_features(w, run.records, run.events)
+    sync = _agreeing(_sync(w))
+    assert (dict(sync[2].scheduled), sync[2].finished) == ({"R": 1, "Q": 1}, (("R", "stop"),))
+    assert dict(sync[3].scheduled) == {"Q": 1}
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_a4_prefill_chunks_sample_nothing_and_the_next_step_schedules_a_decode():
+    w = Workload(replace(ASYNC, max_num_batched_tokens=4, max_num_seqs=4),
+                 (RequestSpec("P", 10, 3),), steps=7)
+    s = _agreeing(w)
+    assert [dict(s[k].scheduled).get("P", 0) for k in range(1, 8)] == [4, 4, 2, 1, 1, 0, 0]
+    # No placeholder for a non-final chunk: steps 1-2 sample nothing; from step 3 on one
+    # token is always in flight.
+    assert [_sampled(s[k]) for k in range(1, 7)] == [(), (), ("P",), ("P",), ("P",), ()]
+    assert s[6].finished == (("P", "length"),)
+
+
+A_PREFIX = replace(ASYNC, num_gpu_blocks=8, enable_prefix_caching=True)
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_a5_a_victim_loses_its_uncached_block_and_its_stale_token_is_still_delivered():
+    reqs = (_grouped("L", 8, 9, 1, group=None), _grouped("M", 8, 30, 1, group=None))
+    w = Workload(A_PREFIX, reqs, steps=11)
+    s = _agreeing(w)
+    # Step 6: L opens a block, M (running[-1]) is preempted with its step-5 token in
+    # flight. Its 3rd full block is not cached yet (async caches num_computed_tokens -
+    # num_output_placeholders at output time), so it is freed without a hash: 2 evictable.
+    assert (s[6].preempted, s[6].free_blocks, _facts(s[6])["evictable_blocks"]) == (
+        ("M",), 3, 2)
+    assert "M" in _sampled(s[5]) and s[6].finished == ()  # the stale token lands, no finish
+    # L finishes in step 10's update, after schedule(10): its blocks serve step 11.
+    assert (s[10].scheduled, s[10].finished, _facts(s[10])["released_blocks"]) == (
+        (), (("L", "length"),), 4)
+    # M resumes with 8 prompt + 5 output tokens (the stale one included), hitting 8.
+    assert (dict(s[11].scheduled), s[11].resumed, _facts(s[11])["prefix_hits"]) == (
+        {"M": 5}, ("M",), {"M": 8})
+    assert dict(s[11].num_computed_tokens)["M"] == 13
+    from checker.conformance.vllm_real import run_real_vllm_detailed
+
+    run = run_real_vllm_detailed(w)
+    assert "async:uncached_block_lost" in run.events[5]
+    assert {"async:stale_token", "async:freed_blocks_next_step"} <= run_features(
+        w, run.records, run.events)
+    # The synchronous scheduler caches that block at allocation: 3 evictable, and M
+    # resumes one step earlier with a hit of 12 (P6).
+    sync = _agreeing(_sync(w))
+    assert (sync[6].preempted, _facts(sync[6])["evictable_blocks"]) == (("M",), 3)
+    assert (dict(sync[10].scheduled), _facts(sync[10])["prefix_hits"]) == ({"M": 1},
+                                                                          {"M": 12})
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_a7_a_request_with_eos_in_flight_preempts_another():
+    reqs = (_grouped("R", 7, 10, 1, group=None), _grouped("W", 7, 2, 2, group=None))
+    w = Workload(replace(A_PREFIX, num_gpu_blocks=5), reqs, eos=(EosEvent("R", 2),), steps=5)
+    s = _agreeing(w)
+    assert (dict(s[2].scheduled), s[2].free_blocks) == ({"R": 1, "W": 7}, 0)
+    # R sampled EOS in step 2; step 3 gives it a token that opens a block, with none free,
+    # so W is preempted; the same step's update then finishes R and frees its 3 blocks.
+    assert (dict(s[3].scheduled), s[3].preempted, s[3].finished) == (
+        {"R": 1}, ("W",), (("R", "stop"),))
+    assert (dict(s[4].scheduled), s[4].resumed, _facts(s[4])["prefix_hits"]) == (
+        {"W": 4}, ("W",), {"W": 4})
+    assert s[5].finished == (("W", "length"),)
+    from checker.conformance.vllm_real import run_real_vllm_detailed
+
+    run = run_real_vllm_detailed(w)
+    assert "async:phantom_preemption" in run.events[2]
+    sync = _agreeing(_sync(w))  # the synchronous scheduler never preempts here
+    assert all(r.preempted == () for r in sync.values())
+    assert sync[3].finished == (("W", "length"),)
+
+
+@pytest.mark.conformance
+@needs_vllm
+@pytest.mark.parametrize("generate", [random_async_workload, random_async_prefix_workload])
+def test_the_reference_agrees_on_every_generated_async_step(generate):
+    from checker.conformance.compare import compare
+
+    for seed in ASYNC_BATCH:
+        divergence = compare(generate(seed))
+        assert divergence is None, f"seed {seed}:\n{divergence.render()}"
+
+
+@pytest.mark.conformance
+@needs_vllm
+@pytest.mark.parametrize("mode", ["async", "async+prefix"])
+def test_the_async_batches_reach_every_async_branch_and_feature(mode):
+    from collections import Counter
+
+    from checker.conformance.branches import BRANCH_SETS, branches_for, missing_reachable, trace
+
+    branches = branches_for(MODES[mode].branch_sets)
+    counts: Counter[str] = Counter({b.name: 0 for b in branches})
+    features = dict.fromkeys(MODES[mode].features, 0)
+    for seed in ASYNC_BATCH:
+        w = MODES[mode].generate(seed, 30)
+        taken, run = trace(w, branches)
+        counts.update(taken)
+        for f in workload_features(w) | run_features(w, run.records, run.events):
+            features[f] = features.get(f, 0) + 1
+    assert missing_reachable(counts, branches) == ()
+    assert [f for f in MODES[mode].features if features[f] == 0] == []
+    # The async branches, each reached by at least one workload in 30.
+    async_names = {b.name for b in BRANCH_SETS["async"] + BRANCH_SETS["async+prefix"]
+                   if not b.unreachable}
+    rare = {n: c for n, c in counts.items() if n in async_names
+            and c < len(ASYNC_BATCH) // 30}
+    assert rare == {}
+    assert counts["running:zero_tokens_skip"] > 0  # reachable once outputs are in flight
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_a_reference_that_forgets_the_output_lag_is_caught_and_shrunk(monkeypatch, capsys):
+    import json
+
+    import model.vllm.reference as reference
+    from checker.conformance.__main__ import main
+
+    honest = reference.iter_steps
+
+    def synchronous(workload):  # outputs applied in their own step, as the sync Scheduler
+        if not workload.config.async_scheduling:
+            yield from honest(workload)
+            return
+        for views, record in honest(_sync(workload)):
+            sampled = tuple(rid for rid, _ in record.scheduled)
+            yield views, replace(record, extra=(*record.extra, ("sampled", sampled)))
+
+    monkeypatch.setattr(reference, "iter_steps", synchronous)
+    assert main(["--mode", "async", "--count", "1", "--seed", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "workloads agreeing: 0/1 (0.0%)" in out
+    line = out.split("minimal diverging workload (from seed 0):\n")[1].splitlines()[0]
+    minimal = parse_workload(json.loads(line))
+    # The lag is the whole departure, so shrinking keeps async scheduling on.
+    assert minimal.config.async_scheduling and is_admissible(minimal)
+    assert len(minimal.requests) == 1
