@@ -1,6 +1,7 @@
-"""mistral.rs's own properties (paged-attention scheduler, commit 9e922623f24b), over Ops and
-the Step observables only, so any engine's steps can be read by them. Line numbers are
-`mistralrs-core/src/paged_attention/scheduler.rs` (S:)."""
+"""mistral.rs's own properties (paged-attention scheduler, commit 9e922623f24b, and the rules
+its older versions changed), over Ops and the Step observables only, so any engine's steps
+can be read by them. Line numbers are `mistralrs-core/src/paged_attention/scheduler.rs` (S:)
+at 9e922623 unless a version is named."""
 
 from __future__ import annotations
 
@@ -94,8 +95,45 @@ def whole_sequence_at_admission(ops: Ops, steps: Sequence[Step], t: int) -> Bool
                       for o in s.slots])
 
 
+def fcfs_preemption(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """In a decode step, a running request that is preempted is never older than a request
+    of the same length that the step serves: the decode turn allocates the oldest first and
+    preempts the newest pending one (S:808, 835-836). Requests of one length share a bucket
+    when the version buckets by length (v0.9.0 S:126-184), so that rule cannot be what
+    preempted the older one."""
+    s = steps[t]
+    return ops.implies(s.step_kind == STEP_DECODE, _all(ops, [
+        ops.not_(ops.and_(v.preempted, v.was_running, u.scheduled > 0,
+                          u.num_tokens == v.num_tokens))
+        for v in s.slots for u in s.slots if u.arrival_time > v.arrival_time]))
+
+
+def decode_blocks_tight(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """A request served in a decode step holds no more KV blocks than the tokens computed
+    through the step need: a decoder's one uncomputed token is the last it needs room for,
+    none is reserved for the token it is about to sample (len() when a token is uncomputed,
+    S:818-824)."""
+    s = steps[t]
+    return ops.implies(s.step_kind == STEP_DECODE, _all(ops, [
+        ops.implies(o.scheduled > 0,
+                    o.blocks <= ops.cdiv(o.num_computed_tokens, s.cfg.block_size))
+        for o in s.slots]))
+
+
+def feasible_not_rejected(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """A request whose whole sequence fits the usable KV pool on its own is never rejected
+    with an error: the starvation escape preempts running sequences until it fits
+    (S:693-728, b0882bd75: "a feasible sequence waits or evicts, it does not error")."""
+    s = steps[t]
+    return _all(ops, [
+        ops.not_(ops.and_(o.finished, ops.not_(o.sampled),
+                          ops.cdiv(o.num_tokens, s.cfg.block_size) <= s.cfg.usable_blocks))
+        for o in s.slots])
+
+
 PROPERTIES: tuple[Property, ...] = tuple(
     Property(f.__name__, "step", f.__doc__ or "", f)
-    for f in (no_spurious_preemption, prompt_decode_not_mixed, whole_sequence_at_admission))
+    for f in (no_spurious_preemption, prompt_decode_not_mixed, whole_sequence_at_admission,
+              fcfs_preemption, decode_blocks_tight, feasible_not_rejected))
 
 FACTORIES = {"prefill_due_within": make_prefill_due_within}

@@ -23,7 +23,7 @@ def test_the_findings_are_stored():
 @pytest.mark.parametrize("path", STORED, ids=lambda p: p.name)
 def test_stored_counterexample_replays_on_the_reference_at_its_step(path):
     cex = itf.read_counterexample(path)
-    assert cex.engine == "mistralrs"
+    assert cex.engine.partition("@")[0] == "mistralrs"  # an older version: mistralrs@v0.8.22
     assert replay(cex).violated_at == cex.violated_at
     assert path.with_suffix("").with_suffix(".txt").exists()
 

@@ -6,7 +6,6 @@ under SymbolicOps (the twin test: they are branch-free)."""
 from dataclasses import replace
 
 import pytest
-
 import z3
 from hypothesis import given
 from hypothesis import strategies as st

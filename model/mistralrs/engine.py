@@ -166,6 +166,18 @@ RULES_TABLE: tuple[tuple[str, str, str], ...] = (
      "MistralrsScheduler._completion_batch", "rules.mistralrs._round_robin"),
     ("paged_attention/scheduler.rs:1026-1072 (recompute preemption, front of waiting)",
      "MistralrsScheduler._preempt", "rules.mistralrs._preempt"),
+    ("v0.8.22 scheduler.rs:588-593 (victim_newest off: newest first, the oldest preempted)",
+     "MistralrsScheduler._decode_turn", "rules.mistralrs._decode_order"),
+    ("v0.8.23 scheduler.rs:396-402 (reserve_next_token: a decoder asks for len() + 1)",
+     "MistralrsScheduler._decode_turn", "rules.mistralrs._decode_allocation"),
+    ("v0.9.0 scheduler.rs:126-184, 365, 436-438 (bucket_by_length: the shortest bucket runs)",
+     "MistralrsScheduler._bucket", "rules.mistralrs._bucket"),
+    ("v0.9.2 scheduler.rs:278-284, 478 (alternate_turns: a decode turn after a prompt step)",
+     "MistralrsScheduler._completion_due", "rules.mistralrs._completion_due"),
+    ("v0.9.2 scheduler.rs:374-404 (escape_loop off: one victim, then the head is rejected)",
+     "MistralrsScheduler._escape", "rules.mistralrs._escape"),
+    ("v0.9.2 scheduler.rs:454-484, 604-607 (token_budget off: whole prompts, every decoder)",
+     "MistralrsScheduler._prompt_turn", "rules.mistralrs._prompt_turn"),
 )
 
 
