@@ -18,6 +18,7 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 
+from checker.conformance.vllm_real import RealRun
 from model.core.types import StepRecord, Workload
 from model.vllm.config import VLLM_VERSION
 
@@ -144,7 +145,11 @@ def compare(workload: Workload) -> Divergence | None:
     the module doc) and return the first divergence, or None when every step agrees."""
     from checker.conformance.vllm_real import run_real_vllm_detailed
 
-    run = run_real_vllm_detailed(workload)
+    return compare_run(workload, run_real_vllm_detailed(workload))
+
+
+def compare_run(workload: Workload, run: RealRun) -> Divergence | None:
+    """`compare` on a real run already made of `workload` (its engine is not run again)."""
     compared = replace(workload, eos=run.effective_eos(workload))
     reference: list[StepRecord] = []
     try:
