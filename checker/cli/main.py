@@ -30,6 +30,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "explain": ("checker.cli.explain", "render a counterexample or simulation as a timeline"),
     "config": ("checker.cli.config", "check a vLLM serving configuration: rules and hazards"),
     "check-trace": ("checker.cli.check_trace", "check catalogue properties on a given trace"),
+    "audit": ("checker.cli.audit", "audit the real scheduler installed here against the model"),
     "sweep": ("checker.cli.sweep", "check a grid of configurations, locally or on Ray"),
     "diff": ("checker.cli.diff", "the shortest workload on which two engine versions differ"),
 }

@@ -1,0 +1,959 @@
+"""`batchproof audit`: the real scheduler of the engine installed here (a release, or a
+developer's own checkout installed with `pip install -e`) driven through every workload
+batchproof knows how to make, each run checked three ways.
+
+Sources, in this order (`SOURCES`):
+- `counterexamples`: the workload of every stored counterexample
+  (counterexamples/<folder>/*.itf.json, `#meta.workload`);
+- `witnesses`: the workloads BMC finds violating a property: every property the manifest
+  records VIOLATED somewhere, on every validated configuration of the default suite, at
+  small bounds (the entry's own where there is one); cached by the sources of the model,
+  the properties and the methods, since they are a pure function of them;
+- `random`: the conformance generator, in each mode of `checker.conformance.modes` (the
+  harness's modes for other engines), seeds `seed .. seed + count - 1`.
+
+For every workload: (a) every catalogue property the engine's manifest names is decided
+on the real trace (`checker.methods.trace_check`, the engine's `observe`); (b) the trace
+is compared step by step with the reference; (c) an exception the real engine raises (or
+a run that outlasts `timeout_s`) is caught and recorded with the workload and the
+raising frame's file:line inside the engine's package.
+
+A finding is a divergence, a new property violation or a crash. A violation is *new*
+when the manifest expects the property to hold on the workload's config, or when the
+reference does not show the same violation at the same step; otherwise it is *expected*
+(the model predicts it and the manifest knows it) and only counted. Findings are grouped
+(a divergence by the rules-table rows of the rule involved, a violation by its property,
+a crash by its exception and site); the first workload of each group is shrunk to a
+minimal one that shows the same finding.
+
+The engine harnesses are rows of `HARNESSES`: an engine plugs in with a driver (run a
+workload, compare a run with the reference), a generator, a shrinker and its map from
+differing fields to rules-table rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields, replace
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from checker.methods.trace_check import (
+    VIOLATED,
+    TraceMismatch,
+    TraceVerdict,
+    check_trace,
+    first_violation,
+    observe,
+    properties_for,
+)
+from model import registry as engines
+from model.core.errors import InputError
+from model.core.types import StepRecord, Workload
+from model.workload import parse_workload, workload_to_json
+from properties import catalogue
+from properties.catalogue import Property
+from properties.manifest import Manifest, load
+
+SOURCES = ("counterexamples", "witnesses", "random")
+DIVERGENCE, VIOLATION, CRASH = "divergence", "violation", "crash"
+ROOT = Path(__file__).resolve().parents[2]
+COUNTEREXAMPLES = ROOT / "counterexamples"
+# Bounds of a witness search whose (property, config) is no manifest entry: two
+# requests and four steps find the short witnesses in seconds.
+WITNESS_SLOTS, WITNESS_DEPTH = 2, 4
+#: A crash of the engine outside its package (the driver's own consistency checks).
+DRIVER = "driver"
+
+
+class Unavailable(InputError):
+    """The engine's real scheduler cannot run here (not installed, does not import)."""
+
+
+class EngineTimeout(Exception):
+    """The real engine did not finish a workload in time (raised by SIGALRM)."""
+
+
+# ------------------------------------------------------------------------- harnesses
+
+@dataclass(frozen=True)
+class Harness:
+    """How audit drives one engine's real scheduler.
+
+    `run(workload)` returns the real run (its `records`, `effective_eos(workload)`);
+    `compare(workload, run)` the first divergence from the reference (an object with
+    `step`, `fields`, `real`, `reference`, `error`, `workload`, `summary()` and
+    `render()`), or None; `generate(mode, seed, steps)` a random workload; `shrink(w,
+    fails, max_calls)` the shrinker; `field_rules` maps a differing field to the rules
+    table's reference functions, most specific first (`rules_for` refines it)."""
+
+    engine: str
+    package: str  # the engine's top-level package: a crash names its frame inside it
+    modes: tuple[str, ...]
+    unavailable: Callable[[], str | None]
+    run: Callable[[Workload], Any]
+    compare: Callable[[Workload, Any], Any]
+    generate: Callable[[str, int, int], Workload]
+    shrink: Callable[[Workload, Callable[[Workload], bool], int], Workload]
+    field_rules: Mapping[str, tuple[str, ...]]
+    rules_for: Callable[[Harness, Any, Sequence[StepRecord]], tuple[str, ...]] | None = None
+
+    @property
+    def model(self) -> Any:
+        """The engine's EngineModel."""
+        return engines.get(self.engine)
+
+
+def _vllm_harness() -> Harness:
+    from checker.conformance.compare import compare_run
+    from checker.conformance.modes import MODES
+    from checker.conformance.shrink import shrink
+    from checker.conformance.vllm_real import run_real_vllm_detailed, vllm_unavailable_reason
+
+    s = "VllmV1Scheduler."
+    return Harness(
+        engine="vllm-v1", package="vllm", modes=tuple(MODES),
+        unavailable=vllm_unavailable_reason, run=run_real_vllm_detailed, compare=compare_run,
+        generate=lambda mode, seed, steps: MODES[mode].generate(seed, steps),
+        shrink=lambda w, fails, calls: shrink(w, fails, max_calls=calls),
+        field_rules={
+            "preempted": (f"{s}_pop_victim", f"{s}_preempt_request"),
+            "admitted": (f"{s}_schedule_waiting", f"{s}_allocate_slots"),
+            "resumed": (f"{s}_schedule_waiting", f"{s}_allocate_slots"),
+            "finished": (f"{s}_check_stop", f"{s}_update_from_output"),
+            "free_blocks": (f"{s}_allocate_slots", f"{s}_free_request"),
+            "running": (f"{s}_schedule_running", f"{s}_preempt_request"),
+            "waiting": ("FcfsQueue", "PriorityQueue", f"{s}_preempt_request"),
+            "error": (f"{s}_schedule",),
+            # a cache fact (`extra`): the KV manager's allocation with prefix hits
+            "": (f"{s}_allocate_slots",),
+        },
+        rules_for=_vllm_rules_for)
+
+
+#: Differing fields by how directly they show a scheduling decision: the first group a
+#: divergence has names the rule involved; the later ones are mostly its consequences
+#: (a request scheduled differently finishes, frees blocks and queues differently).
+_CAUSE_ORDER: tuple[frozenset[str], ...] = (
+    frozenset({"preempted"}), frozenset({"admitted", "resumed"}),
+    frozenset({"scheduled", "num_computed_tokens", "token_budget_left"}),
+    frozenset({"free_blocks"}), frozenset({"finished"}), frozenset({"waiting", "running"}),
+)
+
+
+def _vllm_rules_for(h: Harness, divergence: Any, real: Sequence[StepRecord]
+                    ) -> tuple[str, ...]:
+    """vLLM's rules for a divergence: those of the first group of `_CAUSE_ORDER` among
+    its fields (a cache fact when none is), the tokens of a step told apart by the queue
+    the differing request was in when the step began (the running loop,
+    scheduler.py:657-858, or the waiting loop, 912-1369)."""
+    s = "VllmV1Scheduler."
+    differing = set(divergence.fields)
+    group = next((g & differing for g in _CAUSE_ORDER if g & differing), frozenset({""}))
+    if "scheduled" in group or "num_computed_tokens" in group or "token_budget_left" in group:
+        a = dict(divergence.real.scheduled) if divergence.real is not None else {}
+        b = dict(divergence.reference.scheduled) if divergence.reference is not None else {}
+        ids = {r for r in {*a, *b} if a.get(r, 0) != b.get(r, 0)}
+        before = real[divergence.step - 2] if 2 <= divergence.step <= len(real) + 1 else None
+        was_running = ({*before.running} - {r for r, _ in before.finished}
+                       if before is not None else set())
+        names = []
+        if ids & was_running:
+            names += [f"{s}_schedule_running", "running_num_new_tokens"]
+        if ids - was_running or not ids:
+            names += [f"{s}_schedule_waiting", f"{s}_allocate_slots"]
+        return tuple(names)
+    return tuple(dict.fromkeys(n for f in sorted(group) for n in h.field_rules.get(f, ())))
+
+
+def _sglang_harness() -> Harness:
+    from checker.conformance import sglang_real
+    from checker.conformance.sglang_generate import SIZES, random_sglang_workload, shrink
+
+    # The runner has no public name for comparing a run it already made; this is it.
+    compare_run = sglang_real._against_reference
+    return Harness(
+        engine="sglang", package="sglang", modes=SIZES,
+        unavailable=sglang_real.sglang_unavailable_reason,
+        run=sglang_real.run_real_sglang_detailed, compare=compare_run,
+        generate=lambda mode, seed, _steps: random_sglang_workload(seed, mode),
+        shrink=lambda w, fails, calls: shrink(w, fails, max_calls=calls),
+        field_rules={
+            "scheduled": ("SGLangScheduler._get_new_batch_prefill", "PrefillAdder.add_one_req"),
+            "admitted": ("PrefillAdder.add_one_req", "SGLangScheduler._get_new_batch_prefill"),
+            "preempted": ("SGLangScheduler._retract_decode",),
+            "finished": ("SGLangScheduler._process_results",),
+            "running": ("SGLangScheduler._update_running_batch",),
+            "waiting": ("SGLangScheduler._sort_waiting",),
+            "free_blocks": ("PrefillAdder.budget_state, _charge",),
+            "error": ("SGLangScheduler._get_new_batch_prefill",),
+            "": ("PrefillAdder.budget_state, _charge",),
+        })
+
+
+#: engine name -> its harness (built on first use: each imports its driver).
+HARNESSES: dict[str, Callable[[], Harness]] = {
+    "vllm-v1": _vllm_harness,
+    "sglang": _sglang_harness,
+}
+
+
+def harness(engine: str) -> Harness:
+    """The harness of `engine`; InputError naming the audited engines for another, and
+    Unavailable (one line) when its driver has not landed or its engine does not run."""
+    if engine not in HARNESSES:
+        engines.get(engine)  # an unknown engine: InputError naming the engines
+        raise InputError(f"audit drives the real scheduler of {', '.join(HARNESSES)}; "
+                         f"there is no harness for {engine!r}")
+    try:
+        h = HARNESSES[engine]()
+    except ImportError as exc:
+        raise Unavailable(f"audit --engine {engine} is not available yet: its harness does "
+                          f"not import ({exc})") from None
+    return h
+
+
+def rules_involved(h: Harness, divergence: Any, real: Sequence[StepRecord]
+                   ) -> tuple[tuple[str, str, str], ...]:
+    """The rules-table rows (upstream file:line, reference function, rules function) of
+    the rule a divergence involves, most specific first (at most four)."""
+    if divergence.error is not None:  # the reference raised: its step as a whole
+        names = h.field_rules.get("error", ())
+    elif h.rules_for is not None:
+        names = h.rules_for(h, divergence, real)
+    else:
+        differing = set(divergence.fields)
+        group = next((g & differing for g in _CAUSE_ORDER if g & differing), {""})
+        names = tuple(dict.fromkeys(n for f in sorted(group)
+                                    for n in h.field_rules.get(f, ())))
+    table = h.model.rules_table
+    rows = [row for name in dict.fromkeys(names) for row in table if row[1] == name]
+    return tuple(dict.fromkeys(rows))[:4] or tuple(table[:1])
+
+
+# --------------------------------------------------------------------------- sources
+
+@dataclass(frozen=True, slots=True)
+class AuditWorkload:
+    """A workload to audit and where it came from (`source` is one of SOURCES)."""
+
+    workload: Workload
+    source: str
+    label: str
+    seed: int | None = None
+
+
+def stored_counterexamples(engine: str, folder: Path = COUNTEREXAMPLES
+                           ) -> tuple[AuditWorkload, ...]:
+    """The workload of every stored counterexample of `engine`, by file name."""
+    out = []
+    for path in sorted((folder / engines.get(engine).folder).glob("*.itf.json")):
+        doc = json.loads(path.read_text())
+        workload = parse_workload(doc["#meta"]["workload"])
+        out.append(AuditWorkload(workload, "counterexamples", str(path.relative_to(ROOT))
+                                 if path.is_relative_to(ROOT) else str(path)))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessJob:
+    """One BMC search for a workload violating `property` on a manifest config."""
+
+    engine: str
+    property: str
+    params: tuple[tuple[str, int], ...]
+    config: str
+    bounds: tuple[tuple[str, int], ...]
+    timeout_s: float
+
+    @property
+    def label(self) -> str:
+        """`bmc starvation k=3 on tiny_priority`."""
+        name = " ".join([self.property, *(f"{k}={v}" for k, v in self.params)])
+        return f"bmc {name} on {self.config}"
+
+
+def witness_jobs(engine: str, timeout_s: float, manifest: Manifest | None = None
+                 ) -> tuple[WitnessJob, ...]:
+    """Every property the manifest records VIOLATED for `engine` (each parameterisation)
+    on every validated config of its default-suite entries (see the module doc)."""
+    manifest = manifest if manifest is not None else load()
+    entries = [e for e in manifest.entries if e.engine == engine]
+    violated = dict.fromkeys((e.property, e.params) for e in entries
+                             if e.expected == VIOLATED)
+    configs = [c for c in dict.fromkeys(e.config for e in entries if e.suite == "default")
+               if manifest.configs[c].validated]
+    jobs = []
+    for prop, params in violated:
+        for name in configs:
+            nc = manifest.configs[name]
+            entry = next((e for e in entries if e.suite == "default" and
+                          (e.property, e.params, e.config) == (prop, params, name)), None)
+            bounds = dict(nc.bounds)
+            if entry is not None:
+                bounds.update(entry.bounds)
+            else:
+                bounds["slots"] = min(bounds.get("slots", WITNESS_SLOTS), WITNESS_SLOTS)
+                bounds["depth"] = min(bounds.get("depth", WITNESS_DEPTH), WITNESS_DEPTH)
+            jobs.append(WitnessJob(engine, prop, params, name, tuple(sorted(bounds.items())),
+                                   timeout_s))
+    return tuple(jobs)
+
+
+def run_witness_job(job: WitnessJob) -> tuple[str, dict[str, Any] | None, float]:
+    """(BMC status, the violating workload as JSON or None, seconds) of one search."""
+    from checker.methods import bmc
+    from checker.methods.symbolic import Bounds, Family
+
+    nc = load().configs[job.config]
+    prop = catalogue.get(job.property, **dict(job.params))
+    result = bmc.check(prop, Family(nc.config, nc.ranges, nc.validated, nc.engine),
+                       Bounds(**dict(job.bounds)), job.timeout_s)
+    workload = workload_to_json(result.workload) if result.workload is not None else None
+    return result.status, workload, result.seconds
+
+
+def _sources_key() -> str:
+    """A digest of everything a witness search reads: the model, the properties (and
+    manifests) and the checking methods."""
+    digest = hashlib.sha256()
+    for part in ("model", "properties", "checker/methods"):
+        for path in sorted((ROOT / part).rglob("*")):
+            if path.suffix in (".py", ".toml") and path.is_file():
+                digest.update(str(path.relative_to(ROOT)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def default_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/batchproof (~/.cache/batchproof)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "batchproof"
+
+
+@dataclass(frozen=True, slots=True)
+class Witnesses:
+    """The witness workloads, the searches that ended UNKNOWN, and how they were got."""
+
+    workloads: tuple[AuditWorkload, ...]
+    unknown: tuple[str, ...]
+    searches: int
+    seconds: float
+    cached: bool
+
+
+def witnesses(engine: str, timeout_s: float, jobs: int = 2,
+              cache_dir: Path | None = None) -> Witnesses:
+    """Run (or read from `cache_dir`) every witness search of `engine`."""
+    start = time.monotonic()
+    todo = witness_jobs(engine, timeout_s)
+    key = hashlib.sha256(repr((_sources_key(), todo)).encode()).hexdigest()[:20]
+    path = cache_dir / f"witnesses-{engine}-{key}.json" if cache_dir is not None else None
+    results: list[tuple[str, dict[str, Any] | None, float]] | None = None
+    if path is not None and path.is_file():
+        try:
+            results = [tuple(r) for r in json.loads(path.read_text())]  # type: ignore[misc]
+        except (OSError, ValueError):
+            results = None
+    cached = results is not None and len(results) == len(todo)
+    if not cached:
+        if jobs > 1 and len(todo) > 1:
+            # spawn: the parent may already hold the engine (torch), which fork would copy
+            with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+                results = list(pool.map(run_witness_job, todo))
+        else:
+            results = [run_witness_job(j) for j in todo]
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(results))
+            except OSError:
+                pass  # a cache that cannot be written only costs the next run time
+    assert results is not None
+    found, unknown, seen = [], [], set()
+    for job, (status, doc, _) in zip(todo, results, strict=True):
+        if status == "unknown":
+            unknown.append(job.label)
+        if doc is None:
+            continue
+        workload = parse_workload(doc)
+        if workload not in seen:
+            seen.add(workload)
+            found.append(AuditWorkload(workload, "witnesses", job.label))
+    return Witnesses(tuple(found), tuple(unknown), len(todo), time.monotonic() - start,
+                     cached)
+
+
+def random_workloads(h: Harness, modes: Sequence[str], seed: int, count: int, steps: int
+                     ) -> Iterator[AuditWorkload]:
+    """`count` generated workloads per mode, seeds `seed ..`, the modes interleaved."""
+    for i in range(count):
+        for mode in modes:
+            yield AuditWorkload(h.generate(mode, seed + i, steps), "random",
+                                f"random {mode} seed {seed + i}", seed + i)
+
+
+# ------------------------------------------------------------------ one workload
+
+@dataclass(frozen=True, slots=True)
+class Crash:
+    """The real engine raised (or outlasted the time limit) on a workload.
+
+    `where` is the innermost frame inside the engine's package (`vllm/...py:812 in f`),
+    or the driver's frame when the engine's own code was not on the stack; `stack` the
+    engine's frames, outermost first; `step` the step being run (None: setting up, or a
+    driver that does not say); `records` the steps completed before it."""
+
+    error: str
+    where: str
+    stack: tuple[str, ...]
+    step: int | None
+    records: tuple[StepRecord, ...]
+    timeout: bool = False
+
+    @property
+    def signature(self) -> str:
+        """What two crashes share to be one finding."""
+        if self.timeout:
+            return "crash:timeout"
+        return f"crash:{self.error.split(':', 1)[0]}:{self.where}"
+
+    @property
+    def summary(self) -> str:
+        """One line."""
+        at = f"at step {self.step}" if self.step is not None else "outside the steps"
+        what = "did not finish in time" if self.timeout else f"raised {self.error}"
+        return f"the real engine {what} {at} ({self.where})"
+
+
+def _package_dir(package: str) -> str | None:
+    module = sys.modules.get(package)
+    path = getattr(module, "__file__", None)
+    return os.path.dirname(path) if path else None
+
+
+def crash_of(h: Harness, exc: BaseException) -> Crash:
+    """The Crash an exception out of `h.run` describes (its traceback's frames)."""
+    frames = list(traceback.walk_tb(exc.__traceback__))
+    home = _package_dir(h.package)
+    drivers = str(Path(__file__).parent) + os.sep
+    inside = []
+    step, records = None, ()
+    for frame, line in frames:
+        file = frame.f_code.co_filename
+        if home is not None and file.startswith(home + os.sep):
+            rel = f"{h.package}/{os.path.relpath(file, home)}"
+            inside.append(f"{rel}:{line} in {frame.f_code.co_name}")
+        elif file.startswith(drivers):
+            got = frame.f_locals.get("step")
+            if isinstance(got, int) and not isinstance(got, bool):
+                step = got
+                kept = frame.f_locals.get("records")
+                if isinstance(kept, list) and all(isinstance(r, StepRecord) for r in kept):
+                    records = tuple(kept)
+    if inside:
+        where = inside[-1]
+    else:
+        frame, line = frames[-1] if frames else (None, 0)
+        name = (os.path.relpath(frame.f_code.co_filename, ROOT)
+                if frame is not None else "?")
+        where = f"{DRIVER} {name}:{line}"
+    text = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:300]
+    return Crash(text, where, tuple(inside), step, records, isinstance(exc, EngineTimeout))
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise EngineTimeout in the block after `seconds` (main thread only; 0: none)."""
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(_signum: int, _frame: object) -> None:
+        raise EngineTimeout(f"no result within {seconds:g} s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A property violated on the real trace; `new` unless the manifest and the
+    reference both account for it (`why` says which)."""
+
+    verdict: TraceVerdict
+    new: bool
+    why: str
+
+    @property
+    def signature(self) -> str:
+        """What two violations share to be one finding."""
+        return f"violation:{self.verdict.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One workload audited. `compared` is the workload as compared (EOS entries that
+    took no effect on the real run dropped); `skipped` why it was not run."""
+
+    audited: AuditWorkload
+    compared: Workload | None = None
+    records: tuple[StepRecord, ...] = ()
+    divergence: Any = None
+    verdicts: tuple[TraceVerdict, ...] = ()
+    violations: tuple[Violation, ...] = ()
+    crash: Crash | None = None
+    skipped: str = ""
+    trace_note: str = ""
+    engine_seconds: float = 0.0
+    batchproof_seconds: float = 0.0
+
+    def findings(self, h: Harness) -> tuple[tuple[str, str], ...]:
+        """(kind, signature) of each finding on this workload."""
+        out: list[tuple[str, str]] = []
+        if self.crash is not None:
+            out.append((CRASH, self.crash.signature))
+        if self.divergence is not None:
+            rows = rules_involved(h, self.divergence, self.records)
+            out.append((DIVERGENCE, "divergence:" + ",".join(r[1] for r in rows[:1])))
+        out += [(VIOLATION, v.signature) for v in self.violations if v.new]
+        return tuple(out)
+
+
+def audit_workload(h: Harness, aw: AuditWorkload, props: Sequence[Property],
+                   manifest: Manifest, timeout_s: float = 0.0) -> Outcome:
+    """Run `aw` on the real engine, compare it with the reference, decide `props` on
+    the real trace and classify each violation (see the module doc)."""
+    start = time.monotonic()
+    try:
+        with deadline(timeout_s):
+            run = h.run(aw.workload)
+    except InputError as exc:  # the engine refuses the workload or its config
+        return Outcome(aw, skipped=" ".join(str(exc).split()),
+                       engine_seconds=time.monotonic() - start)
+    except Exception as exc:  # noqa: BLE001 - any failure of the real engine is a finding
+        return Outcome(aw, crash=crash_of(h, exc), engine_seconds=time.monotonic() - start)
+    ran = time.monotonic()
+    compared = replace(aw.workload, eos=run.effective_eos(aw.workload))
+    divergence = h.compare(aw.workload, run)
+    note, verdicts = "", ()
+    try:
+        verdicts = check_trace(h.engine, compared, run.records, props, manifest)
+    except TraceMismatch as exc:
+        note = str(exc)
+    violations = tuple(_classify(h, compared, divergence, v, props)
+                       for v in verdicts if v.verdict == VIOLATED)
+    return Outcome(aw, compared, run.records, divergence, verdicts, violations,
+                   trace_note=note, engine_seconds=ran - start,
+                   batchproof_seconds=time.monotonic() - ran)
+
+
+def _classify(h: Harness, compared: Workload, divergence: Any, v: TraceVerdict,
+              props: Sequence[Property]) -> Violation:
+    if v.status == "departs":
+        return Violation(v, True, v.why)
+    at = v.violated_at
+    assert at is not None
+    if divergence is None or divergence.step > at:
+        shown = True  # the records agree up to the violating step
+    else:
+        shown = _reference_violates(h, compared, v, props) == at
+    if not shown:
+        return Violation(v, True, f"the reference does not violate it at step {at}")
+    return Violation(v, False, f"{v.why}; the reference shows it at step {at}")
+
+
+def _reference_violates(h: Harness, compared: Workload, v: TraceVerdict,
+                        props: Sequence[Property]) -> int | None:
+    from model.run import simulate
+
+    prop = next(p for p in props if (p.name, p.params) == (v.property, v.params))
+    try:
+        return first_violation(prop, observe(h.engine, compared, simulate(compared)))
+    except Exception:  # noqa: BLE001 - a reference that fails shows nothing
+        return None
+
+
+# ------------------------------------------------------------------- the audit
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What `audit` runs (the CLI's flags)."""
+
+    engine: str = "vllm-v1"
+    seed: int = 0
+    count: int = 100  # random workloads per mode
+    steps: int = 30
+    modes: tuple[str, ...] = ()  # () = every mode of the harness
+    sources: tuple[str, ...] = SOURCES
+    properties: tuple[str, ...] = ()  # () = every property the manifest names
+    witness_timeout_s: float = 10.0
+    jobs: int = 2
+    cache_dir: Path | None = None
+    shrink_calls: int = 400
+    timeout_s: float = 20.0  # per workload, on the real engine
+    time_limit_s: float = 0.0  # 0: none
+    fail_fast: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One finding: its kind, its group, the first workload that showed it and the
+    minimal workload that shows it, with both runs of that workload.
+
+    `step` is the first diverging step, the violating step or the crashing step;
+    `rules` the rules-table rows involved; `text` the rendered detail (a divergence's
+    side-by-side table, a crash's stack, the violating step's record)."""
+
+    kind: str
+    signature: str
+    title: str
+    first: AuditWorkload
+    first_index: int
+    count: int
+    workload: Workload
+    shrunk: bool
+    original_size: tuple[int, int]  # requests, steps of the first workload
+    step: int | None
+    real: tuple[StepRecord, ...]
+    reference: tuple[StepRecord, ...] | None
+    reference_error: str
+    rules: tuple[tuple[str, str, str], ...]
+    text: str
+    facts: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Seconds spent: in the real engine (its runs), in batchproof per workload (the
+    reference, the comparison and the properties), shrinking, finding witnesses,
+    importing the engine, and in all."""
+
+    engine: float
+    batchproof: float
+    shrink: float
+    witnesses: float
+    startup: float
+    total: float
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Everything `audit` found and how it ran."""
+
+    engine: str
+    title: str
+    installed: str
+    location: str
+    pinned: str
+    seed: int
+    options: Options
+    modes: tuple[str, ...]
+    properties: tuple[str, ...]
+    sources: Mapping[str, int]  # workloads audited per source
+    audited: int
+    steps: int
+    skipped: tuple[tuple[str, str], ...]  # (label, why)
+    expected: Mapping[str, int]  # expected violation -> workloads showing it
+    findings: tuple[Finding, ...]
+    witness_unknown: tuple[str, ...]
+    witness_searches: int
+    witnesses_cached: bool
+    stopped: str  # why the audit stopped before the end of its sources, or ""
+    timing: Timing
+
+    @property
+    def same_version(self) -> bool:
+        """The installed engine is the version the model is pinned to."""
+        return self.installed == self.pinned
+
+    @property
+    def inconclusive(self) -> bool:
+        """Nothing was found but not everything was audited: the time limit stopped the
+        audit, or every workload was skipped."""
+        return not self.findings and (self.stopped.startswith("time limit")
+                                      or (self.audited == 0 and bool(self.skipped)))
+
+
+def installed_version(h: Harness) -> tuple[str, str]:
+    """(version, location) of the engine's package imported here."""
+    module = sys.modules.get(h.package)
+    version = str(getattr(module, "__version__", "") or "")
+    if not version:
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as dist_version
+
+        try:
+            version = dist_version(h.package)
+        except PackageNotFoundError:
+            version = "unknown"
+    return version, _package_dir(h.package) or "?"
+
+
+class _Groups:
+    """Findings grouped by signature while the audit runs: the first outcome of each."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, tuple[int, Outcome, str]] = {}
+        self.count: dict[str, int] = {}
+
+    def add(self, index: int, outcome: Outcome, h: Harness) -> bool:
+        found = outcome.findings(h)
+        for kind, sig in found:
+            self.first.setdefault(sig, (index, outcome, kind))
+            self.count[sig] = self.count.get(sig, 0) + 1
+        return bool(found)
+
+
+def audit(options: Options, progress: Callable[[str], None] | None = None) -> Report:
+    """Run the audit `options` describe; Unavailable when the engine does not run here.
+
+    `progress(line)` is told what is being done (for a progress line on a terminal)."""
+    say = progress or (lambda _line: None)
+    start = time.monotonic()
+    h = harness(options.engine)
+    modes = options.modes or h.modes
+    for mode in modes:
+        if mode not in h.modes:
+            raise InputError(f"unknown mode {mode!r} for {h.engine}; modes: "
+                             f"{', '.join(h.modes)}")
+    for source in options.sources:
+        if source not in SOURCES:
+            raise InputError(f"unknown source {source!r}; sources: {', '.join(SOURCES)}")
+    manifest = load()
+    props = properties_for(h.engine, options.properties, manifest)
+    say(f"importing {h.package}")
+    # The engine's start-up warnings (CPU backend, Triton, config hints) would bury the
+    # audit's output; its errors still show.
+    logging.getLogger(h.package).setLevel(logging.ERROR)
+    if (reason := h.unavailable()) is not None:
+        raise Unavailable(f"{h.model.title}'s real scheduler is not available here: {reason}")
+    installed, location = installed_version(h)
+    startup = time.monotonic() - start
+    found_witnesses = Witnesses((), (), 0, 0.0, False)
+    if "witnesses" in options.sources:
+        say("finding BMC witnesses")
+        found_witnesses = witnesses(h.engine, options.witness_timeout_s, options.jobs,
+                                    options.cache_dir)
+
+    def stream() -> Iterator[AuditWorkload]:
+        if "counterexamples" in options.sources:
+            yield from stored_counterexamples(h.engine)
+        if "witnesses" in options.sources:
+            yield from found_witnesses.workloads
+        if "random" in options.sources:
+            yield from random_workloads(h, modes, options.seed, options.count, options.steps)
+
+    groups = _Groups()
+    sources: dict[str, int] = {}
+    expected: dict[str, int] = {}
+    skipped: list[tuple[str, str]] = []
+    audited = steps = 0
+    engine_s = batchproof_s = 0.0
+    stopped = ""
+    for index, aw in enumerate(stream(), start=1):
+        if options.time_limit_s and time.monotonic() - start > options.time_limit_s:
+            stopped = f"time limit of {options.time_limit_s:g} s reached"
+            break
+        say(f"{index}: {aw.label}")
+        outcome = audit_workload(h, aw, props, manifest, options.timeout_s)
+        engine_s += outcome.engine_seconds
+        batchproof_s += outcome.batchproof_seconds
+        if outcome.skipped:
+            skipped.append((aw.label, outcome.skipped))
+            continue
+        audited += 1
+        sources[aw.source] = sources.get(aw.source, 0) + 1
+        steps += len(outcome.records)
+        for v in outcome.violations:
+            if not v.new:
+                expected[v.verdict.name] = expected.get(v.verdict.name, 0) + 1
+        if groups.add(index, outcome, h) and options.fail_fast:
+            stopped = f"--fail-fast: a finding on workload {index}"
+            break
+    shrink_start = time.monotonic()
+    findings = []
+    for sig, (index, outcome, kind) in groups.first.items():
+        say(f"shrinking {kind} ({sig})")
+        findings.append(_finding(h, kind, sig, index, outcome, groups.count[sig], props,
+                                 manifest, options))
+    shrink_s = time.monotonic() - shrink_start
+    return Report(
+        engine=h.engine, title=h.model.title, installed=installed, location=location,
+        pinned=h.model.version, seed=options.seed, options=options, modes=tuple(modes),
+        properties=tuple(" ".join([p.name, *(f"{k}={v}" for k, v in p.params)])
+                         for p in props),
+        sources=sources, audited=audited, steps=steps, skipped=tuple(skipped),
+        expected=dict(sorted(expected.items())), findings=tuple(findings),
+        witness_unknown=found_witnesses.unknown,
+        witness_searches=found_witnesses.searches,
+        witnesses_cached=found_witnesses.cached, stopped=stopped,
+        timing=Timing(engine_s, batchproof_s, shrink_s, found_witnesses.seconds, startup,
+                      time.monotonic() - start))
+
+
+# ----------------------------------------------------------------- shrinking
+
+def _shows(h: Harness, kind: str, sig: str, props: Sequence[Property], manifest: Manifest,
+           timeout_s: float) -> Callable[[Workload], bool]:
+    """The predicate a shrink keeps true: the workload still shows finding `sig`."""
+    wanted = [p for p in props if f"violation:{_name(p)}" == sig] if kind == VIOLATION else []
+
+    def fails(w: Workload) -> bool:
+        outcome = audit_workload(h, AuditWorkload(w, "shrink", "shrink"), wanted, manifest,
+                                 timeout_s)
+        return not outcome.skipped and any(s == sig for _, s in outcome.findings(h))
+
+    return fails
+
+
+def _name(p: Property) -> str:
+    return " ".join([p.name, *(f"{k}={v}" for k, v in p.params)])
+
+
+def _finding(h: Harness, kind: str, sig: str, index: int, first: Outcome, count: int,
+             props: Sequence[Property], manifest: Manifest, options: Options) -> Finding:
+    """The finding `sig` first shown by `first`, shrunk and described."""
+    original = first.compared or first.audited.workload
+    minimal = original
+    shrunk = False
+    if options.shrink_calls > 0:
+        minimal = h.shrink(original, _shows(h, kind, sig, props, manifest, options.timeout_s),
+                           options.shrink_calls)
+        shrunk = minimal != original
+    wanted = [p for p in props if f"violation:{_name(p)}" == sig] if kind == VIOLATION else []
+    outcome = audit_workload(h, AuditWorkload(minimal, "shrink", "minimal"), wanted,
+                             manifest, options.timeout_s)
+    if not any(s == sig for _, s in outcome.findings(h)):  # flaky: keep the first workload
+        minimal, shrunk, outcome = original, False, first
+    workload = outcome.compared or minimal
+    title, step, real, rules, text, facts = _describe(h, kind, sig, outcome)
+    reference, reference_error = _reference_run(workload)
+    return Finding(kind=kind, signature=sig, title=title, first=first.audited,
+                   first_index=index, count=count, workload=workload, shrunk=shrunk,
+                   original_size=(len(first.audited.workload.requests),
+                                  first.audited.workload.steps),
+                   step=step, real=real, reference=reference,
+                   reference_error=reference_error, rules=rules, text=text, facts=facts)
+
+
+def _describe(h: Harness, kind: str, sig: str, outcome: Outcome
+              ) -> tuple[str, int | None, tuple[StepRecord, ...],
+                         tuple[tuple[str, str, str], ...], str, dict[str, object]]:
+    """(title, step, real records, rules rows, text, facts) of a finding on `outcome`."""
+    if kind == CRASH:
+        crash = outcome.crash
+        assert crash is not None
+        text = "\n".join([crash.summary, *(f"  {f}" for f in crash.stack)])
+        return (crash.summary, crash.step, crash.records, _crash_rules(h, crash), text,
+                {"error": crash.error, "where": crash.where, "stack": list(crash.stack),
+                 "timeout": crash.timeout})
+    if kind == DIVERGENCE:
+        div = outcome.divergence
+        facts = {"fields": list(div.fields), "error": div.error,
+                 "real": div.real.to_json() if div.real is not None else None,
+                 "reference": div.reference.to_json() if div.reference is not None else None,
+                 "differences": {f: [_value_text(f, div.real), _value_text(f, div.reference)]
+                                 for f in div.fields}}
+        return (_divergence_title(div), div.step, outcome.records,
+                rules_involved(h, div, outcome.records), div.render(), facts)
+    violation = next(v for v in outcome.violations if v.signature == sig)
+    verdict = violation.verdict
+    at = verdict.violated_at
+    record = outcome.records[at - 1] if at is not None and at <= len(outcome.records) else None
+    prop = catalogue.get(verdict.property, **dict(verdict.params))
+    text = (f"{verdict.name} violated at step {at} on the real trace: "
+            f"{' '.join(prop.description.split())}\nwhy new: {violation.why}\n"
+            f"the real record of step {at}: {json.dumps(record.to_json()) if record else '-'}")
+    return (f"{verdict.name} violated at step {at} ({violation.why})", at, outcome.records,
+            (), text, {"property": verdict.property, "params": dict(verdict.params),
+                       "expected": verdict.expected, "why": violation.why,
+                       "manifest": verdict.why})
+
+
+def _divergence_title(div: Any) -> str:
+    """`step 4: scheduled real r6:11, reference r6:11 r7:1 (and 7 more fields)`."""
+    if div.error is not None:
+        return div.summary()
+    first = next((f for g in _CAUSE_ORDER for f in div.fields if f in g), div.fields[0])
+    more = len(div.fields) - 1
+    return (f"step {div.step}: {first} real {_value_text(first, div.real)}, reference "
+            f"{_value_text(first, div.reference)}"
+            + (f" (and {more} more field{'s' if more > 1 else ''})" if more else ""))
+
+
+def _crash_rules(h: Harness, crash: Crash) -> tuple[tuple[str, str, str], ...]:
+    """The rules-table rows whose upstream lines hold a frame of the crash's stack."""
+    rows = []
+    for frame in reversed(crash.stack):
+        path, _, rest = frame.partition(":")
+        line = int(rest.split()[0]) if rest.split() and rest.split()[0].isdigit() else -1
+        rel = path.removeprefix(f"{h.package}/")
+        for row in h.model.rules_table:
+            cited, _, span = row[0].split()[0].partition(":")
+            lo, _, hi = span.partition("-")
+            if (cited.endswith(rel) and lo.isdigit()
+                    and int(lo) <= line <= int(hi or lo)):
+                rows.append(row)
+    narrow = sorted(dict.fromkeys(rows), key=lambda r: _span_len(r[0]))
+    return tuple(narrow[:2])
+
+
+def _span_len(citation: str) -> int:
+    _, _, span = citation.split()[0].partition(":")
+    lo, _, hi = span.partition("-")
+    return int(hi or lo) - int(lo) if lo.isdigit() else 1 << 30
+
+
+def _reference_run(workload: Workload) -> tuple[tuple[StepRecord, ...] | None, str]:
+    """The reference's records of `workload`, or None and why not."""
+    from model.run import simulate
+
+    try:
+        return simulate(workload), ""
+    except Exception as exc:  # noqa: BLE001 - the reference failing is shown, not raised
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+_RECORD_FIELDS = frozenset(f.name for f in fields(StepRecord))
+
+
+def _value_text(name: str, record: StepRecord | None) -> str:
+    """A record's field (or `extra` fact) as compact text."""
+    if record is None:
+        return "(no record)"
+    value = (getattr(record, name) if name in _RECORD_FIELDS
+             else dict(record.extra).get(name))
+    if isinstance(value, dict):
+        value = tuple(value.items())
+    if isinstance(value, tuple):
+        if not value:
+            return "-"
+        if all(isinstance(x, tuple) for x in value):
+            return " ".join(f"{k}:{v}" for k, v in value)
+        return " ".join(str(x) for x in value)
+    return str(value)
+
+
+def exit_code(report: Report) -> int:
+    """0 clean, 1 a finding, 3 inconclusive (see `Report.inconclusive`)."""
+    if report.findings:
+        return 1
+    return 3 if report.inconclusive else 0
