@@ -14,6 +14,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -35,7 +36,7 @@ from checker.sweep import executors, pictures, store
 from checker.sweep import grid as grids
 from checker.sweep.extras import require
 from checker.sweep.progress import SweepProgress
-from checker.sweep.work import Outcome
+from checker.sweep.work import NOT_AVAILABLE, Outcome
 from model import registry as engines
 from model.core.errors import InputError
 
@@ -130,6 +131,23 @@ def _print_expansion(grid: grids.Grid, points: list[grids.Point],
         print(f"  refused {where}: rule {s.rule}")
 
 
+@contextmanager
+def _noted_stops() -> Iterator[list[int]]:
+    """While Ray runs the jobs: SIGINT and SIGTERM are noted in the list, not raised (the
+    executor polls it between its calls into Ray)."""
+    noted: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+    old = {s: signal.signal(s, lambda signum, _frame: noted.append(signum))
+           for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield noted
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
@@ -157,14 +175,21 @@ def _sweep(args: argparse.Namespace, grid: grids.Grid, out: Path) -> int:
                                 timeline).record()
                 journal.add(rec)
                 records[job.key] = rec
-            progress.done(len(batch), sum(o.verdict == UNKNOWN for o in outcomes))
+            # Failed: left undecided (error, time limit, worker, solver), not a metric
+            # that waits for `worst`.
+            progress.done(len(batch), sum(o.verdict == UNKNOWN and o.detail != NOT_AVAILABLE
+                                          for o in outcomes))
 
         batches = grids.batches(todo)
         try:
-            with _stoppable():
-                if args.executor == "ray":
-                    executors.run_ray(batches, on_done, tick=progress.tick)
-                else:
+            if args.executor == "ray":
+                with _noted_stops() as signals:
+                    executors.run_ray(batches, on_done, tick=progress.tick,
+                                      stop=lambda: bool(signals))
+                if signals:
+                    stopped = Stopped(signals[0])
+            else:
+                with _stoppable():
                     hooks = executors.PoolHooks(stop=_stop_pool, initializer=_init_worker,
                                                 initargs=(os.getpid(),))
                     executors.run_local(batches, args.jobs, on_done, hooks,

@@ -146,11 +146,14 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
 def run_ray(batches: Sequence[Batch], on_done: OnDone, address: str | None = None,
             num_cpus: int | None = None, task: Task = execute_batch,
             tick: Callable[[], None] = lambda: None, max_retries: int = MAX_ATTEMPTS - 1,
-            limit: Callable[[Batch], float] = time_limit) -> None:
+            limit: Callable[[Batch], float] = time_limit,
+            stop: Callable[[], bool] = lambda: False) -> None:
     """Run the batches as Ray tasks, results taken as they finish (ray.wait). Ray starts
     locally with `num_cpus` unless it is running already or `address` names a cluster.
     Ray runs a task again when its worker dies (`max_retries`); a task that still fails,
-    or outlives its time limit (then cancelled), is recorded as UNKNOWN."""
+    or outlives its time limit (then cancelled), is recorded as UNKNOWN. When `stop()`
+    turns true the tasks still running are cancelled and it returns: a signal must not
+    raise inside Ray's calls, which are C code (a SystemError, not an exception we see)."""
     ray = require("ray")
     started = start_ray(address, num_cpus)
     queue: deque[Batch] = deque(batches)
@@ -160,7 +163,7 @@ def run_ray(batches: Sequence[Batch], on_done: OnDone, address: str | None = Non
         # Two tasks per CPU keep every worker busy while results travel back, and bound
         # what waits in Ray's queues (a million-job grid is not submitted at once).
         window = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
-        while queue or inflight:
+        while (queue or inflight) and not stop():
             while queue and len(inflight) < window:
                 batch = queue.popleft()
                 inflight[remote.remote(batch)] = (batch, time.monotonic())

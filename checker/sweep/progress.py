@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-_FORMAT = ("sweep {n_fmt}/{total_fmt} jobs |{bar:12}| {rate_fmt} {postfix} "
+_FORMAT = ("sweep {n_fmt}/{total_fmt} jobs |{bar:12}| {rate_fmt}{postfix} "
            "{elapsed}<{remaining}")
 
 
