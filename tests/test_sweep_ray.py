@@ -103,3 +103,17 @@ def test_a_worker_killed_mid_run_loses_no_job(local, ray_two_cpus, tmp_path):
         assert retried or lost, (key, outcome)
     # Ray's retry ran the killed task again: every job has the local executor's verdict.
     assert sum(o.verdict == UNKNOWN and "worker died" in o.detail for o in got.values()) == 0
+
+
+def test_a_stop_cancels_the_running_tasks_and_returns(ray_two_cpus, tmp_path):
+    path = tmp_path / "grid.yaml"
+    path.write_text(RAY_GRID)
+    g = grids.load(path)
+    jobs = grids.jobs(g, grids.expand(g)[0])
+    got = {}
+    start = time.monotonic()
+    executors.run_ray(grids.batches(jobs), lambda b, outs: got.update(
+        {o.key: o for o in outs}), stop=lambda: bool(got))
+    assert 0 < len(got) < len(jobs)  # the first batch's rows, then nothing more
+    assert time.monotonic() - start < 60
+    assert ray.get(ray.put(7)) == 7  # Ray itself is left running for the caller
