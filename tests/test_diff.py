@@ -1,0 +1,134 @@
+"""`batchproof diff`: the shortest workload on which two versions decide differently, its
+replay on both references, the proof where a switch is not read, and the outputs."""
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from checker.cli.main import main
+from checker.methods import diff
+from checker.methods.symbolic import Bounds
+from model import registry
+from properties.manifest import load
+
+TINY_BOUNDS = Bounds(slots=2, depth=3, max_prompt_len=4, max_max_tokens=3)
+
+
+def side(name, switches=None):
+    engine = registry.get(name)
+    raw = engine.config_to_dict(load().configs["mr_tiny"].config)
+    if switches:
+        raw["rules"] = switches
+    return diff.Side(engine=engine.name, config=engine.parse_config(raw), label=name)
+
+
+def run_json(capsys, *args):
+    code = main(["diff", *args, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_the_fcfs_fix_is_found_at_step_2_on_two_equal_requests(capsys):
+    code, doc = run_json(capsys, "mistralrs@v0.8.22", "mistralrs@v0.8.23", "--config",
+                         "mr_tiny")
+    assert code == 1
+    assert (doc["status"], doc["depth"], doc["minimal"]) == ("differ", 2, True)
+    requests = [(r["id"], r["prompt_len"], r["max_tokens"], r["arrival_step"])
+                for r in doc["workload"]["requests"]]
+    assert requests == [("r0", 3, 2, 1), ("r1", 3, 2, 1)]
+    preempted = {(d["request"], d["a"], d["b"]) for d in doc["differences"]
+                 if d["observable"] == "preempted"}
+    assert preempted == {("r0", True, False), ("r1", False, True)}
+    assert doc["steps"]["a"][1]["preempted"] == ["r0"]
+    assert doc["steps"]["b"][1]["preempted"] == ["r1"]
+
+
+def test_no_shallower_workload_differs():
+    assert diff.compare(side("mistralrs@v0.8.22"), side("mistralrs@v0.8.23"),
+                        Bounds(slots=2, depth=1, max_prompt_len=5, max_max_tokens=3),
+                        120).status == diff.SAME
+
+
+def test_the_bucketing_ablation_differs_in_the_first_prompt_step(capsys):
+    code, doc = run_json(capsys, "mistralrs@v0.9.0", "--ablate", "bucket_by_length",
+                         "--config", "mr_tiny")
+    assert code == 1 and doc["depth"] == 1
+    assert doc["b"]["config"]["rules"] == {"bucket_by_length": False}
+    assert doc["steps"]["a"][0]["preempted"] == ["r1"] and doc["steps"]["b"][0]["preempted"] == []
+
+
+def test_a_switch_the_version_does_not_read_is_proved_equivalent(capsys):
+    # 48be6c1e2 replaced the turn alternation by completion_is_due (S:239-273).
+    code, doc = run_json(capsys, "mistralrs", "--ablate", "alternate_turns", "--config",
+                         "mr_tiny")
+    assert (code, doc["status"]) == (0, "proved")
+
+
+def test_one_victim_or_a_loop_is_the_same_with_two_slots_but_not_provably_with_three():
+    a, b = side("mistralrs@v0.9.2"), side("mistralrs@b0882bd75")
+    assert diff.prove_equivalent(a, b, 2, 60) is True  # one running sequence beside the head
+    assert diff.prove_equivalent(a, b, 3, 60) is False
+    # mr_tiny's 64 failed attempts are out of reach in 2 steps: no difference there
+    assert diff.compare(a, b, Bounds(slots=3, depth=2, max_prompt_len=2, max_max_tokens=2),
+                        120, prove=False).status == diff.SAME
+
+
+def test_a_reference_that_does_not_confirm_the_rules_is_a_divergence(monkeypatch):
+    real = diff.simulate
+    first = {}
+
+    def same_records(workload):
+        # both sides get side A's run: the references then never differ
+        return first.setdefault("a", real(workload))
+
+    monkeypatch.setattr(diff, "simulate", same_records)
+    result = diff.compare(side("mistralrs@v0.8.22"), side("mistralrs@v0.8.23"), TINY_BOUNDS,
+                          120)
+    assert result.status == diff.DIVERGENCE
+    assert "the references agree on every step" in result.reason
+
+
+def test_the_text_shows_both_timelines_side_by_side(capsys):
+    assert main(["diff", "mistralrs@v0.8.22", "mistralrs@v0.8.23", "--config", "mr_tiny"]) == 1
+    out = capsys.readouterr().out
+    assert "DIFFER at step 2" in out
+    assert "A: mistralrs@v0.8.22    B: mistralrs@v0.8.23" in out
+    row = next(line for line in out.splitlines() if line.startswith("r0 "))
+    assert row.split() == ["r0", "+3", "!", "r0", "+3", "1#"]
+
+
+def test_the_svg_holds_the_two_timelines(capsys):
+    assert main(["diff", "mistralrs@v0.8.22", "mistralrs@v0.8.23", "--config", "mr_tiny",
+                 "--format", "svg"]) == 1
+    root = ET.fromstring(capsys.readouterr().out)
+    ns = "{http://www.w3.org/2000/svg}"
+    inner = root.findall(f"{ns}svg")
+    assert len(inner) == 2 and float(inner[1].get("x")) > float(inner[0].get("width"))
+    blocks = [b for b in root.iter(f"{ns}rect") if b.get("class") == "block"
+              and b.get("data-step") == "2"]
+    assert [b.get("data-request") for b in blocks] == ["r1", "r0"]
+
+
+def test_ablate_all_says_which_switch_changes_a_decision(capsys):
+    code, doc = run_json(capsys, "mistralrs", "--ablate-all", "--config", "mr_tiny",
+                         "--depth", "2", "--jobs", "1")
+    assert code == 1
+    status = {row["switch"]: (row["status"], row["depth"]) for row in doc["switches"]}
+    assert status == {"victim_newest": ("same", 2), "reserve_next_token": ("differ", 2),
+                      "bucket_by_length": ("differ", 1), "alternate_turns": ("proved", 0),
+                      "escape_loop": ("proved", 0), "token_budget": ("differ", 1)}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["mistralrs@v9", "mistralrs"], "unknown mistralrs version 'v9'; known versions:"),
+    (["mistralrs", "--ablate", "nope"], "unknown rule switch 'nope'"),
+    (["mistralrs", "mistralrs@v0.8.22", "--config", "tiny_fcfs"], "is a vllm-v1 config"),
+    (["mistralrs", "mistralrs", "--ablate", "escape_loop"], "give one engine, not 2"),
+    (["mistralrs"], "diff compares two engines"),
+    (["sglang", "--ablate-all"], "sglang models one version"),
+    (["mistralrs", "sglang"], "different engines"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
+    assert main(["diff", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
