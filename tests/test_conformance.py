@@ -107,7 +107,7 @@ def test_the_modes_are_named_in_help():
     text = build_parser().format_help()
     assert set(MODES) == {"off", "prefix", "async", "async+prefix"}
     for mode in MODES.values():
-        assert f"  {mode.name:12} {mode.what}" in text
+        assert f"  {mode.name:13} {mode.what}" in text
     assert build_parser().parse_args([]).mode == "off"
     assert not MODES["off"].generate(0, 30).config.enable_prefix_caching
     assert MODES["off"].generate(5, 30) == random_workload(5)

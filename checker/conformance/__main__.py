@@ -28,7 +28,7 @@ EXIT_OK, EXIT_DIVERGED, EXIT_UNAVAILABLE = 0, 1, 2
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
-    modes = "\n".join(f"  {m.name:12} {m.what}" for m in MODES.values())
+    modes = "\n".join(f"  {m.name:13} {m.what}" for m in MODES.values())
     parser = argparse.ArgumentParser(prog="python -m checker.conformance",
                                      description=(__doc__ or "").format(modes=modes),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
