@@ -381,3 +381,18 @@ def test_the_ray_executor_without_ray_names_the_ray_extra(tmp_path):
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert res.returncode == 2, res.stderr
     assert "pip install -e '.[ray]'" in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_a_ray_address_nobody_listens_at_is_one_line_at_once():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    start = time.monotonic()
+    for address, says in ((f"127.0.0.1:{port}", "cannot reach the Ray cluster"),
+                          (f"ray://127.0.0.1:{port}", "cannot reach the Ray cluster"),
+                          ("head-node", "is not host:port")):
+        with pytest.raises(InputError, match=says):
+            executors._check_reachable(address)
+    assert time.monotonic() - start < 10
+    executors._check_reachable("auto")  # ray.init finds the local cluster itself

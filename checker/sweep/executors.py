@@ -6,6 +6,7 @@ outcomes that say why."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -133,6 +134,7 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                "logging_level": "warning"}
     if address:
+        _check_reachable(address)
         try:
             ray.init(address=address, **options)
         except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -141,6 +143,21 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     else:
         ray.init(num_cpus=num_cpus, **options)
     return True
+
+
+def _check_reachable(address: str) -> None:
+    """InputError at once when nothing listens at host:port: ray.init would retry for
+    minutes before it gives up on a wrong address."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"--address {address!r} is not host:port, ray://host:port or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as exc:
+        raise InputError(f"cannot reach the Ray cluster at {address}: "
+                         f"{exc.strerror or exc}; check --address") from None
 
 
 def run_ray(batches: Sequence[Batch], on_done: OnDone, address: str | None = None,
