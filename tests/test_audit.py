@@ -1,0 +1,365 @@
+"""`batchproof audit`: the real scheduler driven through every workload source, each
+run checked three ways (properties, the reference, exceptions).
+
+Without vLLM the audit runs here on a stand-in engine: a package `fakesched` written to a
+temporary folder whose `run` is the vLLM reference itself, faulty on demand (a budget
+overrun, an exception, a hang), so findings of each kind, their shrinking and every
+output format are tested in the default venv. Tests marked `conformance` drive vLLM's
+real Scheduler (`pip install -e '.[vllm]'`); the mutation test (`slow` and
+`conformance`) applies each patch of tests/audit_mutations/ to a copy of the installed
+scheduler in a temporary folder (bench/audit_mutations.py) and requires audit to catch it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from checker.cli import audit as cli
+from checker.cli.main import main
+from checker.conformance import audit
+from checker.conformance.compare import first_divergence
+from checker.conformance.generate import random_workload
+from checker.conformance.vllm_real import vllm_available, vllm_unavailable_reason
+from model.core.errors import InputError
+from model.core.types import StepRecord, Workload
+from model.run import simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_vllm = pytest.mark.skipif(not vllm_available(), reason=f"{vllm_unavailable_reason()}")
+
+FAKE_ENGINE = '''
+"""A stand-in engine for tests/test_audit.py: the vLLM reference, faulty on demand."""
+from dataclasses import replace
+
+from model.run import iter_records
+
+__version__ = "0.33.0"
+FAULT = None
+
+
+def run(workload):
+    records = []
+    for _, record in iter_records(replace(workload, eos=())):
+        if FAULT == "crash" and record.preempted:
+            raise RuntimeError("no block to free")  # CRASH LINE
+        if FAULT == "hang" and record.preempted:
+            while True:
+                pass
+        if FAULT == "overrun" and record.scheduled:
+            (rid, n), *rest = record.scheduled
+            record = replace(record, scheduled=((rid, n + 1), *rest),
+                             token_budget_left=record.token_budget_left - 1)
+        records.append(record)
+    return records
+'''
+
+
+@dataclass(frozen=True, slots=True)
+class FakeRun:
+    """What a driver returns: the records and the EOS entries that took effect."""
+
+    records: tuple[StepRecord, ...]
+
+    def effective_eos(self, workload: Workload) -> tuple[()]:
+        return ()
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """The `fakesched` module, installed as vllm-v1's harness for the test."""
+    folder = tmp_path / "fakesched"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(FAKE_ENGINE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("fakesched")
+    monkeypatch.setitem(sys.modules, "fakesched", module)
+    real = audit._vllm_harness()
+
+    def compare(workload: Workload, run: FakeRun):
+        compared = replace(workload, eos=())
+        return first_divergence(compared, run.records, simulate(compared))
+
+    harness = replace(real, package="fakesched", modes=("off",), unavailable=lambda: None,
+                      run=lambda w: FakeRun(tuple(module.run(w))), compare=compare,
+                      generate=lambda _mode, seed, steps: random_workload(seed, steps))
+    monkeypatch.setitem(audit.HARNESSES, "vllm-v1", lambda: harness)
+    yield module
+    sys.modules.pop("fakesched", None)
+
+
+def _options(**kw: object) -> audit.Options:
+    base = dict(seed=3, count=12, modes=("off",), sources=("counterexamples", "random"),
+                shrink_calls=150, timeout_s=10.0)
+    base.update(kw)
+    return audit.Options(**base)  # type: ignore[arg-type]
+
+
+def test_a_faithful_engine_gives_a_clean_audit(fake):
+    report = audit.audit(_options())
+    assert report.findings == ()
+    assert audit.exit_code(report) == 0
+    stored = len(audit.stored_counterexamples("vllm-v1"))
+    assert report.sources == {"counterexamples": stored, "random": 12}
+    assert report.audited == stored + 12 and report.steps > 0
+    assert "starvation k=3" in report.expected  # known, shown by the reference too
+    assert report.installed == "0.33.0" and report.pinned == "0.32.0"
+    assert "they differ, so a divergence may be an intended change" in cli.version_line(report)
+    assert report.location.endswith("fakesched")
+
+
+def test_a_budget_overrun_is_a_divergence_and_a_new_violation(fake):
+    fake.FAULT = "overrun"
+    report = audit.audit(_options(sources=("random",), shrink_calls=2000))
+    assert audit.exit_code(report) == 1
+    kinds = {f.kind: f for f in report.findings}
+    assert set(kinds) == {audit.DIVERGENCE, audit.VIOLATION}
+    violation = next(f for f in report.findings if f.facts.get("property") == "budget_respected")
+    assert violation.facts["expected"] == "HOLDS"
+    assert 1 <= violation.count < report.audited  # those that fill the budget in a step
+    # shrunk to one request and one step: the first step already overruns
+    assert (len(violation.workload.requests), violation.workload.steps) == (1, 1)
+    assert violation.shrunk
+    divergence = kinds[audit.DIVERGENCE]
+    assert divergence.step == 1 and "scheduled" in divergence.facts["fields"]
+    assert divergence.title.startswith("step 1: scheduled real r0:")
+    assert divergence.rules[0][1] == "VllmV1Scheduler._schedule_waiting"
+    assert divergence.rules[0][0].startswith("vllm/v1/core/sched/scheduler.py:912-1369")
+
+
+def test_an_exception_of_the_engine_is_a_finding_not_the_end(fake):
+    fake.FAULT = "crash"
+    report = audit.audit(_options(sources=("random",), count=20))
+    assert report.audited == 20  # the audit went on after each crash
+    [crash] = report.findings
+    assert crash.kind == audit.CRASH
+    line = next(i for i, text in enumerate(FAKE_ENGINE.split("\n"), start=1)
+                if "CRASH LINE" in text)
+    assert crash.facts["where"] == f"fakesched/__init__.py:{line} in run"
+    assert crash.facts["error"] == "RuntimeError: no block to free"
+    assert crash.title.startswith("the real engine raised RuntimeError: no block to free")
+    assert 1 < crash.count < 20
+    assert len(crash.workload.requests) <= 2 and crash.shrunk  # a preemption needs two
+
+
+def test_a_hang_is_a_crash_named_by_where_it_was_stopped(fake):
+    fake.FAULT = "hang"
+    report = audit.audit(_options(sources=("random",), count=6, timeout_s=0.3,
+                                  shrink_calls=3))
+    [hang] = report.findings
+    assert hang.kind == audit.CRASH and hang.facts["timeout"] is True
+    assert hang.facts["where"].startswith("fakesched/__init__.py:")
+    assert "did not finish in time" in hang.title
+
+
+def test_fail_fast_and_the_time_limit(fake):
+    fake.FAULT = "crash"
+    report = audit.audit(_options(sources=("random",), count=20, fail_fast=True,
+                                  shrink_calls=0))
+    assert report.stopped.startswith("--fail-fast") and report.findings[0].count == 1
+    assert not report.findings[0].shrunk
+    fake.FAULT = None
+    report = audit.audit(_options(time_limit_s=1e-9))
+    assert report.stopped.startswith("time limit") and audit.exit_code(report) == 3
+
+
+def test_every_output_format(fake, tmp_path, capsys):
+    fake.FAULT = "overrun"
+    junit, html, saved = tmp_path / "a.xml", tmp_path / "a.html", tmp_path / "saved"
+    code = main(["audit", "--seed", "5", "--count", "3", "--sources", "random", "--modes",
+                 "off", "--shrink-calls", "60", "--json", "--junit", str(junit), "--html",
+                 str(html), "--save", str(saved)])
+    assert code == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == 1 and doc["command"] == "audit" and doc["seed"] == 5
+    assert doc["version"] == {**doc["version"], "installed": "0.33.0", "pinned": "0.32.0",
+                              "same": False}
+    assert doc["summary"]["findings"] == len(doc["findings"]) == 2
+    assert doc["summary"]["exit_code"] == 1
+    assert doc["timing"]["workloads_per_s"] > 0 and 0 <= doc["timing"]["engine_share"] <= 1
+    finding = doc["findings"][0]
+    assert {"kind", "title", "first", "step", "rules", "workload", "real", "reference"} <= set(
+        finding)
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == "2"
+    assert [c.get("name") for c in suite.findall("testcase")][0] == "random (3 workloads)"
+    page = html.read_text()
+    assert page.count('<div class="sides">') == 2 and page.count("<svg") == 4
+    assert "real engine" in page and "reference" in page
+    # each saved real trace is a check-trace document: the overrun departs there too
+    trace = next(saved.glob("*-violation.real.json"))
+    assert main(["check-trace", str(trace), "--property", "budget_respected"]) == 1
+    capsys.readouterr()
+
+
+def test_the_text_summary(fake, capsys):
+    fake.FAULT = "crash"
+    assert main(["audit", "--count", "8", "--sources", "random", "--modes", "off",
+                 "--shrink-calls", "40"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("batchproof audit: vLLM V1's real scheduler, as installed here\n")
+    assert "seed: " in out and "fresh; repeat this audit with --seed " in out
+    # the stand-in's frames are not a driver's, so the step is not known
+    assert ("[1] crash: the real engine raised RuntimeError: no block to free outside the "
+            "steps (fakesched/__init__.py:") in out
+    assert "minimal workload (shrunk from" in out
+
+
+def test_usage_errors_are_one_line(capsys):
+    assert main(["audit", "--engine", "mistralrs"]) == 2
+    assert "there is no harness for 'mistralrs'" in capsys.readouterr().err
+    assert main(["audit", "--engine", "nope"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert main(["audit", "--sources", "random,stories", "--count", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown source 'stories'" in err or "not available here" in err
+
+
+@pytest.mark.skipif(vllm_available(), reason="vLLM is installed here")
+def test_without_vllm_audit_says_so_in_one_line(capsys):
+    assert main(["audit", "--sources", "random", "--count", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "vLLM V1's real scheduler is not available here" in err
+
+
+def test_an_engine_whose_harness_does_not_import(monkeypatch, capsys):
+    def missing() -> audit.Harness:
+        raise ImportError("No module named 'checker.conformance.sglang_real'")
+
+    monkeypatch.setitem(audit.HARNESSES, "sglang", missing)
+    assert main(["audit", "--engine", "sglang"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "audit --engine sglang is not available yet" in err
+
+
+# -------------------------------------------------------------------- witnesses
+
+def test_witness_jobs_cover_the_known_violations_on_validated_default_configs():
+    jobs = audit.witness_jobs("vllm-v1", 5.0)
+    pairs = {(j.property, j.params, j.config) for j in jobs}
+    assert ("starvation", (("k", 3),), "tiny_priority") in pairs  # no manifest entry
+    assert not any(j.config == "budget_below_seqs" for j in jobs)  # vLLM rejects it
+    assert not any(j.property == "budget_respected" for j in jobs)  # proved: no witness
+    entry = next(j for j in jobs if (j.property, j.config) == ("starvation", "tiny_fcfs"))
+    assert dict(entry.bounds)["slots"] == 2  # the entry's own bounds
+    other = next(j for j in jobs if (j.property, j.config) == ("head_of_line", "tiny_priority"))
+    assert dict(other.bounds)["depth"] <= audit.WITNESS_DEPTH
+
+
+def test_a_witness_search_and_its_cache(tmp_path, monkeypatch):
+    job = audit.WitnessJob("vllm-v1", "head_of_line", (("k", 2),), "tiny_fcfs",
+                           (("depth", 3), ("max_max_tokens", 3), ("max_prompt_len", 4),
+                            ("slots", 2)), 30.0)
+    monkeypatch.setattr(audit, "witness_jobs", lambda engine, timeout_s: (job,))
+    first = audit.witnesses("vllm-v1", 30.0, jobs=1, cache_dir=tmp_path)
+    assert not first.cached and first.searches == 1
+    [found] = first.workloads
+    assert found.source == "witnesses" and found.label == "bmc head_of_line k=2 on tiny_fcfs"
+    again = audit.witnesses("vllm-v1", 30.0, jobs=1, cache_dir=tmp_path)
+    assert again.cached and again.workloads == first.workloads
+
+
+def test_stored_counterexamples_are_read_from_their_meta():
+    stored = audit.stored_counterexamples("vllm-v1")
+    assert len(stored) == len(list((ROOT / "counterexamples" / "vllm_v1").glob("*.itf.json")))
+    assert all(s.label.startswith("counterexamples/vllm_v1/") for s in stored)
+
+
+def test_harness_lookup():
+    with pytest.raises(InputError, match="no harness for 'static'"):
+        audit.harness("static")
+    assert audit.harness("vllm-v1").package == "vllm"
+
+
+# ------------------------------------------------------------ the real engine
+
+@needs_vllm
+@pytest.mark.conformance
+def test_the_installed_vllm_audits_clean():
+    report = audit.audit(audit.Options(seed=11, count=8, modes=("off", "prefix"),
+                                       sources=("counterexamples", "random")))
+    assert report.findings == (), [f.title for f in report.findings]
+    assert report.same_version and report.installed == "0.32.0"
+    stored = len(audit.stored_counterexamples("vllm-v1"))
+    assert report.sources == {"counterexamples": stored - 1, "random": 16}
+    assert [label for label, _ in report.skipped] == [
+        "counterexamples/vllm_v1/exhausting_decodes_fill_max_num_seqs__budget_below_seqs"
+        ".itf.json"]  # vLLM's SchedulerConfig rejects that unvalidated config
+    assert report.expected  # starvation, head-of-line: known, and the reference agrees
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_an_exception_inside_vllm_is_recorded_with_its_workload(monkeypatch):
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+    monkeypatch.setattr(KVCacheManager, "free", None)  # every free now raises in vLLM
+    report = audit.audit(audit.Options(seed=2, count=6, modes=("off",),
+                                       sources=("random",), shrink_calls=60))
+    assert report.audited == 6
+    crash = next(f for f in report.findings if f.kind == audit.CRASH)
+    assert crash.facts["error"] == "TypeError: 'NoneType' object is not callable"
+    assert crash.facts["where"].startswith("vllm/v1/core/sched/scheduler.py:")
+    assert crash.step is not None and len(crash.real) == crash.step - 1
+    assert len(crash.workload.requests) == 1  # one request finishing is enough
+    assert any(row[1] == "VllmV1Scheduler._free_request" or
+               row[1] == "VllmV1Scheduler._preempt_request" for row in crash.rules)
+
+
+def _mutations_module():
+    spec = importlib.util.spec_from_file_location("audit_mutations",
+                                                  ROOT / "bench" / "audit_mutations.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+MUTATIONS = sorted(p.stem for p in (ROOT / "tests" / "audit_mutations").glob("*.patch"))
+
+
+def test_the_mutation_patches_are_small_and_say_what_they_do():
+    mut = _mutations_module()
+    assert len(MUTATIONS) >= 5
+    for name, patch in mut.mutations().items():
+        assert mut.description(patch) and mut.patched_files(patch)
+        changed = [line for line in patch.read_text().split("\n")
+                   if line[:1] in ("+", "-") and line[:3] not in ("+++", "---")]
+        assert 2 <= len(changed) <= 4, name
+
+
+@needs_vllm
+@pytest.mark.conformance
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MUTATIONS)
+def test_audit_catches_each_mutation_with_a_minimal_workload(name, tmp_path):
+    mut = _mutations_module()
+    overlay = mut.build_overlay([mut.mutations()[name]], tmp_path)
+    installed = mut.installed_package()
+    caught = mut.catch(name, overlay, seed=1000, count=300, shrink_calls=300)
+    assert caught.code == 1 and caught.workloads is not None, caught
+    requests, steps = (int(x) for x in caught.minimal.split(" x "))
+    assert requests <= 8 and steps <= 20, caught
+    # the installed scheduler is untouched
+    original = (installed / "v1" / "core" / "sched" / "scheduler.py").read_text()
+    assert "while token_budget > 1:" not in original
+    assert "if self._pause_state != PauseState.PAUSED_ALL:" not in original
+
+
+@needs_vllm
+@pytest.mark.conformance
+@pytest.mark.slow
+def test_an_unpatched_copy_audits_clean(tmp_path):
+    mut = _mutations_module()
+    overlay = mut.build_overlay([], tmp_path)
+    code, doc, _ = mut.run_audit(overlay, ["--seed", "1000", "--count", "20", "--modes",
+                                           "off,prefix", "--sources", "random"])
+    assert code == 0 and doc["findings"] == []
+
