@@ -39,6 +39,7 @@ def test_flags_use_vllm_spelling():
         "max_num_active_seqs": "--max-num-active-seqs",
         "max_num_scheduled_tokens": "--max-num-scheduled-tokens",
         "enable_prefix_caching": "--enable-prefix-caching",
+        "async_scheduling": "--async-scheduling",
     }
 
 

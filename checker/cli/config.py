@@ -270,7 +270,7 @@ def _deployment(args: argparse.Namespace, device: Device | None,
         others.append(PREFILL_INTERVAL)
     return serve_deployment(
         prefix_caching=args.config_enable_prefix_caching,
-        async_scheduling=getattr(args, _IGNORED + "async_scheduling"), speculative=spec,
+        async_scheduling=args.config_async_scheduling, speculative=spec,
         lora=bool(args.enable_lora),
         cpu_platform=device is not None and device.platform == PLATFORM_CPU,
         pipeline_parallel=args.pipeline_parallel_size or 1, others=tuple(others))

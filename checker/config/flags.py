@@ -174,6 +174,9 @@ CONFIG_FLAGS: tuple[ConfigFlag, ...] = (
                human_int),
     ConfigFlag("enable_prefix_caching", ("--enable-prefix-caching",), "bool",
                "reuse cached KV blocks of shared prompt prefixes (vllm serve: on)"),
+    ConfigFlag("async_scheduling", ("--async-scheduling",), "bool",
+               "the AsyncScheduler: schedule a step before the last output is known "
+               "(vllm serve on a GPU: on)"),
 )
 
 FLAG_FOR_FIELD: dict[str, str] = {f.field: f.flags[0] for f in CONFIG_FLAGS}

@@ -69,6 +69,9 @@ def prove_well_formed(family: Family, bounds: Bounds, timeout_s: float) -> Induc
     start = time.monotonic()
     engine = engines.get(family.engine)
     cfg, _, cfg_cons = family_config(family)
+    if engine.invariant_covers is not None and not engine.invariant_covers(cfg):
+        return InductionResult(False, 0, 0.0, "the engine's invariant does not describe "
+                               "this configuration")
     specs, spec_cons = slot_specs(bounds.slots, cfg)
     initial = engine.initial_state(bounds.slots, cfg)
     defs: list = []

@@ -160,6 +160,9 @@ def new_unrolling(family: Family, bounds: Bounds) -> Unrolling:
     """Symbols for a query: config family, request slots, the initial state."""
     engine = engines.get(family.engine)
     cfg, cfg_vars, cons = family_config(family)
+    if engine.within_bounds is not None:
+        cfg = engine.within_bounds(cfg, bounds.slots, bounds.depth,
+                                   bounds.max_prompt_len + bounds.max_max_tokens)
     specs, spec_cons = slot_specs(bounds.slots, cfg, bounds)
     init = engine.initial_state(bounds.slots, cfg)
     return Unrolling(engine=engine, cfg=cfg, cfg_vars=cfg_vars, specs=specs, states=[init],

@@ -59,14 +59,19 @@ class EngineModel:
     # reference
     scheduler: Callable[[Any], ReferenceScheduler]
     observe: Callable[[Workload, Sequence[StepRecord]], tuple[Step, ...]]
-    # optional: an inductive invariant of reachable states (enables k-induction)
+    # optional: an inductive invariant of reachable states (enables k-induction), and
+    # which rule configs it describes (default: all)
     well_formed: Callable[[Ops, Any, Sequence[SlotSpec], Any], Bool] | None = None
+    invariant_covers: Callable[[Any], bool] | None = None
     # optional: config families (a query ranges over these Config fields)
     ranged_fields: tuple[str, ...] = ()
     # (ops, base Config, field -> int or term) -> the rules' config over those values
     ranged_rule_config: Callable[[Ops, Any, Mapping[str, object]], Any] | None = None
     # (base Config, field -> int or term) -> constraints: the engine accepts the config
     family_constraints: Callable[[Any, Mapping[str, object]], list[Bool]] | None = None
+    # (rule config, slots, depth, most tokens of one request) -> the rule config for such a
+    # bounded query (a smaller state where the engine's shape allows it)
+    within_bounds: Callable[[Any, int, int, int], Any] | None = None
     # optional: one line of engine-specific facts for a step's text row
     describe_step: Callable[[StepRecord], str] | None = None
     # the docs' rules table: (upstream file:line, reference function, rules function)

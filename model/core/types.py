@@ -188,6 +188,7 @@ class SlotObs:
     priority: object
     arrival_time: int
     prefix_hit: object = 0  # tokens a prefix cache gave the request at admission
+    finish_rank: object = 0  # order its output is processed in (finished lists follow it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,26 +122,30 @@ def adopt(ops: Ops, c: CacheWork, sel: Sequence[Bool], hit: Hit, do: Bool) -> No
 def take(ops: Ops, cfg: RuleConfig, c: CacheWork, sel: Sequence[Bool], start: Int, count: Int,
          do: Bool) -> None:
     """Give the selected slot `count` free blocks at table positions start.. (P:666-750):
-    blocks without a hash first, then cached ones by queue key, which lose their hash."""
+    blocks without a hash first (interchangeable: by pool index), then cached ones by
+    queue key, which lose their hash. Each free block's rank in that order decides at once
+    whether it is taken and where it goes."""
     n = len(c.ref)
-    for m in range(cfg.table_len):
-        want = ops.and_(do, m < count)
-        bare = [ops.and_(r == 0, h == 0) for r, h in zip(c.ref, c.hash, strict=True)]
-        cached = [ops.and_(r == 0, h != 0) for r, h in zip(c.ref, c.hash, strict=True)]
-        any_bare = ops.or_(*bare)
-        first_bare = select_min(ops, bare, [(b,) for b in range(n)])
-        oldest = select_min(ops, cached, [(k,) for k in c.queue_key])
-        chosen = [ops.and_(want, ops.ite(any_bare, fb, fo))
-                  for fb, fo in zip(first_bare, oldest, strict=True)]
-        index = ops.sum([ops.ite(f, b + 1, 0) for b, f in enumerate(chosen)])
-        for b, f in enumerate(chosen):
-            c.ref[b] = ops.ite(f, 1, c.ref[b])
-            c.hash[b] = ops.ite(f, 0, c.hash[b])
-        for i, s in enumerate(sel):
-            for j in range(cfg.table_len):
-                put = ops.and_(want, s, start + m == j)
-                c.table[i][j] = ops.ite(put, index, c.table[i][j])
-        c.checkpoint(ops)
+    free = [r == 0 for r in c.ref]
+    bare = [ops.and_(f, h == 0) for f, h in zip(free, c.hash, strict=True)]
+    cached = [ops.and_(f, h != 0) for f, h in zip(free, c.hash, strict=True)]
+    rank = []
+    for b in range(n):
+        before = [ops.or_(ops.and_(bare[a], ops.or_(cached[b], a < b)),
+                          ops.and_(cached[a], cached[b], c.queue_key[a] < c.queue_key[b]))
+                  for a in range(n) if a != b]
+        rank.append(ops.name(ops.sum([ops.to_int(x) for x in before])))
+    taken = [ops.name(ops.and_(do, free[b], rank[b] < count)) for b in range(n)]
+    for i, s in enumerate(sel):
+        for j in range(cfg.table_len):
+            mine = [ops.and_(s, taken[b], start + rank[b] == j) for b in range(n)]
+            c.table[i][j] = ops.ite(ops.or_(*mine),
+                                    ops.sum([ops.ite(m, b + 1, 0) for b, m in enumerate(mine)]),
+                                    c.table[i][j])
+    for b in range(n):
+        c.ref[b] = ops.ite(taken[b], 1, c.ref[b])
+        c.hash[b] = ops.ite(taken[b], 0, c.hash[b])
+    c.checkpoint(ops)
 
 
 def cache(ops: Ops, cfg: RuleConfig, c: CacheWork, specs: Sequence[SlotSpec],

@@ -46,6 +46,10 @@ class Config:
     # of this model ran it, so files written before it existed keep their meaning.
     # `vllm serve` flags resolve it as vLLM does (model/vllm/deployment.py).
     enable_prefix_caching: bool = False
+    # SchedulerConfig.async_scheduling (config/scheduler.py:208-211): the AsyncScheduler,
+    # one step of look-ahead. Off by default in the contract for the same reason; vllm
+    # serve on a GPU turns it on (config/vllm.py:1541-1644).
+    async_scheduling: bool = False
 
     @property
     def token_budget(self) -> int:

@@ -27,6 +27,7 @@ from model.vllm.state import (
     RuleConfig,
     SchedState,
     ranged_rule_config,
+    within_bounds,
 )
 from model.vllm.validation import rejection, validation_constraints
 
@@ -48,6 +49,8 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     running: tuple[str, ...] = ()
     waiting: tuple[str, ...] = ()
     steps = []
+    pending: frozenset[str] = frozenset()  # async: sampled by the previous schedule
+    gone: set[str] = set()
     for rec in records:
         facts = dict(rec.extra)
         arrived = tuple(r.id for r in ordered if r.arrival_step == rec.step)
@@ -63,7 +66,11 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
             ntok = spec.prompt_len + outputs[rid]
             n = sched.get(rid, 0)
             now = after.get(rid, ncomp[rid])
-            sampled = n > 0 and now >= ntok
+            if rcfg.async_scheduling:  # this schedule's token is delivered next step
+                sampled = rid in facts["sampled"]  # type: ignore[operator]
+                got = rid in pending and rid not in gone
+            else:
+                sampled = got = n > 0 and now >= ntok
             preemptions[rid] += rid in rec.preempted
             blocks = (cdiv(min(now, cfg.max_model_len), cfg.block_size)
                       if rid in rec.running else 0)
@@ -75,18 +82,20 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
                 preempted=rid in rec.preempted, finished=rid in finished,
                 finished_stop=finished.get(rid) == "stop", sampled=sampled, num_tokens=ntok,
                 num_computed_tokens_before=ncomp[rid], num_computed_tokens=now,
-                num_output_tokens=outputs[rid] + int(sampled), blocks=blocks,
+                num_output_tokens=outputs[rid] + int(got), blocks=blocks,
                 num_preemptions=preemptions[rid], running_after=rid in rec.running,
                 waiting_after=rid in rec.waiting, queue_key=queue_key,
                 run_key=rec.running.index(rid) if rid in rec.running else 0,
                 prompt_len=spec.prompt_len, max_tokens=spec.max_tokens,
                 priority=spec.priority,
                 arrival_time=i, prefix_hit=facts.get("prefix_hits", {}).get(rid, 0)))
-            outputs[rid] += int(sampled)
+            outputs[rid] += int(got)
             ncomp[rid] = now
         steps.append(_observed(rec, slots, rcfg, facts))
         running = tuple(r for r in rec.running if r not in finished)
-        waiting = rec.waiting
+        waiting = tuple(r for r in rec.waiting if r not in finished)
+        gone |= set(finished)
+        pending = frozenset(facts.get("sampled", ()))  # type: ignore[arg-type]
     return tuple(steps)
 
 
@@ -106,12 +115,33 @@ def _observed(rec: StepRecord, slots: list[SlotObs], rcfg: RuleConfig,
 
 
 def same_behaviour(ops: Ops, a: SchedState, b: SchedState) -> Bool:
-    """Two states from which the scheduler behaves the same: equal slots and pool, queues in
-    the same relative order. Key counters and preemption counts do not steer decisions."""
+    """Two states from which the scheduler behaves the same: equal slots and pool, queues
+    (and, with prefix caching, the free queue's cached tail and the order of copies of a
+    hash) in the same relative order. Key counters and preemption counts do not steer
+    decisions."""
     cons: list[Bool] = [a.free_blocks == b.free_blocks]
     for x, y in zip(a.slots, b.slots, strict=True):
         cons += [x.status == y.status, x.num_computed_tokens == y.num_computed_tokens,
                  x.num_output_tokens == y.num_output_tokens, x.blocks == y.blocks]
+        # With prefix caching and async scheduling, the block tables and what is in flight
+        # (compared exactly: equal states behave the same).
+        cons += [u == v for u, v in zip(x.table, y.table, strict=True)]
+        cons.append(x.num_cached == y.num_cached)
+        for f, g in zip(x.in_flight, y.in_flight, strict=True):
+            cons += [getattr(f, k) == getattr(g, k) for k in (
+                "placeholders", "tokens", "stale", "prefill_chunk", "pending_tokens",
+                "pending_sample", "pending_eos", "pending_rank")]
+    for p, q in zip(a.pool, b.pool, strict=True):
+        cons += [p.ref_cnt == q.ref_cnt, p.block_hash == q.block_hash]
+    # Queue and cache order keys matter only relative to each other.
+    for x, y in ((a.pool, b.pool),):
+        for i in range(len(x)):
+            for j in range(len(x)):
+                if i != j:
+                    cons.append((x[i].queue_key < x[j].queue_key)
+                                == (y[i].queue_key < y[j].queue_key))
+                    cons.append((x[i].cached_at < x[j].cached_at)
+                                == (y[i].cached_at < y[j].cached_at))
     n = len(a.slots)
     for i in range(n):
         for j in range(n):
@@ -161,6 +191,7 @@ ENGINE = EngineModel(
     check_admissible=check_requests_admissible, rule_config=RuleConfig.from_config,
     initial_state=_initial_state, step=rules.step, same_behaviour=same_behaviour,
     scheduler=VllmV1Scheduler, observe=records_to_steps, rules_table=RULES_TABLE,
-    well_formed=well_formed, ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
-    family_constraints=validation_constraints,
+    well_formed=well_formed, invariant_covers=lambda cfg: not cfg.prefix_caching,
+    ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
+    family_constraints=validation_constraints, within_bounds=within_bounds,
 )

@@ -36,15 +36,25 @@ def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
         resumed=tuple(ids[i] for _, i in served if observed.slots[i].resumed),
         preempted=tuple(ids[i] for i in victims),
         finished=tuple((ids[i], STOP if observed.slots[i].finished_stop else LENGTH)
-                       for _, i in served if observed.slots[i].finished),
+                       for _, i in sorted((o.finish_rank, i) for i, o in slots
+                                          if o.finished)),
         free_blocks=observed.free_blocks,
         num_computed_tokens=tuple((ids[i], observed.slots[i].num_computed_tokens)
                                   for i in held_order),
         running=tuple(ids[i] for i in running),
         waiting=tuple(ids[i] for i in waiting),
         token_budget_left=observed.token_budget_left,
-        extra=_cache_facts(observed, ids, served),
+        extra=_cache_facts(observed, ids, served) + _async_facts(observed, ids, served),
     )
+
+
+def _async_facts(observed: Step, ids: Sequence[str],
+                 served: list[tuple[object, int]]) -> tuple[tuple[str, object], ...]:
+    """With async scheduling, the requests whose chunk samples a token (delivered in the
+    next step), in service order, as the reference records them."""
+    if not observed.cfg.async_scheduling:
+        return ()
+    return (("sampled", tuple(ids[i] for _, i in served if observed.slots[i].sampled)),)
 
 
 def _cache_facts(observed: Step, ids: Sequence[str],

@@ -1,12 +1,19 @@
 """Reference scheduler for vLLM V1 (v0.32.0): an imperative port of `Scheduler.schedule()`
 and `Scheduler.update_from_output()`, written to be read beside the upstream files.
 
-Scope: the synchronous `Scheduler` (not `AsyncScheduler`), full attention, prefix caching
-on or off (`enable_prefix_caching`; the cache itself is model/vllm/kv_cache.py), no
-speculative decoding, no KV connector, no multimodal/encoder inputs, no LoRA, no structured
-output, not paused. Under that scope `draft_slots == 0`, `num_output_placeholders == 0`,
-`num_tokens_with_spec == num_tokens` and `kv_holding_waiting` stays empty, so those
-branches are left out.
+Scope: the synchronous `Scheduler` or the `AsyncScheduler` (`async_scheduling`: one step of
+look-ahead, A = v1/core/sched/async_scheduler.py), full attention, prefix caching on or off
+(`enable_prefix_caching`; the cache itself is model/vllm/kv_cache.py), no speculative
+decoding, no KV connector, no multimodal/encoder inputs, no LoRA, no structured output, not
+paused. Under that scope `draft_slots == 0`, `num_tokens_with_spec == num_tokens` and
+`kv_holding_waiting` stays empty, so those branches are left out.
+
+One `step()` is one engine step. Synchronous: schedule(), then the model output of that
+schedule, then update_from_output() (v1/engine/core.py:657-687). Async, as EngineCore's
+batch queue of two runs it (core.py:698-792): schedule(k), then update_from_output() of
+schedule(k-1), whose output was computed meanwhile; the output of schedule(k) is applied
+in the next engine step. An EOS given for step k is the token sampled by schedule(k) in
+both modes.
 
 Citations (all paths relative to `vllm/`, v0.32.0):
   S  = v1/core/sched/scheduler.py        Q = v1/core/sched/request_queue.py
@@ -73,6 +80,13 @@ class Request:
     status: Status = Status.WAITING
     prefix_group: str | None = None
     shared_prefix_len: int = 0
+    # Async scheduling (R:162, 184-201; S:1597-1607): tokens of outputs scheduled but not
+    # yet delivered, tokens scheduled and not yet processed, and the share of those that
+    # was in flight when the request was preempted.
+    num_output_placeholders: int = 0
+    num_in_flight_tokens: int = 0
+    num_stale_output_tokens: int = 0
+    is_prefill_chunk: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -120,6 +134,10 @@ class FcfsQueue:
         """Put back at the head (Q:92-94)."""
         self._items.appendleft(request)
 
+    def remove_requests(self, requests: set[Request]) -> None:
+        """Drop these requests, keeping the order of the others (Q:106-112)."""
+        self._items = deque(r for r in self._items if r not in requests)
+
     def __len__(self) -> int:
         return len(self._items)
 
@@ -149,6 +167,11 @@ class PriorityQueue:
     def prepend_request(self, request: Request) -> None:
         """Same as add_request (Q:159-164)."""
         self.add_request(request)
+
+    def remove_requests(self, requests: set[Request]) -> None:
+        """Drop these requests and re-heapify (Q:175-181)."""
+        self._heap = [r for r in self._heap if r not in requests]
+        heapq.heapify(self._heap)
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -186,12 +209,14 @@ def running_num_new_tokens(
 ) -> int:
     """Tokens a RUNNING request asks for this step (S:703-721).
 
-    The gap `num_tokens - num_computed_tokens`, cut to the long-prefill threshold, to both
+    The gap `num_tokens + num_output_placeholders - num_computed_tokens` (placeholders: the
+    outputs of async steps not yet delivered), cut to the long-prefill threshold, to both
     budgets, and to `max_model_len - num_computed_tokens - 1` (one slot for the token
     sampled in this step). That last cap never binds without spec decode, since a request
     reaching `max_model_len` tokens finishes; it is kept for fidelity.
     """
-    num_new_tokens = request.num_tokens - request.num_computed_tokens
+    num_new_tokens = (request.num_tokens + request.num_output_placeholders
+                      - request.num_computed_tokens)  # S:703-707
     if 0 < threshold < num_new_tokens:
         num_new_tokens = threshold
     num_new_tokens = min(num_new_tokens, token_budget, input_budget)
@@ -233,6 +258,16 @@ class _StepOutput:
     prefix_hits: dict[str, int] = field(default_factory=dict)  # admitted id -> hit tokens
 
 
+@dataclass(frozen=True, slots=True)
+class _ModelOutput:
+    """A schedule's output as the fake model runner returns it: one token for each
+    request that samples (its chunk finishes what it lacks), EOS for `eos_ids`."""
+
+    out: _StepOutput
+    samples: frozenset[str]
+    eos_ids: frozenset[str]
+
+
 # ---------------------------------------------------------------------------------------
 # The scheduler
 # ---------------------------------------------------------------------------------------
@@ -254,6 +289,7 @@ class VllmV1Scheduler:
         self.table = BlockTable(self.pool, cfg.block_size)
         self._num_arrived = 0
         self._finished_ids: set[str] = set()
+        self._pending: _ModelOutput | None = None  # async: schedule(k-1)'s output
 
     def __deepcopy__(self, memo: dict[int, object]) -> VllmV1Scheduler:
         """A copy that shares nothing mutable (the explorer branches on copies): each
@@ -271,6 +307,7 @@ class VllmV1Scheduler:
             twin.waiting._heap = [fresh[r.request_id] for r in self.waiting._heap]
         twin.pool, twin.table = copy.deepcopy((self.pool, self.table), memo)
         twin._finished_ids = set(self._finished_ids)
+        # The pending output names requests by id and holds no request object.
         return twin
 
     # ---- public API ----------------------------------------------------------------
@@ -309,10 +346,20 @@ class VllmV1Scheduler:
         running_ids = tuple(r.request_id for r in self.running)
         waiting_ids = tuple(r.request_id for r in self.waiting)
         self._check_eos(out, eos_ids)
-        finished = self._update_from_output(out, eos_ids)
+        output = _ModelOutput(out, frozenset(
+            rid for rid in out.num_scheduled_tokens
+            if not self.requests[rid].is_prefill_chunk), frozenset(eos_ids))
+        if not self.cfg.async_scheduling:
+            finished = self._update_from_output(output)
+        else:  # core.py:698-792: this step delivers the previous schedule's output
+            finished = self._update_from_output(self._pending) if self._pending else ()
+            self._pending = output
         if cache_facts:
             released = self.pool.num_free_blocks - free_blocks
             cache_facts += (("released_blocks", released),)
+        if self.cfg.async_scheduling:  # whose token the next step delivers
+            cache_facts += (("sampled", tuple(r for r in out.num_scheduled_tokens
+                                              if r in output.samples)),)
         return StepRecord(
             step=self.current_step,
             scheduled=tuple(out.num_scheduled_tokens.items()),
@@ -354,10 +401,23 @@ class VllmV1Scheduler:
             return (r.status.value, r.num_prompt_tokens, r.max_tokens, r.num_output_tokens,
                     r.num_computed_tokens, self.table.held(r.request_id),
                     r.priority if priority else 0, ranks[id(r)] if priority else 0,
-                    extra.get(r.request_id), r.prefix_group, r.shared_prefix_len)
+                    extra.get(r.request_id), r.prefix_group, r.shared_prefix_len,
+                    *self._async_key(r))
         key = (self.pool.num_free_blocks, tuple(one(r) for r in self.running),
                tuple(one(r) for r in self.waiting))
         return key + self._cache_key(held) if self.cfg.enable_prefix_caching else key
+
+    def _async_key(self, r: Request) -> tuple[object, ...]:
+        """Async: the request's placeholders and in-flight tokens, and what the pending
+        output of the previous schedule holds for it."""
+        if not self.cfg.async_scheduling:
+            return ()
+        p = self._pending
+        rid = r.request_id
+        pending = (() if p is None else
+                   (p.out.num_scheduled_tokens.get(rid, 0), rid in p.samples, rid in p.eos_ids))
+        return (r.num_output_placeholders, r.num_in_flight_tokens, r.num_stale_output_tokens,
+                r.is_prefill_chunk, pending)
 
     def _cache_key(self, held: list[Request]) -> tuple[object, ...]:
         """The cache as it steers later decisions, with blocks and requests named by
@@ -416,6 +476,11 @@ class VllmV1Scheduler:
             request = self.running[req_index]
             if out.input_budget <= 0:  # S:661 (draft_slots = 0)
                 break
+            if (request.num_output_placeholders > 0  # S:664-677: async, max_tokens reached
+                    and request.num_computed_tokens + 2 - request.num_output_placeholders
+                    >= request.num_prompt_tokens + request.max_tokens):
+                req_index += 1
+                continue
             num_new_tokens = running_num_new_tokens(
                 request, threshold, out.token_budget, out.input_budget, self.cfg.max_model_len)
             if num_new_tokens == 0:  # S:755-773: skip, do not break
@@ -470,6 +535,10 @@ class VllmV1Scheduler:
             if len(self.running) >= self.cfg.max_num_active_reqs:  # S:922-924
                 break
             request = self.waiting.peek_request()
+            # S:934-939 skips a request whose stale output is still in flight. With a batch
+            # queue of two it cannot happen: a victim of schedule(k) is stale for step k-1
+            # only, delivered before schedule(k+1), and schedule(k) admits nothing (S:900).
+            assert request.num_stale_output_tokens == 0
             # S:960-967: a request with nothing computed (new, or preempted and reset to 0)
             # looks its prefix up; in scope every waiting request has nothing computed.
             hit: list[KVBlock] = []
@@ -554,6 +623,9 @@ class VllmV1Scheduler:
         self.table.free(request.request_id)  # S:1589
         request.status = Status.PREEMPTED  # S:1592
         request.num_computed_tokens = 0  # S:1593
+        # S:1597-1607: async output in flight is still delivered, but as stale.
+        request.num_stale_output_tokens = request.num_in_flight_tokens
+        request.num_output_placeholders = 0
         request.num_preemptions += 1  # S:1608
         self.waiting.prepend_request(request)  # S:1613
 
@@ -565,16 +637,19 @@ class VllmV1Scheduler:
         assert out.input_budget >= 0
 
     def _update_after_schedule(self, out: _StepOutput) -> None:
-        """`num_computed_tokens` advances at schedule time (S:1616-1642)."""
+        """`num_computed_tokens` advances at schedule time (S:1616-1642); a chunk that
+        does not finish what the request lacks is a prefill chunk (samples nothing). Async:
+        every other scheduled request gets an output placeholder (A:25-56)."""
         for rid, num_tokens in out.num_scheduled_tokens.items():
-            self.requests[rid].num_computed_tokens += num_tokens
+            request = self.requests[rid]
+            request.num_computed_tokens += num_tokens
+            request.num_in_flight_tokens += num_tokens
+            request.is_prefill_chunk = request.num_computed_tokens < (
+                request.num_tokens + request.num_output_placeholders)
+            if self.cfg.async_scheduling and not request.is_prefill_chunk:
+                request.num_output_placeholders += 1
 
     # ---- update_from_output() ----------------------------------------------------------
-
-    def _samples(self, request: Request) -> bool:
-        """A scheduled request samples a token unless its chunk was a partial prefill
-        (its num_computed_tokens is still below num_tokens) (S:2493-2510, R:201)."""
-        return request.num_computed_tokens >= request.num_tokens
 
     def _check_eos(self, out: _StepOutput, eos_ids: Iterable[str]) -> None:
         """Reject an EOS for a request that samples nothing in this step."""
@@ -586,7 +661,7 @@ class VllmV1Scheduler:
                           else "it has not arrived")
             elif rid not in out.num_scheduled_tokens:
                 reason = "it is not scheduled in this step"
-            elif not self._samples(request):
+            elif request.is_prefill_chunk:  # S:1634-1636: a partial chunk samples nothing
                 reason = (f"its chunk is a partial prefill (num_computed_tokens "
                           f"{request.num_computed_tokens} < num_tokens {request.num_tokens})")
             if reason is not None:
@@ -595,28 +670,49 @@ class VllmV1Scheduler:
                     f"samples no token in that step ({reason}); EOS can only be the token "
                     "a request samples")
 
-    def _update_from_output(
-        self, out: _StepOutput, eos_ids: frozenset[str]
-    ) -> tuple[tuple[str, str], ...]:
+    def _update_from_output(self, output: _ModelOutput) -> tuple[tuple[str, str], ...]:
         """`update_from_output` (S:2026-2295) with a fake model output: one token for each
-        request that samples; it is EOS exactly for `eos_ids`."""
+        request that samples in `output`; it is EOS exactly for `output.eos_ids`.
+
+        Async, the output is one step old: a request that finished meanwhile gets nothing
+        (2091-2100), one preempted meanwhile still gets its stale token (2080-2103) and may
+        finish from the waiting queue; outputs free their placeholders and, for a running
+        request, cache its now computed blocks (A:58-78)."""
         finished: list[tuple[str, str]] = []
-        stopped: set[str] = set()
-        for rid in out.num_scheduled_tokens:  # scheduled order
-            request = self.requests[rid]
-            if not self._samples(request):
+        stopped_running: set[Request] = set()
+        stopped_waiting: set[Request] = set()
+        for rid, num_tokens in output.out.num_scheduled_tokens.items():  # scheduled order
+            request = self.requests.get(rid)
+            if request is None:  # finished (and freed) since
                 continue
+            request.num_in_flight_tokens -= num_tokens
+            stale = request.num_stale_output_tokens > 0
+            if stale:
+                request.num_stale_output_tokens -= num_tokens
+            if rid not in output.samples:
+                continue
+            status_before = request.status
             request.num_output_tokens += 1  # S:2501-2502
-            reason = self._check_stop(request, rid in eos_ids)  # S:2506
+            reason = self._check_stop(request, rid in output.eos_ids)  # S:2506
+            if self.cfg.async_scheduling:
+                if not stale:
+                    request.num_output_placeholders -= 1
+                    assert request.num_output_placeholders >= 0  # A:71
+                if status_before == Status.RUNNING:
+                    self.table.cache(rid, request.block_hashes(self.cfg.block_size),
+                                     request.num_computed_tokens
+                                     - request.num_output_placeholders)
             if reason is None:
                 continue
             request.status = (Status.FINISHED_STOPPED if reason == FINISH_STOP
                               else Status.FINISHED_LENGTH_CAPPED)
             self._free_request(request)  # S:2228-2230
             finished.append((rid, reason))
-            stopped.add(rid)
-        if stopped:  # S:2293-2295
-            self.running = [r for r in self.running if r.request_id not in stopped]
+            (stopped_running if status_before == Status.RUNNING else stopped_waiting).add(request)
+        if stopped_running:  # S:2293-2300
+            self.running = [r for r in self.running if r not in stopped_running]
+        if stopped_waiting:
+            self.waiting.remove_requests(stopped_waiting)
         return tuple(finished)
 
     def _check_stop(self, request: Request, sampled_eos: bool) -> str | None:

@@ -26,6 +26,7 @@ from model.vllm.state import (
     PREEMPTED,
     RUNNING,
     WAITING,
+    InFlight,
     RuleConfig,
     SchedState,
     SlotState,
@@ -55,6 +56,10 @@ class _Work:
     any_preempted: Bool
     prefix_hit: list[Int]
     cache: CacheWork | None = None  # with prefix caching
+    # With async scheduling: output placeholders, in-flight and stale tokens per slot.
+    placeholders: list[Int] | None = None
+    in_flight: list[Int] | None = None
+    stale: list[Int] | None = None
 
 
 def num_tokens(spec: SlotSpec, s: SlotState) -> Int:
@@ -130,6 +135,10 @@ def _preempt(ops: Ops, cfg: RuleConfig, w: _Work, victim: Sequence[Bool], do: Bo
         w.num_preemptions[i] = ops.ite(hit, w.num_preemptions[i] + 1, w.num_preemptions[i])
         w.preempted[i] = ops.or_(w.preempted[i], hit)
         w.wait_key[i] = ops.ite(hit, w.wait_head, w.wait_key[i])
+        if w.placeholders is not None and w.in_flight is not None and w.stale is not None:
+            # 1597-1607: what is in flight is delivered later as stale output.
+            w.stale[i] = ops.ite(hit, w.in_flight[i], w.stale[i])
+            w.placeholders[i] = ops.ite(hit, 0, w.placeholders[i])
     w.wait_head = ops.ite(do, w.wait_head - 1, w.wait_head)
     w.any_preempted = ops.or_(w.any_preempted, do)
 
@@ -145,6 +154,9 @@ def _checkpoint(ops: Ops, w: _Work) -> None:
     w.prefix_hit = [ops.name(v) for v in w.prefix_hit]
     if w.cache is not None:
         w.cache.checkpoint(ops)
+    if w.placeholders is not None:
+        for name in ("placeholders", "in_flight", "stale"):
+            setattr(w, name, [ops.name(v) for v in getattr(w, name)])
 
 
 def _serve(ops: Ops, w: _Work, sel: Sequence[Bool], do: Bool, n: Int, need: Int,
@@ -177,9 +189,14 @@ def _running_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
         sel = select_min(ops, eligible, [(k,) for k in w.run_key])
         active = ops.and_(ops.not_(stopped), w.token_budget > 0, ops.or_(*eligible))
         ncomp = pick(ops, sel, w.ncomp)
-        n = running_tokens(ops, cfg, pick(ops, sel, ntok) - ncomp, ncomp, thr,
+        ph = 0 if w.placeholders is None else pick(ops, sel, w.placeholders)
+        n = running_tokens(ops, cfg, pick(ops, sel, ntok) + ph - ncomp, ncomp, thr,
                            w.token_budget, w.input_budget)
         wants = ops.and_(active, n > 0)
+        if w.placeholders is not None:
+            # 664-677: async, the output in flight is the last one max_tokens allows.
+            last = pick(ops, sel, [sp.prompt_len + sp.max_tokens for sp in specs])
+            wants = ops.and_(wants, ops.not_(ops.and_(ph > 0, ncomp + 2 - ph >= last)))
         done: Bool = False
         fits: Bool = False
         for _ in range(n_slots):
@@ -290,9 +307,15 @@ def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState
         input_budget=cfg.max_num_batched_tokens, next_run_key=state.next_run_key,
         wait_head=state.wait_head, served=0, any_preempted=False, prefix_hit=[0] * n_slots,
         cache=CacheWork.of(state) if cfg.prefix_caching else None)
+    if cfg.async_scheduling:
+        w.placeholders = [s.in_flight[0].placeholders for s in before]
+        w.in_flight = [s.in_flight[0].tokens for s in before]
+        w.stale = [s.in_flight[0].stale for s in before]
     thr = _threshold(ops, cfg, ops.sum([ops.to_int(h) for h in held]), n_slots)
     _running_loop(ops, cfg, specs, w, ntok, thr)
     _waiting_loop(ops, cfg, specs, w, ntok, thr)
+    if cfg.async_scheduling:
+        return _update_async(ops, cfg, specs, state, before, ntok, held, w, eos)
     return _update(ops, cfg, specs, state, before, ntok, held, w, eos)
 
 
@@ -315,12 +338,7 @@ def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedSt
     slots: list[SlotState] = []
     obs: list[SlotObs] = []
     free_end = w.free
-    shared, cached, evictable = 0, 0, 0
-    if w.cache is not None:  # read right after scheduling, as free_blocks is
-        shared = ops.sum(w.blocks) - w.cache.in_use(ops)
-        cached = ops.sum([ops.to_int(h != 0) for h in w.cache.hash])
-        evictable = ops.sum([ops.to_int(ops.and_(r == 0, h != 0))
-                             for r, h in zip(w.cache.ref, w.cache.hash, strict=True)])
+    shared, cached, evictable = _cache_counts(ops, w)
     ends = []
     for i, spec in enumerate(specs):
         ncomp = w.ncomp[i] + w.scheduled[i]
@@ -340,23 +358,41 @@ def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedSt
             run_key=w.run_key[i], wait_key=w.wait_key[i], num_preemptions=w.num_preemptions[i],
             table=tuple(w.cache.table[i]) if w.cache else (),
             num_cached=w.cache.num_cached[i] if w.cache else 0))
-        obs.append(SlotObs(
-            held=held[i], was_running=before[i].status == RUNNING,
-            was_waiting=ops.or_(before[i].status == WAITING, before[i].status == PREEMPTED),
-            scheduled=w.scheduled[i], serve_rank=w.serve_rank[i],
-            admitted=ops.and_(before[i].status == WAITING, status_after_sched == RUNNING),
-            resumed=ops.and_(before[i].status == PREEMPTED, status_after_sched == RUNNING),
-            preempted=w.preempted[i], finished=finished, finished_stop=stop, sampled=sampled,
-            num_tokens=ntok[i], num_computed_tokens_before=before[i].num_computed_tokens,
-            num_computed_tokens=ncomp, num_output_tokens=outputs, blocks=w.blocks[i],
-            num_preemptions=w.num_preemptions[i], running_after=status_after_sched == RUNNING,
-            waiting_after=ops.or_(status_after_sched == WAITING,
-                                  status_after_sched == PREEMPTED),
-            queue_key=_queue_key(cfg, specs, w, i, n_slots=len(specs)), run_key=w.run_key[i],
-            prompt_len=spec.prompt_len, max_tokens=spec.max_tokens,
-            priority=spec.priority, arrival_time=i, prefix_hit=w.prefix_hit[i]))
+        obs.append(_slot_obs(ops, cfg, specs, i, held, before, ntok, w, finished, stop,
+                             sampled, ncomp, outputs))
     if w.cache is not None:
         free_end, slots = _release_finished(ops, cfg, w, ends, free_end, slots)
+    return _step_of(ops, cfg, state, w, slots, obs, free_end, shared, cached, evictable)
+
+
+def _slot_obs(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], i: int,
+              held: Sequence[Bool], before: Sequence[SlotState], ntok: Sequence[Int],
+              w: _Work, finished: Bool, stop: Bool, sampled: Bool, ncomp: Int,
+              outputs: Int, finish_rank: Int | None = None) -> SlotObs:
+    """Slot i's observables of the step (`finish_rank` defaults to this step's service
+    order: a synchronous step processes the outputs of what it scheduled)."""
+    spec, status_after_sched = specs[i], w.status[i]
+    return SlotObs(
+        held=held[i], was_running=before[i].status == RUNNING,
+        was_waiting=ops.or_(before[i].status == WAITING, before[i].status == PREEMPTED),
+        scheduled=w.scheduled[i], serve_rank=w.serve_rank[i],
+        admitted=ops.and_(before[i].status == WAITING, status_after_sched == RUNNING),
+        resumed=ops.and_(before[i].status == PREEMPTED, status_after_sched == RUNNING),
+        preempted=w.preempted[i], finished=finished, finished_stop=stop, sampled=sampled,
+        num_tokens=ntok[i], num_computed_tokens_before=before[i].num_computed_tokens,
+        num_computed_tokens=ncomp, num_output_tokens=outputs, blocks=w.blocks[i],
+        num_preemptions=w.num_preemptions[i], running_after=status_after_sched == RUNNING,
+        waiting_after=ops.or_(status_after_sched == WAITING, status_after_sched == PREEMPTED),
+        queue_key=_queue_key(cfg, specs, w, i, n_slots=len(specs)), run_key=w.run_key[i],
+        prompt_len=spec.prompt_len, max_tokens=spec.max_tokens,
+        priority=spec.priority, arrival_time=i, prefix_hit=w.prefix_hit[i],
+        finish_rank=w.serve_rank[i] if finish_rank is None else finish_rank)
+
+
+def _step_of(ops: Ops, cfg: RuleConfig, state: SchedState, w: _Work, slots: list[SlotState],
+             obs: list[SlotObs], free_end: Int, shared: Int, cached: Int,
+             evictable: Int) -> tuple[SchedState, Step]:
+    """The next state and the step's observables."""
     num_running = ops.sum([ops.to_int(s == RUNNING) for s in w.status])
     num_running_end = ops.sum([ops.to_int(s.status == RUNNING) for s in slots])
     c = w.cache
@@ -371,6 +407,98 @@ def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedSt
                     any_preempted=w.any_preempted, cfg=cfg, shared_blocks=shared,
                     cached_blocks=cached, evictable_blocks=evictable)
     return new_state, observed
+
+
+def _cache_counts(ops: Ops, w: _Work) -> tuple[Int, Int, Int]:
+    """Shared block references, cached and evictable blocks, read right after scheduling
+    (as free_blocks is); all 0 without prefix caching."""
+    if w.cache is None:
+        return 0, 0, 0
+    c = w.cache
+    return (ops.sum(w.blocks) - c.in_use(ops), ops.sum([ops.to_int(h != 0) for h in c.hash]),
+            ops.sum([ops.to_int(ops.and_(r == 0, h != 0))
+                     for r, h in zip(c.ref, c.hash, strict=True)]))
+
+
+def _update_async(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState,
+                  before: Sequence[SlotState], ntok: Sequence[Int], held: Sequence[Bool],
+                  w: _Work, eos: Sequence[Bool]) -> tuple[SchedState, Step]:
+    """The AsyncScheduler's step after schedule(): num_computed_tokens advances and every
+    request whose chunk finishes what it lacks gets an output placeholder
+    (scheduler.py:1616-1642, async_scheduler.py:25-56); then the previous schedule's
+    output is delivered (core.py:698-792): a request that finished meanwhile gets
+    nothing, a preempted one its stale token; a token frees a placeholder unless stale,
+    and `check_stop` decides (async_scheduler.py:58-78, scheduler.py:2080-2300). This
+    schedule's output waits for the next step; `eos[i]` is its token's EOS choice."""
+    assert w.placeholders is not None and w.in_flight is not None and w.stale is not None
+    shared, cached, evictable = _cache_counts(ops, w)
+    free_end = w.free
+    slots: list[SlotState] = []
+    obs: list[SlotObs] = []
+    delivered, got_token, ends = [], [], []
+    for i, spec in enumerate(specs):
+        f = before[i].in_flight[0]
+        scheduled = w.scheduled[i] > 0
+        ncomp = w.ncomp[i] + w.scheduled[i]
+        chunk = ncomp < ntok[i] + w.placeholders[i]
+        sampled = ops.and_(scheduled, ops.not_(chunk))
+        alive = ops.and_(w.status[i] != ABSENT, w.status[i] != FINISHED)
+        deliver = ops.and_(alive, f.pending_tokens > 0)
+        stale = ops.and_(deliver, w.stale[i] > 0)
+        got = ops.and_(deliver, f.pending_sample)
+        outputs = before[i].num_output_tokens + ops.to_int(got)
+        stop = ops.and_(got, f.pending_eos)
+        length = ops.and_(got, ops.or_(spec.prompt_len + outputs >= cfg.max_model_len,
+                                       outputs >= spec.max_tokens))
+        finished = ops.or_(stop, length)
+        placeholders = (w.placeholders[i] + ops.to_int(sampled)
+                        - ops.to_int(ops.and_(got, ops.not_(stale))))
+        delivered.append(deliver)
+        got_token.append(ops.and_(got, w.status[i] == RUNNING))
+        ends.append(finished)
+        if w.cache is None:
+            free_end = free_end + ops.ite(finished, w.blocks[i], 0)
+        flight = InFlight(
+            placeholders=placeholders,
+            tokens=w.in_flight[i] + w.scheduled[i] - ops.ite(deliver, f.pending_tokens, 0),
+            stale=w.stale[i] - ops.ite(stale, f.pending_tokens, 0),
+            prefill_chunk=ops.ite(scheduled, chunk, f.prefill_chunk),
+            pending_tokens=w.scheduled[i], pending_sample=sampled,
+            pending_eos=ops.and_(sampled, eos[i]), pending_rank=w.serve_rank[i])
+        slots.append(SlotState(
+            status=ops.ite(finished, FINISHED, w.status[i]), num_computed_tokens=ncomp,
+            num_output_tokens=outputs, blocks=ops.ite(finished, 0, w.blocks[i]),
+            run_key=w.run_key[i], wait_key=w.wait_key[i], num_preemptions=w.num_preemptions[i],
+            table=tuple(w.cache.table[i]) if w.cache else (),
+            num_cached=w.cache.num_cached[i] if w.cache else 0, in_flight=(flight,)))
+        obs.append(_slot_obs(ops, cfg, specs, i, held, before, ntok, w, finished, stop,
+                             sampled, ncomp, outputs, f.pending_rank))
+    if w.cache is not None:
+        free_end, slots = _deliver_to_cache(ops, cfg, specs, w, before, delivered, got_token,
+                                            ends, free_end, slots)
+    return _step_of(ops, cfg, state, w, slots, obs, free_end, shared, cached, evictable)
+
+
+def _deliver_to_cache(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work,
+                      before: Sequence[SlotState], delivered: Sequence[Bool],
+                      got_token: Sequence[Bool], finished: Sequence[Bool], free: Int,
+                      slots: list[SlotState]) -> tuple[Int, list[SlotState]]:
+    """With prefix caching, the delivered outputs in the previous schedule's order: a
+    running request's new token caches its computed blocks (async_scheduler.py:73-77), a
+    finished request frees its blocks (scheduler.py:2220-2240)."""
+    assert w.cache is not None
+    n_slots = len(specs)
+    for rank in range(n_slots):
+        for i in range(n_slots):
+            now = ops.and_(delivered[i], before[i].in_flight[0].pending_rank == rank)
+            placeholders = slots[i].in_flight[0].placeholders
+            cache_rules.cache(ops, cfg, w.cache, specs, [j == i for j in range(n_slots)],
+                              slots[i].num_computed_tokens - placeholders,
+                              ops.and_(now, got_token[i]))
+            free = free + cache_rules.release(ops, cfg, w.cache, i, w.blocks[i],
+                                              ops.and_(now, finished[i]))
+    return free, [replace(s, table=tuple(w.cache.table[i]), num_cached=w.cache.num_cached[i])
+                  for i, s in enumerate(slots)]
 
 
 def _release_finished(ops: Ops, cfg: RuleConfig, w: _Work, finished: Sequence[Bool],

@@ -25,7 +25,7 @@ from model.core.errors import InputError, shown
 # while a misspelt flag is still an error. Booleans take --x / --no-x.
 IGNORED_BOOL_FLAGS: tuple[str, ...] = (
     "aggregate_engine_logging", "allow_credentials", "allow_deprecated_quantization",
-    "async_scheduling", "cohere_is_reasoning_model", "cudagraph_metrics",
+    "cohere_is_reasoning_model", "cudagraph_metrics",
     "data_parallel_external_lb", "data_parallel_hybrid_lb",
     "data_parallel_multi_port_external_lb", "dcp_q_replicate", "disable_cascade_attn",
     "disable_chunked_mm_input", "disable_custom_all_reduce", "disable_fastapi_docs",

@@ -45,6 +45,12 @@ class RuleConfig:
     prefix_caching: bool = False
     pool_blocks: int = 0
     table_len: int = 0
+    # The AsyncScheduler changes the state's shape too (what is in flight per slot).
+    async_scheduling: bool = False
+    # Blocks one allocation can take: a chunk of at most token_budget tokens spans at most
+    # cdiv(token_budget + block_size - 1, block_size) blocks (table_len when the budget is
+    # symbolic).
+    max_new_blocks: int = 0
 
     @staticmethod
     def from_config(cfg: Config) -> RuleConfig:
@@ -64,9 +70,12 @@ class RuleConfig:
             policy_priority=cfg.policy == POLICY_PRIORITY,
             long_prefill_token_threshold_adaptive=cfg.long_prefill_token_threshold_adaptive,
             prefix_caching=cfg.enable_prefix_caching,
+            async_scheduling=cfg.async_scheduling,
             pool_blocks=cfg.usable_blocks if cfg.enable_prefix_caching else 0,
             table_len=(-(-cfg.max_model_len // cfg.block_size)
                        if cfg.enable_prefix_caching else 0),
+            max_new_blocks=(_span(cfg.token_budget, cfg.block_size, cfg.max_model_len)
+                            if cfg.enable_prefix_caching else 0),
         )
 
 
@@ -89,6 +98,26 @@ class SlotState:
     # and how many of them are cached (single_type_kv_cache_manager.py:267-324).
     table: tuple[object, ...] = ()
     num_cached: object = 0
+    # With async scheduling: one InFlight (an empty tuple otherwise).
+    in_flight: tuple[InFlight, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """What of one slot's request is in flight under the AsyncScheduler: output
+    placeholders, scheduled tokens not yet processed and the stale share of them
+    (request.py:162, 184-201; scheduler.py:1597-1607), whether its last chunk was a
+    prefill chunk, and the previous schedule's output for it, delivered in this step:
+    tokens scheduled, a sampled token and whether it is EOS, and the order it was served."""
+
+    placeholders: object = 0
+    tokens: object = 0
+    stale: object = 0
+    prefill_chunk: object = False
+    pending_tokens: object = 0
+    pending_sample: object = False
+    pending_eos: object = False
+    pending_rank: object = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +153,31 @@ class SchedState:
     def initial(num_slots: int, cfg: RuleConfig) -> SchedState:
         """No request has arrived; every usable block is free (and, with prefix caching,
         holds no hash)."""
-        slot = SlotState(table=(0,) * cfg.table_len)
+        slot = SlotState(table=(0,) * cfg.table_len,
+                         in_flight=(InFlight(),) if cfg.async_scheduling else ())
         return SchedState(slots=tuple(slot for _ in range(num_slots)),
                           free_blocks=cfg.usable_blocks,
                           pool=tuple(PoolBlock() for _ in range(cfg.pool_blocks)))
+
+
+def _span(tokens: int, block_size: int, max_model_len: int) -> int:
+    return min(-(-(tokens + block_size - 1) // block_size), -(-max_model_len // block_size))
+
+
+def within_bounds(cfg: RuleConfig, slots: int, depth: int, num_tokens: int) -> RuleConfig:
+    """The rule config for a bounded query: `slots` requests of at most `num_tokens` tokens
+    over `depth` steps. Block tables need only cdiv(num_tokens, block_size) entries, and
+    the pool only as many blocks as the run can ever allocate (at most one allocation per
+    request and step): the pool's other blocks stay free and without a hash all along, and
+    such blocks are interchangeable (the free queue gives them out first, in any order), so
+    they are counted in `free_blocks` but need no state. Nothing the scheduler decides
+    changes."""
+    if not cfg.prefix_caching:
+        return cfg
+    entries = min(cfg.table_len, -(-num_tokens // cfg.block_size))
+    new_blocks = min(cfg.max_new_blocks, entries)
+    return replace(cfg, table_len=entries, max_new_blocks=new_blocks,
+                   pool_blocks=min(cfg.pool_blocks, depth * slots * new_blocks))
 
 
 def ranged_rule_config(ops: Ops, base: Config, values: Mapping[str, object]) -> RuleConfig:
@@ -150,6 +200,8 @@ def ranged_rule_config(ops: Ops, base: Config, values: Mapping[str, object]) -> 
     if base.max_num_scheduled_tokens is not None:
         budget = base.max_num_scheduled_tokens
     seqs = values["max_num_seqs"]
+    if cfg.prefix_caching and not isinstance(budget, int):
+        cfg = replace(cfg, max_new_blocks=cfg.table_len)
     return replace(
         cfg, token_budget=budget, max_num_batched_tokens=values["max_num_batched_tokens"],
         max_num_seqs=seqs,
