@@ -612,45 +612,78 @@ _BINARY: dict[int, Callable[[Any, Any], Any]] = {
     z3.Z3_OP_LT: lambda x, y: x < y, z3.Z3_OP_LE: lambda x, y: x <= y,
     z3.Z3_OP_GT: lambda x, y: x > y, z3.Z3_OP_GE: lambda x, y: x >= y,
     z3.Z3_OP_SUB: lambda x, y: x - y,
+    z3.Z3_OP_IDIV: lambda x, y: x // y,  # z3's div floors for a positive divisor
+    z3.Z3_OP_MOD: lambda x, y: x % y,
 }
 
 
 def compile_term(e: z3.ExprRef, leaf: Callable[[str], Path]
                  ) -> Callable[[Callable[[Path], Any], Any], Any]:
     """A z3 term as a function of (leaf getter, Ops): constants are read by path, the
-    connectives and comparisons computed with the Ops (ints, bools or arrays)."""
+    connectives and comparisons computed with the Ops (ints, bools or arrays). The getter
+    may carry a `memo` dict: equal subterms of several guards are then computed once."""
+    node = _compile(e, leaf)
+
+    def run(get: Callable[[Path], Any], ops: Any) -> Any:
+        return node(get, ops, getattr(get, "memo", None))
+    return run
+
+
+_Node = Callable[[Callable[[Path], Any], Any, "dict[Any, Any] | None"], Any]
+
+
+def _compile(e: z3.ExprRef, leaf: Callable[[str], Path]) -> _Node:
+    return _compile_keyed(e, leaf)[0]
+
+
+def _compile_keyed(e: z3.ExprRef, leaf: Callable[[str], Path]) -> tuple[_Node, Any]:
+    """The node and its structural key (leaves by their renamed paths), so that equal
+    subterms of different guards share one memo entry and different ones never do."""
     name = _const_name(e)
     if name is not None:
         path = leaf(name)
-        return lambda get, ops: get(path)
+        return (lambda get, ops, memo: get(path)), ("leaf", path)
     if z3.is_true(e) or z3.is_false(e):
         value = z3.is_true(e)
-        return lambda get, ops: value
+        return (lambda get, ops, memo: value), ("const", value)
     if z3.is_int_value(e):
         number = e.as_long()
-        return lambda get, ops: number
-    parts = [compile_term(c, leaf) for c in e.children()]
+        return (lambda get, ops, memo: number), ("const", number)
+    compiled = [_compile_keyed(c, leaf) for c in e.children()]
+    parts = [node for node, _ in compiled]
     k = e.decl().kind()
+    key = (k, tuple(child for _, child in compiled))
+    fn: Callable[[Any, list[Any]], Any]
     if k == z3.Z3_OP_AND:
-        return lambda get, ops: ops.and_(*[p(get, ops) for p in parts])
-    if k == z3.Z3_OP_OR:
-        return lambda get, ops: ops.or_(*[p(get, ops) for p in parts])
-    if k == z3.Z3_OP_NOT:
-        return lambda get, ops: ops.not_(parts[0](get, ops))
-    if k == z3.Z3_OP_ITE:
-        return lambda get, ops: ops.ite(*[p(get, ops) for p in parts])
-    if k == z3.Z3_OP_ADD:
-        return lambda get, ops: functools.reduce(lambda x, y: x + y,
-                                                 [p(get, ops) for p in parts])
-    if k == z3.Z3_OP_MUL:
-        return lambda get, ops: functools.reduce(lambda x, y: x * y,
-                                                 [p(get, ops) for p in parts])
-    if k == z3.Z3_OP_UMINUS:
-        return lambda get, ops: -parts[0](get, ops)
-    if k in _BINARY and len(parts) == 2:
-        fn = _BINARY[k]
-        return lambda get, ops: fn(parts[0](get, ops), parts[1](get, ops))
-    raise ValueError(f"cannot evaluate {e.decl()} in a guard")
+        fn = lambda ops, xs: ops.and_(*xs)  # noqa: E731
+    elif k == z3.Z3_OP_OR:
+        fn = lambda ops, xs: ops.or_(*xs)  # noqa: E731
+    elif k == z3.Z3_OP_NOT:
+        fn = lambda ops, xs: ops.not_(xs[0])  # noqa: E731
+    elif k == z3.Z3_OP_ITE:
+        fn = lambda ops, xs: ops.ite(*xs)  # noqa: E731
+    elif k == z3.Z3_OP_IMPLIES:
+        fn = lambda ops, xs: ops.implies(*xs)  # noqa: E731
+    elif k == z3.Z3_OP_ADD:
+        fn = lambda ops, xs: functools.reduce(lambda x, y: x + y, xs)  # noqa: E731
+    elif k == z3.Z3_OP_MUL:
+        fn = lambda ops, xs: functools.reduce(lambda x, y: x * y, xs)  # noqa: E731
+    elif k == z3.Z3_OP_UMINUS:
+        fn = lambda ops, xs: -xs[0]  # noqa: E731
+    elif k in _BINARY and len(parts) == 2:
+        binary = _BINARY[k]
+        fn = lambda ops, xs: binary(xs[0], xs[1])  # noqa: E731
+    else:
+        raise ValueError(f"cannot evaluate {e.decl()} in a guard")
+
+    def node(get: Callable[[Path], Any], ops: Any, memo: dict[Any, Any] | None) -> Any:
+        if memo is not None and key in memo:
+            return memo[key]
+        value = fn(ops, [p(get, ops, memo) for p in parts])
+        if memo is not None:
+            memo[key] = value
+        return value
+    return node, key
 
 
 def pairs(n: int) -> list[tuple[int, int]]:

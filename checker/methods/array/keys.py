@@ -51,7 +51,7 @@ def hash_columns(cols: Sequence[np.ndarray]) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """Offsets and widths of the key columns, and where each lands in the words."""
+    """Offsets and widths of some key columns, and where each lands in the words."""
 
     lo: tuple[int, ...]
     bits: tuple[int, ...]
@@ -61,14 +61,15 @@ class Layout:
 
     @staticmethod
     def fit(lo: Sequence[int], hi: Sequence[int]) -> Layout:
-        """Room for [lo, hi] in each column with one spare bit (widths of at least 1)."""
-        bits = [max(1, int(h - lo_).bit_length() + 1) for lo_, h in zip(lo, hi, strict=True)]
+        """Room for [lo, hi] in each column (widths of at least 1 bit; a column never
+        straddles two words, so a word holds at most 63 bits)."""
+        bits = [max(1, int(h - lo_).bit_length()) for lo_, h in zip(lo, hi, strict=True)]
         word, shift = [], []
         w, s = 0, 0
         for b in bits:
-            if b > 64:
-                raise ValueError("a key column needs more than 64 bits")
-            if s + b > 64:
+            if b > 63:
+                raise ValueError("a key column needs more than 63 bits")
+            if s + b > 63:
                 w, s = w + 1, 0
             word.append(w)
             shift.append(s)
@@ -76,18 +77,34 @@ class Layout:
         return Layout(tuple(int(x) for x in lo), tuple(bits), tuple(word), tuple(shift),
                       w + 1 if bits else 1)
 
+    @property
+    def width(self) -> int:
+        """Bits of a one-word layout."""
+        return max((s + b for s, b in zip(self.shift, self.bits, strict=True)), default=1)
+
     def holds(self, mins: Sequence[int], maxs: Sequence[int]) -> bool:
         """Every column's values fit."""
         return all(m >= lo and x - lo < (1 << b)
                    for m, x, lo, b in zip(mins, maxs, self.lo, self.bits, strict=True))
 
+    def code(self, cols: Sequence[Any], word: int = 0) -> Any:
+        """One word of the columns as int64, at their broadcast shape (ints fold)."""
+        acc: Any = 0
+        for c, lo, w, s in zip(cols, self.lo, self.word, self.shift, strict=True):
+            if w != word:
+                continue
+            if isinstance(c, (bool, int)):
+                acc = acc + ((int(c) - lo) << s)
+            else:
+                acc = acc + np.left_shift(np.asarray(c).astype(np.int64), s)
+                acc = acc - (lo << s)
+        return acc
+
     def pack(self, cols: Sequence[Any], rows: int) -> np.ndarray:
         """(rows, words) uint64 from one int array (or int) per column."""
-        out = np.zeros((rows, self.words), dtype=np.uint64)
-        for c, lo, w, s in zip(cols, self.lo, self.word, self.shift, strict=True):
-            v = np.asarray(c, dtype=np.int64) - lo
-            out[:, w] |= np.broadcast_to(v, (rows,)).astype(np.uint64) << np.uint64(s)
-        return out
+        return np.stack([np.broadcast_to(np.asarray(self.code(cols, w), dtype=np.int64),
+                                         (rows,)).view(np.uint64)
+                         for w in range(self.words)], axis=1)
 
     def unpack(self, words: np.ndarray) -> list[np.ndarray]:
         """The int64 columns of packed rows."""
@@ -100,23 +117,30 @@ class Layout:
 
 class Codec:
     """Keys of states with `slots` request slots: global columns, then per slot the same
-    columns, packed as [global words | slot 0 words | slot 1 words | ...]. Under symmetry
-    the slot blocks are put in a canonical order: "full" sorts them (by their words when a
-    slot fits one word, else by a hash of its words), "priority" is the stable sort by the
-    slot column `priority_col` (slots of equal priority keep their order). Column ranges are
-    learnt from the values seen; a value outside them makes a wider codec (`widen`)."""
+    columns. Each slot's columns are one code; under symmetry the slot codes are put in a
+    canonical order: "full" sorts them, "priority" is the stable sort by the slot column
+    `priority_col` (slots of equal priority keep their order). When the global columns
+    and a slot each fit one word, the key is the bit string [global | slot 0 | slot 1 | ...]
+    cut into as few words as it needs. Column ranges are learnt from the values seen; a
+    value outside them makes a wider codec (`Search._fit`) and every stored key is
+    re-encoded (`recode`)."""
 
     def __init__(self, glob: Layout, slot: Layout, slots: int, symmetry: str,
                  priority_col: int | None) -> None:
         self.glob, self.slot, self.slots = glob, slot, slots
         self.symmetry, self.priority_col = symmetry, priority_col
-        self.words = glob.words + slots * slot.words
+        self.compact = glob.words == 1 and slot.words == 1
+        if self.compact:
+            self.fields = [glob.width] + [slot.width] * slots
+            self.words = -(-sum(self.fields) // 64)
+        else:
+            self.words = glob.words + slots * slot.words
 
     @staticmethod
     def fit(gmin: Sequence[int], gmax: Sequence[int], smin: Sequence[int],
             smax: Sequence[int], slots: int, symmetry: str, priority_col: int | None
             ) -> Codec:
-        """A codec with room for these ranges (one spare bit per column)."""
+        """A codec with room for these ranges."""
         return Codec(Layout.fit(gmin, gmax), Layout.fit(smin, smax), slots, symmetry,
                      priority_col)
 
@@ -127,29 +151,77 @@ class Codec:
 
     def encode(self, glob: Sequence[Any], slots: Sequence[Sequence[Any]], rows: int
                ) -> np.ndarray:
-        """Packed, canonical keys."""
-        gw = self.glob.pack(glob, rows)
-        sw = np.stack([self.slot.pack(cols, rows) for cols in slots], axis=1)
-        if self.symmetry != "none" and self.slots > 1:
-            sw = self._canonical(sw, slots)
-        return np.concatenate([gw, sw.reshape(rows, -1)], axis=1)
+        """Packed, canonical keys of columns of `rows` rows."""
+        def take(x: Any) -> Any:
+            return x
+        return self.encode_wide(glob, slots, take, rows)
 
-    def _canonical(self, sw: np.ndarray, slots: Sequence[Sequence[Any]]) -> np.ndarray:
+    def encode_wide(self, glob: Sequence[Any], slots: Sequence[Sequence[Any]],
+                    take: Any, rows: int) -> np.ndarray:
+        """Packed, canonical keys of columns at their broadcast shapes: the codes are
+        computed at those shapes, then `take` gathers each code's rows."""
+        def rows_of(x: Any) -> np.ndarray:
+            return np.broadcast_to(np.asarray(take(x), dtype=np.int64), (rows,))
+
+        prio = None
+        if self.symmetry == "priority" and self.priority_col is not None:
+            prio = np.stack([rows_of(cols[self.priority_col]) for cols in slots], axis=1)
+        if self.compact:
+            g = rows_of(self.glob.code(glob))
+            sc = np.stack([rows_of(self.slot.code(cols)) for cols in slots], axis=1)
+            sc = self._canonical(sc[:, :, None], prio)[:, :, 0]
+            return self._stream(g, sc)
+        gw = np.stack([rows_of(self.glob.code(glob, w)) for w in range(self.glob.words)],
+                      axis=1)
+        sw = np.stack([np.stack([rows_of(self.slot.code(cols, w))
+                                 for w in range(self.slot.words)], axis=1)
+                       for cols in slots], axis=1)
+        sw = self._canonical(sw, prio)
+        return np.concatenate([gw, sw.reshape(rows, -1)], axis=1).view(np.uint64)
+
+    def _canonical(self, sw: np.ndarray, prio: np.ndarray | None) -> np.ndarray:
+        if self.symmetry == "none" or self.slots < 2:
+            return sw
         if self.symmetry == "priority":
-            if self.priority_col is None:
+            if prio is None:
                 return sw
-            pr = np.stack([np.asarray(cols[self.priority_col], dtype=np.int64)
-                           for cols in slots], axis=1)
-            order = np.argsort(pr, axis=1, kind="stable")
+            order = np.argsort(prio, axis=1, kind="stable")
         elif sw.shape[2] == 1:
             return np.sort(sw, axis=1)
         else:
-            h = hash_rows(sw.reshape(-1, sw.shape[2])).reshape(sw.shape[:2])
+            h = hash_rows(sw.reshape(-1, sw.shape[2]).view(np.uint64)).reshape(sw.shape[:2])
             order = np.argsort(h, axis=1, kind="stable")
         return np.take_along_axis(sw, order[:, :, None], axis=1)
 
+    def _stream(self, g: np.ndarray, sc: np.ndarray) -> np.ndarray:
+        """The bit string [g | sc[:, 0] | sc[:, 1] | ...] as uint64 words."""
+        out = np.zeros((len(g), self.words), dtype=np.uint64)
+        offset = 0
+        for k, b in enumerate(self.fields):
+            v = (g if k == 0 else sc[:, k - 1]).view(np.uint64)
+            w, sh = divmod(offset, 64)
+            out[:, w] |= v << np.uint64(sh)
+            if sh + b > 64:
+                out[:, w + 1] |= v >> np.uint64(64 - sh)
+            offset += b
+        return out
+
+    def _unstream(self, words: np.ndarray) -> list[np.ndarray]:
+        out, offset = [], 0
+        for b in self.fields:
+            w, sh = divmod(offset, 64)
+            v = words[:, w] >> np.uint64(sh)
+            if sh + b > 64:
+                v = v | (words[:, w + 1] << np.uint64(64 - sh))
+            out.append((v & np.uint64((1 << b) - 1)).reshape(-1, 1))
+            offset += b
+        return out
+
     def decode(self, words: np.ndarray) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
         """The columns of packed keys (slots in their canonical order)."""
+        if self.compact:
+            parts = self._unstream(words)
+            return self.glob.unpack(parts[0]), [self.slot.unpack(p) for p in parts[1:]]
         g = self.glob.words
         glob = self.glob.unpack(words[:, :g])
         slots = [self.slot.unpack(words[:, g + s * self.slot.words:
@@ -167,16 +239,16 @@ def first_of_each(words: np.ndarray, order_keys: Sequence[np.ndarray] = ()
                   ) -> np.ndarray:
     """Indices of one row per distinct row: the first in `order_keys` order (lexicographic,
     most significant last, as np.lexsort takes them), else the first in row order."""
+    if not order_keys and words.shape[1] == 1:
+        return np.unique(words[:, 0], return_index=True)[1]
     h = hash_rows(words)
     order = np.lexsort((*order_keys, h)) if order_keys else np.argsort(h, kind="stable")
     hs = h[order]
     starts = np.ones(len(order), dtype=bool)
     starts[1:] = hs[1:] != hs[:-1]
     if words.shape[1] > 1 and len(order) > 1:
-        same_h = ~starts
-        ws = words[order]
-        clash = same_h & np.any(ws != np.roll(ws, 1, axis=0), axis=1)
-        if clash.any():
+        dup = np.nonzero(~starts)[0]
+        if len(dup) and np.any(words[order[dup]] != words[order[dup - 1]]):
             return _exact_first(words, order)
     return order[starts]
 

@@ -26,6 +26,7 @@ from checker.methods.array.layout import Leaf, Path, build, leaves_of, values_of
 from checker.methods.explore import Kind
 from model.core.array_ops import ArrayOps
 from model.core.engine import EngineModel
+from model.core.ops import CONCRETE
 from model.core.types import SlotSpec, Step
 from properties.catalogue import Property
 
@@ -54,6 +55,9 @@ class Options:
     chunk: int = 1 << 20
     max_states: int = 400_000_000
     least: bool = False  # keep the least path to every state (minimize.py's order)
+    # Skip an EOS choice that reaches the same state with the same verdicts as no EOS
+    # (it changes the transition count, not the states: off to compare counts with SPIN).
+    prune_eos: bool = True
     keep_edges: bool = False  # the arrival-free edges (for lassos)
 
 
@@ -159,6 +163,12 @@ class Search:
         self.hist_slot = self.reads.past_slot_fields()
         self.hist_step = self.reads.past_step_fields()
         self.lags = self.reads.lags
+        self.atoms = None
+        window_props = [p for p in self.props if p.kind != "lasso"]
+        if self.lags >= 1 and window_props and len(window_props) == len(self.props):
+            self.atoms = history.atoms(self.props, self.cfg, n, self._sample_step(), self.lags)
+        if self.atoms is not None:
+            self.hist_slot, self.hist_step = (), ()
         self.depth_in_key = self.arrival_read or "step" in read_step
         sym = sh.symmetry if self.opt.symmetric else "none"
         if self.props and self.props[0].kind == "lasso":
@@ -166,6 +176,9 @@ class Search:
         if sym != "none" and not analysis.permuted(self.engine.name, self.cfg, n,
                                                    frozenset(read_slot)):
             sym = "none"
+        if self.atoms is not None and any(self._reads_a_slot(j) for j in
+                                          self.atoms.global_atoms):
+            sym = "none"  # an atom that reads two slots does not follow a slot swap
         self.symmetry = sym
         self.retired = tuple(sorted(sh.retired)) if self.opt.retire else ()
         self.status_leaf = ("status",) if any(leaf.field == ("status",) for leaf in
@@ -173,6 +186,21 @@ class Search:
         if self.status_leaf is None:
             self.retired = ()
         self.initial = {leaf.path: leaf.initial for leaf in self.leaves}
+
+    def _sample_step(self) -> Step:
+        """One Step of the rules under ConcreteOps (the observables' types)."""
+        specs = [SlotSpec(**{f: _UNUSED.get(f, 0) for f in _SPEC_FIELDS})
+                 for _ in range(self.n)]
+        kind = self.kinds[0]
+        specs[0] = SlotSpec(**{f: (1 if f == "arrival_step" else getattr(kind, f, 0))
+                               for f in _SPEC_FIELDS})
+        _, obs = self.engine.step(CONCRETE, self.cfg, specs, self.template, [False] * self.n)
+        return obs
+
+    def _reads_a_slot(self, atom: int) -> bool:
+        """Whether a (global) atom reads a slot's observables."""
+        assert self.atoms is not None
+        return bool(self.atoms.owners[atom] - {"step"})
 
     # ---- columns ----------------------------------------------------------------------
 
@@ -185,6 +213,8 @@ class Search:
         for lag in range(1, self.lags + 1):
             keys += [("hist", lag, s, f) for s in range(self.n) for f in self.hist_slot]
             keys += [("hist", lag, None, f) for f in self.hist_step]
+            if self.atoms is not None:
+                keys += [("hist", lag, "atom", j) for j in range(len(self.atoms.atom_fns))]
         self.colkeys = keys
         self.ci = {k: i for i, k in enumerate(keys)}
         self.store = np.int16 if self.dtype == np.int16 else np.int64
@@ -198,10 +228,15 @@ class Search:
             cols += [self.ci[("leaf", ("slots", s, *f))] for f in self.key_slot]
             for lag in range(1, self.lags + 1):
                 cols += [self.ci[("hist", lag, s, f)] for f in self.hist_slot]
+                if self.atoms is not None:
+                    cols += [self.ci[("hist", lag, "atom", group[s])]
+                             for group in self.atoms.slot_atoms]
             key_slot.append(cols)
         key_glob = [self.ci[("arrived",)]] + [self.ci[("leaf", p)] for p in self.key_global]
         for lag in range(1, self.lags + 1):
             key_glob += [self.ci[("hist", lag, None, f)] for f in self.hist_step]
+            if self.atoms is not None:
+                key_glob += [self.ci[("hist", lag, "atom", j)] for j in self.atoms.global_atoms]
         self.key_slot_cols, self.key_glob_cols = key_slot, key_glob
         self.retire_cols = []
         if self.retired:
@@ -234,7 +269,8 @@ class Search:
         for leaf in self.stored_leaves:
             front[0, self.ci[("leaf", leaf.path)]] = leaf.initial
         meta = {"srank": np.zeros(1, dtype=np.int64), "prank": np.zeros(1, dtype=np.int64)}
-        root_words = self._words(front, 0)
+        src = {col: int(front[0, col]) for col in range(front.shape[1])}
+        root_words = self._words(src, 0, lambda x: np.broadcast_to(np.asarray(x), (1,)), 1)
         self.visited.add(root_words, np.zeros(1, dtype=np.int64))
         self.layers.append(_Layer(0, np.full(1, -1), np.zeros(1, dtype=np.int64),
                                   np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int64)))
@@ -288,27 +324,28 @@ class Search:
                 for batch in self._batches(rows, j):
                     if time.monotonic() > self.deadline:
                         raise _Stop("time limit")
-                    child, info, vmask = self._expand(front, meta, d, a, j, *batch)
-                    for i, mask in vmask.items():
-                        self._note_violation(viol, i, d, child, info, mask)
-                    t0 = time.monotonic()
-                    words = self._words(child, d)
-                    self.timing["keys"] += time.monotonic() - t0
+                    b = self._expand(front, meta, d, a, j, *batch)
+                    for i, mask in b.vmask.items():
+                        self._note_violation(viol, i, b, mask)
                     t0 = time.monotonic()
                     if self.opt.keep_edges and j == 0:
-                        edges.append((info["parent"], words, info["stuck"], info["eos"]))
+                        edges.append((b.info["parent"], b.words, b.info["stuck"],
+                                      b.info["eos"]))
                     # A child that violates every undecided property is not expanded.
-                    if pending and all(i in vmask for i in pending):
-                        cand = np.nonzero(~np.all(np.stack([vmask[i] for i in pending]),
+                    if pending and all(i in b.vmask for i in pending):
+                        cand = np.nonzero(~np.all(np.stack([b.vmask[i] for i in pending]),
                                                   axis=0))[0]
                     else:
-                        cand = np.arange(len(child))
+                        cand = None
+                    if cand is None:
+                        cand = first_of_each(b.words, self._order(b.info, slice(None)))
+                    elif len(cand):
+                        cand = cand[first_of_each(b.words[cand], self._order(b.info, cand))]
                     if len(cand):
-                        cand = cand[first_of_each(words[cand], self._order(info, cand))]
-                        cand = cand[self.visited.lookup(words[cand]) < 0]
+                        cand = cand[self.visited.lookup(b.words[cand]) < 0]
                     if len(cand):
-                        parts.append([child[cand], words[cand],
-                                      {k: v[cand] for k, v in info.items()}])
+                        parts.append([self._rows(b, cand), b.words[cand],
+                                      {k: v[cand] for k, v in b.info.items()}])
                         kept += len(cand)
                     self.timing["dedup"] += time.monotonic() - t0
                     if self.visited.count + kept > self.opt.max_states:
@@ -320,8 +357,10 @@ class Search:
             info = {k: np.concatenate([p[2][k] for p in parts]) for k in parts[0][2]}
         else:
             nxt = np.zeros((0, len(self.colkeys)), dtype=self.store)
-            words = np.zeros((0, 1), dtype=np.uint64)
+            words = np.zeros((0, self.codec.words if self.codec else 1), dtype=np.uint64)
             info = {k: np.zeros(0, dtype=np.int64) for k in ("parent", "choice", "eos", "j")}
+            if self.opt.least:
+                info["ranks"] = np.zeros((0, 4), dtype=np.int64)
         self._pending = []
         first = first_of_each(words, self._order(info, np.arange(len(nxt))))
         if self.opt.least:
@@ -351,7 +390,7 @@ class Search:
         self.timing["dedup"] += time.monotonic() - t0
         return nxt, new_meta, viol
 
-    def _order(self, info: dict[str, np.ndarray], idx: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _order(self, info: dict[str, np.ndarray], idx: Any) -> tuple[np.ndarray, ...]:
         """np.lexsort keys (least significant first) of minimize.py's order, least mode."""
         if not self.opt.least:
             return ()
@@ -371,11 +410,10 @@ class Search:
     # ---- one pass of the rules -------------------------------------------------------------
 
     def _expand(self, front: np.ndarray, meta: dict[str, np.ndarray], d: int, a: int,
-                j: int, rows: np.ndarray, c0: int, c1: int
-                ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[int, np.ndarray]]:
+                j: int, rows: np.ndarray, c0: int, c1: int) -> _Batch:
         """One pass: parents `rows` (a requests arrived) x choices c0..c1 of j arrivals x
-        every EOS choice. Returns the children's matrix (valid transitions only), how each
-        was reached, and per property the children at which it fails."""
+        every EOS choice. Every value stays at its broadcast shape; the keys are computed
+        there and only their words are gathered per valid transition."""
         t0 = time.monotonic()
         n, m, c = self.n, len(rows), c1 - c0
         dims = 2 + n
@@ -391,6 +429,13 @@ class Search:
             return v.astype(bool) if as_bool else v.astype(self.dtype, copy=False)
 
         kinds_idx = _digits(np.arange(c0, c1, dtype=np.int64), len(self.kinds), j)
+
+        def kind(f: str, s: int) -> Any:
+            v = self.kind_cols[f][kinds_idx[:, s - a]]
+            return int(v[0]) if (v == v[0]).all() else v.astype(self.dtype).reshape(
+                (1, c) + (1,) * n)
+
+        src: dict[int, Any] = {}
         specs = []
         for s in range(n):
             values: dict[str, Any] = {}
@@ -399,17 +444,13 @@ class Search:
                     values[f] = (parent(self.ci[("spec", s, f)]) if f in self.spec_fields
                                  else 1 if f == "arrival_step" else 0)
                 elif s < a + j:
-                    if f == "arrival_step":
-                        values[f] = d
-                    elif f in self.kind_cols:
-                        v = self.kind_cols[f][kinds_idx[:, s - a]]
-                        values[f] = (int(v[0]) if (v == v[0]).all() else
-                                     v.astype(self.dtype).reshape((1, c) + (1,) * n))
-                    else:
-                        values[f] = 0
+                    values[f] = (d if f == "arrival_step" else kind(f, s)
+                                 if f in self.kind_cols else 0)
                 else:
                     values[f] = _UNUSED.get(f, 0)
             specs.append(SlotSpec(**values))
+            for f in self.spec_fields:
+                src[self.ci[("spec", s, f)]] = values[f] if s < a + j else 0
         leaf_value = {leaf.path: leaf.initial for leaf in self.leaves}
         for leaf in self.stored_leaves:
             leaf_value[leaf.path] = parent(self.ci[("leaf", leaf.path)], leaf.is_bool)
@@ -423,9 +464,51 @@ class Search:
         valid: Any = True
         for i in range(n):
             valid = self.ops.and_(valid, self.ops.implies(eos[i], obs.slots[i].sampled))
-        past = self._past(sub, const, m, dims, d)
-        holds = {i: prop.holds(self.ops, [*past, obs], len(past))
-                 for i, prop in enumerate(self.props) if prop.kind != "lasso"}
+        if self.atoms is None:
+            past = self._past(sub, const, m, dims, d)
+            holds = {i: prop.holds(self.ops, [*past, obs], len(past))
+                     for i, prop in enumerate(self.props) if prop.kind != "lasso"}
+        else:
+            t_index = min(d - 1, self.lags)
+
+            def read(path: Path) -> Any:
+                # "a.<lag>.<atom>": a past step's atom; "o.0.<slot|step>.<field>": now
+                kind, lag, owner, *field = str(path[0]).split(".")
+                if kind == "a":
+                    return parent(self.ci[("hist", int(lag), "atom", int(owner))])
+                return getattr(obs, field[0]) if owner == "step" else \
+                    getattr(obs.slots[int(owner)], field[0])
+            holds = {i: self.atoms.formulas[i][t_index](read, self.ops)
+                     for i in range(len(self.props))}
+        values = values_of(nxt)
+        for leaf in self.stored_leaves:
+            src[self.ci[("leaf", leaf.path)]] = values[leaf.path]
+        src[self.ci[("arrived",)]] = a + j
+        for lag in range(2, self.lags + 1):
+            for s in range(n):
+                for f in self.hist_slot:
+                    src[self.ci[("hist", lag, s, f)]] = parent(self.ci[("hist", lag - 1, s, f)])
+            for f in self.hist_step:
+                src[self.ci[("hist", lag, None, f)]] = parent(self.ci[("hist", lag - 1, None,
+                                                                       f)])
+        if self.lags >= 1:
+            for s in range(n):
+                for f in self.hist_slot:
+                    src[self.ci[("hist", 1, s, f)]] = getattr(obs.slots[s], f)
+            for f in self.hist_step:
+                src[self.ci[("hist", 1, None, f)]] = getattr(obs, f)
+        if self.atoms is not None:
+            def this_step(path: Path) -> Any:
+                _, _, owner, field = str(path[0]).split(".")
+                return getattr(obs, field) if owner == "step" else \
+                    getattr(obs.slots[int(owner)], field)
+            for atom, fn in enumerate(self.atoms.atom_fns):
+                src[self.ci[("hist", 1, "atom", atom)]] = fn(this_step, self.ops)
+                for lag in range(2, self.lags + 1):
+                    src[self.ci[("hist", lag, "atom", atom)]] = parent(
+                        self.ci[("hist", lag - 1, "atom", atom)])
+        if self.opt.prune_eos:
+            valid = self._prune_eos(valid, src, holds, dims)
         self.timing["rules"] += time.monotonic() - t0
         t0 = time.monotonic()
         flat = np.flatnonzero(np.broadcast_to(np.asarray(valid), shape))
@@ -433,43 +516,11 @@ class Search:
         self.transitions += t
         idx = np.unravel_index(flat, shape)
         gather = _Gather(shape, idx)
-        child = np.empty((t, len(self.colkeys)), dtype=self.store)
-        values = values_of(nxt)
-        for leaf in self.stored_leaves:
-            self._put(child, self.ci[("leaf", leaf.path)], gather(values[leaf.path]))
-        pidx = idx[0]
-        copied = [self.ci[("spec", s, f)] for s in range(min(a, n)) for f in self.spec_fields]
-        for lag in range(2, self.lags + 1):
-            copied += [self.ci[("hist", lag - 1, s, f)] for s in range(n)
-                       for f in self.hist_slot]
-            copied += [self.ci[("hist", lag - 1, None, f)] for f in self.hist_step]
-        targets = [self.ci[("spec", s, f)] for s in range(min(a, n)) for f in self.spec_fields]
-        for lag in range(2, self.lags + 1):
-            targets += [self.ci[("hist", lag, s, f)] for s in range(n) for f in self.hist_slot]
-            targets += [self.ci[("hist", lag, None, f)] for f in self.hist_step]
-        if copied:
-            child[:, targets] = sub[np.ix_(pidx, copied)]
-        for s in range(a, n):
-            for f in self.spec_fields:
-                col = self.ci[("spec", s, f)]
-                if s < a + j:
-                    child[:, col] = (d if f == "arrival_step"
-                                     else self.kind_cols[f][kinds_idx[idx[1], s - a]])
-                else:
-                    child[:, col] = 0
-        child[:, self.ci[("arrived",)]] = a + j
-        if self.lags >= 1:
-            for s in range(n):
-                for f in self.hist_slot:
-                    self._put(child, self.ci[("hist", 1, s, f)],
-                              gather(getattr(obs.slots[s], f)))
-            for f in self.hist_step:
-                self._put(child, self.ci[("hist", 1, None, f)], gather(getattr(obs, f)))
         eos_mask = np.zeros(t, dtype=np.int64)
         for i in range(n):
             eos_mask |= idx[2 + i].astype(np.int64) << i
-        info = {"parent": rows[pidx], "choice": c0 + idx[1].astype(np.int64), "eos": eos_mask,
-                "j": np.full(t, j, dtype=np.int64)}
+        info = {"parent": rows[idx[0]], "choice": c0 + idx[1].astype(np.int64),
+                "eos": eos_mask, "j": np.full(t, j, dtype=np.int64)}
         if self.opt.keep_edges:
             stuck = gather(self.ops.or_(*[
                 self.ops.and_(o.held, o.prompt_len + o.max_tokens <= self.cfg.max_model_len)
@@ -485,8 +536,8 @@ class Search:
             eps = np.zeros(t, dtype=np.int64)
             for i in range(n):
                 eps |= idx[2 + i].astype(np.int64) << (n - 1 - i)
-            info["ranks"] = np.stack([meta["srank"][rows][pidx], pad,
-                                      meta["prank"][rows][pidx], eps], axis=1)
+            info["ranks"] = np.stack([meta["srank"][rows][idx[0]], pad,
+                                      meta["prank"][rows][idx[0]], eps], axis=1)
         vmask = {}
         for i, h in holds.items():
             if isinstance(h, (bool, int)) and h:
@@ -495,7 +546,51 @@ class Search:
             if v.any():
                 vmask[i] = v
         self.timing["gather"] += time.monotonic() - t0
-        return child, info, vmask
+        t0 = time.monotonic()
+        self._retire(src)
+        words = self._words(src, d, gather, t)
+        self.timing["keys"] += time.monotonic() - t0
+        return _Batch(t, shape, idx, src, info, vmask, words, a + j)
+
+    def _prune_eos(self, valid: Any, src: dict[int, Any], holds: dict[int, Any],
+                   dims: int) -> Any:
+        """Drop an EOS choice that changes nothing kept: where slot i's EOS leads to the
+        same state row and the same verdicts as no EOS (a request that finishes by length
+        anyway), the EOS run reaches the same state by a larger path, so it can be neither
+        the least run there nor a different verdict."""
+        for i in range(self.n):
+            axis = 2 + i
+            same: Any = True
+            for value in (*src.values(), *holds.values()):
+                if isinstance(value, (bool, int)):
+                    continue
+                v = np.asarray(value)
+                if v.ndim < dims:
+                    v = v.reshape((1,) * (dims - v.ndim) + v.shape)
+                if v.shape[axis] == 1:
+                    continue
+                no, yes = np.take(v, 0, axis=axis), np.take(v, 1, axis=axis)
+                same = self.ops.and_(same, np.expand_dims(no == yes, axis))
+            eos1 = np.array([False, True]).reshape((1,) * axis + (2,) +
+                                                   (1,) * (dims - axis - 1))
+            mask = self.ops.not_(self.ops.and_(eos1, same))
+            valid = self.ops.and_(valid, mask)
+        return valid
+
+    def _retire(self, src: dict[int, Any]) -> None:
+        """A retired slot's leaves back to their initial values, its request to 0."""
+        for status, reset in self.retire_cols:
+            st = src[status]
+            if isinstance(st, (bool, int)):
+                if st not in self.retired:
+                    continue
+                gone: Any = True
+            else:
+                gone = np.isin(st, self.retired)
+                if not gone.any():
+                    continue
+            for col, value in reset:
+                src[col] = value if gone is True else np.where(gone, value, src[col])
 
     def _put(self, child: np.ndarray, col: int, values: Any) -> None:
         """Store a column, refusing values the matrix's int type cannot hold."""
@@ -524,41 +619,48 @@ class Search:
 
     # ---- keys ---------------------------------------------------------------------------
 
-    def _words(self, child: np.ndarray, d: int) -> np.ndarray:
-        """The packed keys of a batch; retiring slots first changes the batch itself."""
-        rows, n = len(child), self.n
-        for status, reset in self.retire_cols:
-            gone = np.isin(child[:, status], self.retired)
-            if gone.any():
-                for col, value in reset:
-                    child[gone, col] = value
+    def _words(self, src: dict[int, Any], d: int, take: Any, rows: int) -> np.ndarray:
+        """The packed keys of a pass: the key's columns gathered at the valid transitions
+        (fewer than the broadcast shapes hold), then ranked, retired and packed."""
+        n = self.n
+        taken: dict[int, Any] = {}
+
+        def col(c: int) -> Any:
+            if c not in taken:
+                v = take(src[c])
+                taken[c] = v if isinstance(v, int) else np.asarray(v)
+            return taken[c]
+
         ranks = {}
         if self.order:
-            def getter(p: Path) -> Any:
-                return child[:, self.ci[("leaf", p)]]
+            getter = _Getter(lambda p: col(self.ci[("leaf", p)]))
             for of in self.order:
-                vals = [child[:, self.ci[("leaf", ("slots", i, *of.field))]] for i in range(n)]
+                vals = [col(self.ci[("leaf", ("slots", i, *of.field))]) for i in range(n)]
                 for i in range(n):
-                    r = np.zeros(rows, dtype=np.int16)
+                    r: Any = 0
                     for k in range(n):
                         if i != k:
                             g = self.guards[(of.field, i, k)](getter, self.ops)
-                            r += self.ops.and_(g, vals[k] < vals[i])
+                            # bools add as 0/1
+                            r = r + self.ops.and_(g, vals[k] < vals[i])
                     ranks[(of.field, i)] = r
-        slots = [[child[:, col] for col in cols] + [ranks[(of.field, s)] for of in self.order]
+        slots = [[col(c) for c in cols] + [ranks[(of.field, s)] for of in self.order]
                  for s, cols in enumerate(self.key_slot_cols)]
-        glob = [child[:, col] for col in self.key_glob_cols]
+        glob = [col(c) for c in self.key_glob_cols]
         if self.opt.arrival_steps is not None:
             glob.append(min(d, self.opt.arrival_steps))
         if self.depth_in_key:
             glob.append(d)
         for lag in range(1, self.lags + 1):
             glob.append(int(d - lag >= 1))
-        return self._encode(glob, slots, rows)
-
-    def _encode(self, glob: list[Any], slots: list[list[Any]], rows: int) -> np.ndarray:
         if rows == 0:
             return np.zeros((0, self.codec.words if self.codec else 1), dtype=np.uint64)
+        self._fit(glob, slots)
+        assert self.codec is not None
+        return self.codec.encode(glob, slots, rows)
+
+    def _fit(self, glob: list[Any], slots: list[list[Any]]) -> None:
+        """Widen the codec (and re-encode what is stored) if these values do not fit."""
         gmin = [int(np.min(c)) for c in glob]
         gmax = [int(np.max(c)) for c in glob]
         smin = [min(int(np.min(cols[k])) for cols in slots) for k in range(len(slots[0]))]
@@ -578,21 +680,27 @@ class Search:
                 for part in self._pending:
                     part[1] = new.recode(part[1], self.codec)
             self.codec = new
-        return self.codec.encode(glob, slots, rows)
+
+    def _rows(self, batch: _Batch, cand: np.ndarray) -> np.ndarray:
+        """The state rows of some transitions of a pass."""
+        gather = _Gather(batch.shape, tuple(ix[cand] for ix in batch.idx))
+        out = np.empty((len(cand), len(self.colkeys)), dtype=self.store)
+        for col in range(len(self.colkeys)):
+            self._put(out, col, gather(batch.src[col]))
+        return out
 
     # ---- runs ---------------------------------------------------------------------------
 
     def _note_violation(self, viol: dict[int, tuple[tuple[int, ...], Witness]], i: int,
-                        d: int, child: np.ndarray, info: dict[str, np.ndarray],
-                        mask: np.ndarray) -> None:
+                        b: _Batch, mask: np.ndarray) -> None:
         pos = np.nonzero(mask)[0]
+        info = b.info
         ranks = info.get("ranks")
-        arrived = child[:, self.ci[("arrived",)]].astype(np.int64)
         if ranks is not None:
-            # Fewest requests first, then the path order.
             r = ranks[pos]
-            k = int(pos[np.lexsort((r[:, 3], r[:, 2], r[:, 1], r[:, 0], arrived[pos]))[0]])
-            key = (int(arrived[k]), *(int(x) for x in ranks[k]))
+            k = int(pos[np.lexsort((r[:, 3], r[:, 2], r[:, 1], r[:, 0]))[0]])
+            # Fewest requests first, then the path order.
+            key = (b.arrived, *(int(x) for x in ranks[k]))
         else:
             k = int(pos[0])
             key = (0,)
@@ -619,6 +727,32 @@ class Search:
         """The run kept for a node (its least run in least mode)."""
         k = max(i for i, layer in enumerate(self.layers) if layer.first_id <= node_id)
         return self._walk(k, node_id - self.layers[k].first_id)
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One pass: its valid transitions (flat positions `idx` in `shape`), every frontier
+    column as a broadcast value, how each transition was reached, the properties it
+    violates, and its keys."""
+
+    t: int
+    shape: tuple[int, ...]
+    idx: tuple[np.ndarray, ...]
+    src: dict[int, Any]
+    info: dict[str, np.ndarray]
+    vmask: dict[int, np.ndarray]
+    words: np.ndarray
+    arrived: int
+
+
+class _Getter:
+    """A leaf getter with a memo, so guards share their common subterms."""
+
+    def __init__(self, get: Any) -> None:
+        self.get, self.memo = get, {}
+
+    def __call__(self, path: Path) -> Any:
+        return self.get(path)
 
 
 class _Gather:

@@ -1,0 +1,348 @@
+"""The array explorer: the rules run unchanged on arrays, its state space is SPIN's state
+for state, its reductions merge exactly the states they claim to, and it reaches the
+reference explorer's verdicts, depths and least counterexamples on the manifest."""
+
+import random
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import fields, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from checker.methods import array as ax
+from checker.methods import bmc, explore
+from checker.methods.array import keys
+from checker.methods.array.layout import build, leaves_of, values_of
+from checker.methods.array.search import Options, Search
+from checker.methods.jobs import Job, _bounds, _family, explored
+from checker.methods.symbolic import Bounds, Family
+from checker.methods.verdict import VIOLATED
+from model import registry
+from model.core.array_ops import ArrayOps
+from model.core.ops import CONCRETE
+from model.core.types import SlotSpec
+from model.vllm.config import Config
+from properties import catalogue, manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+OPS = ArrayOps(np)
+TINY = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, block_size=2,
+              num_gpu_blocks=5)
+# Issue 17's SPIN setting: FCFS, budget 8, 4 seqs, block 4, 6 KV blocks, max_model_len 16.
+SPIN_CFG = Config(max_num_batched_tokens=8, max_num_seqs=4, max_model_len=16, block_size=4,
+                  num_gpu_blocks=6)
+
+
+def _spin_search(n: int, symmetric: bool, retire: bool) -> Search:
+    engine = registry.get("vllm-v1")
+    rule_cfg = engine.rule_config(SPIN_CFG)
+    bounds = Bounds(slots=n, depth=100, max_prompt_len=8, max_max_tokens=4)
+    return Search(engine, rule_cfg, [], explore.menu(bounds, rule_cfg), n, 100,
+                  Options(symmetric=symmetric, retire=retire, arrival_steps=3,
+                          exhaustive=True, prune_eos=False), time.monotonic() + 600)
+
+
+# ---- the backend -------------------------------------------------------------------------
+
+def test_array_ops_compute_elementwise_what_concrete_ops_compute():
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(-9, 9, 500), rng.integers(-9, 9, 500)
+    p, q = rng.integers(0, 2, 500).astype(bool), rng.integers(0, 2, 500).astype(bool)
+    cases = [("ite", (p, a, b)), ("and_", (p, q, a > 0)), ("or_", (p, q)), ("not_", (p,)),
+             ("implies", (p, q)), ("min", (a, b)), ("max", (a, b)), ("cdiv", (a, 3)),
+             ("floordiv", (a, 4)), ("to_int", (p,)), ("name", (a,))]
+    for op, args in cases:
+        got = np.broadcast_to(getattr(OPS, op)(*args), (500,))
+        want = [getattr(CONCRETE, op)(*(x[k] if isinstance(x, np.ndarray) else x
+                                        for x in args)) for k in range(500)]
+        assert [int(x) for x in got] == [int(x) for x in want], op
+    assert list(OPS.sum([a, 2, b])) == [int(x) + 2 + int(y) for x, y in zip(a, b, strict=True)]
+
+
+def test_array_ops_fold_constants_so_unused_slots_cost_nothing():
+    assert OPS.and_(True, 3 == 3) is True and OPS.or_(False, 1 > 2) is False
+    assert OPS.ite(False, np.zeros(3), 7) == 7 and OPS.min(2, 5) == 2
+    x = np.arange(3)
+    assert OPS.ite(x > 0, x, x) is x
+
+
+def _random_states(engine, rule_cfg, n, rng, count):
+    """Reachable-looking states: the rules run under ConcreteOps on random workloads."""
+    out = []
+    for _ in range(count):
+        specs = []
+        for _ in range(n):
+            arrival = rng.choice([0, 1, 1, 2, 3])
+            specs.append(SlotSpec(rng.randint(1, 6), rng.randint(1, 4), arrival,
+                                  rng.randint(0, 1) if rule_cfg.policy_priority else 0, 0))
+        specs.sort(key=lambda s: (s.arrival_step == 0, s.arrival_step))
+        state = engine.initial_state(n, rule_cfg)
+        for _ in range(rng.randint(0, 5)):
+            state, _ = engine.step(CONCRETE, rule_cfg, specs, state,
+                                   [rng.random() < 0.3 for _ in range(n)])
+        out.append((state, specs, [rng.random() < 0.3 for _ in range(n)]))
+    return out
+
+
+def _one_config_per_engine():
+    m = manifest.load()
+    seen = {}
+    for name, nc in m.configs.items():
+        seen.setdefault(nc.engine, name)
+    return [(engine, name) for engine, name in seen.items()]
+
+
+@pytest.mark.parametrize("engine_name,config", _one_config_per_engine())
+def test_every_engines_rules_step_on_arrays_exactly_as_on_ints(engine_name, config):
+    nc = manifest.load().configs[config]
+    engine = registry.get(engine_name)
+    rule_cfg = engine.rule_config(nc.config)
+    rng = random.Random(1)
+    samples = _random_states(engine, rule_cfg, 3, rng, 120)
+    by_step = {}
+    for k, (state, _, _) in enumerate(samples):
+        by_step.setdefault(state.step, []).append(k)
+    for step, ks in by_step.items():
+        template = samples[ks[0]][0]
+        cols = {}
+        for k in ks:
+            for path, v in values_of(samples[k][0]).items():
+                cols.setdefault(path, []).append(v)
+        arrays = {p: np.array(v) for p, v in cols.items()}
+        state = build(template, lambda p, arrays=arrays: arrays[p], step)
+        specs = [SlotSpec(*[np.array([getattr(samples[k][1][i], f.name) for k in ks])
+                            for f in fields(SlotSpec)]) for i in range(3)]
+        eos = [np.array([samples[k][2][i] for k in ks]) for i in range(3)]
+        nxt, obs = engine.step(OPS, rule_cfg, specs, state, eos)
+        for j, k in enumerate(ks):
+            state_k, specs_k, eos_k = samples[k]
+            want_next, want_obs = engine.step(CONCRETE, rule_cfg, specs_k, state_k, eos_k)
+            for (path, want), got in zip(values_of(want_next).items(),
+                                         values_of(nxt).values(), strict=True):
+                assert int(want) == int(np.broadcast_to(got, (len(ks),))[j]), path
+            for want_slot, got_slot in zip(want_obs.slots, obs.slots, strict=True):
+                for f in fields(want_slot):
+                    got = np.broadcast_to(getattr(got_slot, f.name), (len(ks),))[j]
+                    assert int(getattr(want_slot, f.name)) == int(got), f.name
+
+
+# ---- the state space ---------------------------------------------------------------------
+
+def test_the_state_space_is_spins_state_for_state_at_two_requests():
+    # The same counts as pan on bench/spin/vllm_v1.pml (N=2; RETIRE=1 for the second),
+    # which bench/spin/run.py and bench/explore_speed.py measure side by side.
+    full = _spin_search(2, symmetric=False, retire=False).run()
+    assert (full.states, full.transitions, full.complete) == (23633, 67133, True)
+    retired = _spin_search(2, symmetric=False, retire=True).run()
+    assert (retired.states, retired.transitions) == (4312, 32381)
+
+
+@pytest.mark.skipif(shutil.which("spin") is None or shutil.which("cc") is None,
+                    reason="needs SPIN and a C compiler (apt-get install -y spin gcc)")
+def test_spin_counts_the_same_states_as_the_explorer():
+    sys.path.insert(0, str(ROOT / "bench" / "spin"))
+    try:
+        import run as spin_run
+    finally:
+        sys.path.pop(0)
+    for retire, states in ((False, 23633), (True, 4312)):
+        result = spin_run.measure(2, retire=retire, timeout_s=120)
+        assert (result.states, result.errors, result.complete) == (states, 0, True)
+
+
+def test_symmetry_and_retired_slots_merge_exactly_the_states_they_claim_to():
+    # Every state of the full space, with finished slots forgotten and slots sorted, is
+    # one state of the reduced search, and nothing else is: the reduced search neither
+    # loses states nor merges different ones.
+    search = _spin_search(2, symmetric=False, retire=False)
+    layers = []
+    original = search._layer
+
+    def keep(front, meta, d, pending):
+        out = original(front, meta, d, pending)
+        layers.append((d, out[0].copy()))
+        return out
+    search._layer = keep
+    search.run()
+    ci, canonical = search.ci, set()
+    for d, front in layers:
+        for row in front.astype(int):
+            slots = []
+            for i in range(2):
+                def leaf(name, i=i, row=row):
+                    return row[ci[("leaf", ("slots", i, name))]]
+                status = leaf("status")
+                ranks = []
+                for key, live in (("run_key", {2}), ("wait_key", {1, 3})):
+                    k = 1 - i
+                    ranks.append(int(status in live and leaf("status", k) in live
+                                     and leaf(key, k) < leaf(key)))
+                if status == 4:
+                    slots.append((4,))
+                else:
+                    slots.append((status, row[ci[("spec", i, "prompt_len")]],
+                                  row[ci[("spec", i, "max_tokens")]],
+                                  leaf("num_computed_tokens"), leaf("num_output_tokens"),
+                                  leaf("blocks"), *ranks))
+            canonical.add((min(d, 3), row[ci[("arrived",)]],
+                           row[ci[("leaf", ("free_blocks",))]], tuple(sorted(slots))))
+    reduced = _spin_search(2, symmetric=True, retire=True).run()
+    assert reduced.states == len(canonical) + 1  # + the initial state
+
+
+@pytest.mark.parametrize("name,params", [("starvation", {"k": 2}), ("head_of_line", {"k": 2}),
+                                          ("running_before_waiting", {}),
+                                          ("preemption_storm", {"m": 0})])
+def test_symmetry_and_retired_slots_change_no_verdict(name, params):
+    prop = catalogue.get(name, **params)
+    bounds = Bounds(slots=3, depth=4, max_prompt_len=3, max_max_tokens=2)
+    results = [ax.check(prop, Family(TINY), bounds, 300, symmetric=sym,
+                        options=Options(retire=retire))
+               for sym in (False, True) for retire in (False, True)]
+    assert len({(r.status, r.depth, r.workload) for r in results}) == 1
+    assert results[-1].stats.states <= results[0].stats.states
+
+
+# ---- keys ------------------------------------------------------------------------------
+
+def test_dedup_stays_exact_when_every_hash_clashes(monkeypatch):
+    words = np.array([[1, 2], [1, 3], [1, 2], [4, 5], [1, 3]], dtype=np.uint64)
+    monkeypatch.setattr(keys, "hash_rows", lambda w: np.zeros(len(w), dtype=np.uint64))
+    first = sorted(keys.first_of_each(words).tolist())
+    assert first == [0, 1, 3]
+    seen = keys.Visited()
+    seen.add(words[[0, 3]], np.array([10, 11]))
+    assert seen.lookup(words).tolist() == [10, -1, 10, 11, -1]
+
+
+def test_a_wider_codec_re_encodes_the_stored_keys():
+    narrow = keys.Codec.fit([0], [1], [0, 0], [3, 1], 2, "full", None)
+    cols = ([np.array([1, 0])], [[np.array([3, 0]), np.array([1, 1])],
+                                 [np.array([0, 2]), np.array([0, 0])]])
+    seen = keys.Visited()
+    wide = keys.Codec.fit([0], [9], [0, 0], [40, 7], 2, "full", None)
+    seen.add(narrow.encode([np.array([1])], [[np.array([3]), np.array([1])],
+                                             [np.array([0]), np.array([0])]], 1),
+             np.array([5]))
+    seen.repack(narrow, wide)
+    found = seen.lookup(wide.encode(*cols, 2))
+    assert found.tolist() == [5, -1]
+    # slots sorted: the same state with its two slots swapped is the same key
+    swapped = wide.encode([np.array([1])], [[np.array([0]), np.array([0])],
+                                            [np.array([3]), np.array([1])]], 1)
+    assert seen.lookup(swapped).tolist() == [5]
+
+
+def test_the_explorer_reads_only_the_history_a_property_needs():
+    search = Search(registry.get("vllm-v1"), registry.get("vllm-v1").rule_config(TINY),
+                    [catalogue.get("starvation", k=3)], explore.menu(Bounds(), TINY_RULES()),
+                    2, 4, Options(), time.monotonic() + 60)
+    # starvation reads was_waiting and scheduled of the last k steps, and only as
+    # `was_waiting and scheduled == 0` per slot and step: one bit per slot per past step
+    assert search.lags == 2 and set(search.reads.past_slot_fields()) == {"was_waiting",
+                                                                         "scheduled"}
+    assert search.atoms is not None and len(search.atoms.slot_atoms) == 1
+    assert search.atoms.global_atoms == () and not search.carried
+    storm = Search(registry.get("vllm-v1"), TINY_RULES(),
+                   [catalogue.get("preemption_storm", m=1)], explore.menu(Bounds(),
+                                                                           TINY_RULES()),
+                   2, 4, Options(), time.monotonic() + 60)
+    assert storm.lags == 0 and storm.carried == {("num_preemptions",)}
+
+
+def TINY_RULES():
+    return registry.get("vllm-v1").rule_config(TINY)
+
+
+def test_the_least_counterexample_is_bmcs():
+    prop = catalogue.get("starvation", k=3)
+    bounds = Bounds(slots=2, depth=4, max_prompt_len=4, max_max_tokens=3)
+    found = ax.check(prop, Family(TINY), bounds, 120)
+    searched = bmc.check(prop, Family(TINY), bounds, 120)
+    assert (found.status, found.depth, found.workload) == ("violated", 3, searched.workload)
+
+
+def test_the_core_imports_without_numpy_and_the_explorer_names_the_extra():
+    code = ("import sys; sys.modules['numpy'] = None\n"
+            "import model.core.array_ops, checker.methods.jobs\n"
+            "try:\n    import checker.methods.array\n"
+            "except ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == "the array explorer needs numpy; install the array extra: pip install -e " \
+                  "'.[fast]'"
+
+
+# ---- the manifest: both explorers, every entry --------------------------------------------
+
+def _groups(engine: str | None, suite: str):
+    """Manifest entries checked by the explorer, one group per (config, bounds, kind of
+    search): step properties share one search, as jobs.run_batch shares them."""
+    m = manifest.load()
+    groups = {}
+    for e in m.entries:
+        if "explore" not in e.methods or e.suite != suite:
+            continue
+        if engine is not None and e.engine != engine:
+            continue
+        prop = catalogue.get(e.property, **dict(e.params))
+        shared = prop.kind == "step"
+        key = (e.config, e.bounds, "step" if shared else f"{e.property}{e.params}")
+        groups.setdefault(key, []).append(e)
+    return [pytest.param(entries, id=f"{k[0]}-{k[2]}") for k, entries in groups.items()]
+
+
+def _agree(entries):
+    m = manifest.load()
+    first = entries[0]
+    nc = manifest.with_bounds(m.configs[first.config], **dict(first.bounds))
+    props = [catalogue.get(e.property, **dict(e.params)) for e in entries]
+    family, bounds = _family(nc), _bounds(nc)
+    reference = explore.check_many(props, family, bounds, 600)
+    arrays = ax.check_many(props, family, bounds, 600)
+    for e, ref, arr in zip(entries, reference, arrays, strict=True):
+        assert (arr.status, arr.depth, arr.workload, arr.loop) == \
+            (ref.status, ref.depth, ref.workload, ref.loop), e.property
+        if arr.status == "violated":
+            job = Job(e.engine, e.property, e.params, nc, e.expected, 600, method="explore")
+            assert explored(job, arr).verdict.verdict == VIOLATED, e.property  # replayed
+
+
+# A few groups in the quick run (a window finding, lassos, step properties under a family
+# and without chunking); every default entry in the slow run (the reference explorer takes
+# minutes on tiny_fcfs and tiny_priority_2seats).
+QUICK = {"budget_grid-step", "no_chunking_threshold-step", "budget_below_seqs-step",
+         "tiny_fcfs-starvation(('k', 3),)", "tiny_fcfs-never_finishes()",
+         "no_chunking_scheduled_cap-never_finishes()"}
+
+
+@pytest.mark.parametrize("entries", [p for p in _groups("vllm-v1", "default") if p.id in QUICK])
+def test_some_vllm_default_entries_agree_with_the_reference_explorer(entries):
+    _agree(entries)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entries", _groups("vllm-v1", "default"))
+def test_vllm_default_entries_agree_with_the_reference_explorer(entries):
+    _agree(entries)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entries", [p for engine in registry.names() if engine != "vllm-v1"
+                                     for p in _groups(engine, "default")])
+def test_other_engines_default_entries_agree_with_the_reference_explorer(entries):
+    _agree(entries)
+
+
+def test_a_state_leaf_dataclass_is_walked_generically():
+    engine = registry.get("vllm-v1")
+    state = engine.initial_state(2, TINY_RULES())
+    leaves = leaves_of(state)
+    assert all(isinstance(leaf.initial, int) for leaf in leaves)
+    assert {leaf.slot for leaf in leaves} == {None, 0, 1}
+    rebuilt = build(state, lambda p: values_of(state)[p], state.step)
+    assert rebuilt == replace(state)
