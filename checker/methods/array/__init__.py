@@ -48,7 +48,34 @@ from model import registry as engines  # noqa: E402
 from model.core.types import EosEvent, RequestSpec, Workload  # noqa: E402
 from properties.catalogue import Property  # noqa: E402
 
-__all__ = ["Options", "check", "check_many", "workload_of"]
+__all__ = ["Options", "check", "check_many", "supports", "workload_of"]
+
+
+def supports(family: Family) -> str | None:
+    """None when the engine's rules step a frontier of arrays at this config, else why
+    not (a rule that branches on a value, a state leaf that is not an int): the caller then
+    keeps the reference explorer."""
+    import numpy as np
+
+    from checker.methods.array.layout import build, leaves_of, values_of
+    from model.core.array_ops import ArrayOps
+    from model.core.types import SlotSpec
+
+    engine = engines.get(family.engine)
+    try:
+        rule_cfg = engine.rule_config(family.base)
+        state = engine.initial_state(2, rule_cfg)
+        leaves_of(state)
+        values = values_of(state)
+        state = build(state, lambda p: np.full(2, values[p]), state.step)
+        kinds = menu(Bounds(slots=2, depth=1), rule_cfg)[:2]
+        specs = [SlotSpec(np.array([k.prompt_len for k in kinds] * (3 - len(kinds)))[:2],
+                          np.array([k.max_tokens for k in kinds] * (3 - len(kinds)))[:2],
+                          1), SlotSpec(1, 1, 0)]
+        engine.step(ArrayOps(np), rule_cfg, specs, state, [np.array([False, True])] * 2)
+    except (TypeError, ValueError, IndexError) as exc:
+        return f"{family.engine}'s rules do not step on arrays: {exc}"
+    return None
 
 
 def workload_of(family: Family, kinds: Sequence[Kind], w: Witness, steps: int) -> Workload:
@@ -160,7 +187,11 @@ def _one(props: Sequence[Property], family: Family, bounds: Bounds, deadline: fl
         depth = max(first.violated[i][0] for i in violated)
         least = search([props[i] for i in violated], depth, replace(opts, least=True))
         for k, i in enumerate(violated):
-            d, w = least.violated.get(k, first.violated[i])
+            if k not in least.violated:
+                raise AssertionError(f"{props[i].name}: the least search found no violation "
+                                     f"by depth {depth}, the first at "
+                                     f"{first.violated[i][0]}")
+            d, w = least.violated[k]
             if d != first.violated[i][0]:
                 raise AssertionError(f"{props[i].name}: the least search fails at depth {d}, "
                                      f"the first at {first.violated[i][0]}")

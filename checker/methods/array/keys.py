@@ -292,13 +292,15 @@ class Visited:
             found[hit] = ids[pos_c[hit]]
         return found
 
-    def add(self, words: np.ndarray, ids: np.ndarray) -> None:
-        """Store new keys (not already present) with their node ids."""
+    def add(self, words: np.ndarray, ids: np.ndarray | None = None) -> None:
+        """Store new keys (not already present), with their node ids if given (a lookup
+        then finds the id; without ids it finds 0)."""
         if len(words) == 0:
             return
         h = hash_rows(words)
         order = np.argsort(h, kind="stable")
-        self.runs.append((h[order], words[order] if self.exact else None, ids[order]))
+        kept_ids = (np.zeros(len(h), dtype=np.int8) if ids is None else ids[order])
+        self.runs.append((h[order], words[order] if self.exact else None, kept_ids))
         self.count += len(words)
         while len(self.runs) > 1 and len(self.runs[-1][0]) * 2 >= len(self.runs[-2][0]):
             self._merge_last()

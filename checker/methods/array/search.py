@@ -118,6 +118,7 @@ class Search:
                                                                   (frozenset(),))
         self.ops = ArrayOps(np)
         self.dtype = _eval_dtype(rule_cfg)
+        self.paths = options.least or options.keep_edges
         self._plan()
 
     # ---- what a state holds and what its key holds -------------------------------------
@@ -289,7 +290,7 @@ class Search:
                 d -= 1
                 break
             for i, w in viol.items():
-                found[i] = (d, w[1])
+                found.setdefault(i, (d, w[1]))
             if self.props and len(found) == len(self.props):
                 break
         outcome = Outcome(found, self.visited.count, self.transitions, d,
@@ -326,7 +327,8 @@ class Search:
                         raise _Stop("time limit")
                     b = self._expand(front, meta, d, a, j, *batch)
                     for i, mask in b.vmask.items():
-                        self._note_violation(viol, i, b, mask)
+                        if i in pending:  # a decided property keeps its first layer
+                            self._note_violation(viol, i, b, mask)
                     t0 = time.monotonic()
                     if self.opt.keep_edges and j == 0:
                         edges.append((b.info["parent"], b.words, b.info["stuck"],
@@ -377,10 +379,15 @@ class Search:
             new_s[1:] = np.any(r[1:, :2] != r[:-1, :2], axis=1)
             new_meta["srank"] = np.cumsum(new_s) - 1
             new_meta["prank"] = np.arange(len(r), dtype=np.int64)
-        ids = self.next_id + np.arange(len(nxt), dtype=np.int64)
-        self.visited.add(words, ids)
-        self.layers.append(_Layer(self.next_id, info["parent"], info["choice"],
-                                  info["j"].astype(np.int8), info["eos"]))
+        if self.paths:
+            ids = self.next_id + np.arange(len(nxt), dtype=np.int64)
+            self.visited.add(words, ids)
+            self.layers.append(_Layer(self.next_id, info["parent"], info["choice"],
+                                      info["j"].astype(np.int8), info["eos"]))
+        else:
+            # No run is asked of this search (the first, which only finds the depths), so
+            # neither node ids nor parents are kept: 8 bytes of hash + the key per state.
+            self.visited.add(words)
         if self.opt.keep_edges:
             base = self.layers[-2].first_id
             for par, w, stuck, eos in edges:
@@ -705,6 +712,9 @@ class Search:
             k = int(pos[0])
             key = (0,)
         if i in viol and (ranks is None or viol[i][0] <= key):
+            return
+        if not self.paths:
+            viol[i] = (key, Witness((), ()))
             return
         last = (self._kinds(int(info["choice"][k]), int(info["j"][k])), int(info["eos"][k]))
         prefix = self._walk(len(self.layers) - 1, int(info["parent"][k]))
