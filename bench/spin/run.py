@@ -128,7 +128,7 @@ def measure(n: int, starve: int = 0, timeout_s: float = 3600, memlim_mb: int = 8
     """Build and run in a fresh process, so that peak memory is this run's alone."""
     cmd = ["python3", str(Path(__file__).resolve()), "--n", str(n), "--starve", str(starve),
            "--timeout", str(timeout_s), "--memlim", str(memlim_mb), "--json",
-           "--flags", " ".join(flags), *(["--retire"] if retire else [])]
+           f"--flags={' '.join(flags)}", *(["--retire"] if retire else [])]
     done = subprocess.run(cmd, capture_output=True, text=True, check=True,
                           env={**os.environ})
     return SpinRun(**json.loads(done.stdout.strip().splitlines()[-1]))

@@ -151,7 +151,7 @@ def atoms(props: Sequence[Property], rule_cfg: Any, slots: int, sample: Step,
     of the observables, and the explorer keeps raw observables instead)."""
     import z3
 
-    from checker.methods.array import analysis
+    import checker.methods.array.analysis as analysis
     from model.core.ops import SymbolicOps
 
     def var(lag: int, owner: str, name: str, like: Any) -> Any:
@@ -208,7 +208,7 @@ def _compile_with_atoms(term: Any, templates: dict[str, int], bodies: list[Any])
     new atoms are added to `templates` (key: the subterm read at lag X) and `bodies`."""
     import z3
 
-    from checker.methods.array import analysis
+    import checker.methods.array.analysis as analysis
 
     lags: dict[int, frozenset[int]] = {}
 
@@ -251,7 +251,7 @@ def _at_lag(e: Any, lag: int, to: str) -> Any:
     """The subterm with its lag-`lag` observables renamed to lag `to`."""
     import z3
 
-    from checker.methods.array import analysis
+    import checker.methods.array.analysis as analysis
 
     pairs = []
     for c in analysis._all_consts(e):
@@ -268,7 +268,7 @@ def _by_slot(bodies: Sequence[Any], slots: int) -> tuple[tuple[tuple[int, ...], 
     slot in each group); the rest are global."""
     import z3
 
-    from checker.methods.array import analysis
+    import checker.methods.array.analysis as analysis
 
     generic: dict[str, dict[int, int]] = {}
     rest = []

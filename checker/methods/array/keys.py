@@ -179,6 +179,17 @@ class Codec:
         sw = self._canonical(sw, prio)
         return np.concatenate([gw, sw.reshape(rows, -1)], axis=1).view(np.uint64)
 
+    def encode_codes(self, glob: Any, slots: Sequence[Any], prio: Sequence[Any] | None,
+                     rows: int) -> np.ndarray:
+        """Packed, canonical keys of a compact codec from the global code and each slot's
+        code (int64 per row, as `Layout.code` makes them)."""
+        g = np.broadcast_to(np.asarray(glob, dtype=np.int64), (rows,))
+        sc = np.stack([np.broadcast_to(np.asarray(c, dtype=np.int64), (rows,)) for c in slots],
+                      axis=1)
+        p = None if prio is None else np.stack(
+            [np.broadcast_to(np.asarray(x, dtype=np.int64), (rows,)) for x in prio], axis=1)
+        return self._stream(g, self._canonical(sc[:, :, None], p)[:, :, 0])
+
     def _canonical(self, sw: np.ndarray, prio: np.ndarray | None) -> np.ndarray:
         if self.symmetry == "none" or self.slots < 2:
             return sw

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from checker.methods.array import analysis, history
+import checker.methods.array.analysis as analysis
+import checker.methods.array.history as history
 from checker.methods.array.analysis import Shape
 from checker.methods.array.keys import Codec, Visited, first_of_each
 from checker.methods.array.layout import Leaf, Path, build, leaves_of, values_of
@@ -651,19 +652,38 @@ class Search:
                             # bools add as 0/1
                             r = r + self.ops.and_(g, vals[k] < vals[i])
                     ranks[(of.field, i)] = r
-        slots = [[col(c) for c in cols] + [ranks[(of.field, s)] for of in self.order]
-                 for s, cols in enumerate(self.key_slot_cols)]
-        glob = [col(c) for c in self.key_glob_cols]
+        glob_wide = [src[c] for c in self.key_glob_cols]
         if self.opt.arrival_steps is not None:
-            glob.append(min(d, self.opt.arrival_steps))
+            glob_wide.append(min(d, self.opt.arrival_steps))
         if self.depth_in_key:
-            glob.append(d)
+            glob_wide.append(d)
         for lag in range(1, self.lags + 1):
-            glob.append(int(d - lag >= 1))
+            glob_wide.append(int(d - lag >= 1))
         if rows == 0:
             return np.zeros((0, self.codec.words if self.codec else 1), dtype=np.uint64)
-        self._fit(glob, slots)
+        rank_cols = [[ranks[(of.field, s)] for of in self.order] for s in range(n)]
+        # A slot's own columns depend on few axes (its parent, its request, its own EOS):
+        # their part of the slot's code is computed at that shape and gathered once; the
+        # ranks, which compare slots, are added at the valid transitions.
+        local = [[src[c] for c in cols] for cols in self.key_slot_cols]
+        self._fit(glob_wide, [lc + rc for lc, rc in zip(local, rank_cols, strict=True)])
         assert self.codec is not None
+        if self.codec.compact:
+            zeros = [0] * len(self.order)
+            g = take(self.codec.glob.code(glob_wide))
+            codes = []
+            for s in range(n):
+                code = take(self.codec.slot.code([*local[s], *zeros]))
+                code = code + self.codec.slot.code([0] * len(local[s]) + rank_cols[s]) - \
+                    self.codec.slot.code([0] * (len(local[s]) + len(self.order)))
+                codes.append(code)
+            prio = None
+            if self.codec.symmetry == "priority" and self.codec.priority_col is not None:
+                prio = [col(self.key_slot_cols[s][self.codec.priority_col]) for s in range(n)]
+            return self.codec.encode_codes(g, codes, prio, rows)
+        slots = [[col(c) for c in cols] + rank_cols[s]
+                 for s, cols in enumerate(self.key_slot_cols)]
+        glob = [col(c) for c in self.key_glob_cols] + glob_wide[len(self.key_glob_cols):]
         return self.codec.encode(glob, slots, rows)
 
     def _fit(self, glob: list[Any], slots: list[list[Any]]) -> None:
