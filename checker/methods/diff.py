@@ -274,7 +274,21 @@ def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = Tr
             minimal = model is not None
             return _replayed(a, b, p, model if model is not None else first, d, start,
                              minimal)
+        # No workload differs at step d: a fact, which the deeper queries may use.
+        solver.add(z3.Not(_as_bool(differ)))
+        _merge_states(p, solver)
     return DiffResult(SAME, bounds.depth, time.monotonic() - start)
+
+
+def _merge_states(p: _Pair, solver: z3.Solver) -> None:
+    """When no workload gives the two sides different states after the last step, side B
+    goes on from side A's state variables: the two rule sets then compute the same terms
+    wherever the switch is not read, and the solver sees them equal by congruence instead
+    of searching (the states stay apart when some workload tells them apart)."""
+    same = z3.And(*_bind(p.joint.states[-1], p.states_b[-1]))
+    if solver.check(z3.Not(same)) == z3.unsat:
+        solver.add(same)
+        p.states_b[-1] = p.joint.states[-1]
 
 
 def _replayed(a: Side, b: Side, p: _Pair, model: z3.ModelRef, d: int, start: float,
