@@ -68,13 +68,14 @@ def _layer(module: str) -> str:
             return f"model.{parts[1]}"
         return "model"
     if parts[0] == "checker" and len(parts) > 1 and parts[1] in {
-            "methods", "show", "config", "docs", "cli", "conformance"}:
+            "methods", "show", "config", "sweep", "docs", "cli", "conformance"}:
         return f"checker.{parts[1]}"
     return parts[0]
 
 
 # Which layers each layer may import (besides itself). The checker's parts are ordered
-# methods < show < config < docs < cli; conformance drives real engines and reads model.
+# methods < show < config < sweep < docs < cli; conformance drives real engines and reads
+# model.
 ALLOWED = {
     "model.core": set(),
     **{f"model.{room}": {"model.core"} for room in ROOMS},
@@ -82,8 +83,8 @@ ALLOWED = {
     "properties": {"model", "model.core", *(f"model.{room}" for room in ROOMS)},
 }
 _MODEL_ALL = {"model", "model.core", *(f"model.{room}" for room in ROOMS)}
-_CHECKER_ORDER = ("checker.methods", "checker.show", "checker.config", "checker.docs",
-                  "checker.cli")
+_CHECKER_ORDER = ("checker.methods", "checker.show", "checker.config", "checker.sweep",
+                  "checker.docs", "checker.cli")
 for i, part in enumerate(_CHECKER_ORDER):
     ALLOWED[part] = {"properties", "checker", *_MODEL_ALL, *_CHECKER_ORDER[:i]}
 ALLOWED["checker.conformance"] = {"properties", "checker", "checker.methods", *_MODEL_ALL}

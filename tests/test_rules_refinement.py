@@ -102,3 +102,15 @@ def test_reference_and_rules_agree_on_every_step_with_prefix_caching(w):
     by_rules = tuple(to_record(s, sw.ids) for s in run_rules(sw))
     for ref, got in zip(reference, by_rules, strict=True):
         assert got == ref, f"step {ref.step}:\n reference {ref}\n rules     {got}"
+
+
+@given(cached_workloads(), st.booleans())
+def test_reference_and_rules_agree_on_every_step_under_async_scheduling(w, caching):
+    # The AsyncScheduler: each step schedules, then delivers the previous schedule's output.
+    w = without_unsampled_eos(replace(w, config=replace(
+        w.config, async_scheduling=True, enable_prefix_caching=caching)))
+    reference = simulate(w)
+    sw = to_slots(w)
+    by_rules = tuple(to_record(s, sw.ids) for s in run_rules(sw))
+    for ref, got in zip(reference, by_rules, strict=True):
+        assert got == ref, f"step {ref.step}:\n reference {ref}\n rules     {got}"

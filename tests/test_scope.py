@@ -3,6 +3,7 @@
 feature the model leaves out."""
 
 import json
+from dataclasses import replace
 
 from checker.cli.main import main
 from checker.config.hazards import (
@@ -56,14 +57,58 @@ def test_without_speculative_decoding_the_same_pool_is_proved_free_of_it(capsys)
     assert code == 0
 
 
-def test_plain_vllm_serve_flags_turn_on_what_the_model_leaves_out(capsys):
-    code, hazards, doc = config_json(capsys, *JUST_FITS)
-    assert doc["outside_model"] == ["prefix caching", "async scheduling"]
-    for name in ("starvation", "head_of_line", "self_preemption", "repeated_preemption"):
-        assert hazards[name]["verdict"] == "UNKNOWN", name
-        assert "outside the model: prefix caching, async scheduling" in hazards[name]["detail"]
-    # Arguments that need a setting the config lacks hold whatever the engine turns on.
+def test_plain_vllm_serve_flags_model_prefix_caching_and_async_scheduling(capsys):
+    # vllm serve on a GPU runs both, and the model covers both: on a config small enough
+    # for the symbolic prefix cache the hazards are searched with the cache and the
+    # AsyncScheduler, and nothing is left outside.
+    small = ("--max-model-len", "8", "--max-num-batched-tokens", "4", "--max-num-seqs", "4",
+             "--block-size", "2", "--num-gpu-blocks", "5", "--concurrency", "2",
+             "--depth", "3")
+    code, hazards, doc = config_json(capsys, *small, "--hazard", "starvation",
+                                     "--hazard", "unchunked_blocking")
+    assert doc["outside_model"] == []
     assert hazards["unchunked_blocking"]["verdict"] == "PROVED absent"
+    assert "outside the model" not in hazards["starvation"]["detail"]
+    assert hazards["starvation"]["verdict"] in ("WITNESSED", "HOLDS within bounds")
+    assert code == 0
+
+
+def test_async_scheduling_is_searched_on_the_async_scheduler(capsys):
+    code, hazards, _ = config_json(
+        capsys, "--max-model-len", "16", "--max-num-batched-tokens", "4", "--max-num-seqs",
+        "4", "--block-size", "2", "--num-gpu-blocks", "9", "--concurrency", "3", "--depth",
+        "4", "--no-enable-prefix-caching", "--hazard", "head_of_line")
+    witness = hazards["head_of_line"]["witness"]
+    assert hazards["head_of_line"]["verdict"] == "WITNESSED"
+    assert witness is not None
+    assert code == 0
+
+
+def test_a_large_pool_leaves_prefix_caching_outside_the_symbolic_model(capsys):
+    # A bounded search over max_model_len 64 in blocks of 2 would carry 32-entry block
+    # tables: too large for the symbolic cache, so prefix caching stays outside.
+    code, hazards, doc = config_json(
+        capsys, "--max-model-len", "64", "--max-num-batched-tokens", "64", "--max-num-seqs",
+        "4", "--block-size", "2", "--num-gpu-blocks", "40", "--concurrency", "1", "--depth",
+        "2", "--no-async-scheduling", "--hazard", "starvation", "--hazard",
+        "unchunked_blocking")
+    assert doc["outside_model"] == []  # the deployment's features are all modelled ...
+    detail = hazards["starvation"]["detail"]
+    assert hazards["starvation"]["verdict"] == "UNKNOWN"  # ... but not at this size
+    assert detail.startswith("outside the model: prefix caching (the model found: ")
+    assert hazards["unchunked_blocking"]["verdict"] == "PROVED absent"
+    assert code == 3
+
+
+def test_unmodelled_features_still_make_the_model_s_verdicts_unknown(capsys):
+    code, hazards, doc = config_json(capsys, *JUST_FITS, "--kv-transfer-config", "{}",
+                                     "--hazard", "starvation", "--hazard",
+                                     "priority_inversion")
+    assert doc["outside_model"] == ["KV connector"]
+    assert hazards["starvation"]["verdict"] == "UNKNOWN"
+    assert hazards["starvation"]["detail"].startswith("outside the model: ")
+    assert "KV connector" in hazards["starvation"]["detail"]
+    # An argument that needs a setting the config lacks holds whatever the engine turns on.
     assert hazards["priority_inversion"]["verdict"] == "PROVED absent"
     assert code == 3
 
@@ -88,21 +133,40 @@ TINY = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, block_
 ENV = Envelope(slots=3, depth=4, timeout_s=60)
 
 
-def test_prefix_caching_keeps_a_witness_that_preempts_nothing():
-    dep = Deployment(prefix_caching=True)
-    result = decide(_hazard("head_of_line"), TINY, ENV, True, dep)
+# max_model_len 64 in blocks of 2: a prefix cache too large for the symbolic rules.
+WIDE = Config(max_num_batched_tokens=64, max_num_seqs=4, max_model_len=64, block_size=2,
+              num_gpu_blocks=40)
+
+
+# max_model_len 8 in blocks of 2 on 4 usable blocks: small enough for the symbolic cache.
+SMALL_CACHE = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=8, block_size=2,
+                     num_gpu_blocks=5)
+
+
+def test_prefix_caching_is_searched_with_the_cache_when_it_fits():
+    result = decide(_hazard("starvation"), SMALL_CACHE,
+                    Envelope(slots=2, depth=3, starvation_steps=2), True,
+                    Deployment(prefix_caching=True))
     assert result.verdict == "WITNESSED"
+    assert result.witness.workload.config.enable_prefix_caching
+    assert "outside the model" not in result.detail
+
+
+def test_a_cache_too_large_keeps_a_witness_that_preempts_nothing():
+    dep = Deployment(prefix_caching=True)
+    result = decide(_hazard("starvation"), WIDE, Envelope(slots=2, depth=3), True, dep)
+    assert result.verdict == "WITNESSED"
+    assert not result.witness.workload.config.enable_prefix_caching
     assert not any(rec.preempted for rec in result.witness.replayed.records)
     assert "share no prefix and none is preempted" in result.detail
 
 
-def test_prefix_caching_turns_a_bound_into_unknown():
-    big = Config(max_num_batched_tokens=4, max_num_seqs=2, max_model_len=16, block_size=2,
-                 num_gpu_blocks=40)
-    hazard = _hazard("starvation")
-    assert decide(hazard, big, Envelope(slots=1, depth=3), True, MODEL_SCOPE).verdict == \
-        "HOLDS within bounds"
-    result = decide(hazard, big, Envelope(slots=1, depth=3), True,
+def test_a_cache_too_large_turns_a_bound_into_unknown():
+    hazard = _hazard("unchunked_blocking")
+    off = replace(WIDE, enable_chunked_prefill=False)
+    bounded = decide(hazard, off, Envelope(slots=1, depth=2), True, MODEL_SCOPE)
+    assert bounded.verdict == "HOLDS within bounds"
+    result = decide(hazard, off, Envelope(slots=1, depth=2), True,
                     Deployment(prefix_caching=True))
     assert result.verdict == "UNKNOWN"
     assert result.detail.startswith("outside the model: prefix caching (the model found: "

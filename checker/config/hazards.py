@@ -25,6 +25,7 @@ from model.core.ops import CONCRETE
 from model.core.types import RequestSpec, StepRecord, Workload
 from model.vllm.config import ENGINE_VLLM_V1, POLICY_PRIORITY, Config
 from model.vllm.deployment import (
+    ASYNC_SCHEDULING,
     MODEL_SCOPE,
     PREFIX_CACHING,
     Deployment,
@@ -33,6 +34,7 @@ from model.vllm.deployment import (
 )
 from model.vllm.engine import records_to_steps
 from model.vllm.reference import simulate
+from model.vllm.state import RuleConfig, cache_model_fits, within_bounds
 from properties import catalogue
 from properties.manifest import custom_config, with_bounds
 
@@ -292,13 +294,23 @@ def never(cfg: Config) -> str | None:
     return None
 
 
+# Why they hold with the AsyncScheduler: it caps a chunk at max_model_len - 1 computed
+# tokens as the Scheduler does (scheduler.py:716-721), so a request still holds at most
+# cdiv(max_model_len - 1, block_size) blocks, and a request whose EOS is in flight is still
+# one of the running ones the lemma counts.
+_ASYNC_SAME_BOUND = (ASYNC_SCHEDULING.name,
+                     "the AsyncScheduler caps a request's computed tokens at max_model_len "
+                     "- 1 as well (scheduler.py:716-721), and a request whose EOS is in "
+                     "flight still counts among the running requests")
+
 NO_ARGUMENT = Argument(never)
-NO_PREEMPTION = Argument(_no_preemption, holds_with=(_CACHE_SHARES_ONLY,))
-NO_HOL = Argument(_no_hol, (CHUNKED_ON,), holds_with=(_CACHE_SHARES_ONLY,))
+NO_PREEMPTION = Argument(_no_preemption, holds_with=(_CACHE_SHARES_ONLY, _ASYNC_SAME_BOUND))
+NO_HOL = Argument(_no_hol, (CHUNKED_ON,), holds_with=(_CACHE_SHARES_ONLY, _ASYNC_SAME_BOUND))
 NO_SELF_PREEMPTION = Argument(
     _no_self_preemption, (LONE_PROMPT_FITS,), holds_with=((
         PREFIX_CACHING.name, "a lone request shares no block with another and, never "
-        "preempted, never looks its own blocks up again (scheduler.py:960-967)"),))
+        "preempted, never looks its own blocks up again (scheduler.py:960-967)"),
+        _ASYNC_SAME_BOUND))
 # Both hazards are defined by the setting they need (properties/hazards.py): no feature
 # of the engine makes them appear without it.
 CHUNKING_ON = Argument(_chunked_on, holds_with=((
@@ -400,12 +412,15 @@ def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool,
     unmodelled feature the deployment turns on, else the checker, else a constructed run;
     a verdict the model cannot give for this deployment is UNKNOWN with the reason."""
     start = time.monotonic()
-    outside = deployment.outside_model()
+    cfg, outside = _model_of(h, cfg, env, deployment)
+    on = deployment.features()
     broken = h.absent.broken(cfg)
     argument = None if broken else h.absent.claim(cfg)
-    uncovered = h.absent.uncovered(outside)
+    # A closed-form argument is derived for the synchronous Scheduler without a cache: it
+    # must say why it holds with each feature the deployment turns on, modelled or not.
+    uncovered = h.absent.uncovered(on)
     if argument is not None and not uncovered and (pool_known or not h.needs_pool):
-        return HazardResult(h.name, h.title, ABSENT, argument + _still_holds(h, outside),
+        return HazardResult(h.name, h.title, ABSENT, argument + _still_holds(h, on),
                             seconds=time.monotonic() - start)
     why_not = ("; the argument that rules it out does not apply: "
                + "; ".join(p.text for p in broken)) if broken else ""
@@ -433,6 +448,24 @@ def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool,
     if outside:
         result = _with_prefix_caching(result)
     return replace(result, detail=result.detail + why_not, seconds=time.monotonic() - start)
+
+
+def _model_of(h: Hazard, cfg: Config, env: Envelope,
+              deployment: Deployment) -> tuple[Config, tuple[Feature, ...]]:
+    """The config the model searches for this deployment (its modelled features on), and
+    the features left outside the model: the unmodelled ones, and prefix caching when the
+    bounded search's cache state is too large for the symbolic rules."""
+    outside = deployment.outside_model()
+    model = replace(cfg, enable_prefix_caching=deployment.prefix_caching,
+                    async_scheduling=deployment.async_scheduling)
+    if model.enable_prefix_caching:
+        b = bounds_of(h, model, env)
+        bounded = within_bounds(RuleConfig.from_config(model), b["slots"], b["depth"],
+                                b["max_prompt_len"] + b["max_max_tokens"])
+        if not cache_model_fits(bounded):
+            model = replace(model, enable_prefix_caching=False)
+            outside = (PREFIX_CACHING, *outside)
+    return model, outside
 
 
 def _still_holds(h: Hazard, outside: tuple[Feature, ...]) -> str:

@@ -46,8 +46,10 @@ CUSTOM_SCHEDULER = Feature("a custom scheduler_cls", "config/scheduler.py:228-23
                            "another scheduler class replaces the modelled one")
 
 # Features the vLLM model covers today; a feature moves here when its rules are modelled
-# and conformance-tested against the real engine.
-MODELLED: frozenset[str] = frozenset()
+# and conformance-tested against the real engine (checker/conformance, modes prefix,
+# async and async+prefix). The symbolic prefix cache is exact but heavy: a caller whose
+# bounded state is too large for it keeps prefix caching outside (state.cache_model_fits).
+MODELLED: frozenset[str] = frozenset({"prefix caching", "async scheduling"})
 
 
 @dataclass(frozen=True, slots=True)

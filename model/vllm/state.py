@@ -208,3 +208,16 @@ def ranged_rule_config(ops: Ops, base: Config, values: Mapping[str, object]) -> 
         max_num_active_reqs=seqs if base.max_num_active_seqs is None else base.max_num_active_seqs,
         max_model_len=values["max_model_len"], usable_blocks=blocks - 1, watermark_blocks=wm,
         long_prefill_token_threshold=values["long_prefill_token_threshold"])
+
+
+# The largest prefix-cache state the symbolic rules take on (after `within_bounds`): the
+# pool's blocks and the block tables are encoded block by block, so a larger one is left
+# to the explicit explorer and is outside what `batchproof config` can search.
+MAX_SYMBOLIC_TABLE = 4
+MAX_SYMBOLIC_POOL = 8
+
+
+def cache_model_fits(cfg: RuleConfig) -> bool:
+    """The prefix-cache state of a bounded rule config is small enough for z3."""
+    return not cfg.prefix_caching or (cfg.table_len <= MAX_SYMBOLIC_TABLE
+                                      and cfg.pool_blocks <= MAX_SYMBOLIC_POOL)
