@@ -267,8 +267,15 @@ def test_a_witness_search_and_its_cache(tmp_path, monkeypatch):
 
 def test_stored_counterexamples_are_read_from_their_meta():
     stored = audit.stored_counterexamples("vllm-v1")
-    assert len(stored) == len(list((ROOT / "counterexamples" / "vllm_v1").glob("*.itf.json")))
+    files = sorted((ROOT / "counterexamples" / "vllm_v1").glob("*.itf.json"))
+    # A counterexample of switched rules (a bug class the model reproduces) is skipped:
+    # the installed engine has no such switch.
+    variants = [f for f in files if "rules" in json.loads(f.read_text())["#meta"]["workload"]
+                ["config"]]
+    assert [f.name for f in variants] == ["admitted_with_tokens__tiny_cached_uncapped.itf.json"]
+    assert len(stored) == len(files) - len(variants)
     assert all(s.label.startswith("counterexamples/vllm_v1/") for s in stored)
+    assert not any("uncapped" in s.label for s in stored)
 
 
 def test_harness_lookup():

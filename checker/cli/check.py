@@ -31,7 +31,16 @@ from checker.config.flags import (
 from checker.methods import agreement
 from checker.methods.agreement import Agreement
 from checker.methods.jobs import Job, JobResult, run_batch
-from checker.methods.verdict import AS_EXPECTED, DEPARTS, INCONCLUSIVE, UNKNOWN, Verdict
+from checker.methods.verdict import (
+    AS_EXPECTED,
+    DEPARTS,
+    HOLDS,
+    INCONCLUSIVE,
+    PROVED,
+    UNKNOWN,
+    VIOLATED,
+    Verdict,
+)
 from checker.show import itf
 from checker.show import text as render
 from checker.show.graph import export_graph
@@ -158,7 +167,10 @@ def _custom_rows(args: argparse.Namespace, entries: list[Entry],
                              f"--engine is {args.engine}; pass --engine {workload.engine}")
         base = workload.config
     elif args.engine == ENGINE_VLLM_V1:
-        base = Config()
+        # Flags are read as `vllm serve` reads them: prefix caching on for the decoder-only
+        # models the model covers (config/cache.py:141, engine/arg_utils.py:2987-3055) and
+        # the AsyncScheduler on a GPU (config/vllm.py:1541-1644), unless turned off.
+        base = replace(Config(), enable_prefix_caching=True, async_scheduling=True)
     else:
         raise InputError(f"the vLLM flags configure vllm-v1, not {args.engine}; give "
                          f"{args.engine}'s config with --config-file WORKLOAD.json")
@@ -264,7 +276,10 @@ def run(args: argparse.Namespace) -> int:
             itf_path, txt_path = _paths(res.verdict.engine, slug)
             if args.write and res.verdict.method == methods[0]:
                 _write(res, itf_path, txt_path)
-            path = str(itf_path)
+            # Only a file that exists is named (--write writes it; the manifest's corpus
+            # holds the stored ones).
+            path = str(itf_path) if itf_path.exists() and (
+                args.write or res.counterexample.config_name != "custom") else None
         verdict = replace(res.verdict, counterexample=path)
         if note:  # every row of the run says so, in the table, --json and --junit alike
             verdict = replace(verdict, detail=f"{note}; {verdict.detail}".rstrip("; "))
@@ -505,10 +520,21 @@ def _print(verdicts: list[Verdict], agreements: list[Agreement]) -> None:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    bad = [v for v in verdicts if not v.as_expected]
+    expected = [v for v in verdicts if v.expected is not None]
+    bad = [v for v in expected if not v.as_expected]
     total = sum(v.seconds for v in verdicts)
-    print(f"\n{len(verdicts)} checks, {len(verdicts) - len(bad)} as expected, "
-          f"{sum(v.verdict == UNKNOWN for v in verdicts)} unknown; {total:.1f} s of checking")
+    unknown = sum(v.verdict == UNKNOWN for v in verdicts)
+    asked = [v for v in verdicts if v.expected is None and v.verdict != UNKNOWN]
+    counts = ", ".join(f"{sum(v.verdict == x for v in asked)} {x}"
+                       for x in (PROVED, HOLDS, VIOLATED) if any(v.verdict == x for v in asked))
+    parts = [f"{len(expected) - len(bad)} as expected"] if expected else []
+    if asked:  # no manifest expectation: the verdict is the answer
+        parts.append(f"{len(asked)} answered ({counts or 'none decided'})")
+    parts.append(f"{unknown} unknown")
+    print(f"\n{len(verdicts)} checks, {', '.join(parts)}; {total:.1f} s of checking")
+    for v in verdicts:
+        if v.expected is None and v.verdict == UNKNOWN:
+            print(f"unknown: {v.property} on {v.config} ({v.method}): {v.detail}")
     for v in bad:
         print(f"departs: {v.property} on {v.config} ({v.method}): {v.label}, expected "
               f"{v.expected}" + (f" ({v.detail})" if v.detail else ""))
@@ -529,6 +555,9 @@ def exit_code(verdicts: Sequence[Verdict], agreements: Sequence[Agreement] = ())
     inconclusive; else 0."""
     if any(v.status == DEPARTS for v in verdicts) \
             or any(a.status == agreement.DISAGREE for a in agreements):
+        return 1
+    # A question without a manifest expectation: the verdict is the answer.
+    if any(v.expected is None and v.verdict == VIOLATED for v in verdicts):
         return 1
     if any(v.status == INCONCLUSIVE for v in verdicts) \
             or any(a.status == agreement.INCONCLUSIVE for a in agreements):

@@ -539,10 +539,11 @@ def from_job(h: Hazard, res: JobResult, bounds: dict[str, int]) -> HazardResult:
     bt = tuple(bounds.items())
     if v.verdict == VIOLATED and res.counterexample is not None and res.replayed is not None:
         cex = res.counterexample
-        return HazardResult(h.name, h.title, WITNESSED,
-                            f"minimal trace found by {v.method}, replayed on the reference",
-                            bt, Witness(cex.workload, res.replayed, cex.violated_at, True,
-                                        cex.loop))
+        how = (f"minimal trace found by {v.method}, replayed on the reference"
+               if cex.minimal else f"trace found by {v.method}: {v.detail}")
+        return HazardResult(h.name, h.title, WITNESSED, how, bt,
+                            Witness(cex.workload, res.replayed, cex.violated_at, cex.minimal,
+                                    cex.loop))
     if v.verdict == PROVED:
         return HazardResult(h.name, h.title, BOUNDED,
                             f"no witness with {bounds['slots']} request(s) over any number of "

@@ -65,6 +65,7 @@ def _header(req: Request, checked: Checked) -> list[str]:
              f"usage {eff.usage}, {where}, performance mode {eff.performance_mode}", "",
              "effective configuration (as vLLM's EngineArgs resolves it):"]
     rows = [(name, _show(r.value), r.origin, r.why) for name, r in eff.values]
+    rows += _deployment_rows(req.deployment)
     if not checked.pool_known:
         rows = [(n, v if n != "num_gpu_blocks" else "unknown", o, w) for n, v, o, w in rows]
     w0, w1, w2 = (max(len(r[i]) for r in rows) for i in range(3))
@@ -77,6 +78,17 @@ def _header(req: Request, checked: Checked) -> list[str]:
         lines.append("ignored vLLM flags (not read by the scheduler model): "
                      + ", ".join("--" + n.replace("_", "-") for n in req.ignored))
     return lines
+
+
+def _deployment_rows(d: Deployment) -> list[tuple[str, str, str, str]]:
+    """The two scheduling features `vllm serve` resolves beside EngineArgs' numbers."""
+    return [
+        ("enable_prefix_caching", _show(d.prefix_caching), "serve",
+         "on unless --no-enable-prefix-caching (config/cache.py:141, "
+         "engine/arg_utils.py:2987-3055)"),
+        ("async_scheduling", _show(d.async_scheduling), "serve",
+         "on unless --no-async-scheduling, pipeline parallelism, the CPU platform or a "
+         "speculative method without async support (config/vllm.py:1541-1644)")]
 
 
 def print_invalid(req: Request, checked: Checked, notes: tuple[str, ...],

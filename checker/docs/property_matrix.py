@@ -59,6 +59,8 @@ def render_matrix(rows: Sequence[tuple[object, ...]]) -> str:
     """The Markdown page: engine x property -> verdicts (config in brackets), departures
     marked, the entries it came from in a trailing comment."""
     names = [n for n in engines.names() if any(r[0] == n for r in rows)]
+    # Pinned older versions (`engine@version`) get a column each, after the engines.
+    names += sorted({str(r[0]) for r in rows} - set(names))
     props: list[str] = []
     for r in rows:
         label = str(r[1]) + "".join(f" {k}={v}" for k, v in r[2])  # type: ignore[union-attr]

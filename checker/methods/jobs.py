@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from checker.methods import bmc, explore, induction, theorems
 from checker.methods.replay import DivergenceError, ReplayResult, replay
-from checker.methods.symbolic import Bounds, Family
+from checker.methods.symbolic import Bounds, Family, beyond_symbolic
 from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED, Counterexample, Verdict
 from model import registry as engines
 from properties import catalogue
@@ -139,6 +139,10 @@ def run_bmc(job: Job) -> JobResult:
         if th.proved:
             return JobResult(verdict(PROVED, 0, th.detail, "theorem"))
         notes.append(f"theorem not proved ({th.detail})")
+    too_big = beyond_symbolic(family, bounds)
+    if too_big is not None:
+        carried = _carried_over(job, prop, family, bounds, start, share=1.0)
+        return carried or JobResult(verdict(UNKNOWN, 0, "; ".join([too_big, *notes]), "bmc"))
     if prop.kind == "step" and engine.well_formed is not None:
         # The full timeout, not what is left, so the cached proof is shared across jobs.
         wf = induction.prove_well_formed(family, bounds, job.timeout_s)
@@ -152,6 +156,9 @@ def run_bmc(job: Job) -> JobResult:
             notes.append(f"induction: {ind.reason}")
         else:
             notes.append(f"invariant: {wf.reason}")
+    carried = _carried_over(job, prop, family, bounds, start)
+    if carried is not None:
+        return carried
     remaining = job.timeout_s - (time.monotonic() - start)
     result = bmc.check(prop, family, bounds, remaining)
     detail = "; ".join(notes)
@@ -173,3 +180,35 @@ def run_bmc(job: Job) -> JobResult:
     note += "".join("; " + n for n in notes)
     return JobResult(verdict(VIOLATED, result.depth, "replayed on the reference" + note,
                              "bmc"), cex, replayed)
+
+
+def _carried_over(job: Job, prop: catalogue.Property, family: Family, bounds: Bounds,
+                  start: float, share: float = 0.5) -> JobResult | None:
+    """A witness found on the engine's cheaper witness config (e.g. prefix caching off),
+    kept when the reference with the job's own config fails at the same step: a VIOLATED
+    of the full config, minimal among the cheaper config's workloads only. None when there
+    is no cheaper config, it finds nothing, or its witness does not carry over."""
+    engine = engines.get(job.engine)
+    cheaper = engine.witness_config(family.base) if engine.witness_config else None
+    if cheaper is None:
+        return None
+    remaining = job.timeout_s - (time.monotonic() - start)
+    # Half the time when the full search follows, so that it keeps the other half.
+    result = bmc.check(prop, replace(family, base=cheaper), bounds, remaining * share)
+    if result.status != "violated" or result.workload is None:
+        return None
+    cex = Counterexample(
+        engine=job.engine, property=job.property, params=job.params,
+        config_name=job.config.name, workload=replace(result.workload, config=family.base),
+        method="bmc", bounds=tuple(sorted(dict(job.config.bounds).items())),
+        violated_at=result.depth, loop=result.loop, minimal=False)
+    try:
+        replayed = replay(cex)
+    except DivergenceError:
+        return None
+    return JobResult(Verdict(
+        job.engine, job.property, job.config.name, "bmc", VIOLATED, result.depth,
+        time.monotonic() - start, job.expected, None,
+        "found on the rules of a cheaper config (prefix caching off: its requests share no "
+        "prefix), replayed on the reference with the job's config: the same violation; "
+        "minimal among those workloads only"), cex, replayed)

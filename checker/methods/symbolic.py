@@ -156,6 +156,18 @@ def _bind(fresh: Any, value: Any) -> list[Bool]:
     return [fresh == value]
 
 
+def beyond_symbolic(family: Family, bounds: Bounds) -> str | None:
+    """None when the engine's symbolic rules take this bounded query, else why not."""
+    engine = engines.get(family.engine)
+    if engine.symbolic_limit is None:
+        return None
+    cfg = engine.rule_config(family.base)
+    if engine.within_bounds is not None:
+        cfg = engine.within_bounds(cfg, bounds.slots, bounds.depth,
+                                   bounds.max_prompt_len + bounds.max_max_tokens)
+    return engine.symbolic_limit(cfg)
+
+
 def new_unrolling(family: Family, bounds: Bounds) -> Unrolling:
     """Symbols for a query: config family, request slots, the initial state."""
     engine = engines.get(family.engine)

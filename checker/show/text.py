@@ -66,7 +66,9 @@ def timeline(workload: Workload, records: Sequence[StepRecord], highlight: int |
 def requests_table(workload: Workload) -> str:
     """The workload's requests and EOS choices, one line each."""
     lines = [f"  {r.id}: prompt_len={r.prompt_len} max_tokens={r.max_tokens} "
-             f"arrival_step={r.arrival_step} priority={r.priority}"
+             f"arrival_step={r.arrival_step} priority={r.priority}" + (
+                 f" prefix_group={r.prefix_group} shared_prefix_len={r.shared_prefix_len}"
+                 if r.prefix_group is not None else "")
              for r in workload.arrival_order()]
     lines += [f"  EOS: {e.id} at step {e.step}" for e in workload.eos]
     return "\n".join(lines) + "\n"

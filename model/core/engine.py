@@ -72,6 +72,12 @@ class EngineModel:
     # (rule config, slots, depth, most tokens of one request) -> the rule config for such a
     # bounded query (a smaller state where the engine's shape allows it)
     within_bounds: Callable[[Any, int, int, int], Any] | None = None
+    # (bounded rule config) -> None, or why the symbolic rules cannot take it (a state too
+    # large for z3); BMC and induction then answer UNKNOWN with that reason
+    symbolic_limit: Callable[[Any], str | None] | None = None
+    # (Config) -> a config of far cheaper rules whose witnesses may carry over (the
+    # reference with the full config decides each one), or None: BMC tries it first
+    witness_config: Callable[[Any], Any | None] | None = None
     # optional: one line of engine-specific facts for a step's text row
     describe_step: Callable[[StepRecord], str] | None = None
     # the docs' rules table: (upstream file:line, reference function, rules function)

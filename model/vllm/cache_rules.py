@@ -88,7 +88,7 @@ def lookup(ops: Ops, cfg: RuleConfig, c: CacheWork, specs: Sequence[SlotSpec],
     """The longest cached prefix of whole blocks of the selected slot's request, capped at
     num_tokens - 1 tokens (K:268-300, T:733-828); the first cached copy of each hash
     (P:62-71); a hit block nobody holds is evictable and costs a free block (T:175-265)."""
-    cap = ops.floordiv(num_tokens - 1, cfg.block_size)
+    cap = ops.floordiv(num_tokens - (1 if cfg.cap_prefix_hit else 0), cfg.block_size)
     going: Bool = True
     hit: Int = 0
     evictable: Int = 0

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from model.core.checks import MAX_INT
@@ -15,6 +16,28 @@ VLLM_VERSION = "0.32.0"
 
 POLICY_FCFS = "fcfs"
 POLICY_PRIORITY = "priority"
+
+
+@dataclass(frozen=True, slots=True)
+class VllmRules:
+    """Forms of a scheduler rule other than the pinned release's, as switches read by both
+    the reference and the rules; the defaults are vLLM 0.32.0's. A switch off is a bug
+    class or an older form, named for what it removes (docs/modelling.md, "Rule switches")."""
+
+    # kv_cache_manager.py:289-300 caps a prefix hit at num_tokens - 1 so that the last token
+    # is always computed (its logits are needed); without the cap a request whose every
+    # block is cached gets 0 new tokens and trips scheduler.py:1170 `assert num_new_tokens
+    # > 0`, the crash of vllm-project/vllm#30320 (there the external KV connector's hit
+    # reaches the whole prompt; the model has no connector, so it lifts the local cap).
+    cap_prefix_hit: bool = True
+
+    def changed(self) -> dict[str, bool]:
+        """The switches that differ from the pinned release's, by name."""
+        pinned = asdict(VllmRules())
+        return {k: v for k, v in asdict(self).items() if pinned[k] != v}
+
+
+RULE_SWITCHES: tuple[str, ...] = tuple(f.name for f in fields(VllmRules))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +73,8 @@ class Config:
     # one step of look-ahead. Off by default in the contract for the same reason; vllm
     # serve on a GPU turns it on (config/vllm.py:1541-1644).
     async_scheduling: bool = False
+    # Rule switches (VllmRules); the workload JSON spells the changed ones under "rules".
+    rules: VllmRules = field(default_factory=VllmRules)
 
     @property
     def token_budget(self) -> int:
@@ -76,11 +101,15 @@ class Config:
         return self.num_gpu_blocks - 1
 
     def to_dict(self) -> dict[str, object]:
-        """The config as workload JSON spells it (vLLM field names)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The config as workload JSON spells it (vLLM field names), and under "rules" the
+        switches that differ from the pinned release's (none, unless one was changed)."""
+        out: dict[str, object] = {name: getattr(self, name) for name in CONFIG_FIELDS}
+        if self.rules.changed():
+            out["rules"] = self.rules.changed()
+        return out
 
 
-CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config))
+CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config) if f.name != "rules")
 
 # Each field's type follows from its default, so a field added to Config is checked too.
 BOOL_FIELDS = tuple(f.name for f in fields(Config) if isinstance(f.default, bool))
@@ -114,13 +143,32 @@ def parse_config(raw: Any, base: Config | None = None) -> Config:
     on an unknown field or a value of the wrong type."""
     if not isinstance(raw, dict):
         raise InputError(f"'config' must be a JSON object of vLLM field names, got {shown(raw)}")
-    unknown = sorted(set(raw) - set(CONFIG_FIELDS), key=str)
+    unknown = sorted(set(raw) - set(CONFIG_FIELDS) - {"rules"}, key=str)
     if unknown:
         raise InputError(
-            f"unknown config field {shown(unknown[0])}; known fields: {', '.join(CONFIG_FIELDS)}")
-    for name, value in raw.items():
+            f"unknown config field {shown(unknown[0])}; known fields: {', '.join(CONFIG_FIELDS)}"
+            ", rules")
+    knobs = {k: v for k, v in raw.items() if k != "rules"}
+    for name, value in knobs.items():
         check_value(name, value)
-    return replace(base or Config(), **raw)
+    cfg = replace(base or Config(), **knobs)
+    if "rules" in raw:
+        cfg = replace(cfg, rules=with_switches(cfg.rules, raw["rules"]))
+    return cfg
+
+
+def with_switches(rules: VllmRules, changes: Any) -> VllmRules:
+    """`rules` with the switches `changes` names set (a JSON object of booleans)."""
+    if not isinstance(changes, Mapping):
+        raise InputError(f"config 'rules' must be an object of switch names, got "
+                         f"{shown(changes)}; switches: {', '.join(RULE_SWITCHES)}")
+    for name, value in changes.items():
+        if name not in RULE_SWITCHES:
+            raise InputError(f"unknown rule switch {shown(name)} in config 'rules'; switches: "
+                             f"{', '.join(RULE_SWITCHES)}")
+        if not isinstance(value, bool):
+            raise InputError(f"rule switch {name} must be true or false, got {shown(value)}")
+    return replace(rules, **dict(changes))
 
 
 def check_requests_admissible(workload: Workload) -> None:

@@ -4,6 +4,7 @@ of model/vllm/reference.py, and the Step observables of a reference run."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from model.core.engine import EngineModel
 from model.core.observe import observed_step
@@ -27,6 +28,7 @@ from model.vllm.state import (
     RuleConfig,
     SchedState,
     ranged_rule_config,
+    symbolic_limit,
     within_bounds,
 )
 from model.vllm.validation import rejection, validation_constraints
@@ -185,6 +187,14 @@ RULES_TABLE: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def cache_free(cfg: Config) -> Config | None:
+    """With prefix caching on, the same config with it off: its rules are far smaller, and
+    on its workloads (no request shares a prefix with another) a hit comes only from a
+    request meeting its own or a finished request's blocks again, so its witnesses often
+    carry over; the reference with the cache on decides each one."""
+    return replace(cfg, enable_prefix_caching=False) if cfg.enable_prefix_caching else None
+
+
 ENGINE = EngineModel(
     name=ENGINE_VLLM_V1, folder="vllm_v1", title="vLLM V1", version=VLLM_VERSION,
     parse_config=parse_config, config_to_dict=Config.to_dict, rejection=rejection,
@@ -194,4 +204,5 @@ ENGINE = EngineModel(
     well_formed=well_formed, invariant_covers=lambda cfg: not cfg.prefix_caching,
     ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
     family_constraints=validation_constraints, within_bounds=within_bounds,
+    symbolic_limit=symbolic_limit, witness_config=cache_free,
 )

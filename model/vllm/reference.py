@@ -543,8 +543,9 @@ class VllmV1Scheduler:
             # looks its prefix up; in scope every waiting request has nothing computed.
             hit: list[KVBlock] = []
             if request.num_computed_tokens == 0 and self.cfg.enable_prefix_caching:
+                cap = request.num_tokens - (1 if self.cfg.rules.cap_prefix_hit else 0)
                 hit = self.table.longest_hit(request.block_hashes(self.cfg.block_size),
-                                             request.num_tokens - 1)  # K:289-300
+                                             cap)  # K:289-300
             num_computed_tokens = request.num_computed_tokens + len(hit) * self.cfg.block_size
             request_token_budget = min(out.token_budget, out.input_budget)  # S:1118
             # S:1129: num_tokens, not the prompt: a resumed request recomputes its outputs.
@@ -554,7 +555,10 @@ class VllmV1Scheduler:
             if not self.cfg.enable_chunked_prefill and num_new_tokens > request_token_budget:
                 break  # S:1160-1167
             num_new_tokens = min(num_new_tokens, request_token_budget)  # S:1169
-            assert num_new_tokens > 0  # S:1170
+            # S:1170 asserts num_new_tokens > 0; the cap on the hit (K:289-300) keeps it so.
+            # With that cap switched off (VllmRules.cap_prefix_hit) the engine would crash
+            # here: the reference goes on as the rules do, admitting the request with 0
+            # tokens, so that `admitted_with_tokens` reports the assertion at this step.
             if not self._allocate_slots(
                 request,
                 num_new_tokens,

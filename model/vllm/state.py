@@ -43,6 +43,7 @@ class RuleConfig:
     # so it and the sizes of both are concrete: `pool_blocks` usable blocks, and
     # `table_len` = cdiv(max_model_len, block_size) entries per slot.
     prefix_caching: bool = False
+    cap_prefix_hit: bool = True  # VllmRules.cap_prefix_hit
     pool_blocks: int = 0
     table_len: int = 0
     # The AsyncScheduler changes the state's shape too (what is in flight per slot).
@@ -69,7 +70,7 @@ class RuleConfig:
             block_size=cfg.block_size,
             policy_priority=cfg.policy == POLICY_PRIORITY,
             long_prefill_token_threshold_adaptive=cfg.long_prefill_token_threshold_adaptive,
-            prefix_caching=cfg.enable_prefix_caching,
+            prefix_caching=cfg.enable_prefix_caching, cap_prefix_hit=cfg.rules.cap_prefix_hit,
             async_scheduling=cfg.async_scheduling,
             pool_blocks=cfg.usable_blocks if cfg.enable_prefix_caching else 0,
             table_len=(-(-cfg.max_model_len // cfg.block_size)
@@ -221,3 +222,13 @@ def cache_model_fits(cfg: RuleConfig) -> bool:
     """The prefix-cache state of a bounded rule config is small enough for z3."""
     return not cfg.prefix_caching or (cfg.table_len <= MAX_SYMBOLIC_TABLE
                                       and cfg.pool_blocks <= MAX_SYMBOLIC_POOL)
+
+
+def symbolic_limit(cfg: RuleConfig) -> str | None:
+    """Why z3 cannot take this bounded rule config's prefix cache, or None."""
+    if cache_model_fits(cfg):
+        return None
+    return (f"beyond the symbolic prefix cache: the bounded query needs {cfg.table_len}-entry "
+            f"block tables and a {cfg.pool_blocks}-block pool, the symbolic rules take at "
+            f"most {MAX_SYMBOLIC_TABLE} and {MAX_SYMBOLIC_POOL} (fewer --slots or --depth, a "
+            "larger block size, --method explore, or --no-enable-prefix-caching)")

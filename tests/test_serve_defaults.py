@@ -1,0 +1,127 @@
+"""vLLM as `vllm serve` runs it (issue 15 item 4): `check` and `config` read vLLM flags
+with prefix caching and the AsyncScheduler on; a witness of the cheaper cache-free rules
+carries over only when the reference with the cache on confirms it; a bounded query too
+large for the symbolic cache is UNKNOWN with the reason; a question without a manifest
+expectation exits with its answer; the rule switch `cap_prefix_hit` and the bug class of
+vllm-project/vllm#30320 it reproduces."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from checker.cli.main import main
+from checker.methods.jobs import Job, run
+from checker.show.itf import read_counterexample
+from model.core.ops import CONCRETE
+from model.vllm.config import Config, VllmRules, parse_config
+from model.vllm.engine import records_to_steps
+from model.vllm.reference import simulate
+from properties import catalogue
+from properties.manifest import custom_config, with_bounds
+
+SMALL = ["--max-num-seqs", "2", "--max-num-batched-tokens", "8", "--max-model-len", "16",
+         "--block-size", "4", "--num-gpu-blocks", "8"]
+CARRIED = "found on the rules of a cheaper config (prefix caching off"
+UNCAPPED = "counterexamples/vllm_v1/admitted_with_tokens__tiny_cached_uncapped.itf.json"
+
+
+def _check_json(capsys, *argv):
+    code = main(["check", *argv, "--json", "--jobs", "1", "--timeout", "120"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_check_reads_vllm_flags_with_prefix_caching_on(capsys):
+    code, doc = _check_json(capsys, *SMALL, "--property", "head_of_line")
+    (v,) = doc["verdicts"]
+    assert v["verdict"] == "VIOLATED" and CARRIED in v["detail"]
+    assert code == 1  # no manifest expectation: the verdict is the answer
+
+
+def test_no_enable_prefix_caching_is_honoured(capsys):
+    code, doc = _check_json(capsys, *SMALL, "--no-enable-prefix-caching", "--property",
+                            "head_of_line")
+    (v,) = doc["verdicts"]
+    assert v["verdict"] == "VIOLATED" and CARRIED not in v["detail"]
+    assert code == 1
+
+
+def test_a_question_that_holds_exits_0(capsys):
+    code, doc = _check_json(capsys, *SMALL, "--no-enable-prefix-caching", "--property",
+                            "running_within_max_num_seqs", "--depth", "2", "--slots", "2")
+    assert doc["verdicts"][0]["verdict"] in ("HOLDS", "PROVED") and code == 0
+
+
+def test_a_cache_too_large_for_the_symbolic_rules_is_unknown_with_the_reason(capsys):
+    code, doc = _check_json(capsys, "--max-num-seqs", "4", "--max-num-batched-tokens", "64",
+                            "--max-model-len", "64", "--block-size", "2", "--num-gpu-blocks",
+                            "64", "--property", "kv_blocks_conserved", "--depth", "4")
+    (v,) = doc["verdicts"]
+    assert v["verdict"] == "UNKNOWN" and "beyond the symbolic prefix cache" in v["detail"]
+    assert "--method explore" in v["detail"] and code == 3
+
+
+def test_a_cheaper_witness_is_kept_only_when_the_reference_confirms_it():
+    # The witness search runs on the cache-free rules; the job's own config decides.
+    cfg = replace(Config(max_num_batched_tokens=8, max_num_seqs=2, max_model_len=16,
+                         block_size=4, num_gpu_blocks=8), enable_prefix_caching=True)
+    nc = with_bounds(custom_config("custom", cfg, validated=True), slots=3, depth=4,
+                     max_prompt_len=8, max_max_tokens=4)
+    res = run(Job("vllm-v1", "starvation", (("k", 3),), nc, None, 120))
+    assert res.verdict.verdict == "VIOLATED" and CARRIED in res.verdict.detail
+    assert res.counterexample is not None and not res.counterexample.minimal
+    workload = res.counterexample.workload
+    assert workload.config.enable_prefix_caching
+    prop = catalogue.get("starvation", k=3)
+    steps = records_to_steps(workload, simulate(workload))
+    assert not prop.holds(CONCRETE, steps, res.counterexample.violated_at - 1)
+
+
+def test_config_prints_the_two_serve_features(capsys):
+    code = main(["config", *SMALL, "--hazard", "priority_inversion"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert any(line.split()[:2] == ["enable_prefix_caching", "on"] for line in out.splitlines())
+    assert any(line.split()[:2] == ["async_scheduling", "on"] for line in out.splitlines())
+    code = main(["config", *SMALL, "--no-enable-prefix-caching", "--no-async-scheduling",
+                 "--hazard", "priority_inversion"])
+    out = capsys.readouterr().out
+    assert any(line.split()[:2] == ["enable_prefix_caching", "off"] for line in out.splitlines())
+    assert any(line.split()[:2] == ["async_scheduling", "off"] for line in out.splitlines())
+
+
+def test_the_uncapped_hit_counterexample_holds_with_the_cap():
+    """vllm-project/vllm#30320's class: without the num_tokens - 1 cap a whole-prompt hit
+    leaves 0 new tokens (the stored counterexample); the same workload with the pinned
+    release's cap gets at least one token for every admitted request."""
+    workload = read_counterexample(UNCAPPED).workload
+    assert not workload.config.rules.cap_prefix_hit
+    prop = catalogue.get("admitted_with_tokens")
+    broken = records_to_steps(workload, simulate(workload))
+    assert not all(prop.holds(CONCRETE, broken, t) for t in range(len(broken)))
+    fixed = replace(workload, config=replace(workload.config, rules=VllmRules()))
+    steps = records_to_steps(fixed, simulate(fixed))
+    assert all(prop.holds(CONCRETE, steps, t) for t in range(len(steps)))
+
+
+def test_rule_switches_round_trip_and_only_changed_ones_are_written():
+    cfg = parse_config({"rules": {"cap_prefix_hit": False}})
+    assert cfg.rules == VllmRules(cap_prefix_hit=False)
+    assert cfg.to_dict()["rules"] == {"cap_prefix_hit": False}
+    assert "rules" not in Config().to_dict()
+    assert parse_config(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(("rules", "needle"), [
+    ('{"cap": false}', "unknown rule switch 'cap'"),
+    ('{"cap_prefix_hit": 0}', "rule switch cap_prefix_hit must be true or false"),
+    ('[1]', "config 'rules' must be an object of switch names"),
+])
+def test_a_bad_rule_switch_is_one_line(tmp_path, capsys, rules, needle):
+    path = tmp_path / "w.json"
+    doc = {"config": {"rules": json.loads(rules)},
+           "requests": [{"id": "a", "prompt_len": 2, "max_tokens": 1}]}
+    path.write_text(json.dumps(doc))
+    code = main(["simulate", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
