@@ -2,7 +2,10 @@
 pull request could make, each a patch (tests/audit_mutations/*.patch) applied to a COPY of
 the installed vLLM's scheduler.py / kv_cache_manager.py, that audit must catch.
 
-    .venv-vllm/bin/python bench/audit_mutations.py --seeds 5 --write docs/bench_audit.md
+    .venv-vllm/bin/python bench/audit_mutations.py --seeds 5 --write mutations.md
+
+(docs/bench_audit.md, "Mutations caught", has a run's table; `--write` replaces the whole
+file it names, so do not point it at that page.)
 
 The copy lives in a temporary directory: a tree of symlinks to the installed `vllm`
 package in which only the directories down to each patched file are real, the patched
@@ -105,11 +108,11 @@ def build_overlay(patches: Sequence[Path], root: Path, package: str = "vllm") ->
     return root
 
 
-def run_audit(overlay: Path | None, args: Sequence[str], timeout_s: float = 1800.0
-              ) -> tuple[int, dict[str, object], float]:
+def run_audit(overlay: Path | None, args: Sequence[str], timeout_s: float = 1800.0,
+              extra_env: dict[str, str] | None = None) -> tuple[int, dict[str, object], float]:
     """(exit code, the --json document, seconds) of `batchproof audit ARGS` in a fresh
-    interpreter, `overlay` first on its sys.path."""
-    env = dict(os.environ)
+    interpreter, `overlay` first on its sys.path, `extra_env` added to its environment."""
+    env = dict(os.environ, **(extra_env or {}))
     if overlay is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(overlay), env.get("PYTHONPATH"))
                                             if p)

@@ -216,3 +216,17 @@ def test_a_trace_that_does_not_fit_its_workload():
     with pytest.raises(TraceMismatch, match="step 1 names request 'd1', which the workload "
                        "does not have"):
         check_trace("vllm-v1", fewer, records)
+
+
+def test_a_claim_checked_on_synchronous_configs_does_not_extend_to_an_async_trace():
+    """computed_within_tokens holds on every synchronous config the manifest lists; the
+    AsyncScheduler computes a token a step before it is known (an output placeholder), so
+    an async trace gets no expectation from them, and a violation there is not a
+    departure (the audit of vLLM 0.32.0 in the async modes)."""
+    manifest = load()
+    prop = catalogue.get("computed_within_tokens")
+    other = replace(TINY, num_gpu_blocks=40)
+    assert expectation("vllm-v1", prop, other, manifest)[0] == "HOLDS"
+    expected, why = expectation("vllm-v1", prop, replace(other, async_scheduling=True),
+                                manifest)
+    assert expected is None and "async_scheduling=True" in why

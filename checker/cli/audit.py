@@ -210,7 +210,7 @@ def render_text(report: Report, code: int, fresh: bool) -> str:
              _throughput(report)]
     if report.skipped:
         lines.append(f"skipped {len(report.skipped)} workload(s) the engine refuses:")
-        lines += [f"  {label}: {why[:160]}" for label, why in report.skipped[:SHOWN_SKIPPED]]
+        lines += [f"  {label}: {_clip(why)}" for label, why in report.skipped[:SHOWN_SKIPPED]]
         if len(report.skipped) > SHOWN_SKIPPED:
             lines.append(f"  ... and {len(report.skipped) - SHOWN_SKIPPED} more")
     lines.append(f"properties checked on every real trace: {len(report.properties)}")
@@ -452,3 +452,11 @@ def save_findings(report: Report, folder: Path) -> None:
             json.dumps(workload_to_json(f.workload), indent=1) + "\n")
         Path(f"{stem}.real.json").write_text(
             json.dumps(trace_document(f.workload, f.real, report.installed), indent=1) + "\n")
+
+
+def _clip(why: str, most: int = 240) -> str:
+    """One line of at most `most` characters, cut at a word and marked when cut."""
+    why = " ".join(why.split())
+    if len(why) <= most:
+        return why
+    return why[: why.rfind(" ", 0, most - 4)] + " ..."
