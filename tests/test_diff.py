@@ -132,3 +132,23 @@ def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
     assert main(["diff", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_vllm_lists_its_rule_switch_with_its_upstream_lines(capsys):
+    assert main(["diff", "vllm-v1", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "vllm-v1@0.32.0: cap_prefix_hit" in out
+    assert "kv_cache_manager.py:289-300" in out and "vllm-project/vllm#30320" in out
+
+
+def test_vllm_ablating_the_hit_cap_finds_the_whole_prompt_hit(capsys):
+    """Without the num_tokens - 1 cap, two requests of one 2-token prompt arriving together
+    decide differently at step 1 (the second one's hit covers its prompt)."""
+    code = main(["diff", "vllm-v1", "--ablate", "cap_prefix_hit", "--config", "tiny_cached",
+                 "--slots", "2", "--depth", "1", "--max-prompt-len", "2", "--max-tokens", "1",
+                 "--no-prove", "--json", "--timeout", "120"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1, doc
+    assert doc["status"] == "differ" and doc["depth"] == 1
+    assert {(d["request"], d["observable"], d["a"], d["b"]) for d in doc["differences"]} >= {
+        ("r1", "scheduled", 2, 0)}

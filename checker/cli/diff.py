@@ -24,7 +24,7 @@ import json
 import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from itertools import zip_longest
 from typing import Any
 
@@ -175,14 +175,18 @@ def _toggled(a: Side, switch: str) -> Side:
 def _bounds(args: argparse.Namespace, defaults: dict[str, int]) -> Bounds:
     given = {"slots": args.slots, "depth": args.depth, "max_prompt_len": args.max_prompt_len,
              "max_max_tokens": args.max_tokens}
-    values = {**DEFAULT_BOUNDS, **{k: v for k, v in defaults.items() if k in DEFAULT_BOUNDS},
+    # Every bound the config names is kept (its prefix groups, priorities, cached
+    # prefixes): only the four flags override.
+    known = {f.name for f in fields(Bounds)}
+    values = {**DEFAULT_BOUNDS, **{k: v for k, v in defaults.items() if k in known},
               **{k: v for k, v in given.items() if v is not None}}
     return Bounds(**values)
 
 
 def _bounds_line(b: Bounds) -> str:
     return (f"{b.slots} request slots, depth {b.depth}, prompt_len <= {b.max_prompt_len}, "
-            f"max_tokens <= {b.max_max_tokens}")
+            f"max_tokens <= {b.max_max_tokens}"
+            + (f", {b.prefix_groups} prefix group(s)" if b.prefix_groups else ""))
 
 
 # ---- rendering ----------------------------------------------------------------------------
@@ -374,7 +378,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _bounds_json(b: Bounds) -> dict[str, int]:
     return {"slots": b.slots, "depth": b.depth, "max_prompt_len": b.max_prompt_len,
-            "max_tokens": b.max_max_tokens}
+            "max_tokens": b.max_max_tokens, "prefix_groups": b.prefix_groups}
 
 
 def _observables() -> list[str]:

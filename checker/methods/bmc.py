@@ -75,10 +75,11 @@ def _loop_index(u: Unrolling, model: z3.ModelRef, d: int) -> int:
     raise AssertionError("lasso model without a loop")
 
 
-def _gave_up(z3_reason: str | None, timeout_s: float, depth: int) -> str:
+def gave_up(z3_reason: str | None, timeout_s: float, depth: int,
+            what: str = "violation") -> str:
     """Why a search stopped without a verdict, in the user's terms: z3 says "canceled" or
     "timeout" when the time limit interrupts it."""
-    done = f"no violation up to depth {depth - 1}" if depth > 1 else "no depth finished"
+    done = f"no {what} up to depth {depth - 1}" if depth > 1 else "no depth finished"
     if z3_reason is None or z3_reason in ("canceled", "timeout"):
         return f"time limit of {timeout_s:.3g} s reached at depth {depth} ({done})"
     return f"z3 returned unknown at depth {depth} ({z3_reason}; {done})"
@@ -96,13 +97,13 @@ def check(prop: Property, family: Family, bounds: Bounds, timeout_s: float) -> B
         remaining = timeout_s - (time.monotonic() - start)
         if remaining <= 0:
             return BmcResult("unknown", d - 1, time.monotonic() - start,
-                             reason=_gave_up(None, timeout_s, d))
+                             reason=gave_up(None, timeout_s, d))
         solver.set(timeout=max(1, int(remaining * 1000)))
         violation = violation_at(prop, u, d)
         result = solver.check(violation)
         if result == z3.unknown:
             return BmcResult("unknown", d, time.monotonic() - start,
-                             reason=_gave_up(solver.reason_unknown(), timeout_s, d))
+                             reason=gave_up(solver.reason_unknown(), timeout_s, d))
         if result == z3.sat:
             remaining = timeout_s - (time.monotonic() - start)
             first = solver.model()

@@ -31,6 +31,7 @@ from typing import Any
 
 import z3
 
+from checker.methods.bmc import gave_up
 from checker.methods.minimize import minimal_model, workload_of
 from checker.methods.symbolic import (
     Bounds,
@@ -258,7 +259,8 @@ def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = Tr
         solver.add(*_extend(p))
         remaining = timeout_s - (time.monotonic() - start)
         if remaining <= 0:
-            return DiffResult(UNKNOWN, d - 1, time.monotonic() - start, reason="time limit")
+            return DiffResult(UNKNOWN, d - 1, time.monotonic() - start,
+                              reason=gave_up(None, timeout_s, d, "difference"))
         solver.set(timeout=max(1, int(remaining * 1000)))
         # Every workload agreed on steps 1..d-1 (no shallower depth differed), so a model
         # here differs first at step d.
@@ -266,7 +268,8 @@ def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = Tr
         result = solver.check(differ)
         if result == z3.unknown:
             return DiffResult(UNKNOWN, d, time.monotonic() - start,
-                              reason=solver.reason_unknown())
+                              reason=gave_up(solver.reason_unknown(), timeout_s, d,
+                                              "difference"))
         if result == z3.sat:
             first = solver.model()
             remaining = timeout_s - (time.monotonic() - start)

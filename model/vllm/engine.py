@@ -3,8 +3,8 @@ of model/vllm/reference.py, and the Step observables of a reference run."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 
 from model.core.engine import EngineModel
 from model.core.observe import observed_step
@@ -15,8 +15,10 @@ from model.vllm.config import (
     ENGINE_VLLM_V1,
     VLLM_VERSION,
     Config,
+    VllmRules,
     check_requests_admissible,
     parse_config,
+    with_switches,
 )
 from model.vllm.invariant import well_formed
 from model.vllm.reference import VllmV1Scheduler, cdiv
@@ -195,6 +197,40 @@ def cache_free(cfg: Config) -> Config | None:
     return replace(cfg, enable_prefix_caching=False) if cfg.enable_prefix_caching else None
 
 
+# Where each rule switch's pinned form is in upstream, and what each value does.
+_SWITCH_EVIDENCE = {
+    "cap_prefix_hit": "kv_cache_manager.py:289-300 (0.32.0). On: a prefix hit is capped at "
+                      "num_tokens - 1, so the last token is always computed. Off: a hit may "
+                      "cover the whole prompt, leaving num_new_tokens = 0 at "
+                      "scheduler.py:1170 (the crash of vllm-project/vllm#30320)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class VllmVersions:
+    """vLLM's modelled versions and rule switches, as the registry reads them
+    (model/registry.py, `Versioned`): one release today, with the switches of VllmRules."""
+
+    versions: Mapping[str, VllmRules]
+    pinned: str
+
+    def with_version(self, version: str) -> EngineModel:
+        """The engine at `version` (the pinned one only, for now)."""
+        return ENGINE
+
+    def switches(self, cfg: Config) -> dict[str, bool]:
+        """The rule switches a config runs, by name."""
+        return asdict(cfg.rules)
+
+    def with_switches(self, cfg: Config, changes: Mapping[str, bool]) -> Config:
+        """`cfg` with some switches set (InputError for an unknown switch)."""
+        return replace(cfg, rules=with_switches(cfg.rules, changes))
+
+    def evidence(self, switch: str) -> str:
+        """Where upstream has the switch's pinned form, and what each value does."""
+        return _SWITCH_EVIDENCE[switch]
+
+
 ENGINE = EngineModel(
     name=ENGINE_VLLM_V1, folder="vllm_v1", title="vLLM V1", version=VLLM_VERSION,
     parse_config=parse_config, config_to_dict=Config.to_dict, rejection=rejection,
@@ -205,4 +241,6 @@ ENGINE = EngineModel(
     ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
     family_constraints=validation_constraints, within_bounds=within_bounds,
     symbolic_limit=symbolic_limit, witness_config=cache_free,
+    extra={"versions": VllmVersions(versions={VLLM_VERSION: VllmRules()},
+                                    pinned=VLLM_VERSION)},
 )

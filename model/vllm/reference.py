@@ -648,7 +648,9 @@ class VllmV1Scheduler:
             request = self.requests[rid]
             request.num_computed_tokens += num_tokens
             request.num_in_flight_tokens += num_tokens
-            request.is_prefill_chunk = request.num_computed_tokens < (
+            # 0 tokens (an uncapped whole-prompt hit, where upstream asserts at S:1170):
+            # no row of logits, so nothing is sampled, as the rules have it.
+            request.is_prefill_chunk = num_tokens == 0 or request.num_computed_tokens < (
                 request.num_tokens + request.num_output_placeholders)
             if self.cfg.async_scheduling and not request.is_prefill_chunk:
                 request.num_output_placeholders += 1
