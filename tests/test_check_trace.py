@@ -229,4 +229,10 @@ def test_a_claim_checked_on_synchronous_configs_does_not_extend_to_an_async_trac
     assert expectation("vllm-v1", prop, other, manifest)[0] == "HOLDS"
     expected, why = expectation("vllm-v1", prop, replace(other, async_scheduling=True),
                                 manifest)
+    assert expected is None and "tiny_async" in why  # the manifest's async entry
+    # With no async entry at all, the synchronous ones still say nothing of it.
+    sync_only = replace(manifest, entries=tuple(
+        e for e in manifest.entries if e.config != "tiny_async"))
+    expected, why = expectation("vllm-v1", prop, replace(other, async_scheduling=True),
+                                sync_only)
     assert expected is None and "async_scheduling=True" in why

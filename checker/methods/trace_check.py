@@ -143,7 +143,6 @@ def expectation(engine: str, prop: Property, config: object,
             return e.expected, f"the manifest's entry for config {e.config}"
     if not entries:
         return None, f"the manifest has no entry for it on {engine}"
-    violated = [e.config for e in entries if e.expected not in _HOLDING]
     # A claim generalises only to the scheduler it was checked on: configs with the same
     # switches (every on/off field and the rule switches), e.g. never from synchronous
     # configs to an AsyncScheduler trace, whose outputs are known a step late.
@@ -152,6 +151,7 @@ def expectation(engine: str, prop: Property, config: object,
     if not entries:
         return None, (f"the manifest has no entry for it on a config with this trace's "
                       f"switches ({', '.join(f'{k}={v}' for k, v in kind) or 'none'})")
+    violated = [e.config for e in entries if e.expected not in _HOLDING]
     if not violated:
         configs = ", ".join(dict.fromkeys(e.config for e in entries))
         return "HOLDS", f"the manifest expects it to hold on every config it lists ({configs})"
