@@ -50,12 +50,19 @@ def run_rules(w: Workload):
 
 
 def _once(record):
-    """A request preempted twice in one step (a single escape preempts it, rejects the
-    head, re-admits it, and the length bucketing preempts it again) is listed once by the
-    rules' record, at its last preemption: the rules keep one preemption flag per slot."""
-    last = {rid: k for k, rid in enumerate(record.preempted)}
-    return replace(record, preempted=tuple(r for k, r in enumerate(record.preempted)
-                                           if last[r] == k))
+    """The reference's record is the call's event log: a request preempted or resumed twice
+    in one step is listed at each event, as upstream preempts it and allocates its blocks
+    twice (S:585, the admission loop, revisits an escape's victims; e.g. a single escape
+    preempts it, rejects the head, re-admits it, and the length bucketing or a later
+    escape preempts it again), and engine.observe counts its preemptions from the list.
+    The rules keep one flag per slot, so their record lists such a request once, at its
+    last event: preempted by its last queue key, resumed by its run key, which its last
+    admission set. (`admitted` never repeats: after a preemption an admission resumes.)"""
+    def last_only(ids):
+        last = {rid: k for k, rid in enumerate(ids)}
+        return tuple(r for k, r in enumerate(ids) if last[r] == k)
+    return replace(record, preempted=last_only(record.preempted),
+                   resumed=last_only(record.resumed))
 
 
 def assert_agree(w):

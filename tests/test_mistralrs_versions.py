@@ -52,9 +52,14 @@ def test_an_unknown_version_names_the_known_ones():
 
 
 def test_an_engine_with_one_version_refuses_a_version():
-    with pytest.raises(InputError, match="models one version"):
+    # vLLM models one release (with rule switches): another version is named, not guessed.
+    with pytest.raises(InputError, match="unknown vllm-v1 version '0.10.0'; known versions: "
+                                         "0.32.0"):
         registry.get("vllm-v1@0.10.0")
-    assert registry.versions("vllm-v1") == ()
+    assert registry.versions("vllm-v1") == ("0.32.0",)
+    assert registry.get("vllm-v1@0.32.0") is registry.get("vllm-v1")
+    with pytest.raises(InputError, match="models one version"):
+        registry.get("sglang@0.5.0")
     assert registry.versions("mistralrs")[0] == "v0.8.22"
 
 

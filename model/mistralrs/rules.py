@@ -177,11 +177,32 @@ def _preempt(ops: Ops, w: _Work, victim: Sequence[Bool], do: Bool) -> None:
     w.events = ops.ite(do, w.events + 1, w.events)
 
 
+def admission_visits(n: int, rules: MistralrsRules) -> int:
+    """How many heads one admission loop can visit with `n` slots: the fold's length.
+
+    Upstream loops `while !self.waiting.is_empty()` (S:585; v0.9.2 S:284; v0.8.22-v0.9.0
+    S:193) and an escape's victims go back to the waiting front (S:702-704, 1071; v0.9.2
+    S:378-380), so a sequence can be visited again in the same call: a victim behind an
+    admitted head fails (its count, reset at its own admission, S:684-687, becomes 1 and
+    the loop breaks, S:729-731) or, after the head was rejected, is admitted again. Only a
+    head that had failed WAITING_TIMEOUT times before the call escapes (a failure below
+    the timeout ends the loop), at most once per call (its count is reset or it leaves),
+    and never as a victim of its own escape. So the visits are the first visits (<= n)
+    plus one per victim of each escape. With E escapes that preempt anything (E <= n - 1:
+    each needs a running sequence besides its waiting head), the k-th preempts at most the
+    n - 1 - (E - k) sequences that are neither its head nor a later one. One victim per
+    escape without escape_loop: n + (n - 1); with it: n + sum_k (n - 1 - (E - k)) <=
+    n(n + 1)/2. (The fold's last visits are no-ops once the loop has stopped.)"""
+    return n * (n + 1) // 2 if rules.escape_loop else max(2 * n - 1, 0)
+
+
 def _admission(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, due: Bool) -> None:
-    """The admission loop (S:585-765), one waiting head per iteration."""
+    """The admission loop (S:585-765), one waiting head per iteration, for as many
+    iterations as the loop can visit heads (`admission_visits`: an escape's victims are
+    visited again); under ConcreteOps the fold checks that it was long enough."""
     n = len(w.status)
     stopped: Bool = due
-    for _ in range(n):
+    for _ in range(admission_visits(n, cfg.rules)):
         waiting = [s == WAITING for s in w.status]
         running = _count(ops, [ops.or_(s == PROMPT, s == DECODE) for s in w.status])
         candidates = _count(ops, [s == PROMPT for s in w.status])
@@ -207,6 +228,8 @@ def _admission(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, due: Bool) -> None:
         _admit(ops, w, head, need, admit, reject)
         stopped = ops.name(stopped)
         w.name(ops)
+    if isinstance(stopped, bool):  # concrete: one more visit would change nothing
+        assert stopped or not any(s == WAITING for s in w.status), "admission fold too short"
 
 
 def _escape(ops: Ops, cfg: MistralrsRuleConfig, w: _Work, head: Sequence[Bool], need: Int,
