@@ -26,36 +26,40 @@ CARRIED = "found on the rules of a cheaper config (prefix caching off"
 UNCAPPED = "counterexamples/vllm_v1/admitted_with_tokens__tiny_cached_uncapped.itf.json"
 
 
-def _check_json(capsys, *argv):
-    code = main(["check", *argv, "--json", "--jobs", "1", "--timeout", "120"])
+def _check_json(capsys, *argv, out):
+    code = main(["check", *argv, "--json", "--jobs", "1", "--timeout", "120", "--out", str(out)])
     return code, json.loads(capsys.readouterr().out)
 
 
-def test_check_reads_vllm_flags_with_prefix_caching_on(capsys):
-    code, doc = _check_json(capsys, *SMALL, "--property", "head_of_line")
+def test_check_reads_vllm_flags_with_prefix_caching_on(capsys, tmp_path):
+    code, doc = _check_json(capsys, *SMALL, "--property", "head_of_line", out=tmp_path)
     (v,) = doc["verdicts"]
     assert v["verdict"] == "VIOLATED" and CARRIED in v["detail"]
     assert code == 1  # no manifest expectation: the verdict is the answer
+    (written,) = tmp_path.glob("vllm-v1__head_of_line*.itf.json")
+    assert v["counterexample"] == str(written)
 
 
-def test_no_enable_prefix_caching_is_honoured(capsys):
+def test_no_enable_prefix_caching_is_honoured(capsys, tmp_path):
     code, doc = _check_json(capsys, *SMALL, "--no-enable-prefix-caching", "--property",
-                            "head_of_line")
+                            "head_of_line", out=tmp_path)
     (v,) = doc["verdicts"]
     assert v["verdict"] == "VIOLATED" and CARRIED not in v["detail"]
     assert code == 1
 
 
-def test_a_question_that_holds_exits_0(capsys):
+def test_a_question_that_holds_exits_0(capsys, tmp_path):
     code, doc = _check_json(capsys, *SMALL, "--no-enable-prefix-caching", "--property",
-                            "running_within_max_num_seqs", "--depth", "2", "--slots", "2")
+                            "running_within_max_num_seqs", "--depth", "2", "--slots", "2",
+                            out=tmp_path)
     assert doc["verdicts"][0]["verdict"] in ("HOLDS", "PROVED") and code == 0
 
 
-def test_a_cache_too_large_for_the_symbolic_rules_is_unknown_with_the_reason(capsys):
+def test_a_cache_too_large_for_the_symbolic_rules_is_unknown_with_the_reason(capsys, tmp_path):
     code, doc = _check_json(capsys, "--max-num-seqs", "4", "--max-num-batched-tokens", "64",
                             "--max-model-len", "64", "--block-size", "2", "--num-gpu-blocks",
-                            "64", "--property", "kv_blocks_conserved", "--depth", "4")
+                            "64", "--property", "kv_blocks_conserved", "--depth", "4",
+                            out=tmp_path)
     (v,) = doc["verdicts"]
     assert v["verdict"] == "UNKNOWN" and "beyond the symbolic prefix cache" in v["detail"]
     assert "--method explore" in v["detail"] and code == 3

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from checker.config.flags import add_config_flags, apply_config_flags
+from checker.show import text as render
 from model.core.errors import ConfigError, InputError
 from model.core.types import Simulation, StepRecord, Workload
 from model.vllm.config import ENGINE_VLLM_V1, VLLM_VERSION, Config
@@ -96,7 +97,7 @@ def simulate_checked(workload: Workload, validate_config: bool = True) -> Simula
 # ---------------------------------------------------------------------------------------
 
 _COLUMNS = ("step", "tokens", "scheduled (id:tokens+phase)", "admitted", "resumed",
-            "preempted", "finished", "free_blocks")
+            "preempted", "finished", "free_blocks", "running", "waiting")
 
 
 def render_text(result: SimulationRun) -> str:
@@ -110,7 +111,9 @@ def render_text(result: SimulationRun) -> str:
                  "(one step = schedule + model output + update)")
     lines.append("config: " + config_summary(cfg))
     lines.append("phase: p = prefill chunk (prompt, or recomputation after preemption), "
-                 "d = decode; free_blocks is read right after scheduling")
+                 "d = decode; free_blocks, running and waiting are read right after "
+                 f"scheduling (queues in order, past {render.QUEUE_SHOWN} ids +N counts the "
+                 "rest)")
     rows = [list(_COLUMNS)] + [_row(s, cfg) for s in result.steps]
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
     for row in rows:
@@ -161,6 +164,8 @@ def _row(step: SimulatedStep, cfg: Config) -> list[str]:
         _ids(record.preempted),
         _ids(f"{rid}={reason}" for rid, reason in record.finished),
         str(record.free_blocks),
+        render.queue(record.running),
+        render.queue(record.waiting),
     ]
 
 
@@ -218,11 +223,12 @@ def render_engine_text(sim: Simulation, rejected_by: ConfigError | None = None) 
     lines.append("config: " + " ".join(f"{k}={v}" for k, v in
                                        engine.config_to_dict(sim.workload.config).items()))
     lines.append("phase: p = prefill (extend) tokens, d = decode token of a running request; "
-                 "free_blocks is read right after scheduling")
+                 "free_blocks, running and waiting are read right after scheduling (queues "
+                 f"in order, past {render.QUEUE_SHOWN} ids +N counts the rest)")
     from checker.show.timeline import DECODE, phases
 
     header = ["step", "tokens", "scheduled (id:tokens+phase)", "admitted", "resumed",
-              "preempted", "finished", "free_blocks", engine.title]
+              "preempted", "finished", "free_blocks", "running", "waiting", engine.title]
     rows = [header]
     # The phase of a chunk from the records and prompt lengths alone, as explain draws it:
     # a decode is the one newest sampled token of a request that already has output.
@@ -233,7 +239,8 @@ def render_engine_text(sim: Simulation, rejected_by: ConfigError | None = None) 
                      scheduled or "-", _ids(record.admitted), _ids(record.resumed),
                      _ids(record.preempted),
                      _ids(f"{rid}={reason}" for rid, reason in record.finished),
-                     str(record.free_blocks),
+                     str(record.free_blocks), render.queue(record.running),
+                     render.queue(record.waiting),
                      engine.describe_step(record) if engine.describe_step else ""])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for row in rows:

@@ -72,3 +72,15 @@ def requests_table(workload: Workload) -> str:
              for r in workload.arrival_order()]
     lines += [f"  EOS: {e.id} at step {e.step}" for e in workload.eos]
     return "\n".join(lines) + "\n"
+
+
+QUEUE_SHOWN = 6  # ids a queue cell shows before it counts the rest
+
+
+def queue(ids: Sequence[str], shown: int = QUEUE_SHOWN) -> str:
+    """A queue in order for a table cell: `-` when empty, the first `shown` ids, then how
+    many more (`r0 r1 r2 r3 r4 r5 +4`)."""
+    if not ids:
+        return "-"
+    head = " ".join(ids[:shown])
+    return head + (f" +{len(ids) - shown}" if len(ids) > shown else "")
