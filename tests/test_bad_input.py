@@ -441,3 +441,40 @@ def test_manifest_configs_keep_the_manifests_own_validated_flag(capsys):
     assert code == 0
     code, _, _ = run(capsys, "replay", STARVATION)
     assert code == 0
+
+
+# ---- found by the 3,000-invocation fuzz run (tests/test_fuzz.py, slow) ------------------
+
+
+def _yaml_with(tmp_path, example, key, value):
+    lines = (ROOT / "examples" / "configs" / example).read_text().splitlines()
+    lines = [ln for ln in lines if not ln.startswith(f"{key}:")] + [f"{key}: {value}"]
+    path = tmp_path / example
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_config_with_max_model_len_1_is_not_an_internal_error(tmp_path, capsys):
+    path = _yaml_with(tmp_path, "qwen7b_l4_throughput.yaml", "max-model-len", 1)
+    code, out, err = run(capsys, "config", "--file", path, "--device", "h100",
+                         "--concurrency", "1", "--depth", "2", "--timeout", "2")
+    assert code in (0, 2, 3) and "internal error" not in err and "Traceback" not in err
+
+
+def test_config_with_a_huge_pool_keeps_its_time_limit(tmp_path, capsys):
+    """The constructed run of a KV hazard grows with the pool; it stops at the hazard's
+    time limit (it ran for minutes on a million blocks)."""
+    path = _yaml_with(tmp_path, "llama70b_long_context.yaml", "num-gpu-blocks-override",
+                      1000000)
+    start = time.monotonic()
+    code, out, err = run(capsys, "config", "--file", path, "--device", "h100",
+                         "--concurrency", "1", "--depth", "2", "--timeout", "2")
+    assert code in (0, 3) and "Traceback" not in err
+    assert time.monotonic() - start < 30
+
+
+def test_a_simulation_document_without_steps_is_refused(tmp_path, capsys):
+    doc = json.loads((ROOT / "examples" / "sglang_overcommit_default_ratio.json").read_text())
+    doc["steps"] = []
+    one_line_error(capsys, "explain", write(tmp_path, doc), "--format", "text", "--no-validate",
+                   needles=("'steps' is an empty list",))

@@ -33,7 +33,7 @@ from model.vllm.deployment import (
     outside_reason,
 )
 from model.vllm.engine import records_to_steps
-from model.vllm.reference import simulate
+from model.vllm.reference import iter_steps
 from model.vllm.state import RuleConfig, cache_model_fits, within_bounds
 from properties import catalogue
 from properties.manifest import custom_config, with_bounds
@@ -217,6 +217,8 @@ def decode_starvation(cfg: Config) -> str:
 def pool_shortfall(cfg: Config) -> str:
     """How many longest requests fill the pool, for the detail of a KV hazard."""
     c = per_request_blocks(cfg)
+    if c == 0:  # max_model_len 1: no prompt is admissible (input_processor.py:574-602)
+        return "no request ever holds a block: max_model_len 1 leaves no room for a prompt"
     fits = (cfg.usable_blocks - cfg.watermark_blocks) // c
     return (f"the pool holds {fits} requests of max_model_len ({c} blocks each), fewer than "
             f"max_num_active_reqs={cfg.max_num_active_reqs}: KV pressure needs about "
@@ -565,8 +567,15 @@ def _constructed(h: Hazard, cfg: Config, env: Envelope) -> HazardResult | None:
     if workload is None:
         return None
     prop = catalogue.get(h.property, **dict(h.params(env)))
-    records = simulate(workload)
-    steps = records_to_steps(workload, records)
+    # The run is as long as the pool takes to fill: on a large pool it is bounded by the
+    # hazard's time limit like a search, and a run cut short shows nothing.
+    deadline = time.monotonic() + env.timeout_s
+    records = []
+    for _, record in iter_steps(workload):
+        records.append(record)
+        if time.monotonic() > deadline:
+            return None
+    steps = records_to_steps(workload, tuple(records))
     failing = [t for t in range(len(steps)) if not prop.holds(CONCRETE, steps, t)]
     if not failing:
         return None
@@ -576,4 +585,4 @@ def _constructed(h: Hazard, cfg: Config, env: Envelope) -> HazardResult | None:
         h.name, h.title, WITNESSED,
         f"needs {len(workload.requests)} requests, more than the checker's bound of "
         f"{env.slots}: a constructed run, checked on the reference (not minimised)", (),
-        Witness(workload, ReplayResult(records, at), at, False, first_shown=shown))
+        Witness(workload, ReplayResult(tuple(records), at), at, False, first_shown=shown))

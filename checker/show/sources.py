@@ -160,6 +160,10 @@ def simulation_source(doc: dict[str, Any], name: str) -> Source:
     if not isinstance(validated, bool):
         raise InputError(f"'validated' must be true or false, got {shown(validated)}")
     config = engines.get(engine).parse_config(doc.get("config", {}))
+    if not doc["steps"]:
+        raise InputError("'steps' is an empty list: a simulation document needs at least one "
+                         "step record (simulate --json writes them); for a workload, give "
+                         "'steps' as a number")
     if len(doc["steps"]) > MAX_STEPS:
         raise InputError(f"'steps' has {len(doc['steps'])} entries, more than the "
                          f"{MAX_STEPS} a simulation may have; pass a shorter simulation")
