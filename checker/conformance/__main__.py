@@ -7,12 +7,18 @@ Modes (--mode):
 Prints the workloads and steps compared and the agreement; on a divergence, the shrunk
 (minimal) workload as JSON and its first diverging step side by side, and exits 1.
 Exit codes: 0 all agree, 1 a divergence, 2 vLLM not available or bad usage.
+
+An older release (--vllm-version 0.30.0): the reference runs that release's rule switches
+(model/vllm/config.py VERSIONS; a field the release lacks is left at its default) against
+that release's real scheduler, imported from an overlay directory
+(`python -m checker.conformance.vllm_overlay 0.30.0 DIR`, then --vllm-overlay DIR).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -20,7 +26,7 @@ from collections.abc import Sequence
 
 from checker.conformance.modes import DEFAULT_MODE, MODES, Mode
 from model.core.types import Workload
-from model.vllm.config import VLLM_VERSION
+from model.vllm.config import VERSIONS, VLLM_VERSION
 from model.workload import workload_to_json
 
 EXIT_OK, EXIT_DIVERGED, EXIT_UNAVAILABLE = 0, 1, 2
@@ -42,7 +48,33 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the first divergence as found, without shrinking it")
     parser.add_argument("--coverage", action="store_true",
                         help="also report which upstream branches the workloads reach")
+    parser.add_argument("--vllm-version", choices=tuple(VERSIONS), default=VLLM_VERSION,
+                        help=f"the vLLM release to compare (default {VLLM_VERSION}); an older "
+                             "one needs its real code on the path (--vllm-overlay)")
+    parser.add_argument("--vllm-overlay", metavar="DIR",
+                        help="an overlay of --vllm-version's vllm package (built by python -m "
+                             "checker.conformance.vllm_overlay VERSION DIR), put first on "
+                             "PYTHONPATH of a fresh process running this command")
     return parser
+
+
+_OVERLAY_ENV = "BATCHPROOF_VLLM_OVERLAY"
+
+
+def _reexec_with_overlay(overlay: str, argv: Sequence[str]) -> None:
+    """Run this command again in a fresh interpreter whose sys.path starts at `overlay`
+    (vllm may already be imported here, and an import cannot be swapped)."""
+    overlay = os.path.abspath(overlay)
+    if os.environ.get(_OVERLAY_ENV) == overlay:
+        return
+    if not os.path.isdir(os.path.join(overlay, "vllm")):
+        raise SystemExit(f"--vllm-overlay {overlay} holds no vllm package; build it with "
+                         "python -m checker.conformance.vllm_overlay VERSION DIR")
+    env = dict(os.environ, **{_OVERLAY_ENV: overlay})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (overlay, os.environ.get("PYTHONPATH"))
+                                        if p)
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "checker.conformance", *argv], env)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,18 +83,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.count < 1 or args.steps < 1:
         sys.stderr.write("--count and --steps must be positive\n")
         return EXIT_UNAVAILABLE
-    from checker.conformance.vllm_real import vllm_unavailable_reason
+    if args.vllm_overlay:
+        _reexec_with_overlay(args.vllm_overlay, sys.argv[1:] if argv is None else argv)
+    from checker.conformance.vllm_real import real_vllm_version, vllm_unavailable_reason
 
     if (reason := vllm_unavailable_reason()) is not None:
         sys.stderr.write(f"conformance: {reason}\n")
         return EXIT_UNAVAILABLE
+    version = args.vllm_version
+    if real_vllm_version() != version:
+        sys.stderr.write(f"conformance: this process imports vLLM {real_vllm_version()}, not "
+                         f"{version}; give --vllm-overlay DIR, built by python -m "
+                         f"checker.conformance.vllm_overlay {version} DIR\n")
+        return EXIT_UNAVAILABLE
     from checker.conformance.compare import compare, steps_agreeing
+    from checker.conformance.generate import at_release
 
     mode = MODES[args.mode]
     start = time.monotonic()
     steps_compared = steps_agreed = workloads_agreed = 0
     first: tuple[int, Workload] | None = None
     workloads = [mode.generate(args.seed + i, args.steps) for i in range(args.count)]
+    if version != VLLM_VERSION:
+        workloads = [at_release(w, version) for w in workloads]
     for i, w in enumerate(workloads):
         divergence = compare(w)
         compared, agreed = steps_agreeing(w, divergence)
@@ -76,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             first = (args.seed + i, divergence.workload)
     elapsed = time.monotonic() - start
     print(f"compared {args.count} workloads ({steps_compared} steps) against vLLM "
-          f"{VLLM_VERSION}'s real {mode.scheduler} in {elapsed:.1f} s (mode {mode.name}: "
+          f"{version}'s real {mode.scheduler} in {elapsed:.1f} s (mode {mode.name}: "
           f"{mode.what})")
     print(f"workloads agreeing: {workloads_agreed}/{args.count} "
           f"({100.0 * workloads_agreed / args.count:.1f}%); steps agreeing: "

@@ -56,7 +56,8 @@ class Divergence:
         """A readable side-by-side table of the diverging step (differing rows marked *)."""
         if self.error is not None:
             return f"{self.summary()}\nvLLM's record of that step: {self.real}\n"
-        rows = [("", "field", REAL, REFERENCE)]
+        real_name = f"vLLM {self.workload.config.version} (real)"  # REAL at 0.32.0
+        rows = [("", "field", real_name, REFERENCE)]
         for name in (*_FIELDS, *_extra_names(self.real, self.reference)):
             real = _show(name, self.real)
             ref = _show(name, self.reference)

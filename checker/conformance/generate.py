@@ -35,8 +35,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from model.core.types import FINISH_LENGTH, FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
-from model.vllm.config import POLICY_FCFS, POLICY_PRIORITY, Config
-from model.vllm.validation import validate
+from model.vllm.config import POLICY_FCFS, POLICY_PRIORITY, VERSIONS, Config
+from model.vllm.validation import NEWER_FIELDS, validate
 
 #: Features decided by the workload alone (config and requests), in report order.
 STATIC_FEATURES: tuple[str, ...] = (
@@ -135,6 +135,18 @@ _WATERMARKS = (0.01, 0.05, 0.1, 0.2, 0.3)
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def at_release(workload: Workload, version: str) -> Workload:
+    """`workload` for vLLM `version`: its config with that release's rule switches
+    (model/vllm/config.py VERSIONS), the fields the release lacks at their defaults (its
+    validation refuses them otherwise, model/vllm/validation.py NEWER_FIELDS)."""
+    rules = VERSIONS[version]
+    defaults = Config()
+    lacking = {name: getattr(defaults, name) for name, switch, _, _ in NEWER_FIELDS
+               if not getattr(rules, switch)}
+    return replace(workload, config=replace(workload.config, rules=rules, version=version,
+                                            **lacking))
 
 
 def random_workload(seed: int, steps: int = 30) -> Workload:

@@ -14,7 +14,7 @@ from typing import Any
 
 from model.core.errors import InputError
 from model.vllm.config import Config
-from model.vllm.validation import validate
+from model.vllm.validation import NEWER_FIELDS, validate
 
 # vLLM's messages (vllm/config/scheduler.py:315-357) -> our rule names.
 _MESSAGE_RULES: tuple[tuple[str, str], ...] = (
@@ -36,8 +36,10 @@ _FIELD_RULES: dict[str, str] = {
 
 
 def scheduler_config_kwargs(cfg: Config) -> dict[str, Any]:
-    """The keyword arguments of vLLM's `SchedulerConfig` for `cfg` (sync scheduling)."""
-    return {
+    """The keyword arguments of vLLM's `SchedulerConfig` for `cfg` (sync scheduling),
+    without the fields an older release's SchedulerConfig lacks (model/vllm/validation.py
+    NEWER_FIELDS: its validation refuses them when set, so they are at their defaults)."""
+    out = {
         "max_num_batched_tokens": cfg.max_num_batched_tokens,
         "max_num_seqs": cfg.max_num_seqs,
         "max_num_scheduled_tokens": cfg.max_num_scheduled_tokens,
@@ -52,6 +54,10 @@ def scheduler_config_kwargs(cfg: Config) -> dict[str, Any]:
         "max_model_len": cfg.max_model_len,
         "is_encoder_decoder": False,
     }
+    for name, switch, _, _ in NEWER_FIELDS:
+        if not getattr(cfg.rules, switch):
+            del out[name]
+    return out
 
 
 def real_vllm_accepts(cfg: Config) -> tuple[bool, str | None]:

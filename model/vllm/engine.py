@@ -1,10 +1,13 @@
 """vLLM V1 (v0.32.0) as an EngineModel: the rules of model/vllm/rules.py, the reference
-of model/vllm/reference.py, and the Step observables of a reference run."""
+of model/vllm/reference.py, and the Step observables of a reference run; and older
+releases (`vllm-v1@0.30.0`, `vllm-v1@0.27.1`), the same EngineModel over another set of
+rule switches (model/vllm/config.py VERSIONS), through `ENGINE.extra["versions"]`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import cache, partial
 
 from model.core.engine import EngineModel
 from model.core.observe import observed_step
@@ -13,6 +16,7 @@ from model.core.types import SlotObs, Step, StepRecord, Workload
 from model.vllm import rules
 from model.vllm.config import (
     ENGINE_VLLM_V1,
+    VERSIONS,
     VLLM_VERSION,
     Config,
     VllmRules,
@@ -186,7 +190,7 @@ RULES_TABLE: tuple[tuple[str, str, str], ...] = (
     (f"{_S}:2026-2295", "VllmV1Scheduler._update_from_output", "_update"),
     ("vllm/v1/core/sched/utils.py:98-119", "VllmV1Scheduler._check_stop", "_update"),
     (f"{_S}:2714-2749", "VllmV1Scheduler._free_request", "_update"),
-)
+)  # older releases' lines: _SWITCH_EVIDENCE below (this table is 0.32.0's, file:line only)
 
 
 def cache_free(cfg: Config) -> Config | None:
@@ -197,26 +201,50 @@ def cache_free(cfg: Config) -> Config | None:
     return replace(cfg, enable_prefix_caching=False) if cfg.enable_prefix_caching else None
 
 
-# Where each rule switch's pinned form is in upstream, and what each value does.
+# Where each rule switch's pinned form is in upstream, and what each value does; for a
+# switch of an older release, its lines in both releases (S: is
+# vllm/v1/core/sched/scheduler.py, C: vllm/config/scheduler.py, both of the release named).
 _SWITCH_EVIDENCE = {
     "cap_prefix_hit": "kv_cache_manager.py:289-300 (0.32.0). On: a prefix hit is capped at "
                       "num_tokens - 1, so the last token is always computed. Off: a hit may "
                       "cover the whole prompt, leaving num_new_tokens = 0 at "
                       "scheduler.py:1170 (the crash of vllm-project/vllm#30320)",
+    "threshold_off_when_alone": "first in 0.31.0. On (0.32.0 S:640-649, 708-709, 1155-1156): "
+                                "the long-prefill threshold is 0 when running + waiting <= 1, "
+                                "so a lone request is chunked only by the budget. Off (0.30.0 "
+                                "S:661-662, 1066-1068; 0.27.1 S:521-522, 899-901): "
+                                "long_prefill_token_threshold cuts every prefill chunk",
+    "adaptive_threshold": "first in 0.31.0. On (0.32.0 C:86-90, S:142-144, 650-655): with "
+                          "long_prefill_token_threshold_adaptive the threshold is floored at "
+                          "max_num_batched_tokens // (running + waiting). Off (the "
+                          "config/scheduler.py of 0.30.0 and of 0.27.1 has no such field; "
+                          "the threshold is read as is at 0.30.0 S:661, 1066): nothing "
+                          "floors it, and the field is refused (rule field_in_version)",
+    "active_seqs_cap": "first in 0.31.0. On (0.32.0 C:69-77, S:129-136, 922-924): admission "
+                       "stops at max_num_active_seqs (default max_num_seqs). Off (0.30.0 "
+                       "S:124, 863-865; 0.27.1 S:109, 690-692): it stops at max_num_seqs; "
+                       "max_num_active_seqs does not exist and is refused (field_in_version)",
+    "input_budget": "first in 0.28.0. On (0.30.0 S:581-584, 664, 808, 859, 1035, 1263; "
+                    "0.32.0 S:611-614, 710-712, 857, 918, 1118, 1367): besides token_budget "
+                    "(max_num_scheduled_tokens, else max_num_batched_tokens) an input_budget "
+                    "of max_num_batched_tokens caps every request and the step. Off (0.27.1 "
+                    "S:459, 485, 523, 687, 907-913): token_budget is the only budget, so a "
+                    "max_num_scheduled_tokens above max_num_batched_tokens (no rule refuses "
+                    "it, 0.27.1 C:54-60) is the step's budget",
 }
 
 
 @dataclass(frozen=True, slots=True)
 class VllmVersions:
     """vLLM's modelled versions and rule switches, as the registry reads them
-    (model/registry.py, `Versioned`): one release today, with the switches of VllmRules."""
+    (model/registry.py, `Versioned`): each release a set of switches of VllmRules."""
 
     versions: Mapping[str, VllmRules]
     pinned: str
 
     def with_version(self, version: str) -> EngineModel:
-        """The engine at `version` (the pinned one only, for now)."""
-        return ENGINE
+        """The engine at `version` (a key of `versions`); the pinned one is ENGINE."""
+        return _at_version(version)
 
     def switches(self, cfg: Config) -> dict[str, bool]:
         """The rule switches a config runs, by name."""
@@ -231,6 +259,16 @@ class VllmVersions:
         return _SWITCH_EVIDENCE[switch]
 
 
+@cache
+def _at_version(version: str) -> EngineModel:
+    """ENGINE named `vllm-v1@VERSION`, parsing configs with that release's switches (whose
+    validation refuses the fields the release lacks, model/vllm/validation.py)."""
+    if version == VLLM_VERSION:
+        return ENGINE
+    return replace(ENGINE, name=f"{ENGINE_VLLM_V1}@{version}", version=version,
+                   parse_config=partial(parse_config, version=version))
+
+
 ENGINE = EngineModel(
     name=ENGINE_VLLM_V1, folder="vllm_v1", title="vLLM V1", version=VLLM_VERSION,
     parse_config=parse_config, config_to_dict=Config.to_dict, rejection=rejection,
@@ -241,6 +279,5 @@ ENGINE = EngineModel(
     ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
     family_constraints=validation_constraints, within_bounds=within_bounds,
     symbolic_limit=symbolic_limit, witness_config=cache_free,
-    extra={"versions": VllmVersions(versions={VLLM_VERSION: VllmRules()},
-                                    pinned=VLLM_VERSION)},
+    extra={"versions": VllmVersions(versions=VERSIONS, pinned=VLLM_VERSION)},
 )

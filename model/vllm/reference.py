@@ -197,9 +197,15 @@ def effective_long_prefill_threshold(cfg: Config, num_eligible_reqs: int) -> int
 
     0 (no cap) when at most one request exists (running + waiting <= 1); with the adaptive
     variant, floored at the fair share `max_num_batched_tokens // num_eligible_reqs`.
+    Before 0.31.0 (VllmRules.threshold_off_when_alone off) the configured threshold holds
+    whatever the count, and there is no adaptive flag (adaptive_threshold off: not read).
     """
-    threshold = cfg.long_prefill_token_threshold if num_eligible_reqs > 1 else 0
-    if threshold > 0 and cfg.long_prefill_token_threshold_adaptive:
+    alone = num_eligible_reqs <= 1 and cfg.rules.threshold_off_when_alone
+    threshold = 0 if alone else cfg.long_prefill_token_threshold
+    # (A fair share of one request or none is no floor; only the combination of the
+    # adaptive flag with threshold_off_when_alone off, which no release had, reaches it.)
+    if (threshold > 0 and cfg.rules.adaptive_threshold
+            and cfg.long_prefill_token_threshold_adaptive and num_eligible_reqs > 1):
         threshold = max(threshold, cfg.max_num_batched_tokens // num_eligible_reqs)
     return threshold
 
@@ -458,7 +464,11 @@ class VllmV1Scheduler:
         self.current_step += 1
         out = _StepOutput(
             token_budget=self.cfg.token_budget,  # S:611, 137-141
-            input_budget=self.cfg.max_num_batched_tokens,  # S:614
+            # S:614. Before 0.28.0 (VllmRules.input_budget off) there is one budget; a
+            # second one that starts equal to it and is spent and given back with it
+            # never binds on its own, so the loops below decide as 0.27.1's single one.
+            input_budget=(self.cfg.max_num_batched_tokens if self.cfg.rules.input_budget
+                          else self.cfg.token_budget),
         )
         num_eligible_reqs = len(self.running) + len(self.waiting)  # S:643-644
         threshold = effective_long_prefill_threshold(self.cfg, num_eligible_reqs)
@@ -532,7 +542,11 @@ class VllmV1Scheduler:
         while out.token_budget > 0:  # S:912
             if not self.waiting or out.input_budget <= 0:  # S:918-919
                 break
-            if len(self.running) >= self.cfg.max_num_active_reqs:  # S:922-924
+            # S:922-924; before 0.31.0 (VllmRules.active_seqs_cap off) the cap is
+            # max_num_seqs (0.30.0 S:864), there being no max_num_active_seqs.
+            seats = (self.cfg.max_num_active_reqs if self.cfg.rules.active_seqs_cap
+                     else self.cfg.max_num_seqs)
+            if len(self.running) >= seats:
                 break
             request = self.waiting.peek_request()
             # S:934-939 skips a request whose stale output is still in flight. With a batch

@@ -88,8 +88,12 @@ def blocks_needed(ops: Ops, cfg: RuleConfig, tokens: Int, held: Int) -> Int:
 
 def _threshold(ops: Ops, cfg: RuleConfig, num_held: Int, num_slots: int) -> Int:
     """The effective long-prefill threshold: 0 when at most one request exists
-    (scheduler.py:643-649); floored at a fair share when adaptive (650-655)."""
-    thr = ops.ite(num_held > 1, cfg.long_prefill_token_threshold, 0)
+    (scheduler.py:643-649; before 0.31.0 the configured one for any count); floored at a
+    fair share when adaptive (650-655)."""
+    if cfg.threshold_off_when_alone:
+        thr = ops.ite(num_held > 1, cfg.long_prefill_token_threshold, 0)
+    else:
+        thr = cfg.long_prefill_token_threshold
     if not cfg.long_prefill_token_threshold_adaptive:
         return thr
     share: Int = 0
@@ -304,7 +308,9 @@ def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState
         num_preemptions=[s.num_preemptions for s in before],
         scheduled=[0] * n_slots, serve_rank=[0] * n_slots, preempted=[False] * n_slots,
         visited=[False] * n_slots, free=state.free_blocks, token_budget=cfg.token_budget,
-        input_budget=cfg.max_num_batched_tokens, next_run_key=state.next_run_key,
+        # Before 0.28.0 one budget: a second one equal to it never binds on its own.
+        input_budget=(cfg.max_num_batched_tokens if cfg.separate_input_budget
+                      else cfg.token_budget), next_run_key=state.next_run_key,
         wait_head=state.wait_head, served=0, any_preempted=False, prefix_hit=[0] * n_slots,
         cache=CacheWork.of(state) if cfg.prefix_caching else None)
     if cfg.async_scheduling:

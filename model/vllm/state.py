@@ -44,6 +44,11 @@ class RuleConfig:
     # `table_len` = cdiv(max_model_len, block_size) entries per slot.
     prefix_caching: bool = False
     cap_prefix_hit: bool = True  # VllmRules.cap_prefix_hit
+    # VllmRules.threshold_off_when_alone and .input_budget (older releases off); the other
+    # two switches of older releases are folded in below: adaptive_threshold off leaves
+    # the adaptive flag unread, active_seqs_cap off makes max_num_seqs the admission cap.
+    threshold_off_when_alone: bool = True
+    separate_input_budget: bool = True
     pool_blocks: int = 0
     table_len: int = 0
     # The AsyncScheduler changes the state's shape too (what is in flight per slot).
@@ -59,7 +64,8 @@ class RuleConfig:
         return RuleConfig(
             token_budget=cfg.token_budget,
             max_num_batched_tokens=cfg.max_num_batched_tokens,
-            max_num_active_reqs=cfg.max_num_active_reqs,
+            max_num_active_reqs=(cfg.max_num_active_reqs if cfg.rules.active_seqs_cap
+                                 else cfg.max_num_seqs),
             max_num_seqs=cfg.max_num_seqs,
             max_model_len=cfg.max_model_len,
             usable_blocks=cfg.usable_blocks,
@@ -69,7 +75,10 @@ class RuleConfig:
             scheduler_reserve_full_isl=cfg.scheduler_reserve_full_isl,
             block_size=cfg.block_size,
             policy_priority=cfg.policy == POLICY_PRIORITY,
-            long_prefill_token_threshold_adaptive=cfg.long_prefill_token_threshold_adaptive,
+            long_prefill_token_threshold_adaptive=(cfg.long_prefill_token_threshold_adaptive
+                                                   and cfg.rules.adaptive_threshold),
+            threshold_off_when_alone=cfg.rules.threshold_off_when_alone,
+            separate_input_budget=cfg.rules.input_budget,
             prefix_caching=cfg.enable_prefix_caching, cap_prefix_hit=cfg.rules.cap_prefix_hit,
             async_scheduling=cfg.async_scheduling,
             pool_blocks=cfg.usable_blocks if cfg.enable_prefix_caching else 0,
@@ -206,7 +215,8 @@ def ranged_rule_config(ops: Ops, base: Config, values: Mapping[str, object]) -> 
     return replace(
         cfg, token_budget=budget, max_num_batched_tokens=values["max_num_batched_tokens"],
         max_num_seqs=seqs,
-        max_num_active_reqs=seqs if base.max_num_active_seqs is None else base.max_num_active_seqs,
+        max_num_active_reqs=(seqs if base.max_num_active_seqs is None
+                             or not base.rules.active_seqs_cap else base.max_num_active_seqs),
         max_model_len=values["max_model_len"], usable_blocks=blocks - 1, watermark_blocks=wm,
         long_prefill_token_threshold=values["long_prefill_token_threshold"])
 

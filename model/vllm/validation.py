@@ -47,6 +47,28 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+# Fields an older release's SchedulerConfig does not have, by the switch that is off in it:
+# (field, switch, first release with it, its upstream lines there). pydantic refuses an
+# unknown keyword, so such a config cannot be built in that release; the model refuses
+# the field (set to anything but its default) with the rule name `field_in_version`.
+NEWER_FIELDS: tuple[tuple[str, str, str, str], ...] = (
+    ("max_num_active_seqs", "active_seqs_cap", "0.31.0", "config/scheduler.py:69-77"),
+    ("long_prefill_token_threshold_adaptive", "adaptive_threshold", "0.31.0",
+     "config/scheduler.py:86-90"),
+)
+
+
+def check_version_fields(cfg: Config) -> None:
+    """ConfigError when `cfg` sets a field its rules' release does not have."""
+    defaults = Config()
+    for name, switch, since, where in NEWER_FIELDS:
+        if not getattr(cfg.rules, switch) and getattr(cfg, name) != getattr(defaults, name):
+            raise ConfigError(
+                "field_in_version",
+                f"{name} does not exist in vLLM {cfg.version} (it came in {since}, {where}; "
+                f"switch {switch} is off); leave it unset")
+
+
 def check_field_types(cfg: Config) -> None:
     """Reject values no configuration can have (wrong type, non-positive sizes).
 
@@ -81,6 +103,7 @@ def validate(cfg: Config) -> None:
     `verify_max_model_len` (vllm/config/scheduler.py:303-359).
     """
     check_field_types(cfg)
+    check_version_fields(cfg)
     if cfg.long_prefill_token_threshold < 0:
         raise ConfigError(
             "positive_fields",

@@ -1,0 +1,119 @@
+"""vLLM's older releases as switches of the one rule set (model/vllm/config.py VERSIONS):
+the reference refines the rules under every switch combination and at every named
+release, each release's engine parses and validates as that release, and the workloads
+that tell the releases apart do so in the reference."""
+
+from dataclasses import asdict, replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_rules_refinement import cached_workloads, workloads
+
+from model import registry
+from model.core.errors import ConfigError
+from model.core.types import RequestSpec, Workload
+from model.run import without_unsampled_eos
+from model.slots import run_rules, to_slots
+from model.vllm.config import VERSIONS, VLLM_VERSION, Config, VllmRules
+from model.vllm.engine import ENGINE
+from model.vllm.records import to_record
+from model.vllm.reference import simulate
+
+# The switches older releases turn off (cap_prefix_hit is an ablation, tested elsewhere).
+OLDER = ("threshold_off_when_alone", "adaptive_threshold", "active_seqs_cap", "input_budget")
+
+
+def assert_agree(w: Workload) -> None:
+    w = without_unsampled_eos(w)
+    reference = simulate(w)
+    sw = to_slots(w)
+    by_rules = tuple(to_record(s, sw.ids) for s in run_rules(sw))
+    for ref, got in zip(reference, by_rules, strict=True):
+        assert got == ref, f"step {ref.step}:\n reference {ref}\n rules     {got}"
+
+
+def _with_rules(w: Workload, rules: VllmRules) -> Workload:
+    return replace(w, config=replace(w.config, rules=rules))
+
+
+@given(workloads(), st.fixed_dictionaries({name: st.booleans() for name in OLDER}))
+def test_reference_and_rules_agree_under_every_switch_combination(w, switches):
+    # The fields a release lacks are left set on purpose: both sides must ignore them alike.
+    assert_agree(_with_rules(w, VllmRules(**switches)))
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v != VLLM_VERSION])
+@given(w=workloads())
+def test_reference_and_rules_agree_at_every_older_release(version, w):
+    assert_agree(_with_rules(w, VERSIONS[version]))
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v != VLLM_VERSION])
+@given(w=cached_workloads(), asynchronous=st.booleans())
+def test_reference_and_rules_agree_at_older_releases_with_cache_and_async(version, w,
+                                                                           asynchronous):
+    cfg = replace(w.config, rules=VERSIONS[version], async_scheduling=asynchronous)
+    assert_agree(replace(w, config=cfg))
+
+
+def test_the_bare_name_is_the_pinned_release_and_the_others_are_named():
+    assert registry.get("vllm-v1") is ENGINE
+    assert registry.get(f"vllm-v1@{VLLM_VERSION}") is ENGINE
+    for version in ("0.30.0", "0.27.1"):
+        engine = registry.get(f"vllm-v1@{version}")
+        assert engine.name == f"vllm-v1@{version}" and engine.version == version
+        cfg = engine.parse_config({})
+        assert cfg.rules == VERSIONS[version] and cfg.version == version
+        assert "rules" not in cfg.to_dict()  # relative to its own release
+        assert engine.parse_config(cfg.to_dict()) == cfg
+    assert ENGINE.parse_config({}) == Config()
+    assert "rules" not in Config().to_dict()
+
+
+def test_an_ablation_is_spelt_relative_to_its_release():
+    engine = registry.get("vllm-v1@0.30.0")
+    cfg = engine.parse_config({"rules": {"threshold_off_when_alone": True}})
+    assert cfg.to_dict()["rules"] == {"threshold_off_when_alone": True}
+    assert engine.parse_config(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("version", ["0.30.0", "0.27.1"])
+@pytest.mark.parametrize("field, value", [("max_num_active_seqs", 2),
+                                          ("long_prefill_token_threshold_adaptive", True)])
+def test_a_field_the_release_lacks_is_refused_in_one_line(version, field, value):
+    engine = registry.get(f"vllm-v1@{version}")
+    rejected = engine.rejection(engine.parse_config({field: value}))
+    assert isinstance(rejected, ConfigError) and rejected.rule == "field_in_version"
+    assert f"does not exist in vLLM {version}" in str(rejected) and "\n" not in str(rejected)
+    assert ENGINE.rejection(ENGINE.parse_config({field: value})) is None
+
+
+def _run(version: str, config: dict, requests: tuple[RequestSpec, ...], steps: int):
+    cfg = registry.get(f"vllm-v1@{version}").parse_config(config)
+    return simulate(Workload(config=cfg, requests=requests, steps=steps))
+
+
+def test_a_lone_request_is_cut_by_the_threshold_only_before_0_31():
+    # One prompt of 20, threshold 4, budget 16 (docs/vllm_versions.md).
+    config = {"max_num_batched_tokens": 16, "long_prefill_token_threshold": 4}
+    lone = (RequestSpec(id="a", prompt_len=20, max_tokens=2),)
+    new = [dict(r.scheduled).get("a", 0) for r in _run(VLLM_VERSION, config, lone, 3)]
+    old = [dict(r.scheduled).get("a", 0) for r in _run("0.30.0", config, lone, 3)]
+    assert new == [16, 4, 1] and old == [4, 4, 4]
+
+
+def test_a_scheduled_cap_above_the_batch_is_the_budget_only_before_0_28():
+    config = {"max_num_batched_tokens": 8, "max_num_seqs": 4, "max_num_scheduled_tokens": 16}
+    two = (RequestSpec(id="a", prompt_len=7, max_tokens=2),
+           RequestSpec(id="b", prompt_len=7, max_tokens=2))
+    assert dict(_run("0.30.0", config, two, 1)[0].scheduled) == {"a": 7, "b": 1}
+    assert dict(_run("0.27.1", config, two, 1)[0].scheduled) == {"a": 7, "b": 7}
+
+
+def test_versions_differ_by_the_switches_the_evidence_names():
+    versions = ENGINE.extra["versions"]
+    for rules in VERSIONS.values():
+        for name in VllmRules().changed(rules):
+            assert "0.3" in versions.evidence(name) or "0.2" in versions.evidence(name)
+    assert set(asdict(VllmRules())) == {*OLDER, "cap_prefix_hit"}
