@@ -261,8 +261,11 @@ def stored_counterexamples(engine: str, folder: Path = COUNTEREXAMPLES
     out = []
     for path in sorted((folder / engines.get(engine).folder).glob("*.itf.json")):
         doc = json.loads(path.read_text())
-        if "rules" in doc["#meta"]["workload"].get("config", {}):
-            continue  # a variant of the model's rules, which the installed engine lacks
+        meta = doc["#meta"]
+        if "rules" in meta["workload"].get("config", {}) or meta.get("engine") != engine:
+            # A variant of the model's rules, or another release's (`engine@version`):
+            # the installed engine runs neither.
+            continue
         workload = parse_workload(doc["#meta"]["workload"])
         out.append(AuditWorkload(workload, "counterexamples", str(path.relative_to(ROOT))
                                  if path.is_relative_to(ROOT) else str(path)))
