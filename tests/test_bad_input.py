@@ -478,3 +478,18 @@ def test_a_simulation_document_without_steps_is_refused(tmp_path, capsys):
     doc["steps"] = []
     one_line_error(capsys, "explain", write(tmp_path, doc), "--format", "text", "--no-validate",
                    needles=("'steps' is an empty list",))
+
+
+@pytest.mark.parametrize("command", [["explain", "--format", "svg"], ["replay"]])
+def test_a_counterexample_asking_for_the_most_steps_replays_only_to_its_violation(
+        tmp_path, capsys, command):
+    """A stored workload edited to MAX_STEPS steps: the steps past the violation decide
+    nothing, so they are not simulated (the survey found explain taking over a minute)."""
+    path = ROOT / "counterexamples" / "mistralrs" / "no_spurious_preemption__mr_v090_tiny.itf.json"
+    doc = json.loads(path.read_text())
+    doc["#meta"]["workload"]["steps"] = MAX_STEPS
+    edited = write(tmp_path, doc, "t.itf.json")
+    start = time.monotonic()
+    code, out, err = run(capsys, command[0], edited, *command[1:])
+    assert code == 0 and "Traceback" not in err
+    assert time.monotonic() - start < 10

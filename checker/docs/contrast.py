@@ -8,9 +8,9 @@ for ceil(L / C) steps while the prompt is chunked. The page lists both timelines
 properties whose verdicts differ: on this workload (both references, evaluated on their
 Step observables) and in the manifests.
 
-    python -m checker.contrast                     print the page
-    python -m checker.contrast --write FILE        write it
-    python -m checker.contrast --check FILE        exit 1 when FILE is stale
+    python -m checker.docs.contrast                     print the page
+    python -m checker.docs.contrast --write FILE        write it
+    python -m checker.docs.contrast --check FILE        exit 1 when FILE is stale
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from model.vllm.config import Config as VllmConfig
 from properties import catalogue
 from properties.manifest import load
 
-COMMAND = "python -m checker.contrast --write docs/vllm_vs_sglang.md"
+COMMAND = "python -m checker.docs.contrast --write docs/vllm_vs_sglang.md"
 CHUNK = 64
 STEPS = 9
 
@@ -151,7 +151,7 @@ def page() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print, write or check the page."""
-    parser = argparse.ArgumentParser(prog="python -m checker.contrast", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m checker.docs.contrast", description=__doc__)
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--write", metavar="FILE", help="write the page to FILE")
     group.add_argument("--check", metavar="FILE", help="exit 1 when FILE is stale")

@@ -46,8 +46,11 @@ def replay(cex: Counterexample) -> ReplayResult:
     prop = catalogue.get(cex.property, **dict(cex.params))
     if prop.kind == "lasso":
         return _replay_lasso(cex)
-    records = simulate(cex.workload)
-    steps = engines.get(cex.workload.engine).observe(cex.workload, records)
+    # Steps past the violation decide nothing (the first failure is what is checked), and
+    # a workload may ask for up to MAX_STEPS of them.
+    workload = replace(cex.workload, steps=min(cex.workload.steps, cex.violated_at))
+    records = simulate(workload)
+    steps = engines.get(workload.engine).observe(workload, records)
     failing = [t for t in range(len(steps)) if not prop.holds(CONCRETE, steps, t)]
     if not failing:
         raise DivergenceError(

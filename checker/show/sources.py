@@ -120,8 +120,9 @@ def counterexample_source(cex: Counterexample,
                           records: tuple[StepRecord, ...] | None = None) -> Source:
     """A counterexample's run up to its violating step (records of the reference, run
     here unless given)."""
-    if records is None:
-        records = simulate(cex.workload)
+    if records is None:  # only the steps up to the violation are drawn
+        records = simulate(replace(cex.workload,
+                                   steps=min(cex.workload.steps, max(cex.violated_at, 1))))
     shown = tuple(records[: cex.violated_at])
     try:
         description = catalogue.get(cex.property, **dict(cex.params)).description

@@ -248,6 +248,7 @@ class RequestView:
     blocks_held: int
     priority: int
     arrival_time: int
+    num_output_placeholders: int = 0  # AsyncScheduler: outputs scheduled, not yet known
 
 
 @dataclass(slots=True)
@@ -759,6 +760,7 @@ class VllmV1Scheduler:
             num_preemptions=r.num_preemptions,
             blocks_held=self.table.held(r.request_id),
             priority=r.priority, arrival_time=r.arrival_time,
+            num_output_placeholders=r.num_output_placeholders,
         )
 
 
@@ -800,6 +802,10 @@ def chunk_phase(before: RequestView, num_new_tokens: int) -> str:
     is a "decode" when it is the one newest sampled token of a request that already has
     output (num_computed_tokens == num_tokens - 1); anything else, including the
     recomputation of a resumed request's prompt and outputs, is a "prefill" chunk."""
-    is_decode = (num_new_tokens == 1 and before.num_output_tokens > 0
-                 and before.num_computed_tokens == before.num_tokens - 1)
+    # With the AsyncScheduler an output still in flight counts (A:25-56): its token is the
+    # one decoded.
+    known = before.num_tokens + before.num_output_placeholders
+    is_decode = (num_new_tokens == 1
+                 and before.num_output_tokens + before.num_output_placeholders > 0
+                 and before.num_computed_tokens == known - 1)
     return PHASE_DECODE if is_decode else PHASE_PREFILL
