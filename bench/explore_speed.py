@@ -1,7 +1,12 @@
 """Benchmark: the array explorer against SPIN (and the reference explorer) on issue 17's
 setting, side by side in one run.
 
-    python bench/explore_speed.py --write docs/bench_scale.md
+    python bench/explore_speed.py --write docs/bench_scale.md --save rows.json \
+        --max-n 5 --cap 900 --big-cap 150 --ref-cap 300     # about 25 minutes on 2 cores
+    python bench/explore_speed.py --render rows.json --write docs/bench_scale.md
+
+--write replaces only the tables between the page's two `explore_speed tables` markers
+(the prose around them stays); --save keeps the measured rows, --render redraws from them.
 
 The setting: vLLM V1 FCFS, max_num_batched_tokens 8, max_num_seqs 4, block_size 4, 6 KV
 blocks (5 usable), max_model_len 16, chunked prefill on, prompts 1..8, max_tokens 1..4,
@@ -48,10 +53,28 @@ SAFETY = ("budget_respected", "running_within_max_num_seqs", "kv_blocks_conserve
           "decodes_exhaust_budget", "exhausting_decodes_fill_max_num_seqs")
 
 
+_PROGRESS: dict[str, Any] = {"states": None, "depth": 0}
+
+
+def _track_layers() -> None:
+    """Record the states and depth after every layer of every Search (so that a run that
+    runs out of memory still says how far it got)."""
+    from checker.methods.array.search import Search
+    layer = Search._layer
+
+    def tracked(self: Any, front: Any, meta: Any, d: int, pending: Any) -> Any:
+        out = layer(self, front, meta, d, pending)
+        _PROGRESS.update(states=self.visited.count, depth=d)
+        return out
+
+    Search._layer = tracked  # type: ignore[method-assign]
+
+
 def array_case(n: int, props: list[list[Any]], symmetric: bool, retire: bool,
                cap: float, arrival_steps: int | None = 3, depth: int = 200,
                exact: bool = True, prune_eos: bool = True) -> dict[str, Any]:
     """One array-explorer run (in this process)."""
+    _track_layers()
     from checker.methods import array as ax
     from checker.methods.array import Options
     from checker.methods.array.search import Search
@@ -83,7 +106,8 @@ def array_case(n: int, props: list[list[Any]], symmetric: bool, retire: bool,
                 "depth": out.depth_reached}
     results = ax.check_many(ps, Family(cfg), bounds, cap, symmetric, opts)
     seconds = time.monotonic() - t
-    verdicts = sorted({f"{r.status}@{r.depth}" if r.status == "violated" else r.status
+    verdicts = sorted({f"{r.status}@{r.depth}" if r.status == "violated" else
+                       f"unknown ({r.reason})" if r.status == "unknown" else r.status
                        for r in results})
     first = results[0]
     return {"states": first.stats.states, "transitions": first.stats.transitions,
@@ -106,7 +130,8 @@ def reference_case(n: int, depth: int, props: list[list[Any]], cap: float) -> di
     results = explore.check_many(ps, Family(cfg), bounds, cap)
     seconds = time.monotonic() - t
     first = results[0]
-    verdicts = sorted({r.status for r in results})
+    verdicts = sorted({f"unknown ({r.reason})" if r.status == "unknown" else r.status
+                       for r in results})
     return {"states": first.stats.states, "transitions": first.stats.transitions,
             "seconds": seconds, "verdict": ", ".join(verdicts),
             "depth": first.stats.depth_reached}
@@ -133,12 +158,22 @@ def _subprocess(kind: str, args: dict[str, Any], cap: float) -> dict[str, Any]:
 
 def _case_main(kind: str, args: dict[str, Any]) -> None:
     import resource
-    if kind == "array":
-        result = array_case(**args)
-    elif kind == "reference":
-        result = reference_case(**args)
-    else:
-        raise SystemExit(f"unknown case {kind}")
+    memlim = args.pop("memlim_mb", None)
+    if memlim:  # the explorers have no memory bound of their own (pan has -DMEMLIM)
+        resource.setrlimit(resource.RLIMIT_AS, (memlim << 20, memlim << 20))
+    start = time.monotonic()
+    try:
+        if kind == "array":
+            result = array_case(**args)
+        elif kind == "reference":
+            result = reference_case(**args)
+        else:
+            raise SystemExit(f"unknown case {kind}")
+    except MemoryError:
+        result = {"states": _PROGRESS["states"], "transitions": None,
+                  "seconds": time.monotonic() - start,
+                  "verdict": f"out of memory ({memlim} MB address space)",
+                  "depth": _PROGRESS["depth"]}
     result["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(result))
 
@@ -165,11 +200,27 @@ def _fmt(x: Any, digits: int = 2) -> str:
     return str(x)
 
 
-def _ratio(a: Any, b: Any) -> str:
+def _done(r: dict[str, Any]) -> bool:
+    """The run reached its verdict (not stopped by a limit or a failure)."""
+    v = str(r.get("verdict", ""))
+    return bool(v) and not any(w in v for w in ("unknown", "memory", "time limit", "failed",
+                                                 "depth limit", "not completed"))
+
+
+def _ratio(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """a's time / b's time: exact when both finished; a bound when only one did (a run
+    stopped by a limit would have taken longer); "-" when neither did."""
     try:
-        return f"{a / b:.2f}x"
-    except (TypeError, ZeroDivisionError):
+        x = f"{a['seconds'] / b['seconds']:.2f}x"
+    except (KeyError, TypeError, ZeroDivisionError):
         return "-"
+    if _done(a) and _done(b):
+        return x
+    if _done(b):
+        return f"> {x}"
+    if _done(a):
+        return f"< {x}"
+    return "-"
 
 
 def main() -> None:
@@ -178,11 +229,23 @@ def main() -> None:
     p.add_argument("--write", type=Path)
     p.add_argument("--max-n", type=int, default=5)
     p.add_argument("--cap", type=float, default=1800, help="seconds per run")
-    p.add_argument("--memlim", type=int, default=8192, help="pan's memory limit, MB")
+    p.add_argument("--memlim", type=int, default=8192,
+                   help="pan's memory limit and the explorers' address-space limit, MB")
+    p.add_argument("--big-cap", type=float, default=None,
+                   help="seconds per run at N >= 5 (default: --cap)")
+    p.add_argument("--ref-cap", type=float, default=600,
+                   help="seconds per reference-explorer run")
+    p.add_argument("--save", type=Path, help="also write the measured rows as JSON here")
+    p.add_argument("--render", type=Path, metavar="JSON",
+                   help="write the page from rows saved by --save (no measuring)")
     p.add_argument("--case", nargs=2, metavar=("KIND", "JSON"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.case:
         _case_main(args.case[0], json.loads(args.case[1]))
+        return
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        _emit(render(saved["rows"], saved["meta"]), args.write)
         return
     load_before = os.getloadavg()
     safety = [[name, []] for name in SAFETY]
@@ -197,7 +260,8 @@ def main() -> None:
             s = _spin(n, 0, retire, args.cap, args.memlim)
             a = _subprocess("array", {"n": n, "props": [], "symmetric": False,
                                       "retire": retire, "cap": args.cap,
-                                      "prune_eos": False}, args.cap)
+                                      "prune_eos": False, "memlim_mb": args.memlim},
+                            args.cap)
             label = f"N={n}, finished slots {'forgotten' if retire else 'kept'}"
             rows["cross"].append((label, s, a))
             log(label, s, a)
@@ -205,42 +269,75 @@ def main() -> None:
                 raise SystemExit(f"state counts differ at {label}: SPIN {s.get('states')}, "
                                  f"array {a.get('states')}")
     for n in range(2, args.max_n + 1):
-        s_full = _spin(n, 0, False, args.cap, args.memlim)
-        s_ret = _spin(n, 0, True, args.cap, args.memlim)
+        cap = args.cap if n < 5 or args.big_cap is None else args.big_cap
+        s_full = _spin(n, 0, False, cap, args.memlim)
+        s_ret = _spin(n, 0, True, cap, args.memlim)
         a = _subprocess("array", {"n": n, "props": safety, "symmetric": True, "retire": True,
-                                  "cap": args.cap}, args.cap)
+                                  "cap": cap, "memlim_mb": args.memlim}, cap)
         rows["safety"].append((f"N={n}", {"full": s_full, "retire": s_ret}, a))
         log(f"N={n}", s_full, s_ret, a)
     for k in (5, 6):
         s_full = _spin(3, k, False, args.cap, args.memlim)
         s_ret = _spin(3, k, True, args.cap, args.memlim)
         a = _subprocess("array", {"n": 3, "props": [["starvation", [["k", k]]]],
-                                  "symmetric": True, "retire": True, "cap": args.cap},
-                        args.cap)
+                                  "symmetric": True, "retire": True, "cap": args.cap,
+                                  "memlim_mb": args.memlim}, args.cap)
         rows["starve"].append((f"N=3, k={k}", {"full": s_full, "retire": s_ret}, a))
         log(f"starve k={k}", s_full, s_ret, a)
     for n, depth in ((2, 4), (2, 6), (3, 3), (3, 4)):
         ref = _subprocess("reference", {"n": n, "depth": depth, "props": safety,
-                                        "cap": min(args.cap, 600)}, min(args.cap, 600))
+                                        "cap": args.ref_cap, "memlim_mb": args.memlim},
+                          args.ref_cap)
         a = _subprocess("array", {"n": n, "props": safety, "symmetric": True, "retire": True,
-                                  "cap": 600, "arrival_steps": None, "depth": depth}, 600)
+                                  "cap": args.ref_cap, "arrival_steps": None, "depth": depth,
+                                  "memlim_mb": args.memlim}, args.ref_cap)
         rows["reference"].append((f"N={n}, depth {depth}", ref, a))
         log(f"reference N={n} d={depth}", ref, a)
-    page = render(rows, load_before, os.getloadavg(), args)
-    if args.write:
-        args.write.write_text(page)
+    meta = {"platform": platform.platform(), "cores": os.cpu_count(),
+            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+            "load_before": load_before, "load_after": os.getloadavg(), "cap": args.cap,
+            "big_cap": args.big_cap, "ref_cap": args.ref_cap, "memlim": args.memlim}
+    if args.save:
+        args.save.write_text(json.dumps({"rows": rows, "meta": meta}, indent=1))
+    _emit(render(rows, meta), args.write)
+
+
+def _emit(page: str, write: Path | None) -> None:
+    if write:
+        write.write_text(_splice(write, page))
     else:
         print(page)
 
 
-def render(rows: dict[str, Any], load_before: tuple[float, ...],
-           load_after: tuple[float, ...], args: argparse.Namespace) -> str:
+BEGIN, END = "<!-- explore_speed tables: begin -->", "<!-- explore_speed tables: end -->"
+
+
+def _splice(path: Path, tables: str) -> str:
+    """The page with its measured tables replaced (the prose around them kept)."""
+    block = f"{BEGIN}\n{tables}{END}\n"
+    if not path.exists():
+        return block
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        return block
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1].lstrip("\n")
+    return head + block + ("\n" + tail if tail else "")
+
+
+def render(rows: dict[str, Any], meta: dict[str, Any]) -> str:
     """The measured tables (docs/bench_scale.md keeps them between the prose)."""
-    out = [f"Measured by `python bench/explore_speed.py --write docs/bench_scale.md` on "
-           f"{platform.platform()}, {os.cpu_count()} cores, Python "
-           f"{platform.python_version()}; load average {load_before[0]:.1f} before and "
-           f"{load_after[0]:.1f} after the run; cap {args.cap:.0f} s per run, pan limited "
-           f"to {args.memlim} MB.", ""]
+    big = meta.get("big_cap")
+    out = [f"Measured by `python bench/explore_speed.py` on {meta['date']}, "
+           f"{meta['platform']}, {meta['cores']} cores, Python {meta['python']}; load "
+           f"average (1 min) {meta['load_before'][0]:.1f} before and "
+           f"{meta['load_after'][0]:.1f} after the run; cap {meta['cap']:.0f} s per run"
+           f"{'' if big is None else f' ({big:.0f} s at N >= 5)'}, "
+           f"{meta['ref_cap']:.0f} s per reference-explorer row; pan limited to "
+           f"{meta['memlim']} MB (-DMEMLIM), the explorers to {meta['memlim']} MB of address "
+           f"space. A ratio with `>` or `<` is a bound: one side was stopped by a limit.", ""]
+    for note in meta.get("notes", ()):
+        out += [note, ""]
     out += ["### Cross-check: the same state space", "",
             "| state space | SPIN states | array states | SPIN transitions | array "
             "transitions | SPIN s | array s |", "|---|---|---|---|---|---|---|"]
@@ -250,37 +347,46 @@ def render(rows: dict[str, Any], load_before: tuple[float, ...],
                    f"{_fmt(s.get('seconds'))} | {_fmt(a.get('seconds'))} |")
     out += ["", "### Exhaustive safety (arrivals in steps 1..3)", "",
             "| N | SPIN states | SPIN s | SPIN MB | SPIN (RETIRE) states | SPIN (RETIRE) s | "
-            "SPIN (RETIRE) MB | array states | array s | array MB | array verdict | "
-            "time SPIN / array | time SPIN (RETIRE) / array |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "SPIN (RETIRE) MB | array states | array s | array z3 s | array MB | "
+            "array verdict | time SPIN / array | time SPIN (RETIRE) / array |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, s, a in rows["safety"]:
         f, r = s["full"], s["retire"]
         out.append(f"| {label} | {_fmt(f.get('states'))} ({f.get('verdict')}) | "
                    f"{_fmt(f.get('seconds'))} | {_fmt(f.get('peak_mb'), 0)} | "
                    f"{_fmt(r.get('states'))} ({r.get('verdict')}) | {_fmt(r.get('seconds'))} | "
                    f"{_fmt(r.get('peak_mb'), 0)} | {_fmt(a.get('states'))} | "
-                   f"{_fmt(a.get('seconds'))} | {_fmt(a.get('peak_mb'), 0)} | "
-                   f"{a.get('verdict')} | {_ratio(f.get('seconds'), a.get('seconds'))} | "
-                   f"{_ratio(r.get('seconds'), a.get('seconds'))} |")
+                   f"{_fmt(a.get('seconds'))} | {_fmt(a.get('proof_s'))} | "
+                   f"{_fmt(a.get('peak_mb'), 0)} | {a.get('verdict')} "
+                   f"({'depth' if _done(a) else 'layers finished:'} {a.get('depth')}) | "
+                   f"{_ratio(f, a)} | "
+                   f"{_ratio(r, a)} |")
     out += ["", "### Starvation at N = 3 (a request waits k steps in a row with 0 tokens)", "",
-            "| bound | SPIN verdict | SPIN states | SPIN s | SPIN (RETIRE) s | array verdict | "
-            "array states | array s | array MB | time SPIN / array |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            "| bound | SPIN verdict | SPIN states | SPIN s | SPIN (RETIRE) verdict | "
+            "SPIN (RETIRE) s | array verdict | array states | array s | array z3 s | "
+            "array MB | time SPIN / array | time SPIN (RETIRE) / array |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, s, a in rows["starve"]:
         f, r = s["full"], s["retire"]
         out.append(f"| {label} | {f.get('verdict')} | {_fmt(f.get('states'))} | "
-                   f"{_fmt(f.get('seconds'))} | {_fmt(r.get('seconds'))} | {a.get('verdict')} | "
-                   f"{_fmt(a.get('states'))} | {_fmt(a.get('seconds'))} | "
-                   f"{_fmt(a.get('peak_mb'), 0)} | {_ratio(f.get('seconds'), a.get('seconds'))} |")
+                   f"{_fmt(f.get('seconds'))} | {r.get('verdict')} | {_fmt(r.get('seconds'))} | "
+                   f"{a.get('verdict')} | {_fmt(a.get('states'))} | {_fmt(a.get('seconds'))} | "
+                   f"{_fmt(a.get('proof_s'))} | {_fmt(a.get('peak_mb'), 0)} | "
+                   f"{_ratio(f, a)} | "
+                   f"{_ratio(r, a)} |")
     out += ["", "### The reference explorer beside the array explorer (arrivals in any step "
             "up to the depth)", "",
-            "| bounds | reference verdict | reference states | reference s | array verdict | "
-            "array states | array s | time reference / array |",
-            "|---|---|---|---|---|---|---|---|"]
+            "| bounds | reference verdict | reference states | reference s | reference MB | "
+            "array verdict | array states | array s | array z3 s | array MB | "
+            "time reference / array |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, ref, a in rows["reference"]:
-        out.append(f"| {label} | {ref.get('verdict')} | {_fmt(ref.get('states'))} | "
-                   f"{_fmt(ref.get('seconds'))} | {a.get('verdict')} | {_fmt(a.get('states'))} | "
-                   f"{_fmt(a.get('seconds'))} | {_ratio(ref.get('seconds'), a.get('seconds'))} |")
+        out.append(f"| {label} | {ref.get('verdict')} (depth {ref.get('depth')}) | "
+                   f"{_fmt(ref.get('states'))} | {_fmt(ref.get('seconds'))} | "
+                   f"{_fmt(ref.get('peak_mb'), 0)} | {a.get('verdict')} | "
+                   f"{_fmt(a.get('states'))} | {_fmt(a.get('seconds'))} | "
+                   f"{_fmt(a.get('proof_s'))} | {_fmt(a.get('peak_mb'), 0)} | "
+                   f"{_ratio(ref, a)} |")
     return "\n".join(out) + "\n"
 
 

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -83,8 +84,14 @@ def run(pan: Path, n: int, starve: int = 0, timeout_s: float = 3600,
     try:
         out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
+        # SIGINT: pan's handler (`stopped` in pan.c) prints "Interrupted" and its full
+        # report (states stored so far, memory), which SIGKILL would lose.
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
         timed_out = True
     seconds = time.monotonic() - start
     # The child is reaped by communicate(); its peak RSS is in RUSAGE_CHILDREN, which
@@ -112,10 +119,14 @@ def parse(out: str, n: int, starve: int, seconds: float, peak_kb: float, timed_o
     notes = []
     if timed_out:
         notes.append("time limit")
-    if "out of memory" in out or "memory limit" in out.lower():
+    # pan says "pan: reached -DMEMLIM bound" (Malloc, pan.c) when -DMEMLIM stops it, and
+    # "pan: out of memory" when malloc itself fails; both end in "Search not completed".
+    if "out of memory" in out or "reached -DMEMLIM bound" in out:
         notes.append("out of memory")
     if "max search depth too small" in out:
         notes.append("depth limit")
+    if "Search not completed" in out and not notes and errors <= 0:
+        notes.append("search not completed")
     if errors > 0:
         notes.append("assertion violated")
     complete = not notes or notes == ["assertion violated"]
