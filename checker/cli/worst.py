@@ -1,0 +1,202 @@
+"""`batchproof worst`: the largest value of a metric within the bounds, a minimal witness
+for it, and the proof that no run within the bounds exceeds it (checker/methods/worst.py).
+
+Exit codes: 0 decided (the value, its witness and its bound, by BMC and the explorer);
+1 the methods disagree; 2 bad input; 3 undecided (a rung UNKNOWN, or holding only to a
+smaller depth: the answer is a range)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from checker.cli.check import (
+    MAX_DEPTH,
+    MAX_MAX_TOKENS,
+    MAX_PROMPT_LEN,
+    MAX_SLOTS,
+    MAX_TIMEOUT_S,
+    _bound_overrides,
+    _check_applies,
+    _check_sizes,
+    _custom_rows,
+    _default_config,
+    _flags_given,
+    bounds_line,
+    bounds_of,
+    golden_text,
+)
+from checker.config.flags import add_config_flags, bounded_int, bounded_seconds
+from checker.methods import worst
+from checker.methods.jobs import JobResult
+from checker.methods.verdict import VIOLATED
+from model import registry as engines
+from model.core.errors import InputError
+from model.vllm.config import ENGINE_VLLM_V1
+from properties.manifest import NamedConfig, load, with_bounds
+
+JSON_SCHEMA = 1  # the --json object documented in docs/queries.md ("The worst case")
+EXIT = {worst.DECIDED: 0, worst.DISAGREE: 1, worst.UNDECIDED: 3}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `batchproof worst`."""
+    parser.add_argument("--metric", required=True, choices=sorted(worst.METRICS),
+                        help="starvation_steps: steps in a row a waiting request gets 0 "
+                        "tokens (the starvation ladder); preemptions: times one request is "
+                        "preempted (the repeated_preemption ladder)")
+    parser.add_argument("--engine", default=ENGINE_VLLM_V1,
+                        help=f"engine: {', '.join(engines.names())} (default vllm-v1)")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--config", metavar="NAME", help="a manifest configuration (default: "
+                     "the engine's first, e.g. tiny_fcfs)")
+    src.add_argument("--config-file", metavar="F",
+                     help="a workload JSON whose 'config' is checked")
+    parser.add_argument("--no-validate", action="store_true",
+                        help="ask about a configuration the engine would reject")
+    bounds = parser.add_argument_group("bounds", "the runs the answer covers (default: the "
+                                       "config's bounds); as `batchproof check`")
+    bounds.add_argument("--depth", type=bounded_int(1, MAX_DEPTH), help="steps of the run")
+    bounds.add_argument("--requests", "--slots", dest="slots", metavar="N",
+                        type=bounded_int(1, MAX_SLOTS), help="at most N requests")
+    bounds.add_argument("--max-prompt-len", type=bounded_int(1, MAX_PROMPT_LEN), metavar="L",
+                        help="prompts of 1..L tokens")
+    bounds.add_argument("--max-tokens", dest="max_max_tokens", metavar="T",
+                        type=bounded_int(1, MAX_MAX_TOKENS), help="max_tokens of 1..T")
+    parser.add_argument("--strategy", choices=worst.STRATEGIES, default="scan",
+                        help="how BMC climbs the ladder: scan (1, 2, ... until a rung holds) "
+                        "or binary (bisect 1..depth+1); default scan (docs/queries.md)")
+    parser.add_argument("--timeout", type=bounded_seconds(MAX_TIMEOUT_S), default=300.0,
+                        metavar="S", help="seconds per check before UNKNOWN (default 300)")
+    parser.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_config_flags(parser)
+
+
+def select(args: argparse.Namespace) -> NamedConfig:
+    """The configuration and bounds asked about, as `check` selects a question's."""
+    engines.get(args.engine)  # InputError naming the engines if unknown
+    metric = worst.METRICS[args.metric]
+    manifest = load()
+    wanted = [(metric.property, dict(metric.params(1)))]
+    if args.config_file or _flags_given(args):
+        nc = _custom_rows(args, wanted, [], manifest.entries)[0][1]
+    elif args.config:
+        if args.config not in manifest.configs:
+            raise InputError(f"unknown config {args.config!r}; manifest configs: "
+                             f"{', '.join(manifest.configs)}")
+        nc = manifest.configs[args.config]
+        if nc.engine != args.engine:
+            raise InputError(f"config {args.config} is a {nc.engine} config but --engine is "
+                             f"{args.engine}; pass --engine {nc.engine}")
+    else:
+        nc = _default_config(args.engine, manifest.configs)
+    overrides = _bound_overrides(args)
+    nc = with_bounds(nc, **overrides)
+    rows = [(None, nc, metric.property, metric.params(1))]
+    _check_applies(rows)
+    # Both methods run, so the explorer's size limit applies.
+    _check_sizes(argparse.Namespace(method="both"), rows, overrides)
+    return nc
+
+
+def _verdict_of(res: JobResult | None) -> str | None:
+    return None if res is None else res.verdict.label
+
+
+def _by(metric: worst.Metric, value: int, a: JobResult | None, b: JobResult | None) -> str:
+    """'starvation k=4 HOLDS(5) by bmc and explore'."""
+    said = [r.verdict for r in (a, b) if r is not None]
+    if len({v.label for v in said}) == 1:
+        return f"{metric.rung(value)} {said[0].label} by " + " and ".join(v.method for v in said)
+    return f"{metric.rung(value)} " + ", ".join(f"{v.label} by {v.method}" for v in said)
+
+
+def text(res: worst.WorstResult) -> str:
+    """What `batchproof worst` prints."""
+    m, nc = res.metric, res.config
+    where = f"within bounds: {bounds_line(nc)} ({nc.engine} {nc.name})"
+    lines = []
+    if res.status == worst.DECIDED:
+        lines.append(f"worst {m.name} = {res.value} {where}")
+    elif res.status == worst.DISAGREE:
+        lines.append(f"worst {m.name}: methods disagree {where}")
+    else:
+        lines.append(f"worst {m.name}: at least {res.at_least}; not decided above "
+                     f"{res.at_least} {where}")
+        lines.append(f"undecided: {res.reason}")
+    rung = f"{m.property} {m.param}=v" + (f"-{m.offset}" if m.offset else "")
+    lines.append(f"metric: {m.unit} (value v: {rung} VIOLATED)")
+    if res.status == worst.DISAGREE:
+        lines.append(res.reason)
+    if res.witness is not None and res.witness.verdict.verdict == VIOLATED:
+        w = res.witness
+        lines.append("witness: " + _by(m, res.at_least, w, res.witness_explore)
+                     + f" at step {w.verdict.depth} (minimal, replayed on the reference)")
+        lines.append(golden_text(w).rstrip("\n"))
+    elif res.status == worst.DECIDED:
+        lines.append(f"witness: none (no run reaches {m.name} 1)")
+    if res.bound_bmc is not None and res.status != worst.DISAGREE:
+        top = (res.value if res.value is not None else res.at_least) + 1
+        lines.append("bound: " + _by(m, top, res.bound_bmc, res.bound_explore))
+    if res.depth_reached:
+        lines.append(f"note: the ladder reached the depth: within depth "
+                     f"{dict(nc.bounds).get('depth')} no {m.property} window longer than "
+                     "the depth fits, so the bound is the depth's, not the scheduler's; "
+                     "raise --depth to ask more")
+    ladder = ", ".join(f"{m.rung(r.value)} {r.result.verdict.label} ({r.method}, "
+                       f"{r.seconds:.2f}s)" for r in res.rungs)
+    lines.append(f"ladder ({res.strategy}, {res.seconds:.1f}s): {ladder}")
+    return "\n".join(lines)
+
+
+def json_document(res: worst.WorstResult, code: int) -> dict[str, object]:
+    """The --json object (docs/queries.md, "The worst case")."""
+    m = res.metric
+    w = res.witness
+    top = (res.value if res.value is not None else res.at_least) + 1
+    return {
+        "schema": JSON_SCHEMA,
+        "metric": m.name,
+        "engine": res.config.engine,
+        "config": res.config.name,
+        "bounds": bounds_of(res.config),
+        "status": res.status,
+        "value": res.value,
+        "at_least": res.at_least,
+        "reason": res.reason,
+        "depth_reached": res.depth_reached,
+        "property": m.property,
+        "witness": None if w is None or w.counterexample is None else {
+            "params": dict(m.params(res.at_least)),
+            "violated_at": w.verdict.depth,
+            "bmc": _verdict_of(w), "explore": _verdict_of(res.witness_explore),
+            "timeline": golden_text(w),
+        },
+        "bound": None if res.bound_bmc is None else {
+            "params": dict(m.params(top)),
+            "bmc": _verdict_of(res.bound_bmc), "explore": _verdict_of(res.bound_explore),
+        },
+        "strategy": res.strategy,
+        "rungs": [{"params": dict(m.params(r.value)), "method": r.method,
+                   "verdict": r.result.verdict.verdict, "depth": r.result.verdict.depth,
+                   "seconds": round(r.seconds, 3)} for r in res.rungs],
+        "seconds": round(res.seconds, 3),
+        "exit": code,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Climb the ladder, print the answer, return the exit code."""
+    nc = select(args)
+    res = worst.search(worst.METRICS[args.metric], nc, args.timeout, args.strategy)
+    code = EXIT[res.status]
+    if args.json:
+        json.dump(json_document(res, code), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(text(res))
+    return code
+
+
+__all__ = ["add_arguments", "json_document", "run", "select", "text"]

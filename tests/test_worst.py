@@ -1,0 +1,138 @@
+"""`batchproof worst` (GitHub issue 18 item 4): the largest value of a metric within the
+bounds, a minimal witness for it, and the bound that no run exceeds it, by BMC and the
+explorer (checker/methods/worst.py, checker/cli/worst.py, docs/queries.md)."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from checker.cli.main import main
+from checker.methods import worst
+from checker.methods.jobs import Job, JobResult, run
+from checker.methods.replay import replay
+from checker.methods.verdict import HOLDS, UNKNOWN, VIOLATED, Verdict
+from properties.manifest import load, with_bounds
+
+SMALL = ["--config", "tiny_fcfs", "--requests", "2", "--depth", "4", "--timeout", "60"]
+
+
+def small():
+    return with_bounds(load().configs["tiny_fcfs"], slots=2, depth=4)
+
+
+def cli(capsys, *argv):
+    try:
+        code = main(["worst", *argv])
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def answer():
+    return worst.search(worst.METRICS["starvation_steps"], small(), 60.0)
+
+
+def test_worst_starvation_is_what_a_hand_loop_over_check_finds(answer):
+    nc = small()
+    hand = 0
+    for k in range(1, 10):  # `batchproof check --property starvation:k=K` for K = 1, 2, ...
+        res = run(Job(nc.engine, "starvation", (("k", k),), nc, None, 60.0))
+        if res.verdict.verdict != VIOLATED:
+            assert res.verdict.verdict == HOLDS and res.verdict.depth == 4
+            break
+        hand = k
+    assert answer.status == worst.DECIDED
+    assert answer.value == hand == 3
+    assert answer.bound_bmc.verdict.label == answer.bound_explore.verdict.label == "HOLDS(4)"
+    assert answer.witness_explore.verdict.verdict == VIOLATED
+    assert answer.witness_explore.verdict.depth == answer.witness.verdict.depth
+
+
+def test_the_witness_replays_on_the_reference(answer):
+    cex = answer.witness.counterexample
+    assert cex.params == (("k", 3),) and cex.method == "bmc"
+    replayed = replay(cex)  # raises DivergenceError if the reference does not fail there
+    assert len(replayed.records) >= cex.violated_at
+
+
+def test_binary_search_finds_the_same_value(answer):
+    res = worst.search(worst.METRICS["starvation_steps"], small(), 60.0, "binary",
+                       confirm=False)
+    assert (res.status, res.value) == (worst.DECIDED, answer.value)
+
+
+def test_json_has_the_documented_fields(capsys):
+    code, out, err = cli(capsys, "--metric", "starvation_steps", *SMALL, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert {"schema", "metric", "engine", "config", "bounds", "status", "value", "at_least",
+            "reason", "depth_reached", "property", "witness", "bound", "strategy", "rungs",
+            "seconds", "exit"} <= set(doc)
+    assert (doc["metric"], doc["status"], doc["value"], doc["exit"]) == \
+        ("starvation_steps", "decided", 3, 0)
+    assert doc["bounds"]["slots"] == 2 and doc["bounds"]["depth"] == 4
+    assert doc["witness"]["params"] == {"k": 3}
+    assert doc["witness"]["bmc"] == doc["witness"]["explore"] == "VIOLATED"
+    assert doc["bound"] == {"params": {"k": 4}, "bmc": "HOLDS(4)", "explore": "HOLDS(4)"}
+    assert "VIOLATED at step" in doc["witness"]["timeline"]
+
+
+def test_text_names_the_value_the_witness_and_the_bound(capsys):
+    code, out, err = cli(capsys, "--metric", "starvation_steps", "--config", "tiny_fcfs",
+                         "--requests", "2", "--depth", "2")
+    assert code == 0, err
+    assert out.startswith("worst starvation_steps = 2 within bounds: 2 requests, depth 2")
+    assert "bound: starvation k=3 HOLDS(2) by bmc and explore" in out
+    assert "the ladder reached the depth" in out  # within depth 2 no window of 3 fits
+    assert "v violated here" in out  # check's timeline
+
+
+def test_a_bad_metric_is_one_line_exit_2(capsys):
+    code, out, err = cli(capsys, "--metric", "latency")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    code, out, err = cli(capsys, "--metric", "preemptions", "--config", "nope")
+    assert code == 2 and err.count("\n") == 1 and "unknown config" in err, err
+
+
+# --- ranges and disagreements, on a stand-in job function (no solver) ---------------------
+
+
+def fake(table):
+    """A job function answering (param, method) -> (verdict, depth) from `table`."""
+    def check(job: Job) -> JobResult:
+        value = dict(job.params)["k"]
+        verdict, depth = table.get((value, job.method), table.get(value, (HOLDS, 4)))
+        return JobResult(Verdict(job.engine, job.property, job.config.name, job.method,
+                                 verdict, depth, 0.0, params=job.params))
+    return check
+
+
+def test_an_unknown_rung_leaves_a_range():
+    res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0,
+                       checker=fake({1: (VIOLATED, 1), 2: (UNKNOWN, 2)}))
+    assert (res.status, res.at_least, res.value) == (worst.UNDECIDED, 1, None)
+    assert "starvation k=2: UNKNOWN" in res.reason
+    assert worst.METRICS["starvation_steps"].params(2) == (("k", 2),)
+
+
+def test_holds_to_a_smaller_depth_leaves_a_range():
+    res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0,
+                       checker=fake({1: (VIOLATED, 1), 2: (HOLDS, 3)}))
+    assert res.status == worst.UNDECIDED and "only up to depth 3 of 4" in res.reason
+
+
+def test_the_explorer_contradicting_bmc_is_a_disagreement():
+    res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0,
+                       checker=fake({1: (VIOLATED, 1), (2, "explore"): (VIOLATED, 2)}))
+    assert res.status == worst.DISAGREE and res.reason.startswith("methods disagree")
+
+
+def test_preemptions_count_one_more_than_the_rung_parameter():
+    m = worst.METRICS["preemptions"]
+    assert m.params(1) == (("m", 0),) and m.rung(2) == "repeated_preemption m=1"
+    res = worst.search(replace(m, param="k"), small(), 1.0,
+                       checker=fake({0: (VIOLATED, 3)}))
+    assert (res.status, res.value) == (worst.DECIDED, 1)
