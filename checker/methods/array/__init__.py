@@ -45,7 +45,7 @@ from checker.methods.explore import (  # noqa: E402
 )
 from checker.methods.symbolic import Bounds, Family  # noqa: E402
 from model import registry as engines  # noqa: E402
-from model.core.types import EosEvent, RequestSpec, Workload  # noqa: E402
+from model.core.types import EosEvent, Workload  # noqa: E402
 from properties.catalogue import Property  # noqa: E402
 
 __all__ = ["Options", "check", "check_many", "supports", "workload_of"]
@@ -84,9 +84,7 @@ def workload_of(family: Family, kinds: Sequence[Kind], w: Witness, steps: int) -
     n = 0
     for step, arrived in enumerate(w.arrivals, start=1):
         for k in arrived:
-            kind = kinds[k]
-            requests.append(RequestSpec(f"r{n}", kind.prompt_len, kind.max_tokens, step,
-                                        kind.priority, kind.cached_prefix_len))
+            requests.append(kinds[k].spec(f"r{n}", step))  # its prefix group too
             n += 1
     for step, mask in enumerate(w.eos, start=1):
         eos += [EosEvent(f"r{i}", step) for i in range(mask.bit_length()) if mask >> i & 1]
