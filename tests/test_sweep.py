@@ -17,6 +17,7 @@ import pytest
 
 from checker.cli import check
 from checker.cli.main import main
+from checker.methods import worst
 from checker.methods.verdict import HOLDS, UNKNOWN, VIOLATED
 from checker.sweep import executors, store, work
 from checker.sweep import grid as grids
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "sweeps"
 
 # Two swept fields, one refused config (budget 2 < 4 seats), a property that is violated
-# in two configs and holds in one, and a worst metric (UNKNOWN until worst exists).
+# in two configs and holds in one, and a worst metric (decided by the worst search).
 SMALL_GRID = textwrap.dedent("""\
     description: test grid
     engine: vllm-v1
@@ -228,10 +229,19 @@ def test_a_job_that_raises_is_an_unknown_row_with_the_reason():
     assert out.detail == "error: KeyError: 'no_such_property'"
 
 
-def test_a_worst_metric_is_unknown_until_worst_exists():
-    job = _job("worst: [starvation_steps]")
+def test_a_worst_metric_row_is_the_worst_commands_answer():
+    job = _job("worst: [starvation_steps]\nbounds: {slots: 2, depth: 4}")
     [out] = work.execute_batch((job,))
-    assert (out.verdict, out.detail, out.metric) == (UNKNOWN, work.NOT_AVAILABLE, None)
+    nc = work.as_job(job).config
+    answer = worst.search(worst.METRICS["starvation_steps"], nc, job.timeout_s)
+    assert answer.status == worst.DECIDED
+    assert (out.verdict, out.metric) == (HOLDS, float(answer.value))
+    assert out.detail.startswith(f"bound: starvation k={answer.value + 1} holds")
+
+
+def test_an_unknown_metric_is_one_line():
+    with pytest.raises(InputError, match="unknown metric 'nope'; metrics: starvation_steps"):
+        parse("worst: [nope]")
 
 
 # --- the local executor -------------------------------------------------------------------
@@ -288,21 +298,32 @@ def swept(tmp_path_factory):
 def test_every_job_is_a_row_in_csv_and_parquet_with_its_counterexample(swept):
     import pyarrow.parquet as pq
     code, out, _ = swept
-    assert code == 3  # the worst rows are UNKNOWN: inconclusive, as check's exit 3
+    assert code == 0  # every row decided
     rows = read_rows(out)
     table = pq.read_table(out / store.PARQUET).to_pylist()
     assert [r["key"] for r in rows] == [r["key"] for r in table]
     cells = {(r["max_num_batched_tokens"], r["max_num_seqs"], r["check"]):
-             (r["verdict"], r["depth"], r["detail"]) for r in rows}
+             (r["verdict"], r["depth"], r["detail"]) for r in rows
+             if r["check"] == "starvation k=2"}
     assert cells == {
         ("2", "1", "starvation k=2"): (VIOLATED, "2", "replayed on the reference"),
         ("8", "1", "starvation k=2"): (VIOLATED, "2", "replayed on the reference"),
         ("8", "4", "starvation k=2"): (HOLDS, "4", ""),
-        **{(b, s, "worst starvation_steps"): (UNKNOWN, "", work.NOT_AVAILABLE)
-           for b, s in (("2", "1"), ("8", "1"), ("8", "4"))},
     }
+    # The worst rows agree with the property rows: starvation k=2 is violated exactly where
+    # the worst starvation is at least 2, and each decided row states its bound.
+    worst_rows = {(r["max_num_batched_tokens"], r["max_num_seqs"]): r for r in rows
+                  if r["check"] == "worst starvation_steps"}
+    assert set(worst_rows) == {("2", "1"), ("8", "1"), ("8", "4")}
+    for (b, s), r in worst_rows.items():
+        value = int(float(r["metric"]))
+        assert r["verdict"] == HOLDS and r["detail"].startswith(
+            f"bound: starvation k={value + 1} holds by bmc and explore")
+        assert (value >= 2) == (cells[(b, s, "starvation k=2")][0] == VIOLATED)
     for r in rows:
-        if r["verdict"] == VIOLATED:
+        if r["check"] == "worst starvation_steps":
+            assert bool(r["timeline"]) == (int(float(r["metric"])) > 0)
+        elif r["verdict"] == VIOLATED:
             trace = json.loads((out / r["counterexample"]).read_text())
             assert trace["#meta"]["property"] == "starvation"
             assert trace["#meta"]["violated_at"] == 2
@@ -320,7 +341,7 @@ def test_a_rerun_skips_finished_jobs_and_runs_only_what_is_missing(swept, capsys
     before = without_timings(read_rows(out))
     journal = out / store.JOURNAL
     assert len(journal.read_text().splitlines()) == 6
-    assert run_sweep(tmp)[0] == 3
+    assert run_sweep(tmp)[0] == 0
     assert "ran 0 jobs" in capsys.readouterr().out
     assert without_timings(read_rows(out)) == before
     # Lose one finished row (and the Parquet copy): only that job runs again, and a row
@@ -330,11 +351,28 @@ def test_a_rerun_skips_finished_jobs_and_runs_only_what_is_missing(swept, capsys
     kept = [line for line in lines if json.loads(line)["key"] != lost["key"]]
     journal.write_text("\n".join(kept) + "\n" + '{"key": "cut sho')
     (out / store.PARQUET).unlink()
-    assert run_sweep(tmp)[0] == 3
+    assert run_sweep(tmp)[0] == 0
     assert "ran 1 job in" in capsys.readouterr().out
     assert without_timings(read_rows(out)) == before
-    assert run_sweep(tmp, SMALL_GRID, "--retry-unknown")[0] == 3
-    assert "ran 3 jobs" in capsys.readouterr().out  # the three worst rows
+    # A row left UNKNOWN (a time limit, say) is kept on a rerun, and run again only with
+    # --retry-unknown.
+    rows = {}
+    for line in journal.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:  # the cut line (a later row may follow it on it)
+            rec = json.loads(line[line.index("{", 1):])
+        rows[rec["key"]] = rec
+    held = next(k for k, r in rows.items() if r["verdict"] == HOLDS)
+    rows[held] = {**rows[held], "verdict": UNKNOWN}
+    journal.write_text("".join(json.dumps(r) + "\n" for r in rows.values()))
+    (out / store.PARQUET).unlink()
+    assert run_sweep(tmp)[0] == 3
+    said = capsys.readouterr().out
+    assert "ran 0 jobs" in said, said
+    assert run_sweep(tmp, SMALL_GRID, "--retry-unknown")[0] == 0
+    assert "ran 1 job in" in capsys.readouterr().out
+    assert without_timings(read_rows(out)) == before
 
 
 def test_the_page_links_every_violated_cell_to_its_timeline(swept):
@@ -342,7 +380,9 @@ def test_the_page_links_every_violated_cell_to_its_timeline(swept):
     page = (out / "index.html").read_text()
     rows = read_rows(out)
     timelines = {r["timeline"] for r in rows if r["timeline"]}
-    assert len(timelines) == 2
+    # the two violated cells and each worst row's witness
+    assert len(timelines) == 2 + sum(1 for r in rows if r["check"] == "worst starvation_steps"
+                                     and int(float(r["metric"])) > 0)
     for t in timelines:
         assert f'<a class="timeline" href="{t}">' in page
         assert f'xlink:href="{t}"' in page  # the inline heatmap's cell links too

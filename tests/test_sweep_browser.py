@@ -61,8 +61,10 @@ def test_the_page_loads_and_draws_every_heatmap_with_linked_cells(browser, pages
         timelines = {r["timeline"] for r in rows if r["timeline"]}
         linked = {href for _, _, _, hrefs in drawn for href in hrefs}
         assert linked == timelines
-        if out == pages[0]:  # the test grid: 2 violated cells, one heatmap links them
-            assert sorted(n for _, _, n, _ in drawn) == [0, 2]
+        if out == pages[0]:  # the test grid: 2 violated cells, and the worst rows' witnesses
+            witnessed = sum(1 for r in rows if r["check"] == "worst starvation_steps"
+                            and r["timeline"])
+            assert sorted(n for _, _, n, _ in drawn) == sorted([2, witnessed])
 
 
 def test_every_cell_link_opens_a_drawn_timeline(browser, pages):

@@ -47,7 +47,7 @@ def ray_two_cpus(local):
 def test_ray_gives_exactly_the_local_rows_and_files(local, ray_two_cpus, tmp_path):
     local_code, local_out = local
     code, out = run_sweep(tmp_path, RAY_GRID, "--executor", "ray", name="grid")
-    assert code == local_code == 3  # the worst rows are UNKNOWN
+    assert code == local_code  # the same rows, so the same exit code
     rows, expected = read_rows(out), read_rows(local_out)
     assert len(rows) == 9
     assert without_timings(rows) == without_timings(expected)

@@ -36,7 +36,7 @@ from checker.sweep import executors, pictures, store
 from checker.sweep import grid as grids
 from checker.sweep.extras import require
 from checker.sweep.progress import SweepProgress
-from checker.sweep.work import NOT_AVAILABLE, Outcome
+from checker.sweep.work import Outcome
 from model import registry as engines
 from model.core.errors import InputError
 
@@ -175,10 +175,8 @@ def _sweep(args: argparse.Namespace, grid: grids.Grid, out: Path) -> int:
                                 timeline).record()
                 journal.add(rec)
                 records[job.key] = rec
-            # Failed: left undecided (error, time limit, worker, solver), not a metric
-            # that waits for `worst`.
-            progress.done(len(batch), sum(o.verdict == UNKNOWN and o.detail != NOT_AVAILABLE
-                                          for o in outcomes))
+            # Failed: left undecided (error, time limit, worker, solver).
+            progress.done(len(batch), sum(o.verdict == UNKNOWN for o in outcomes))
 
         batches = grids.batches(todo)
         try:

@@ -32,6 +32,7 @@ import yaml
 
 from checker.config import hazards
 from checker.config.flags import CONFIG_FLAGS, ConfigFlag
+from checker.methods import worst
 from checker.methods.symbolic import Bounds
 from model import registry as engines
 from model.core.checks import MAX_FILE_BYTES, MAX_INT, check_nesting
@@ -392,6 +393,9 @@ def _checks(doc: dict[str, Any], engine_name: str, where: str) -> tuple[Check, .
     for name, params in _named_entries(doc.get("worst"), f"{where}: worst"):
         if params and set(params) != {"metric"}:
             raise InputError(f"{where}: worst: a metric takes no params, got {shown(params)}")
+        if name not in worst.METRICS:
+            raise InputError(f"{where}: worst: unknown metric {shown(name)}; metrics: "
+                             f"{', '.join(worst.METRICS)}")
         out.append(Check(METRIC, name, ()))
     seen = set()
     for c in out:

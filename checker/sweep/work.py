@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from checker.config import hazards
+from checker.methods import worst
 from checker.methods.jobs import Job, JobResult, run, run_batch
 from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED, Counterexample
 from checker.show import itf, sources, svg
@@ -18,7 +19,6 @@ from checker.sweep.grid import HAZARD, METRIC, SweepJob
 from model.core.types import StepRecord
 from properties.manifest import NamedConfig
 
-NOT_AVAILABLE = "worst is not available"  # until `batchproof worst` (issue 18) lands
 _HAZARD_VERDICT = {hazards.ABSENT: PROVED, hazards.BOUNDED: HOLDS,
                    hazards.WITNESSED: VIOLATED, hazards.UNKNOWN_LABEL: UNKNOWN}
 
@@ -115,8 +115,24 @@ def hazard_outcome(job: SweepJob) -> Outcome:
 
 
 def metric_outcome(job: SweepJob) -> Outcome:
-    """A `worst` metric: UNKNOWN until the worst-case search exists, never dropped."""
-    return Outcome(job.key, UNKNOWN, UNKNOWN, "-", None, 0.0, NOT_AVAILABLE, job.bounds)
+    """A `worst` metric, searched as `batchproof worst` searches it (checker/methods/
+    worst.py): decided, the row HOLDS (no run exceeds the value within the bounds) with the
+    value as `metric` and its witness drawn; otherwise UNKNOWN with how far it got."""
+    metric = worst.METRICS[job.check.name]
+    nc = NamedConfig(name=job.config_name, description="sweep configuration",
+                     config=job.config, ranges=(), validated=True, bounds=job.bounds,
+                     engine=job.engine)
+    res = worst.search(metric, nc, job.timeout_s)
+    if res.status != worst.DECIDED or res.value is None:
+        return Outcome(job.key, UNKNOWN, UNKNOWN, "worst", None, res.seconds,
+                       f"at least {res.at_least}: {res.reason}", job.bounds)
+    w = res.witness
+    texts = _drawn(w.counterexample, w.replayed.records if w.replayed else None) \
+        if w is not None else (None, None)
+    detail = (f"bound: {metric.rung(res.value + 1)} holds by bmc and explore"
+              + ("; the value is the depth's bound" if res.depth_reached else ""))
+    return Outcome(job.key, HOLDS, f"= {res.value}", "worst", dict(job.bounds).get("depth"),
+                   res.seconds, detail, job.bounds, float(res.value), *texts)
 
 
 def _drawn(cex: Counterexample | None, records: tuple[StepRecord, ...] | None
