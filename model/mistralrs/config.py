@@ -25,6 +25,7 @@ from typing import Any
 
 from model.core.checks import MAX_INT
 from model.core.errors import ConfigError, InputError, shown
+from model.core.switches import with_switches as set_switches
 
 ENGINE_MISTRALRS = "mistralrs"
 MISTRALRS_COMMIT = "9e922623f24b"
@@ -208,17 +209,7 @@ def parse_config(raw: Any, version: str = PINNED) -> MistralrsConfig:
 
 def with_switches(rules: MistralrsRules, changes: Any) -> MistralrsRules:
     """`rules` with the switches `changes` names set (a JSON object of booleans)."""
-    if not isinstance(changes, Mapping):
-        raise InputError(f"mistralrs config 'rules' must be an object of switch names, got "
-                         f"{shown(changes)}; switches: {', '.join(SWITCH_NAMES)}")
-    for name, value in changes.items():
-        if name not in SWITCH_NAMES:
-            raise InputError(f"unknown mistralrs rule switch {shown(name)}; switches: "
-                             f"{', '.join(SWITCH_NAMES)}")
-        if not isinstance(value, bool):
-            raise InputError(f"mistralrs rule switch {name} must be true or false, got "
-                             f"{shown(value)}")
-    return replace(rules, **dict(changes))
+    return set_switches(rules, changes, "mistralrs")
 
 
 def rejection(cfg: MistralrsConfig) -> ConfigError | None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from model.core.checks import MAX_INT
 from model.core.errors import InputError, shown
+from model.core.switches import with_switches as set_switches
 from model.core.types import Workload
 
 ENGINE_VLLM_V1 = "vllm-v1"
@@ -204,16 +205,7 @@ def parse_config(raw: Any, base: Config | None = None, *, version: str = VLLM_VE
 
 def with_switches(rules: VllmRules, changes: Any) -> VllmRules:
     """`rules` with the switches `changes` names set (a JSON object of booleans)."""
-    if not isinstance(changes, Mapping):
-        raise InputError(f"config 'rules' must be an object of switch names, got "
-                         f"{shown(changes)}; switches: {', '.join(RULE_SWITCHES)}")
-    for name, value in changes.items():
-        if name not in RULE_SWITCHES:
-            raise InputError(f"unknown rule switch {shown(name)} in config 'rules'; switches: "
-                             f"{', '.join(RULE_SWITCHES)}")
-        if not isinstance(value, bool):
-            raise InputError(f"rule switch {name} must be true or false, got {shown(value)}")
-    return replace(rules, **dict(changes))
+    return set_switches(rules, changes)
 
 
 def check_requests_admissible(workload: Workload) -> None:
