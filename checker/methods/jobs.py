@@ -11,6 +11,7 @@ from checker.methods.replay import DivergenceError, ReplayResult, replay
 from checker.methods.symbolic import Bounds, Family, beyond_symbolic
 from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED, Counterexample, Verdict
 from model import registry as engines
+from model.core.types import Workload
 from properties import catalogue
 from properties.manifest import NamedConfig
 
@@ -104,11 +105,7 @@ def explored(job: Job, result: explore.ExploreResult) -> JobResult:
     if result.status == "unknown":
         return JobResult(verdict(UNKNOWN, f"{result.reason}; {detail}"))
     assert result.workload is not None
-    cex = Counterexample(
-        engine=job.engine, property=job.property, params=job.params,
-        config_name=job.config.name, workload=result.workload, method="explore",
-        bounds=tuple(sorted(dict(job.config.bounds).items())), violated_at=result.depth,
-        loop=result.loop)
+    cex = _counterexample(job, result.workload, "explore", result.depth, result.loop)
     try:
         replayed = replay(cex)
     except DivergenceError as exc:
@@ -167,11 +164,8 @@ def run_bmc(job: Job) -> JobResult:
     if result.status == "unknown":
         return JobResult(verdict(UNKNOWN, result.depth, result.reason, "bmc"))
     assert result.workload is not None
-    cex = Counterexample(
-        engine=job.engine, property=job.property, params=job.params,
-        config_name=job.config.name, workload=result.workload, method="bmc",
-        bounds=tuple(sorted(dict(job.config.bounds).items())), violated_at=result.depth,
-        loop=result.loop, minimal=result.minimal)
+    cex = _counterexample(job, result.workload, "bmc", result.depth, result.loop,
+                          result.minimal)
     try:
         replayed = replay(cex)
     except DivergenceError as exc:
@@ -197,11 +191,8 @@ def _carried_over(job: Job, prop: catalogue.Property, family: Family, bounds: Bo
     result = bmc.check(prop, replace(family, base=cheaper), bounds, remaining * share)
     if result.status != "violated" or result.workload is None:
         return None
-    cex = Counterexample(
-        engine=job.engine, property=job.property, params=job.params,
-        config_name=job.config.name, workload=replace(result.workload, config=family.base),
-        method="bmc", bounds=tuple(sorted(dict(job.config.bounds).items())),
-        violated_at=result.depth, loop=result.loop, minimal=False)
+    cex = _counterexample(job, replace(result.workload, config=family.base), "bmc",
+                          result.depth, result.loop, minimal=False)
     try:
         replayed = replay(cex)
     except DivergenceError:
@@ -212,3 +203,13 @@ def _carried_over(job: Job, prop: catalogue.Property, family: Family, bounds: Bo
         "found on the rules of a cheaper config (prefix caching off: its requests share no "
         "prefix), replayed on the reference with the job's config: the same violation; "
         "minimal among those workloads only"), cex, replayed)
+
+
+def _counterexample(job: Job, workload: Workload, method: str, violated_at: int,
+                    loop: int | None, minimal: bool = True) -> Counterexample:
+    """The job's counterexample of `workload`, found by `method`."""
+    return Counterexample(
+        engine=job.engine, property=job.property, params=job.params,
+        config_name=job.config.name, workload=workload, method=method,
+        bounds=tuple(sorted(dict(job.config.bounds).items())), violated_at=violated_at,
+        loop=loop, minimal=minimal)
