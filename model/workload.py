@@ -18,11 +18,18 @@ from model.core.checks import (
     check_size,
 )
 from model.core.errors import ConfigError, InputError, shown
-from model.core.types import DEFAULT_ENGINE, EosEvent, RequestSpec, Workload
+from model.core.types import (
+    DEFAULT_ENGINE,
+    AcceptEvent,
+    DraftEvent,
+    EosEvent,
+    RequestSpec,
+    Workload,
+)
 from model.vllm.config import ENGINE_VLLM_V1
 from model.vllm.startup import start_rejection
 
-_TOP_KEYS = {"engine", "config", "requests", "eos", "steps"}
+_TOP_KEYS = {"engine", "config", "requests", "eos", "steps", "accepted", "drafts"}
 _REQUEST_KEYS = {"id", "prompt_len", "max_tokens", "arrival_step", "priority",
                  "cached_prefix_len", "prefix_group", "shared_prefix_len"}
 
@@ -105,7 +112,12 @@ def parse_workload(doc: Any, need_requests: bool = True) -> Workload:
         ids.add(r.id)
     steps = _int("the workload", "steps", doc.get("steps", 20), 1, MAX_STEPS)
     eos = tuple(_parse_eos(i, e, ids) for i, e in enumerate(_list(doc, "eos", MAX_REQUESTS)))
-    workload = Workload(config=config, requests=requests, eos=eos, steps=steps, engine=engine)
+    accepted = tuple(_parse_count("accepted", i, e, ids, steps, AcceptEvent)
+                     for i, e in enumerate(_list(doc, "accepted", MAX_REQUESTS)))
+    drafts = tuple(_parse_count("drafts", i, e, ids, steps, DraftEvent)
+                   for i, e in enumerate(_list(doc, "drafts", MAX_REQUESTS)))
+    workload = Workload(config=config, requests=requests, eos=eos, steps=steps, engine=engine,
+                        accepted=accepted, drafts=drafts)
     check_size(workload)
     return workload
 
@@ -189,6 +201,21 @@ def _parse_eos(index: int, raw: Any, ids: set[str]) -> EosEvent:
     return EosEvent(id=rid, step=_int(where, "step", raw["step"], 1, MAX_INT))
 
 
+def _parse_count(key: str, index: int, raw: Any, ids: set[str], steps: int,
+                 kind: type[AcceptEvent] | type[DraftEvent]) -> AcceptEvent | DraftEvent:
+    """One speculative-decoding choice {"id", "step", "count"} (docs/simulation_contract.md)."""
+    where = f"{key}[{index}]"
+    if not isinstance(raw, dict) or set(raw) != {"id", "step", "count"}:
+        raise InputError(f"{where} must be an object {{\"id\": ..., \"step\": ..., "
+                         f"\"count\": ...}}, got {shown(raw)}")
+    rid = raw["id"]
+    if not isinstance(rid, str) or rid not in ids:
+        raise InputError(f"{where}: no request has id {shown(rid)}; name a request of the "
+                         "workload")
+    step = _int(where, "step", raw["step"], 1, steps)
+    return kind(id=rid, step=step, count=_int(where, "count", raw["count"], 0, MAX_INT))
+
+
 def _int(where: str, key: str, value: Any, minimum: int, maximum: int = MAX_INT) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InputError(f"{where}: {key} must be an integer, got {shown(value)}")
@@ -232,6 +259,10 @@ def workload_to_json(w: Workload) -> dict[str, Any]:
         "requests": [_request_json(r) for r in w.requests],
         "eos": [{"id": e.id, "step": e.step} for e in w.eos],
         "steps": w.steps,
+        **({"accepted": [{"id": e.id, "step": e.step, "count": e.count} for e in w.accepted]}
+           if w.accepted else {}),
+        **({"drafts": [{"id": e.id, "step": e.step, "count": e.count} for e in w.drafts]}
+           if w.drafts else {}),
     }
 
 

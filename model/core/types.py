@@ -44,6 +44,27 @@ class EosEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class AcceptEvent:
+    """Speculative decoding: of the draft tokens scheduled for request `id` whose output
+    is processed in step `step`, the verifier accepts `count` (the rest are rejected).
+    Absent: none is accepted."""
+
+    id: str
+    step: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DraftEvent:
+    """Speculative decoding (synchronous engine): after step `step` the drafter proposes
+    `count` draft tokens for request `id`. Absent: as many as num_speculative_tokens."""
+
+    id: str
+    step: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     """A workload and the configuration it runs under (the simulation contract).
     `config` is the engine's own Config (model/<engine>/config.py)."""
@@ -53,6 +74,8 @@ class Workload:
     eos: tuple[EosEvent, ...] = ()
     steps: int = 20
     engine: str = DEFAULT_ENGINE
+    accepted: tuple[AcceptEvent, ...] = ()
+    drafts: tuple[DraftEvent, ...] = ()
 
     def arrival_order(self) -> tuple[RequestSpec, ...]:
         """Requests in arrival order: by arrival step, then list order. A request's
@@ -73,6 +96,20 @@ class Workload:
         for e in self.eos:
             out.setdefault(e.step, set()).add(e.id)
         return {step: frozenset(ids) for step, ids in out.items()}
+
+    def accepted_by_step(self) -> dict[int, dict[str, int]]:
+        """For each step, the accepted draft counts by request id."""
+        out: dict[int, dict[str, int]] = {}
+        for e in self.accepted:
+            out.setdefault(e.step, {})[e.id] = e.count
+        return out
+
+    def drafts_by_step(self) -> dict[int, dict[str, int]]:
+        """For each step, the proposed draft counts by request id."""
+        out: dict[int, dict[str, int]] = {}
+        for e in self.drafts:
+            out.setdefault(e.step, {})[e.id] = e.count
+        return out
 
     def eos_steps(self) -> dict[str, frozenset[int]]:
         """For each request id, the steps in which it samples EOS."""

@@ -18,6 +18,19 @@ VLLM_VERSION = "0.32.0"
 POLICY_FCFS = "fcfs"
 POLICY_PRIORITY = "priority"
 
+# Speculative-decoding methods the model covers, and how each sizes the step
+# (config/speculative.py:1887-1926, 1944-1988; config/vllm.py:615-663): the extra query
+# slots each scheduled request costs the input budget, the lookahead KV slots allocate_slots
+# reserves, whether prefix hits drop their last block (EAGLE's drop), and whether the
+# drafter may propose fewer than num_speculative_tokens drafts (a prompt-lookup or suffix
+# match can find none). dspark is left out: its lookahead depends on the draft model's
+# hf_config (config/vllm.py:625-634); mtp is taken as single-module (num_nextn_predict_layers
+# 1: the multi-module form's prefill lookahead k changes chunk ends, config/vllm.py:655-662).
+SPEC_NGRAM_LIKE = ("ngram", "ngram_gpu", "suffix")
+SPEC_EAGLE_LIKE = ("eagle", "eagle3", "mtp", "dflash")
+SPEC_FIXED_K = ("medusa", "mlp_speculator", "draft_model")
+SPEC_METHODS_MODELLED = SPEC_NGRAM_LIKE + SPEC_EAGLE_LIKE + SPEC_FIXED_K
+
 
 @dataclass(frozen=True, slots=True)
 class VllmRules:
@@ -111,6 +124,12 @@ class Config:
     # one step of look-ahead. Off by default in the contract for the same reason; vllm
     # serve on a GPU turns it on (config/vllm.py:1541-1644).
     async_scheduling: bool = False
+    # SpeculativeConfig (config/speculative.py:393, 452, 478-482): "" is no speculative
+    # decoding; else one of SPEC_METHODS_MODELLED with num_speculative_tokens k >= 1.
+    speculative_method: str = ""
+    num_speculative_tokens: int = 0
+    parallel_drafting: bool = False
+    disable_eagle_block_drop: bool = False
     # Rule switches (VllmRules); the workload JSON spells under "rules" the ones that
     # differ from `version`'s, the VERSIONS entry the config was parsed for.
     rules: VllmRules = field(default_factory=VllmRules)
@@ -136,6 +155,49 @@ class Config:
         return int(self.watermark * self.num_gpu_blocks)
 
     @property
+    def num_spec_tokens(self) -> int:
+        """k, the drafts a request may carry into a step (0 without speculative decoding;
+        scheduler.py:288)."""
+        return self.num_speculative_tokens if self.speculative_method else 0
+
+    @property
+    def draft_slots(self) -> int:
+        """`max_num_new_slots_for_drafting` (config/speculative.py:1887-1926): extra input
+        slots every scheduled request costs (scheduler.py:612-613, 857, 1367). dflash is
+        always parallel (1468-1469)."""
+        k, method = self.num_spec_tokens, self.speculative_method
+        if not method:
+            return 0
+        if method == "dflash":
+            return k
+        if self.parallel_drafting:
+            return k if method == "draft_model" else k - 1
+        return 1 if method == "draft_model" else 0
+
+    @property
+    def num_lookahead_tokens(self) -> int:
+        """KV slots past the scheduled tokens that allocate_slots reserves
+        (config/vllm.py:615-641): k+1 for dflash, k for the EAGLE family and draft models,
+        0 for the others."""
+        method, k = self.speculative_method, self.num_spec_tokens
+        if method == "dflash":
+            return k + 1
+        return k if method in SPEC_EAGLE_LIKE + ("draft_model",) else 0
+
+    @property
+    def eagle_block_drop(self) -> bool:
+        """A prefix hit gives back its last block (single_type_kv_cache_manager.py:815-820;
+        config/speculative.py:1944-1952)."""
+        return (self.speculative_method in SPEC_EAGLE_LIKE
+                and not self.disable_eagle_block_drop)
+
+    @property
+    def drafts_vary(self) -> bool:
+        """The drafter may propose fewer than k drafts (an n-gram or suffix proposer that
+        finds no match); model-based drafters always propose k."""
+        return self.speculative_method in SPEC_NGRAM_LIKE
+
+    @property
     def usable_blocks(self) -> int:
         """Blocks a request can hold: the pool less the null block (block_pool.py:185-188)."""
         return self.num_gpu_blocks - 1
@@ -143,7 +205,8 @@ class Config:
     def to_dict(self) -> dict[str, object]:
         """The config as workload JSON spells it (vLLM field names), and under "rules" the
         switches that differ from its version's (none, unless one was changed)."""
-        out: dict[str, object] = {name: getattr(self, name) for name in CONFIG_FIELDS}
+        out: dict[str, object] = {name: getattr(self, name) for name in CONFIG_FIELDS
+                                  if name not in SPEC_FIELDS or self.speculative_method}
         changed = self.rules.changed(VERSIONS[self.version])
         if changed:
             out["rules"] = changed
@@ -152,6 +215,9 @@ class Config:
 
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config)
                                        if f.name not in ("rules", "version"))
+# Written only when speculative decoding is on, so documents without it read as before.
+SPEC_FIELDS = ("speculative_method", "num_speculative_tokens", "parallel_drafting",
+               "disable_eagle_block_drop")
 
 # Each field's type follows from its default, so a field added to Config is checked too.
 BOOL_FIELDS = tuple(f.name for f in fields(Config) if isinstance(f.default, bool))
@@ -178,6 +244,10 @@ def check_value(name: str, value: object) -> None:
             raise InputError(f"watermark must be a number in [0, 1), got {shown(value)}")
     elif name == "policy" and not isinstance(value, str):
         raise InputError(f"policy must be 'fcfs' or 'priority', got {shown(value)}")
+    elif name == "speculative_method" and not isinstance(value, str):
+        raise InputError(f"speculative_method must be a string (one of "
+                         f"{', '.join(SPEC_METHODS_MODELLED)}, or \"\" for none), got "
+                         f"{shown(value)}")
 
 
 def parse_config(raw: Any, base: Config | None = None, *, version: str = VLLM_VERSION

@@ -14,6 +14,7 @@ from model.vllm.config import (
     OPTIONAL_INT_FIELDS,
     POLICY_FCFS,
     POLICY_PRIORITY,
+    SPEC_METHODS_MODELLED,
     Config,
     check_value,
 )
@@ -44,6 +45,10 @@ RULES: tuple[Rule, ...] = (
          "0 <= watermark < 1"),
     Rule("policy_known", "vllm/config/scheduler.py:21, 159; scheduler.py:216-221",
          "policy is 'fcfs' or 'priority'"),
+    Rule("speculative_tokens_positive", "vllm/config/speculative.py:393, 1812-1830",
+         "num_speculative_tokens >= 1 with a speculative method"),
+    Rule("batched_tokens_gt_draft_slots", "vllm/config/vllm.py:2285-2290",
+         "max_num_batched_tokens > draft slots per request (speculative decoding)"),
 )
 
 
@@ -94,6 +99,25 @@ def check_field_types(cfg: Config) -> None:
             "policy_known",
             f"policy {shown(cfg.policy)} is not a vLLM scheduling policy; use 'fcfs' or 'priority' "
             "(vllm/config/scheduler.py:21)")
+    _check_spec_fields(cfg)
+
+
+def _check_spec_fields(cfg: Config) -> None:
+    """The speculative-decoding fields name a modelled method and a draft count."""
+    method, k = cfg.speculative_method, cfg.num_speculative_tokens
+    if method and method not in SPEC_METHODS_MODELLED:
+        raise InputError(
+            f"speculative_method {shown(method)} is not one the model covers; use one of "
+            f"{', '.join(SPEC_METHODS_MODELLED)}, or \"\" for none")
+    if not method and (k or cfg.parallel_drafting):
+        raise InputError(
+            f"num_speculative_tokens {k} / parallel_drafting without a speculative_method; "
+            "give speculative_method or leave them unset")
+    if method and k < 1:
+        raise ConfigError(
+            "speculative_tokens_positive",
+            f"num_speculative_tokens must be >= 1 with speculative_method {shown(method)}, got "
+            f"{k} (vllm/config/speculative.py:393)")
 
 
 def validate(cfg: Config) -> None:
@@ -140,6 +164,13 @@ def validate(cfg: Config) -> None:
             f"max_num_active_seqs ({cfg.max_num_active_seqs}) exceeds max_num_seqs "
             f"({cfg.max_num_seqs}); lower it to at most {cfg.max_num_seqs} "
             "(vllm/config/scheduler.py:335-342)")
+    if cfg.speculative_method and cfg.max_num_batched_tokens <= cfg.draft_slots:
+        raise ConfigError(
+            "batched_tokens_gt_draft_slots",
+            f"max_num_batched_tokens ({cfg.max_num_batched_tokens}) must exceed the "
+            f"{cfg.draft_slots} draft slots per request of {cfg.speculative_method} with "
+            f"num_speculative_tokens={cfg.num_speculative_tokens}; raise it above "
+            f"{cfg.draft_slots} (vllm/config/vllm.py:2285-2290)")
     if cfg.long_prefill_token_threshold > cfg.max_model_len:
         raise ConfigError(
             "long_prefill_threshold_le_model_len",
