@@ -21,7 +21,8 @@ def test_vllm_defaults_are_valid():
 def test_every_rule_is_exercised_below():
     tested = {"batched_tokens_ge_model_len_without_chunking", "batched_tokens_ge_num_seqs",
               "active_seqs_le_num_seqs", "long_prefill_threshold_le_model_len",
-              "positive_fields", "watermark_range", "policy_known"}
+              "positive_fields", "watermark_range", "policy_known",
+              "speculative_tokens_positive", "batched_tokens_gt_draft_slots"}
     assert {r.name for r in RULES} == tested
 
 
@@ -79,3 +80,38 @@ def test_field_checks_reject_what_no_configuration_can_have(cfg):
     with pytest.raises(InputError):
         check_field_types(cfg)
     assert not is_valid(cfg)
+
+
+def test_speculative_decoding_needs_a_positive_draft_count():
+    assert rule_of(Config(speculative_method="ngram", num_speculative_tokens=0)) == (
+        "speculative_tokens_positive")
+    validate(Config(speculative_method="ngram", num_speculative_tokens=1))
+
+
+def test_the_batch_must_exceed_the_draft_slots_and_equality_fails():
+    # draft_model: 1 slot; PARD (parallel draft_model): k slots (config/speculative.py:1914-1924)
+    pard = Config(speculative_method="draft_model", num_speculative_tokens=8,
+                  parallel_drafting=True, max_num_batched_tokens=8, max_num_seqs=1)
+    assert pard.draft_slots == 8
+    assert rule_of(pard) == "batched_tokens_gt_draft_slots"
+    validate(Config(speculative_method="draft_model", num_speculative_tokens=8,
+                    parallel_drafting=True, max_num_batched_tokens=9, max_num_seqs=1))
+
+
+def test_draft_slots_and_lookahead_per_method_follow_upstream():
+    def of(method, parallel=False):
+        c = Config(speculative_method=method, num_speculative_tokens=3,
+                   parallel_drafting=parallel)
+        return c.draft_slots, c.num_lookahead_tokens, c.eagle_block_drop
+    assert of("ngram") == (0, 0, False)
+    assert of("eagle3") == (0, 3, True)
+    assert of("eagle3", True) == (2, 3, True)
+    assert of("mtp") == (0, 3, True)
+    assert of("draft_model") == (1, 3, False)
+    assert of("dflash") == (3, 4, True)
+    assert of("medusa") == (0, 0, False)
+
+
+def test_an_unmodelled_method_is_refused_naming_the_modelled_ones():
+    with pytest.raises(InputError, match="dspark.*ngram"):
+        check_field_types(Config(speculative_method="dspark", num_speculative_tokens=2))
