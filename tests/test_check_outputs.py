@@ -173,7 +173,23 @@ def test_json_of_a_custom_config_validates(capsys):
     validate(doc)
     assert code == 0
     assert {(r["config"], r["expected"], r["status"]) for r in doc["verdicts"]} \
-        == {("custom", None, "as_expected")}
+        == {("custom", None, "answered")}
+    assert doc["summary"]["answered"] == len(doc["verdicts"])
+
+
+def test_json_of_a_violated_question_is_answered_and_exits_1(capsys, tmp_path):
+    # No manifest expectation: the VIOLATED verdict is the answer (exit 1), never
+    # "as_expected" (issue 18).
+    code = main(["check", "--engine", "sglang", "--property", "starvation", "--requests",
+                 "2", "--depth", "3", "--json", "--jobs", "1", "-q", "--out", str(tmp_path)])
+    doc = json.loads(capsys.readouterr().out)
+    validate(doc)
+    assert code == 1 == doc["summary"]["exit_code"]
+    assert [(r["verdict"], r["expected"], r["status"]) for r in doc["verdicts"]] \
+        == [("VIOLATED", None, "answered")]
+    assert (doc["summary"]["answered"], doc["summary"]["as_expected"]) == (1, 0)
+    with pytest.raises(jsonschema.ValidationError):
+        validate({**doc, "verdicts": [{**doc["verdicts"][0], "status": "as_expected"}]})
 
 
 def test_the_schema_is_valid_and_rejects_the_old_list_and_a_wrong_status():

@@ -34,6 +34,7 @@ from checker.methods.agreement import Agreement
 from checker.methods.jobs import Job, JobResult, run_batch
 from checker.methods.symbolic import Bounds, Family, extend, new_unrolling
 from checker.methods.verdict import (
+    ANSWERED,
     AS_EXPECTED,
     DEPARTS,
     HOLDS,
@@ -814,7 +815,7 @@ def json_document(verdicts: list[Verdict], agreements: list[Agreement], code: in
             row["bounds"] = dict(bounds[i])
         rows.append(row)
     counts = {s: sum(v.status == s for v in verdicts)
-              for s in (AS_EXPECTED, DEPARTS, INCONCLUSIVE)}
+              for s in (AS_EXPECTED, DEPARTS, INCONCLUSIVE, ANSWERED)}
     agreed = None
     if both:
         agreed = {"pairs": len(agreements),

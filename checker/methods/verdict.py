@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from model.core.types import Workload
 
 PROVED, HOLDS, VIOLATED, UNKNOWN = "PROVED", "HOLDS", "VIOLATED", "UNKNOWN"
-# A verdict's standing against the manifest (the `status` of `check --json`).
+# A verdict's standing against the manifest (the `status` of `check --json`); ANSWERED is
+# a decided verdict of a question without a manifest expectation (the verdict is the
+# answer: exit 0 for PROVED / HOLDS, 1 for VIOLATED).
 AS_EXPECTED, DEPARTS, INCONCLUSIVE = "as_expected", "departs", "inconclusive"
+ANSWERED = "answered"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +67,13 @@ class Verdict:
 
     @property
     def status(self) -> str:
-        """`inconclusive` for UNKNOWN (whatever was expected), else `as_expected` or
-        `departs`: the three outcomes the exit code tells apart (3, 0, 1)."""
+        """`inconclusive` for UNKNOWN (whatever was expected); `answered` for a decided
+        verdict with no expectation (a question: its verdict is the answer); else
+        `as_expected` or `departs` (exit 3, 0 or 1 by the verdict, 0, 1)."""
         if self.verdict == UNKNOWN:
             return INCONCLUSIVE
+        if self.expected is None:
+            return ANSWERED
         return AS_EXPECTED if self.as_expected else DEPARTS
 
     def to_json(self, agreement: str | None = None) -> dict[str, object]:
