@@ -4,6 +4,7 @@ explorer (checker/methods/worst.py, checker/cli/worst.py, docs/queries.md)."""
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -64,8 +65,9 @@ def test_binary_search_finds_the_same_value(answer):
     assert (res.status, res.value) == (worst.DECIDED, answer.value)
 
 
-def test_json_has_the_documented_fields(capsys):
-    code, out, err = cli(capsys, "--metric", "starvation_steps", *SMALL, "--json")
+def test_json_has_the_documented_fields(capsys, tmp_path):
+    code, out, err = cli(capsys, "--metric", "starvation_steps", *SMALL, "--json",
+                         "--out", str(tmp_path))
     assert code == 0, err
     doc = json.loads(out)
     assert {"schema", "metric", "engine", "config", "bounds", "status", "value", "at_least",
@@ -78,16 +80,44 @@ def test_json_has_the_documented_fields(capsys):
     assert doc["witness"]["bmc"] == doc["witness"]["explore"] == "VIOLATED"
     assert doc["bound"] == {"params": {"k": 4}, "bmc": "HOLDS(4)", "explore": "HOLDS(4)"}
     assert "VIOLATED at step" in doc["witness"]["timeline"]
+    assert Path(doc["witness"]["counterexample"]).is_file()
 
 
-def test_text_names_the_value_the_witness_and_the_bound(capsys):
+def test_text_names_the_value_the_witness_and_the_bound(capsys, tmp_path):
     code, out, err = cli(capsys, "--metric", "starvation_steps", "--config", "tiny_fcfs",
-                         "--requests", "2", "--depth", "2")
+                         "--requests", "2", "--depth", "2", "--out", str(tmp_path))
     assert code == 0, err
     assert out.startswith("worst starvation_steps = 2 within bounds: 2 requests, depth 2")
     assert "bound: starvation k=3 HOLDS(2) by bmc and explore" in out
     assert "the ladder reached the depth" in out  # within depth 2 no window of 3 fits
     assert "v violated here" in out  # check's timeline
+
+
+def test_the_witness_is_written_under_out_as_check_names_it_and_the_path_exists(
+        capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default --out is ./batchproof-out/
+    code, out, err = cli(capsys, "--metric", "starvation_steps", "--config", "tiny_fcfs",
+                         "--requests", "2", "--depth", "2")
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("witness file: "))
+    path = Path(line.split()[2])
+    assert path.parent == Path("batchproof-out") and path.is_file()
+    assert path.with_name(path.name.replace(".itf.json", ".txt")).is_file()
+    # The same name `check` gives the counterexample of the witness's rung.
+    assert path.name.startswith("vllm-v1__starvation__k=2__")
+    code, out, err = main_check(capsys, "--property", "starvation:k=2", "--config",
+                                "tiny_fcfs", "--requests", "2", "--depth", "2", "--jobs", "1",
+                                "-q")
+    assert f"batchproof-out/{path.name}" in out, out
+    code, out, err = cli(capsys, "--metric", "starvation_steps", "--config", "tiny_fcfs",
+                         "--out", "counterexamples/x")
+    assert code == 2 and "manifest's corpus" in err, err
+
+
+def main_check(capsys, *argv):
+    code = main(["check", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def test_a_bad_metric_is_one_line_exit_2(capsys):

@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from checker.cli.check import (
+    DEFAULT_OUT,
     MAX_DEPTH,
     MAX_MAX_TOKENS,
     MAX_PROMPT_LEN,
@@ -19,13 +21,17 @@ from checker.cli.check import (
     MAX_TIMEOUT_S,
     _bound_overrides,
     _check_applies,
+    _check_out_dir,
     _check_sizes,
     _custom_rows,
     _default_config,
     _flags_given,
+    _write,
+    _writing,
     bounds_line,
     bounds_of,
     golden_text,
+    query_slug,
 )
 from checker.config.flags import add_config_flags, bounded_int, bounded_seconds
 from checker.methods import worst
@@ -70,6 +76,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=bounded_seconds(MAX_TIMEOUT_S), default=300.0,
                         metavar="S", help="seconds per check before UNKNOWN (default 300)")
     parser.add_argument("--json", action="store_true", help="print the answer as JSON")
+    parser.add_argument("--out", metavar="DIR",
+                        help=f"where the witness is written (default ./{DEFAULT_OUT}/, "
+                        "created), named as `check` names the counterexample of the same "
+                        "question: <engine>__<property>__<params>__<hash>.itf.json and .txt")
     add_config_flags(parser)
 
 
@@ -112,8 +122,23 @@ def _by(metric: worst.Metric, value: int, a: JobResult | None, b: JobResult | No
     return f"{metric.rung(value)} " + ", ".join(f"{v.label} by {v.method}" for v in said)
 
 
-def text(res: worst.WorstResult) -> str:
-    """What `batchproof worst` prints."""
+def write_witness(res: worst.WorstResult, out_dir: Path) -> str | None:
+    """Write the witness (ITF JSON and its text timeline) under `out_dir`, named as
+    `check` names the counterexample of the witness's rung on the same config and bounds;
+    its .itf.json path, or None when there is no witness."""
+    w = res.witness
+    if w is None or w.counterexample is None or w.replayed is None \
+            or w.verdict.verdict != VIOLATED:
+        return None
+    cex = w.counterexample
+    slug = query_slug(res.config.engine, cex.property, cex.params, res.config)
+    itf_path, txt_path = out_dir / f"{slug}.itf.json", out_dir / f"{slug}.txt"
+    _writing("--out", str(out_dir), lambda: _write(w, itf_path, txt_path))
+    return str(itf_path)
+
+
+def text(res: worst.WorstResult, path: str | None = None) -> str:
+    """What `batchproof worst` prints; `path` is the witness file written, if any."""
     m, nc = res.metric, res.config
     where = f"within bounds: {bounds_line(nc)} ({nc.engine} {nc.name})"
     lines = []
@@ -134,6 +159,9 @@ def text(res: worst.WorstResult) -> str:
         lines.append("witness: " + _by(m, res.at_least, w, res.witness_explore)
                      + f" at step {w.verdict.depth} (minimal, replayed on the reference)")
         lines.append(golden_text(w).rstrip("\n"))
+        if path is not None:
+            lines.append(f"witness file: {path} (text timeline beside it: "
+                         f"{path.removesuffix('.itf.json')}.txt)")
     elif res.status == worst.DECIDED:
         lines.append(f"witness: none (no run reaches {m.name} 1)")
     if res.bound_bmc is not None and res.status != worst.DISAGREE:
@@ -150,8 +178,9 @@ def text(res: worst.WorstResult) -> str:
     return "\n".join(lines)
 
 
-def json_document(res: worst.WorstResult, code: int) -> dict[str, object]:
-    """The --json object (docs/queries.md, "The worst case")."""
+def json_document(res: worst.WorstResult, code: int, path: str | None = None
+                  ) -> dict[str, object]:
+    """The --json object (docs/queries.md, "The worst case"); `path` is the witness file."""
     m = res.metric
     w = res.witness
     top = (res.value if res.value is not None else res.at_least) + 1
@@ -172,6 +201,7 @@ def json_document(res: worst.WorstResult, code: int) -> dict[str, object]:
             "violated_at": w.verdict.depth,
             "bmc": _verdict_of(w), "explore": _verdict_of(res.witness_explore),
             "timeline": golden_text(w),
+            "counterexample": path,
         },
         "bound": None if res.bound_bmc is None else {
             "params": dict(m.params(top)),
@@ -189,13 +219,16 @@ def json_document(res: worst.WorstResult, code: int) -> dict[str, object]:
 def run(args: argparse.Namespace) -> int:
     """Climb the ladder, print the answer, return the exit code."""
     nc = select(args)
+    out_dir = Path(args.out) if getattr(args, "out", None) else DEFAULT_OUT
+    _check_out_dir(out_dir)
     res = worst.search(worst.METRICS[args.metric], nc, args.timeout, args.strategy)
     code = EXIT[res.status]
+    path = write_witness(res, out_dir)
     if args.json:
-        json.dump(json_document(res, code), sys.stdout, indent=1)
+        json.dump(json_document(res, code, path), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print(text(res))
+        print(text(res, path))
     return code
 
 
