@@ -104,10 +104,12 @@ def test_both_batch_sizes_set_need_no_device(capsys):
      ("1.5", "[0, 1)")),
     (("--num-gpu-blocks", "100", "--max-model-len", "8192", *H100),
      "kv_holds_one_max_model_len_request", ("8192", "512 blocks", "at least 513 blocks")),
-    (("--speculative-config", '{"method": "dflash", "num_speculative_tokens": 8}',
+    (("--speculative-config", '{"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash", '
+      '"num_speculative_tokens": 8}',
       "--max-num-batched-tokens", "8", "--max-num-seqs", "8", "--max-model-len", "64"),
      "batched_tokens_gt_draft_slots", ("8 draft slots", "num_speculative_tokens=8")),
-    (("--enable-lora", "--spec-tokens", "3", "--max-num-batched-tokens", "512",
+    (("--enable-lora", "--spec-tokens", "3", "--spec-model", "some/draft",
+      "--max-num-batched-tokens", "512",
       "--max-num-seqs", "256", "--max-model-len", "4096"), "lora_spec_budget",
      ("512", "256", "1024")),
 ])

@@ -1,6 +1,8 @@
 """EngineArgs resolution (model/vllm/engine_args.py) tier by tier, and vLLM's startup rules
 (model/vllm/startup.py), against engine/arg_utils.py and v1/core/kv_cache_utils.py."""
 
+from dataclasses import replace
+
 import pytest
 
 from model.core.errors import InputError
@@ -18,6 +20,7 @@ from model.vllm.engine_args import (
     resolve,
 )
 from model.vllm.startup import SpecDecode, kv_rejection, spec_rejection
+from model.vllm.validation import rejection
 
 GPU_24GB = device_with_memory(22.0)
 
@@ -158,19 +161,23 @@ def test_kv_check_needs_one_max_model_len_request_besides_the_null_block():
     (SpecDecode(3, "draft_model", parallel_drafting=True), 3),
 ])
 def test_draft_slots_follow_the_speculative_config_table(spec, slots):
-    assert spec.draft_slots == slots
+    assert spec.sized(Config()).draft_slots == slots
 
 
 def test_budget_must_exceed_the_draft_slots():
+    # dflash is modelled: the rule is SchedulerConfig-time (validation); dspark is not, and
+    # spec_rejection applies it with dspark's forced parallel drafting, k - 1 slots
     cfg = Config(max_num_batched_tokens=4, max_num_seqs=4)
-    err = spec_rejection(cfg, SpecDecode(4, "dflash"), lora=False)
+    assert rejection(SpecDecode(4, "dflash").on(cfg)).rule == "batched_tokens_gt_draft_slots"
+    assert rejection(SpecDecode(4, "dflash").on(replace(cfg, max_num_batched_tokens=5))) is None
+    err = spec_rejection(replace(cfg, max_num_batched_tokens=3), SpecDecode(4, "dspark"),
+                         lora=False)
     assert err is not None and err.rule == "batched_tokens_gt_draft_slots"
-    assert spec_rejection(Config(max_num_batched_tokens=5, max_num_seqs=4),
-                          SpecDecode(4, "dflash"), lora=False) is None
+    assert spec_rejection(cfg, SpecDecode(4, "dspark"), lora=False) is None
 
 
 def test_lora_with_speculation_needs_seqs_times_tokens_plus_one():
     cfg = Config(max_num_batched_tokens=1000, max_num_seqs=256)
-    assert spec_rejection(cfg, SpecDecode(3), lora=False) is None
-    err = spec_rejection(cfg, SpecDecode(3), lora=True)
+    assert spec_rejection(cfg, SpecDecode(3, "eagle3"), lora=False) is None
+    err = spec_rejection(cfg, SpecDecode(3, "eagle3"), lora=True)
     assert err is not None and err.rule == "lora_spec_budget" and "1024" in str(err)

@@ -39,15 +39,19 @@ def config_json(capsys, *argv):
     return code, {h["hazard"]: h for h in json.loads(out)["hazards"]}, json.loads(out)
 
 
-def test_speculative_decoding_is_never_proved_free_of_self_preemption(capsys):
+def test_lookahead_blocks_keep_a_lone_request_within_one_max_model_len_request(capsys):
+    # EAGLE k=3 reserves 3 lookahead slots, but allocate_slots asks for at most
+    # min(C + n + 3, max_model_len) tokens (kv_cache_manager.py:541-544): 8 blocks, which
+    # the startup check guarantees (9 usable), so the argument holds with the lookahead.
     code, hazards, doc = config_json(capsys, *JUST_FITS, "--spec-method", "eagle",
+                                     "--spec-model", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
                                      "--spec-tokens", "3", "--no-enable-prefix-caching",
                                      "--no-async-scheduling", "--hazard", "self_preemption")
-    assert hazards["self_preemption"]["verdict"] == "UNKNOWN"
-    assert hazards["self_preemption"]["detail"].startswith(
-        "outside the model: speculative decoding")
-    assert doc["outside_model"] == ["speculative decoding"]
-    assert code == 3
+    detail = hazards["self_preemption"]["detail"]
+    assert hazards["self_preemption"]["verdict"] == "PROVED absent"
+    assert "cdiv(min(max_model_len - 1 + 3 lookahead, max_model_len), block_size) = 8" in detail
+    assert "with speculative decoding on too" in detail
+    assert code == 0
 
 
 def test_without_speculative_decoding_the_same_pool_is_proved_free_of_it(capsys):
@@ -120,6 +124,10 @@ def test_the_cpu_platform_runs_the_synchronous_scheduler():
     assert gpu.async_scheduling
     ngram = serve_deployment(None, None, SpecDecode(3, "ngram"), False, False, 1)
     assert not ngram.async_scheduling  # config/vllm.py:1597-1617
+    gpu_ngram = serve_deployment(None, None, SpecDecode(3, "ngram_gpu"), False, False, 1)
+    assert gpu_ngram.async_scheduling  # NgramGPUTypes keep it (1563-1580)
+    unpadded = SpecDecode(3, "eagle", disable_padded_drafter_batch=True)
+    assert not serve_deployment(None, None, unpadded, False, False, 1).async_scheduling
     pp = serve_deployment(None, None, None, False, False, pipeline_parallel=2)
     assert not pp.async_scheduling and [f.name for f in pp.others] == ["pipeline parallelism"]
 

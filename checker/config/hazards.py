@@ -21,13 +21,14 @@ import z3
 from checker.methods.jobs import Job, JobResult, run
 from checker.methods.replay import ReplayResult
 from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED
-from model.core.ops import CONCRETE
+from model.core.ops import CONCRETE, Ops
 from model.core.types import RequestSpec, StepRecord, Workload
 from model.vllm.config import ENGINE_VLLM_V1, POLICY_PRIORITY, Config
 from model.vllm.deployment import (
     ASYNC_SCHEDULING,
     MODEL_SCOPE,
     PREFIX_CACHING,
+    SPECULATIVE_DECODING,
     Deployment,
     Feature,
     outside_reason,
@@ -36,6 +37,7 @@ from model.vllm.engine import records_to_steps
 from model.vllm.reference import iter_steps
 from model.vllm.state import RuleConfig, cache_model_fits, within_bounds
 from properties import catalogue
+from properties.catalogue import Property
 from properties.manifest import custom_config, with_bounds
 
 ABSENT, WITNESSED, BOUNDED = "PROVED absent", "WITNESSED", "HOLDS within bounds"
@@ -156,17 +158,45 @@ class Hazard:
     construct: Callable[[Config, Envelope], Workload | None] | None = None
     kv_only: Callable[[Config], bool] = lambda cfg: False  # needs an allocation failure
     min_requests: Callable[[Config], int] = lambda cfg: 1  # fewer cannot show it
+    # A property of its own (not in the catalogue, so no search): the hazard is decided by
+    # its argument or shown by its constructed run on the reference.
+    own: Callable[[Envelope], Property] | None = None
+    construct_first: bool = False  # try the constructed run before the search
+
+    def prop(self, env: Envelope) -> Property:
+        """The property that rules the hazard out."""
+        if self.own is not None:
+            return self.own(env)
+        return catalogue.get(self.property, **dict(self.params(env)))
 
 
 # --- closed-form arguments ----------------------------------------------------------------
 
 def per_request_blocks(cfg: Config) -> int:
-    """The most blocks one live request ever holds: its computed tokens stay below
-    max_model_len (scheduler.py:716-721 caps them at max_model_len - 1; a request
-    finishes at max_model_len, sched/utils.py:114-119), so cdiv(max_model_len - 1,
-    block_size) (the rules' invariant blocks = cdiv(num_computed_tokens, block_size),
-    proved inductive in checker/induction.well_formed)."""
-    return -(-(cfg.max_model_len - 1) // cfg.block_size)
+    """The most blocks one live request ever holds.
+
+    allocate_slots asks for cdiv(min(num_computed + n + lookahead, max_model_len),
+    block_size) blocks and keeps what it holds (kv_cache_manager.py:541-571,
+    single_type_kv_cache_manager.py:229-235); the full-sequence admission check reads
+    min(num_tokens, max_model_len) without the lookahead (522-539), never more. A chunk
+    stops at max_model_len - 1 computed tokens (scheduler.py:714-721; a request finishes
+    at max_model_len, sched/utils.py:114-119) and scheduled drafts are part of the chunk,
+    so without lookahead a request holds at most cdiv(max_model_len - 1, block_size)
+    (the rules' invariant, checker/induction.well_formed); with lookahead L > 0 the ask
+    reaches min(max_model_len - 1 + L, max_model_len) = max_model_len tokens, so
+    cdiv(max_model_len, block_size): one block more exactly when max_model_len - 1 is a
+    multiple of block_size. Rolled-back drafts keep their blocks, within the same bound.
+    """
+    top = min(cfg.max_model_len - 1 + cfg.num_lookahead_tokens, cfg.max_model_len)
+    return -(-top // cfg.block_size)
+
+
+def _bound_text(cfg: Config) -> str:
+    """How per_request_blocks counts, for the arguments' text."""
+    if cfg.num_lookahead_tokens:
+        return (f"cdiv(min(max_model_len - 1 + {cfg.num_lookahead_tokens} lookahead, "
+                "max_model_len), block_size)")
+    return "cdiv(max_model_len - 1, block_size)"
 
 
 def capacity_lemma(cfg: Config, timeout_s: float = 5.0, requests: int | None = None
@@ -197,7 +227,7 @@ def capacity_lemma(cfg: Config, timeout_s: float = 5.0, requests: int | None = N
         return None
     who = "max_num_active_reqs=" if requests is None else "at most "
     return (f"the {usable} usable blocks hold {who}{cap} requests of at most "
-            f"cdiv(max_model_len - 1, block_size) = {c} blocks each plus the watermark "
+            f"{_bound_text(cfg)} = {c} blocks each plus the watermark "
             f"({wm}), so no block allocation ever fails (z3: any number of requests up to "
             f"{cap}, any lengths)")
 
@@ -260,7 +290,7 @@ def _no_hol(cfg: Config) -> str | None:
 
 def _no_self_preemption(cfg: Config) -> str | None:
     need = per_request_blocks(cfg)
-    return (f"a request alone holds at most cdiv(max_model_len - 1, block_size) = {need} "
+    return (f"a request alone holds at most {_bound_text(cfg)} = {need} "
             "blocks, and vLLM refuses to start unless the pool holds cdiv(max_model_len, "
             "block_size) besides the null block (kv_cache_utils.py:1003-1040), so in every "
             "engine that starts a lone request never preempts itself and runs until "
@@ -305,14 +335,25 @@ _ASYNC_SAME_BOUND = (ASYNC_SCHEDULING.name,
                      "- 1 as well (scheduler.py:716-721), and a request whose EOS is in "
                      "flight still counts among the running requests")
 
+# Why the capacity arguments hold with speculative decoding: per_request_blocks counts the
+# lookahead where allocate_slots does (kv_cache_manager.py:541-571), drafts are part of the
+# chunk the max_model_len - 1 cap bounds (scheduler.py:703-721), and preemption still
+# happens only on an allocation failure (777-844). Not for head-of-line blocking: the
+# uniform-decode padding refuses a waiting head for the budget alone (1141-1152).
+_SPEC_COUNTED = (SPECULATIVE_DECODING.name,
+                 "the per-request bound counts the lookahead slots allocate_slots reserves "
+                 "(kv_cache_manager.py:541-571) and the drafts within max_model_len - 1 "
+                 "(scheduler.py:703-721); rejected drafts keep their blocks within it")
+
 NO_ARGUMENT = Argument(never)
-NO_PREEMPTION = Argument(_no_preemption, holds_with=(_CACHE_SHARES_ONLY, _ASYNC_SAME_BOUND))
+NO_PREEMPTION = Argument(_no_preemption, holds_with=(_CACHE_SHARES_ONLY, _ASYNC_SAME_BOUND,
+                                                     _SPEC_COUNTED))
 NO_HOL = Argument(_no_hol, (CHUNKED_ON,), holds_with=(_CACHE_SHARES_ONLY, _ASYNC_SAME_BOUND))
 NO_SELF_PREEMPTION = Argument(
     _no_self_preemption, (LONE_PROMPT_FITS,), holds_with=((
         PREFIX_CACHING.name, "a lone request shares no block with another and, never "
         "preempted, never looks its own blocks up again (scheduler.py:960-967)"),
-        _ASYNC_SAME_BOUND))
+        _ASYNC_SAME_BOUND, _SPEC_COUNTED))
 # Both hazards are defined by the setting they need (properties/hazards.py): no feature
 # of the engine makes them appear without it.
 CHUNKING_ON = Argument(_chunked_on, holds_with=((
@@ -365,6 +406,157 @@ def _hol_workload(cfg: Config, env: Envelope) -> Workload | None:
     return Workload(config=cfg, requests=(*longs, small), steps=steps)
 
 
+# --- speculative decoding: hazards of the step's sizes (scheduler.py, v0.32.0) -------------
+
+def _room(cfg: Config) -> int:
+    """The most tokens one request can get in a step: min(token budget, input budget less
+    its draft slots) (scheduler.py:710-712, 1118)."""
+    return min(cfg.token_budget, cfg.max_num_batched_tokens - cfg.draft_slots)
+
+
+def _no_padding_cut(cfg: Config) -> str | None:
+    """Why no padded request is ever cut below 1+k, or None."""
+    k, thr = cfg.num_spec_tokens, cfg.long_prefill_token_threshold
+    if not k:
+        return "no speculative decoding: no request is padded (scheduler.py:1131-1136)"
+    if thr == 0:
+        return ("long_prefill_token_threshold is 0: nothing cuts a request padded to 1+k "
+                "(scheduler.py:1155-1156)")
+    if thr > k:
+        return (f"long_prefill_token_threshold {thr} is at least 1+k = {k + 1}: it never "
+                "cuts a request padded to 1+k (scheduler.py:1155-1156)")
+    if _room(cfg) < k + 1:
+        return (f"the padding never fits: the budget a waiting request can get is at most "
+                f"min(token budget, max_num_batched_tokens - {cfg.draft_slots} draft slots) = "
+                f"{_room(cfg)} < 1+k = {k + 1}, so the waiting loop stops instead of padding "
+                "(scheduler.py:1118, 1149-1151)")
+    if cfg.max_model_len < k + 2:
+        return (f"max_model_len {cfg.max_model_len} leaves no room for 1+k+1 = {k + 2} "
+                "tokens, so no request is padded (scheduler.py:1143-1148)")
+    return None
+
+
+def _all_drafts_fit(cfg: Config) -> str | None:
+    """Why a decode's k drafts can all be scheduled, or None."""
+    k = cfg.num_spec_tokens
+    if not k:
+        return "no speculative decoding: no drafts"
+    if _room(cfg) >= k + 1:
+        return (f"a decode with its k={k} drafts needs 1+k = {k + 1} tokens, within "
+                f"min(token budget {cfg.token_budget}, max_num_batched_tokens - draft slots "
+                f"{cfg.max_num_batched_tokens - cfg.draft_slots}) = {_room(cfg)} "
+                "(scheduler.py:703-712)")
+    return None
+
+
+def _two_fit(cfg: Config) -> str | None:
+    """Why a step can schedule two requests, or None."""
+    ds, b = cfg.draft_slots, cfg.max_num_batched_tokens
+    if not cfg.num_spec_tokens:
+        return "no speculative decoding: no draft slots"
+    if cfg.max_num_active_reqs < 2:
+        return (f"one request runs at a time anyway: max_num_active_reqs is "
+                f"{cfg.max_num_active_reqs} (scheduler.py:922-924)")
+    if b >= 2 * (ds + 1):
+        return (f"two one-token requests cost 2 * (1 + {ds} draft slots) = {2 * (ds + 1)} of "
+                f"the {b}-token input budget, so a step can schedule both "
+                "(scheduler.py:661, 857, 918, 1367)")
+    return None
+
+
+def _drafts_cut(env: Envelope) -> Property:
+    """A decode scheduled with fewer drafts than k, max_model_len not in the way (the
+    constructed run's drafter always proposes k)."""
+    def holds(ops: Ops, steps: object, t: int) -> object:
+        s = steps[t]  # type: ignore[index]
+        k = s.cfg.num_spec_tokens
+        cut = [ops.and_(o.scheduled > 0, o.was_running, o.num_computed_tokens_before
+                        >= o.prompt_len, o.spec_scheduled < k,
+                        o.num_computed_tokens_before + k + 2 <= s.cfg.max_model_len)
+               for o in s.slots]
+        return ops.not_(ops.or_(*cut)) if cut else True
+    return Property("decode_drafts_all_scheduled", "step",
+                    "a decode's k drafts are all scheduled", holds)
+
+
+def _one_per_step(env: Envelope) -> Property:
+    """A held request gets nothing while one other request is scheduled, budget and a seat
+    left."""
+    def holds(ops: Ops, steps: object, t: int) -> object:
+        s = steps[t]  # type: ignore[index]
+        count = ops.sum([ops.to_int(o.scheduled > 0) for o in s.slots])
+        idle = [ops.and_(o.held, o.scheduled == 0, ops.not_(o.finished)) for o in s.slots]
+        alone = ops.and_(count == 1, ops.or_(*idle), s.token_budget_left > 0,
+                         s.num_running < s.cfg.max_num_active_reqs) if idle else False
+        return ops.not_(alone)
+    return Property("two_requests_per_step", "step",
+                    "a step with budget and a seat left serves more than one request", holds)
+
+
+def _tiny(cfg: Config, *requests: tuple[int, int, int], steps: int) -> Workload:
+    """A workload of (prompt_len, max_tokens, arrival_step) requests r0, r1, ..."""
+    return Workload(config=cfg, requests=tuple(
+        RequestSpec(id=f"r{i}", prompt_len=p, max_tokens=m, arrival_step=a)
+        for i, (p, m, a) in enumerate(requests)), steps=steps)
+
+
+def _padding_cut_workload(cfg: Config, env: Envelope) -> Workload | None:
+    """r0 decodes (its drafts cut to the threshold), then one-token prompts arrive: the
+    first is padded to 1+k behind a scheduled running request, then cut to the threshold
+    (scheduler.py:1131-1156, 1372). With the adaptive threshold enough of them arrive that
+    max_num_batched_tokens // requests falls to k (650-655)."""
+    k = cfg.num_spec_tokens
+    n = 2
+    if cfg.long_prefill_token_threshold_adaptive:
+        n = cfg.max_num_batched_tokens // (k + 1) + 1
+        if n > 512:
+            return None
+    rest = [(1, 1, 2)] * (n - 1)
+    return _tiny(cfg, (1, 4, 1), *rest, steps=3)
+
+
+def _drafts_cut_workload(cfg: Config, env: Envelope) -> Workload | None:
+    """One request: its prompt, then a decode whose k drafts do not fit (scheduler.py:
+    703-712)."""
+    if cfg.max_model_len < cfg.num_spec_tokens + 4:
+        return None
+    return _tiny(cfg, (1, 3, 1), steps=3)
+
+
+def _one_per_step_workload(cfg: Config, env: Envelope) -> Workload | None:
+    """Two one-token prompts at step 1: the first costs 1 + draft slots of the input budget,
+    which leaves no more than the draft slots, so the waiting loop stops (918-919)."""
+    return _tiny(cfg, (1, 3, 1), (1, 3, 1), steps=2)
+
+
+_ANY_STEP_FEATURE = (ANY_FEATURE, "it follows from the config's numbers and the lines "
+                     "cited, whatever else the deployment turns on")
+PADDING_NOT_CUT = Argument(_no_padding_cut, holds_with=(_ANY_STEP_FEATURE,))
+ALL_DRAFTS_FIT = Argument(_all_drafts_fit, holds_with=(_ANY_STEP_FEATURE,))
+TWO_FIT = Argument(_two_fit, holds_with=(_ANY_STEP_FEATURE,))
+
+SPEC_HAZARDS: tuple[Hazard, ...] = (
+    Hazard("spec_padding_assertion", "the engine crashes: a request padded to 1+k for "
+           "speculative decoding is cut by long_prefill_token_threshold <= k",
+           "no_engine_assertion", lambda e: (),
+           "scheduler.py:1131-1153 pads a waiting request with one token left to 1+k, "
+           "1155-1156 cuts it to the threshold, and scheduler.py:1372 asserts "
+           "num_new_tokens == 1 + k "
+           "(vllm-project/vllm#54028)", False, PADDING_NOT_CUT,
+           construct=_padding_cut_workload, construct_first=True),
+    Hazard("spec_drafts_cut", "a decode's k drafts never all fit one step "
+           "(max_num_batched_tokens < draft slots + 1 + k)", "", lambda e: (),
+           "scheduler.py:710-712 caps a decode at the input budget less the draft slots, "
+           "876 drops the drafts that did not fit", False, ALL_DRAFTS_FIT,
+           construct=_drafts_cut_workload, own=_drafts_cut),
+    Hazard("spec_one_request_per_step", "each step serves one request "
+           "(max_num_batched_tokens < 2 * (draft slots + 1))", "", lambda e: (),
+           "scheduler.py:857, 1367 charge n + draft slots to the input budget; 661, 918 stop "
+           "both loops once it is at most the draft slots", False, TWO_FIT,
+           construct=_one_per_step_workload, own=_one_per_step),
+)
+
+
 # --- the hazards --------------------------------------------------------------------------
 
 HAZARDS: tuple[Hazard, ...] = (
@@ -375,8 +567,10 @@ HAZARDS: tuple[Hazard, ...] = (
     Hazard("head_of_line", "a request that fits waits behind one that does not",
            "head_of_line_blocking", lambda e: (("k", e.hol_steps),),
            "scheduler.py:1160-1167, 1275-1282: any refusal of the waiting head ends "
-           "admission for the step", True, NO_HOL, construct=_hol_workload,
-           kv_only=lambda cfg: bool(cfg.enable_chunked_prefill)),
+           "admission for the step (with speculative decoding also 1141-1152: a head with "
+           "one token left is refused when 1+k exceed the budget left)", True, NO_HOL,
+           construct=_hol_workload,
+           kv_only=lambda cfg: bool(cfg.enable_chunked_prefill) and not cfg.num_spec_tokens),
     Hazard("self_preemption", "a request that fits max_model_len can never finish "
            "(self-preemption livelock)", "never_finishes", lambda e: (),
            "kv_cache_manager.py:522-539 admits on the current sequence; scheduler.py:842-848 "
@@ -398,6 +592,7 @@ HAZARDS: tuple[Hazard, ...] = (
            "preempts only for KV blocks (777-844)", False, NOT_PRIORITY,
            construct=_inversion_workload, min_requests=lambda cfg: cfg.max_num_active_reqs + 1),
 )
+HAZARDS = HAZARDS + SPEC_HAZARDS
 HAZARD_NAMES: tuple[str, ...] = tuple(h.name for h in HAZARDS)
 
 
@@ -436,6 +631,13 @@ def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool,
         # carries over to a deployment whose scheduler decides differently.
         return HazardResult(h.name, h.title, UNKNOWN_LABEL, outside_reason(outside) + why_not,
                             seconds=time.monotonic() - start)
+    if h.construct_first or h.own is not None:
+        shown = _constructed(h, cfg, env)
+        if shown is not None or h.own is not None:
+            return replace(shown or HazardResult(
+                h.name, h.title, UNKNOWN_LABEL, "the argument that rules it out does not "
+                "apply and the constructed run on the reference did not show it" + why_not),
+                seconds=time.monotonic() - start)
     result = _within_capacity(h, cfg, env) or _check(h, cfg, env)
     if h.needs_pool and result.verdict == BOUNDED:
         result = replace(result, detail=result.detail + "; " + pool_shortfall(cfg))
@@ -566,7 +768,7 @@ def _constructed(h: Hazard, cfg: Config, env: Envelope) -> HazardResult | None:
     workload = h.construct(cfg, env)
     if workload is None:
         return None
-    prop = catalogue.get(h.property, **dict(h.params(env)))
+    prop = h.prop(env)
     # The run is as long as the pool takes to fill: on a large pool it is bounded by the
     # hazard's time limit like a search, and a run cut short shows nothing.
     deadline = time.monotonic() + env.timeout_s
@@ -581,8 +783,9 @@ def _constructed(h: Hazard, cfg: Config, env: Envelope) -> HazardResult | None:
         return None
     at = failing[0] + 1
     shown = max(1, at - 5)
+    how = (f"needs {len(workload.requests)} requests, more than the checker's bound of "
+           f"{env.slots}: a constructed run" if h.own is None and not h.construct_first else
+           f"{h.upstream}: a constructed run of {len(workload.requests)} request(s)")
     return HazardResult(
-        h.name, h.title, WITNESSED,
-        f"needs {len(workload.requests)} requests, more than the checker's bound of "
-        f"{env.slots}: a constructed run, checked on the reference (not minimised)", (),
+        h.name, h.title, WITNESSED, how + ", checked on the reference (not minimised)", (),
         Witness(workload, ReplayResult(tuple(records), at), at, False, first_shown=shown))

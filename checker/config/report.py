@@ -14,6 +14,7 @@ from checker.show import text as render
 from model.core.errors import ConfigError
 from model.vllm.config import Config
 from model.vllm.deployment import MODELLED, Deployment, outside_reason
+from model.vllm.startup import SpecDecode
 
 SCOPE = ("model scope: vLLM V1's Scheduler as one data-parallel rank runs it; it covers "
          + (", ".join(sorted(MODELLED)) if MODELLED else "no feature beyond SchedulerConfig")
@@ -49,7 +50,8 @@ def warnings(cfg: Config, req: Request) -> tuple[str, ...]:
                    "(config/scheduler.py:344-350)")
     if req.spec is not None and cfg.token_budget < 8192:
         out.append(f"max_num_scheduled_tokens is {cfg.token_budget} with speculative "
-                   "decoding; vLLM warns below 8192 (config/vllm.py:2274-2282)")
+                   "decoding; vLLM warns below 8192, though nothing is subtracted for the "
+                   "draft slots (config/vllm.py:2275-2283)")
     return tuple(out)
 
 
@@ -71,12 +73,40 @@ def _header(req: Request, checked: Checked) -> list[str]:
     w0, w1, w2 = (max(len(r[i]) for r in rows) for i in range(3))
     lines += [f"  {n.ljust(w0)}  {v.rjust(w1)}  {o.ljust(w2)}  {w}" for n, v, o, w in rows]
     if req.spec is not None:
-        lines.append(f"  speculative decoding: {req.spec.method}, num_speculative_tokens="
-                     f"{req.spec.num_speculative_tokens}, {req.spec.draft_slots} draft slot(s) "
-                     "per request")
+        lines += spec_lines(req.spec, checked)
     if req.ignored:
         lines.append("ignored vLLM flags (not read by the scheduler model): "
                      + ", ".join("--" + n.replace("_", "-") for n in req.ignored))
+    return lines
+
+
+def spec_sizes(spec: SpecDecode, checked: Checked) -> dict[str, object]:
+    """What upstream derives from the speculative settings, for the text and --json:
+    draft slots (config/speculative.py:1887-1926), lookahead (config/vllm.py:615-641; None
+    when the draft model's config decides it), EAGLE's block drop (1944-1952)."""
+    assert checked.config is not None
+    sized = spec.sized(checked.config)
+    lookahead: int | None = sized.num_lookahead_tokens if spec.method != "dspark" else None
+    return {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens,
+            "parallel_drafting": sized.parallel_drafting, "draft_slots": sized.draft_slots,
+            "num_lookahead_tokens": lookahead,
+            "lookahead": spec.lookahead_text(checked.config),
+            "eagle_block_drop": spec.block_drop(checked.config),
+            "modelled": spec.outside() is None, "outside": spec.outside()}
+
+
+def spec_lines(spec: SpecDecode, checked: Checked) -> list[str]:
+    """The speculative-decoding line of the effective configuration."""
+    d = spec_sizes(spec, checked)
+    parallel = ", parallel drafting" if d["parallel_drafting"] else ""
+    drop = "on" if d["eagle_block_drop"] else "off"
+    lines = [f"  speculative decoding: {spec.method}{parallel}, num_speculative_tokens="
+             f"{spec.num_speculative_tokens}: {d['draft_slots']} draft slot(s) per request "
+             "(config/speculative.py:1887-1926), lookahead "
+             f"{d['lookahead']} KV slot(s) (config/vllm.py:615-641), EAGLE block drop {drop} "
+             "(config/speculative.py:1944-1952)"]
+    if spec.outside() is not None:
+        lines.append(f"    outside the model: {spec.outside()}")
     return lines
 
 
@@ -179,9 +209,8 @@ def _json_doc(req: Request, checked: Checked, notes: tuple[str, ...],
         "effective": {name: {"value": None if name == "num_gpu_blocks"
                              and not checked.pool_known else r.value,
                              "origin": r.origin, "why": r.why} for name, r in eff.values},
-        "speculative": None if req.spec is None else {
-            "method": req.spec.method, "num_speculative_tokens": req.spec.num_speculative_tokens,
-            "draft_slots": req.spec.draft_slots},
+        "speculative": None if req.spec is None or checked.config is None
+        else spec_sizes(req.spec, checked),
         "ignored_flags": list(req.ignored), "notes": list(notes),
         "warnings": [] if checked.config is None else list(warnings(checked.config, req)),
         "valid": err is None,

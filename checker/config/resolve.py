@@ -27,6 +27,8 @@ class Request:
     ignored: tuple[str, ...]
     envelope: Envelope
     deployment: Deployment = MODEL_SCOPE  # the scheduling features it turns on
+    async_flag: bool | None = None  # --async-scheduling as given (None: unset)
+
 
 @dataclass(frozen=True, slots=True)
 class Checked:
@@ -39,7 +41,8 @@ class Checked:
 
 
 def check_config(req: Request) -> Checked:
-    """Resolve and validate: SchedulerConfig's rules, then the startup rules."""
+    """Resolve and validate: SchedulerConfig's rules (with the speculative ones), then the
+    speculative-decoding rules of EngineArgs and VllmConfig, then the KV startup check."""
     device = req.device
     ea = req.engine_args
     if device is None:
@@ -49,16 +52,20 @@ def check_config(req: Request) -> Checked:
                              "(engine/arg_utils.py:2893-2985), or set both flags")
         device = device_with_memory(0.0)
     eff = resolve(ea, device)
-    cfg = eff.to_config()
+    # Speculative decoding the model covers is part of the Config it validates and runs
+    # (its rules are SchedulerConfig-time, model/vllm/validation.py); a setting outside
+    # the model leaves the Config without it and gets only the step-free rules.
+    cfg = eff.to_config() if req.spec is None else req.spec.on(eff.to_config())
     pool_known = ea.num_gpu_blocks is not None
     check_field_types(cfg)
     try:
         validate(cfg)
     except ConfigError as exc:
         return Checked(eff, cfg, pool_known, exc)
+    error = (None if req.spec is None
+             else spec_rejection(cfg, req.spec, req.lora, req.async_flag))
     if not pool_known:
         cfg = replace(cfg, num_gpu_blocks=ample_pool(cfg))
-    error = kv_rejection(cfg) if pool_known else None
-    if error is None and req.spec is not None:
-        error = spec_rejection(cfg, req.spec, req.lora)
+    if error is None and pool_known:
+        error = kv_rejection(cfg)
     return Checked(eff, cfg, pool_known, error)

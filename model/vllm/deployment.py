@@ -30,8 +30,15 @@ ASYNC_SCHEDULING = Feature(
     "the AsyncScheduler schedules step k before step k-1's output is known: EOS is seen "
     "one step late (v1/core/sched/async_scheduler.py)")
 SPECULATIVE_DECODING = Feature(
-    "speculative decoding", "config/speculative.py, v1/core/sched/scheduler.py:600-620",
+    "speculative decoding", "config/speculative.py, v1/core/sched/scheduler.py:612-614, "
+    "703-721, 857-876, 1131-1153, 2108-2128",
     "draft tokens take budget and draft slots; allocate_slots reserves lookahead blocks")
+
+
+def speculative_outside(reason: str) -> Feature:
+    """A speculative-decoding setting the model leaves out, named by why."""
+    return Feature("speculative decoding (" + reason.split(":")[0] + ")",
+                   "config/speculative.py, config/vllm.py:615-663", reason)
 LORA = Feature("LoRA", "v1/core/sched/scheduler.py (max_loras per step)",
                "a step admits requests of at most max_loras adapters")
 KV_CONNECTOR = Feature("KV connector", "v1/core/sched/scheduler.py (kv_holding_waiting)",
@@ -69,9 +76,13 @@ class Deployment:
     def features(self) -> tuple[Feature, ...]:
         """Every scheduling feature this deployment turns on."""
         on = [f for f, flag in ((PREFIX_CACHING, self.prefix_caching),
-                                (ASYNC_SCHEDULING, self.async_scheduling),
-                                (SPECULATIVE_DECODING, self.speculative is not None),
-                                (LORA, self.lora)) if flag]
+                                (ASYNC_SCHEDULING, self.async_scheduling)) if flag]
+        if self.speculative is not None:
+            outside = self.speculative.outside()
+            on.append(SPECULATIVE_DECODING if outside is None
+                      else speculative_outside(outside))
+        if self.lora:
+            on.append(LORA)
         return (*on, *self.others)
 
     def outside_model(self) -> tuple[Feature, ...]:
@@ -84,12 +95,6 @@ def outside_reason(features: tuple[Feature, ...]) -> str:
     return "outside the model: " + ", ".join(f.name for f in features)
 
 
-# Speculative methods that keep async scheduling on when it is left unset; the others
-# turn it off (config/vllm.py:1597-1617; an explicit --async-scheduling with them is an
-# error, 1553-1584).
-ASYNC_SPEC_METHODS = ("eagle", "eagle3", "mtp", "draft_model", "dspark", "dflash")
-
-
 def serve_deployment(prefix_caching: bool | None, async_scheduling: bool | None,
                      speculative: SpecDecode | None, lora: bool, cpu_platform: bool,
                      pipeline_parallel: int, others: tuple[Feature, ...] = ()) -> Deployment:
@@ -97,13 +102,13 @@ def serve_deployment(prefix_caching: bool | None, async_scheduling: bool | None,
 
     Prefix caching is on unless turned off, for the decoder-only generate models the model
     covers (config/cache.py:141, engine/arg_utils.py:2987-3055). Async scheduling, when
-    unset, is on unless a speculative method outside ASYNC_SPEC_METHODS or pipeline
-    parallelism turns it off (config/vllm.py:1541-1644); the CPU platform forces it off
-    (platforms/cpu.py:329-331).
+    unset, is on unless a speculative setting without async support (SpecDecode.keeps_async,
+    config/vllm.py:1597-1617) or pipeline parallelism turns it off (config/vllm.py:1541-1644);
+    the CPU platform forces it off (platforms/cpu.py:329-331).
     """
     if async_scheduling is None:
         async_scheduling = (pipeline_parallel == 1 and (
-            speculative is None or speculative.method in ASYNC_SPEC_METHODS))
+            speculative is None or speculative.keeps_async))
     if cpu_platform:
         async_scheduling = False
     extra = (PIPELINE_PARALLEL,) if pipeline_parallel > 1 else ()
