@@ -23,7 +23,11 @@ def run_rules(sw: SlotWorkload) -> tuple[Step, ...]:
     engine = engines.get(sw.engine)
     state = engine.initial_state(len(sw.specs), sw.cfg)
     out = []
-    for eos in sw.eos:
-        state, observed = engine.step(CONCRETE, sw.cfg, sw.specs, state, eos)
+    for t, eos in enumerate(sw.eos):
+        if sw.spec:  # speculative decoding's choices
+            state, observed = engine.step(CONCRETE, sw.cfg, sw.specs, state, eos,
+                                          spec=sw.spec[t])  # type: ignore[call-arg]
+        else:
+            state, observed = engine.step(CONCRETE, sw.cfg, sw.specs, state, eos)
         out.append(observed)
     return tuple(out)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from model.core.ops import Bool, Int, Ops
 from model.core.types import SlotObs, Step
@@ -125,6 +125,14 @@ def admitted_with_tokens(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
     hit never covers the whole sequence (`assert num_new_tokens > 0`, scheduler.py:1170;
     the hit is capped at num_tokens - 1, kv_cache_manager.py:289-300)."""
     return _all(ops, [ops.implies(_joined(o, ops), o.scheduled >= 1) for o in steps[t].slots])
+
+
+def no_engine_assertion(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """The engine never reaches one of its own assertions: a crash of the serving process,
+    e.g. vLLM's `assert num_new_tokens == 1 + num_spec_tokens` (scheduler.py:1372), reached
+    when a long-prefill threshold below 1+k cuts a request padded for speculative decoding
+    (vllm-project/vllm#54028)."""
+    return ops.not_(steps[t].assertion)
 
 
 def resumed_recomputes_all(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
@@ -243,7 +251,7 @@ SAFETY: tuple[Property, ...] = tuple(_step_property(f) for f in (
     computed_within_tokens, no_admission_after_preemption, preempted_requeued,
     whole_prompt_without_chunking, running_before_waiting, decodes_exhaust_budget,
     exhausting_decodes_fill_max_num_seqs, admitted_with_tokens, prefix_hit_whole_blocks,
-    resumed_recomputes_all,
+    resumed_recomputes_all, no_engine_assertion,
 ))
 
 NEVER_FINISHES = Property(
@@ -287,7 +295,13 @@ def names() -> tuple[str, ...]:
 
 
 def get(name: str, **params: int) -> Property:
-    """The property `name`, instantiated with its parameters (k, m)."""
+    """The property `name`, instantiated with its parameters (k, m). Every property but
+    no_engine_assertion holds vacuously once the engine has reached an assertion of its
+    own: a crashed engine has no later behaviour to judge."""
+    return _after_crash_vacuous(_get(name, **params))
+
+
+def _get(name: str, **params: int) -> Property:
     extra, factories = _extras()
     for p in SAFETY + extra:
         if p.name == name:
@@ -299,6 +313,19 @@ def get(name: str, **params: int) -> Property:
     if name in factories:
         return factories[name](**params)
     raise KeyError(name)
+
+
+def _after_crash_vacuous(prop: Property) -> Property:
+    if prop.name == "no_engine_assertion" or prop.kind == "lasso":
+        return prop
+    inner = prop.holds
+
+    def holds(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+        crashed = steps[t].assertion
+        if crashed is False:  # engines and configs without assertions: no extra term
+            return inner(ops, steps, t)
+        return ops.or_(crashed, inner(ops, steps, t))
+    return replace(prop, holds=holds)
 
 
 def example(name: str) -> Property:

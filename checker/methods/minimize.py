@@ -6,7 +6,8 @@
    (per slot in arrival order: arrival_step, prompt_len, max_tokens, priority,
     cached_prefix_len, prefix_group, shared_prefix_len; then the ranged config fields in
     the engine's `ranged_fields` order; then the EOS choices, step by step and slot by
-    slot, false before true).
+    slot, false before true; with speculative decoding, then the accepted drafts and the
+    drafts not proposed, step by step and slot by slot).
 
 Every free choice of the run is in that vector, so the minimum is one run: the same
 question gives the same file.
@@ -21,7 +22,7 @@ import z3
 
 from checker.methods.symbolic import Unrolling, present
 from model.core.ops import Bool
-from model.core.types import EosEvent, RequestSpec, Workload
+from model.core.types import AcceptEvent, DraftEvent, EosEvent, RequestSpec, Workload
 
 
 def objectives(u: Unrolling) -> list[z3.ArithRef]:
@@ -35,6 +36,9 @@ def objectives(u: Unrolling) -> list[z3.ArithRef]:
     objs += [u.cfg_vars[name] for name in u.engine.ranged_fields if name in u.cfg_vars]
     for eos in u.eos:
         objs += [z3.If(e, 1, 0) for e in eos]
+    k = getattr(u.cfg, "num_spec_tokens", 0)
+    for choices in u.spec:
+        objs += [a for a, _ in choices] + [k - d for _, d in choices]
     return objs
 
 
@@ -81,5 +85,34 @@ def workload_of(u: Unrolling, model: z3.ModelRef, base: Any, depth: int) -> Work
         for i, (e, obs) in enumerate(zip(choices, observed.slots, strict=True)):
             if z3.is_true(model.eval(z3.And(e, obs.sampled), model_completion=True)):
                 eos.append(EosEvent(id=f"r{i}", step=t + 1))
+    accepted, drafts = _spec_events(u, model)
     return Workload(config=cfg, requests=tuple(requests), eos=tuple(eos), steps=depth,
-                    engine=u.engine.name)
+                    engine=u.engine.name, accepted=accepted, drafts=drafts)
+
+
+def _int(model: z3.ModelRef, x: object) -> int:
+    """The value of an int term (or a Python int) in the model."""
+    if isinstance(x, z3.ExprRef):
+        return model.eval(x, model_completion=True).as_long()
+    return int(x)  # type: ignore[call-overload]
+
+
+def _spec_events(u: Unrolling, model: z3.ModelRef
+                 ) -> tuple[tuple[AcceptEvent, ...], tuple[DraftEvent, ...]]:
+    """The speculative-decoding choices of a model that change the run: drafts accepted
+    where drafts were scheduled, and fewer drafts than k proposed for a request that
+    sampled and goes on (for proposers that may find fewer)."""
+    k = getattr(u.cfg, "num_spec_tokens", 0)
+    accepted: list[AcceptEvent] = []
+    drafts: list[DraftEvent] = []
+    for t, (choices, observed) in enumerate(zip(u.spec, u.steps, strict=False)):
+        for i, ((_, d), obs) in enumerate(zip(choices, observed.slots, strict=True)):
+            count = _int(model, obs.spec_accepted)
+            if count:
+                accepted.append(AcceptEvent(id=f"r{i}", step=t + 1, count=count))
+            goes_on = z3.And(obs.sampled, z3.Not(obs.finished))
+            proposed = _int(model, d)
+            if (getattr(u.cfg, "drafts_vary", False) and proposed != k
+                    and z3.is_true(model.eval(goes_on, model_completion=True))):
+                drafts.append(DraftEvent(id=f"r{i}", step=t + 1, count=proposed))
+    return tuple(accepted), tuple(drafts)

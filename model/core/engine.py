@@ -80,6 +80,13 @@ class EngineModel:
     witness_config: Callable[[Any], Any | None] | None = None
     # optional: one line of engine-specific facts for a step's text row
     describe_step: Callable[[StepRecord], str] | None = None
+    # optional: after a reference step, the other environment choices that step could have
+    # taken besides EOS (keyword arguments of the scheduler's `step`: e.g. speculative
+    # decoding's accepted drafts), each scheduling the same; the explorer branches on them
+    step_choices: Callable[[Any], Sequence[Mapping[str, Any]]] | None = None
+    # Step fields whose default states nothing (e.g. `assertion`) that the engine's rules
+    # set even where they come out constant: it models what they observe
+    sets_fields: tuple[str, ...] = ()
     # the docs' rules table: (upstream file:line, reference function, rules function)
     rules_table: tuple[tuple[str, str, str], ...] = ()
     extra: Mapping[str, object] | None = None

@@ -20,6 +20,8 @@ class SlotWorkload:
     eos: tuple[tuple[bool, ...], ...]
     ids: tuple[str, ...]
     engine: str = DEFAULT_ENGINE
+    # Speculative decoding: spec[t][i] = (drafts accepted, drafts proposed), () without it
+    spec: tuple[tuple[tuple[int, int], ...], ...] = ()
 
 
 def lay_out(workload: Workload, rule_cfg: Any, num_slots: int | None = None) -> SlotWorkload:
@@ -43,4 +45,11 @@ def lay_out(workload: Workload, rule_cfg: Any, num_slots: int | None = None) -> 
         tuple(i < len(ids) and t in eos_steps.get(ids[i], ()) for i in range(n))
         for t in range(1, workload.steps + 1)
     )
-    return SlotWorkload(rule_cfg, tuple(specs), eos, ids, workload.engine)
+    k = getattr(rule_cfg, "num_spec_tokens", 0)
+    spec: tuple[tuple[tuple[int, int], ...], ...] = ()
+    if k:
+        accepted, drafts = workload.accepted_by_step(), workload.drafts_by_step()
+        spec = tuple(tuple((accepted.get(t, {}).get(ids[i], 0) if i < len(ids) else 0,
+                            drafts.get(t, {}).get(ids[i], k) if i < len(ids) else k)
+                           for i in range(n)) for t in range(1, workload.steps + 1))
+    return SlotWorkload(rule_cfg, tuple(specs), eos, ids, workload.engine, spec)

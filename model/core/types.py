@@ -45,9 +45,10 @@ class EosEvent:
 
 @dataclass(frozen=True, slots=True)
 class AcceptEvent:
-    """Speculative decoding: of the draft tokens scheduled for request `id` whose output
-    is processed in step `step`, the verifier accepts `count` (the rest are rejected).
-    Absent: none is accepted."""
+    """Speculative decoding: of the draft tokens scheduled for request `id` in step
+    `step`, the verifier accepts `count` (the rest are rejected). It is the output an
+    EosEvent of that step names: under async scheduling that output is processed in the
+    next step. Absent: none is accepted."""
 
     id: str
     step: int
@@ -226,6 +227,8 @@ class SlotObs:
     arrival_time: int
     prefix_hit: object = 0  # tokens a prefix cache gave the request at admission
     finish_rank: object = 0  # order its output is processed in (finished lists follow it)
+    spec_scheduled: object = 0  # speculative decoding: draft tokens scheduled in this step
+    spec_accepted: object = 0  # of those, accepted by the verifier
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,3 +251,5 @@ class Step:
     shared_blocks: object = 0  # block references beyond the first to a shared block
     cached_blocks: object = 0  # blocks holding a prefix-cache hash, in use or evictable
     evictable_blocks: object = 0  # cached blocks nobody holds (counted as free)
+    # The engine reached an assertion of its own in this step (or earlier: it is dead).
+    assertion: object = False

@@ -90,18 +90,24 @@ def lookup(ops: Ops, cfg: RuleConfig, c: CacheWork, specs: Sequence[SlotSpec],
     (P:62-71); a hit block nobody holds is evictable and costs a free block (T:175-265)."""
     cap = ops.floordiv(num_tokens - (1 if cfg.cap_prefix_hit else 0), cfg.block_size)
     going: Bool = True
-    hit: Int = 0
-    evictable: Int = 0
-    chosen = []
+    runs: list[Bool] = []
+    firsts = []
     for j in range(cfg.table_len):
         want = pick(ops, sel, [block_hash(ops, cfg, spec, i, j, len(specs))
                                for i, spec in enumerate(specs)])
         copies = [h == want for h in c.hash]
-        first = select_min(ops, copies, [(k,) for k in c.cached_at])
+        firsts.append(select_min(ops, copies, [(k,) for k in c.cached_at]))
         going = ops.name(ops.and_(going, ops.or_(*copies), j < cap))
-        hit = hit + ops.to_int(going)
-        evictable = evictable + ops.to_int(ops.and_(going, pick(ops, first, c.ref) == 0))
-        chosen.append(tuple(ops.and_(going, f) for f in first))
+        runs.append(going)
+    if cfg.eagle_block_drop:  # T:815-820: EAGLE gives the hit's last block back
+        runs = [ops.and_(r, nxt) for r, nxt in zip(runs, [*runs[1:], False], strict=True)]
+    hit: Int = 0
+    evictable: Int = 0
+    chosen = []
+    for run, first in zip(runs, firsts, strict=True):
+        hit = hit + ops.to_int(run)
+        evictable = evictable + ops.to_int(ops.and_(run, pick(ops, first, c.ref) == 0))
+        chosen.append(tuple(ops.and_(run, f) for f in first))
     return Hit(ops.name(hit), tuple(chosen), ops.name(evictable))
 
 

@@ -5,6 +5,7 @@ rule switches (model/vllm/config.py VERSIONS), through `ENGINE.extra["versions"]
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import cache, partial
@@ -12,7 +13,7 @@ from functools import cache, partial
 from model.core.engine import EngineModel
 from model.core.observe import observed_step
 from model.core.ops import Bool, Ops
-from model.core.types import SlotObs, Step, StepRecord, Workload
+from model.core.types import RequestSpec, SlotObs, Step, StepRecord, Workload
 from model.vllm import rules
 from model.vllm.config import (
     ENGINE_VLLM_V1,
@@ -46,7 +47,10 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     The reference reports free blocks but not blocks per request; with prefix caching off
     a running request holds exactly cdiv(min(num_computed_tokens, max_model_len),
     block_size) blocks (kv_cache_manager.py:541-571), a waiting one none, so the
-    conservation property still cross-checks the reference's own pool accounting.
+    conservation property still cross-checks the reference's own pool accounting. With
+    speculative decoding lookahead slots and rolled-back drafts keep their blocks, so the
+    record gives each running request's blocks, and an output carries one token plus the
+    accepted drafts.
     """
     cfg = workload.config
     rcfg = RuleConfig.from_config(cfg)
@@ -58,9 +62,14 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     waiting: tuple[str, ...] = ()
     steps = []
     pending: frozenset[str] = frozenset()  # async: sampled by the previous schedule
+    pending_spec: tuple[dict[str, int], dict[str, int]] = ({}, {})  # its drafts, accepted
     gone: set[str] = set()
     for rec in records:
         facts = dict(rec.extra)
+        if "assertion" in facts:
+            steps.append(_crashed(rec, ordered, rcfg, running, waiting, ncomp, outputs,
+                                  preemptions, gone))
+            continue
         arrived = tuple(r.id for r in ordered if r.arrival_step == rec.step)
         was_waiting = set(waiting) | set(arrived)
         was_running = set(running)
@@ -68,20 +77,29 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
         rank = {rid: k for k, (rid, _) in enumerate(rec.scheduled)}
         after = dict(rec.num_computed_tokens)
         finished = dict(rec.finished)
+        spec = _spec_facts(facts)
+        held_blocks = facts.get("blocks_held")
         slots = []
-        for i, spec in enumerate(ordered):
-            rid = spec.id
-            ntok = spec.prompt_len + outputs[rid]
+        for i, req in enumerate(ordered):
+            rid = req.id
+            ntok = req.prompt_len + outputs[rid]
             n = sched.get(rid, 0)
             now = after.get(rid, ncomp[rid])
             if rcfg.async_scheduling:  # this schedule's token is delivered next step
                 sampled = rid in facts["sampled"]  # type: ignore[operator]
                 got = rid in pending and rid not in gone
+                drafts, accepted = pending_spec
             else:
                 sampled = got = n > 0 and now >= ntok
+                drafts, accepted = spec
+            delivered = _delivered(req, outputs[rid], accepted.get(rid, 0), cfg.max_model_len,
+                                   rid in finished) if got else 0
             preemptions[rid] += rid in rec.preempted
-            blocks = (cdiv(min(now, cfg.max_model_len), cfg.block_size)
-                      if rid in rec.running else 0)
+            if isinstance(held_blocks, dict):
+                blocks = held_blocks.get(rid, 0)
+            else:
+                blocks = (cdiv(min(now, cfg.max_model_len), cfg.block_size)
+                          if rid in rec.running else 0)
             queue_key = rec.waiting.index(rid) if rid in rec.waiting else 0
             slots.append(SlotObs(
                 held=rid in was_running or rid in was_waiting, was_running=rid in was_running,
@@ -90,21 +108,85 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
                 preempted=rid in rec.preempted, finished=rid in finished,
                 finished_stop=finished.get(rid) == "stop", sampled=sampled, num_tokens=ntok,
                 num_computed_tokens_before=ncomp[rid], num_computed_tokens=now,
-                num_output_tokens=outputs[rid] + int(got), blocks=blocks,
+                num_output_tokens=outputs[rid] + delivered, blocks=blocks,
                 num_preemptions=preemptions[rid], running_after=rid in rec.running,
                 waiting_after=rid in rec.waiting, queue_key=queue_key,
                 run_key=rec.running.index(rid) if rid in rec.running else 0,
-                prompt_len=spec.prompt_len, max_tokens=spec.max_tokens,
-                priority=spec.priority,
-                arrival_time=i, prefix_hit=facts.get("prefix_hits", {}).get(rid, 0)))
-            outputs[rid] += int(got)
-            ncomp[rid] = now
+                prompt_len=req.prompt_len, max_tokens=req.max_tokens,
+                priority=req.priority, arrival_time=i,
+                prefix_hit=facts.get("prefix_hits", {}).get(rid, 0),
+                spec_scheduled=spec[0].get(rid, 0),
+                spec_accepted=spec[1].get(rid, 0) if spec[0].get(rid, 0) else 0))
+            outputs[rid] += delivered
+            # S:2108-2128: the rejected drafts of the output processed roll back (not a
+            # stale one: preempted since, its progress is already 0)
+            rejected = drafts.get(rid, 0) - accepted.get(rid, 0) if got else 0
+            ncomp[rid] = now - rejected if now > 0 and rid not in rec.preempted else now
         steps.append(_observed(rec, slots, rcfg, facts))
         running = tuple(r for r in rec.running if r not in finished)
         waiting = tuple(r for r in rec.waiting if r not in finished)
         gone |= set(finished)
         pending = frozenset(facts.get("sampled", ()))  # type: ignore[arg-type]
+        pending_spec = spec
     return tuple(steps)
+
+
+def step_choices(scheduler: VllmV1Scheduler) -> tuple[dict[str, dict[str, int]], ...]:
+    """The speculative-decoding choices of the step the scheduler just ran, other than the
+    default (nothing accepted, k drafts proposed), as `step` keyword arguments: every
+    accepted count up to the drafts scheduled, times every number of drafts a proposer
+    that may find fewer could propose."""
+    room, draft_ids = scheduler.choice_space()
+    k = scheduler.cfg.num_spec_tokens
+    accepts = [dict(zip(room, counts, strict=True))
+               for counts in itertools.product(*(range(n + 1) for n in room.values()))]
+    proposals = [dict(zip(draft_ids, counts, strict=True))
+                 for counts in itertools.product(range(k + 1), repeat=len(draft_ids))]
+    out = []
+    for a in accepts:
+        for d in proposals:
+            kw = {"accepted": {r: c for r, c in a.items() if c},
+                  "drafts": {r: c for r, c in d.items() if c != k}}
+            if kw["accepted"] or kw["drafts"]:
+                out.append(kw)
+    return tuple(out)
+
+
+def _spec_facts(facts: Mapping[str, object]) -> tuple[dict[str, int], dict[str, int]]:
+    """A record's drafts scheduled and accepted counts by request ({} without them)."""
+    drafts, accepted = facts.get("spec_scheduled", {}), facts.get("accepted", {})
+    assert isinstance(drafts, dict) and isinstance(accepted, dict)
+    return drafts, accepted
+
+
+def _delivered(req: RequestSpec, outputs: int, accepted: int, max_model_len: int,
+               finished: bool) -> int:
+    """Tokens an output adds: one plus the accepted drafts, cut where check_stop stops
+    the request (max_tokens, max_model_len; an EOS is the last token, S:2493-2510)."""
+    tokens = 1 + accepted
+    if finished:
+        tokens = min(tokens, req.max_tokens - outputs,
+                     max_model_len - req.prompt_len - outputs) or 1
+    return max(tokens, 1)
+
+
+def _crashed(rec: StepRecord, ordered: Sequence[RequestSpec], rcfg: RuleConfig,
+             running: tuple[str, ...], waiting: tuple[str, ...], ncomp: Mapping[str, int],
+             outputs: Mapping[str, int], preemptions: Mapping[str, int],
+             gone: set[str]) -> Step:
+    """The step in which the engine reached an assertion (and every later one): nothing is
+    scheduled or finished; requests stand as the step found them."""
+    held = set(running) | {r.id for r in ordered if r.arrival_step <= rec.step} - gone
+    slots = [SlotObs(
+        held=r.id in held, was_running=r.id in running, was_waiting=r.id in held
+        and r.id not in running, scheduled=0, serve_rank=0, admitted=False, resumed=False,
+        preempted=False, finished=False, finished_stop=False, sampled=False,
+        num_tokens=r.prompt_len + outputs[r.id], num_computed_tokens_before=ncomp[r.id],
+        num_computed_tokens=ncomp[r.id], num_output_tokens=outputs[r.id], blocks=0,
+        num_preemptions=preemptions[r.id], running_after=False, waiting_after=False,
+        queue_key=0, run_key=0, prompt_len=r.prompt_len, max_tokens=r.max_tokens,
+        priority=r.priority, arrival_time=i) for i, r in enumerate(ordered)]
+    return replace(observed_step(rec, slots, rcfg, 0), assertion=True)
 
 
 def _observed(rec: StepRecord, slots: list[SlotObs], rcfg: RuleConfig,
@@ -278,6 +360,7 @@ ENGINE = EngineModel(
     well_formed=well_formed, invariant_covers=lambda cfg: not cfg.prefix_caching,
     ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
     family_constraints=validation_constraints, within_bounds=within_bounds,
-    symbolic_limit=symbolic_limit, witness_config=cache_free,
+    symbolic_limit=symbolic_limit, witness_config=cache_free, sets_fields=("assertion",),
+    step_choices=step_choices,  # type: ignore[arg-type]
     extra={"versions": VllmVersions(versions=VERSIONS, pinned=VLLM_VERSION)},
 )

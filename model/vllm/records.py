@@ -29,6 +29,10 @@ def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
         # Each victim is running[-1]: the latest-admitted first.
         victims.sort(key=lambda i: _run_key(observed, i), reverse=True)
     held_order = running + waiting
+    if observed.assertion:  # the engine died in this step: the reference's crash record
+        return StepRecord(step=observed.step, scheduled=(), admitted=(), resumed=(),
+                          preempted=(), finished=(), free_blocks=observed.free_blocks,
+                          num_computed_tokens=(), extra=(("assertion", True),))
     return StepRecord(
         step=observed.step,
         scheduled=tuple((ids[i], observed.slots[i].scheduled) for _, i in served),
@@ -44,8 +48,22 @@ def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
         running=tuple(ids[i] for i in running),
         waiting=tuple(ids[i] for i in waiting),
         token_budget_left=observed.token_budget_left,
-        extra=_cache_facts(observed, ids, served) + _async_facts(observed, ids, served),
+        extra=(_cache_facts(observed, ids, served) + _async_facts(observed, ids, served)
+               + _spec_facts(observed, ids, served, running)),
     )
+
+
+def _spec_facts(observed: Step, ids: Sequence[str], served: list[tuple[object, int]],
+                running: list[int]) -> tuple[tuple[str, object], ...]:
+    """With speculative decoding, the drafts scheduled and accepted per request in service
+    order, and each running request's blocks, as the reference records them."""
+    if not getattr(observed.cfg, "num_spec_tokens", 0):
+        return ()
+    slots = observed.slots
+    drafted = [i for _, i in served if slots[i].spec_scheduled > 0]
+    return (("spec_scheduled", {ids[i]: slots[i].spec_scheduled for i in drafted}),
+            ("accepted", {ids[i]: slots[i].spec_accepted for i in drafted}),
+            ("blocks_held", {ids[i]: slots[i].blocks for i in running}))
 
 
 def _async_facts(observed: Step, ids: Sequence[str],

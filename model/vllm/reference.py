@@ -3,10 +3,27 @@ and `Scheduler.update_from_output()`, written to be read beside the upstream fil
 
 Scope: the synchronous `Scheduler` or the `AsyncScheduler` (`async_scheduling`: one step of
 look-ahead, A = v1/core/sched/async_scheduler.py), full attention, prefix caching on or off
-(`enable_prefix_caching`; the cache itself is model/vllm/kv_cache.py), no speculative
-decoding, no KV connector, no multimodal/encoder inputs, no LoRA, no structured output, not
-paused. Under that scope `draft_slots == 0`, `num_tokens_with_spec == num_tokens` and
-`kv_holding_waiting` stays empty, so those branches are left out.
+(`enable_prefix_caching`; the cache itself is model/vllm/kv_cache.py), speculative decoding
+on or off (Config.speculative_method; static k, no dynamic SD, prefill lookahead at most 1,
+which makes `_reserve_prefill_lookahead` a clamp at 0), no KV connector, no multimodal/encoder
+inputs, no LoRA, no structured output, not paused. `kv_holding_waiting` stays empty, so its
+branches are left out.
+
+Speculative decoding (S:612-614, 661, 703-721, 857-876, 918, 1118, 1131-1153, 1367-1375,
+2108-2128; A:25-56): a request carries `spec_token_ids` drafts into a step; the running loop
+schedules them within both budgets (each scheduled request costs `draft_slots` more of the
+input budget), allocate_slots reserves `num_lookahead_tokens` slots past the chunk, a
+waiting request with one token left is padded to 1+k placeholder drafts, and the output's
+accepted count (the environment's choice, `step(accepted=...)`) rolls back the rejected
+ones. Synchronous: the drafter's proposals for the next step come in with
+`step(drafts=...)` (default k each; update_draft_token_ids, S:2550-2569). Async: the
+scheduler sets k placeholders itself (A:50).
+
+An assertion the engine reaches (S:1372 `num_new_tokens == 1 + num_spec_tokens`, reachable
+when 0 < long_prefill_token_threshold < 1+k cuts a padded request) is not raised: the step's
+record carries `extra["assertion"]` ("scheduler.py:1372 ...") with nothing else scheduled,
+admitted, preempted or finished, `free_blocks` as the pool stood at the assertion and no
+requests listed; the engine is dead from then on, and every later step records the same.
 
 One `step()` is one engine step. Synchronous: schedule(), then the model output of that
 schedule, then update_from_output() (v1/engine/core.py:657-687). Async, as EngineCore's
@@ -87,6 +104,10 @@ class Request:
     num_in_flight_tokens: int = 0
     num_stale_output_tokens: int = 0
     is_prefill_chunk: bool = False
+    # Speculative decoding (R:183): how many drafts the request carries into the next step;
+    # their ids do not matter, only whether they are placeholders (-1: the AsyncScheduler's,
+    # A:50), which the verifier never accepts.
+    num_spec_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -211,22 +232,27 @@ def effective_long_prefill_threshold(cfg: Config, num_eligible_reqs: int) -> int
 
 
 def running_num_new_tokens(
-    request: Request, threshold: int, token_budget: int, input_budget: int, max_model_len: int
+    request: Request, threshold: int, token_budget: int, input_budget: int, max_model_len: int,
+    draft_slots: int = 0
 ) -> int:
-    """Tokens a RUNNING request asks for this step (S:703-721).
+    """Tokens a RUNNING request asks for this step (S:703-721, 744-753).
 
-    The gap `num_tokens + num_output_placeholders - num_computed_tokens` (placeholders: the
-    outputs of async steps not yet delivered), cut to the long-prefill threshold, to both
-    budgets, and to `max_model_len - num_computed_tokens - 1` (one slot for the token
-    sampled in this step). That last cap never binds without spec decode, since a request
-    reaching `max_model_len` tokens finishes; it is kept for fidelity.
+    The gap `num_tokens_with_spec + num_output_placeholders - num_computed_tokens` (its
+    drafts; placeholders: the outputs of async steps not yet delivered), cut to the
+    long-prefill threshold, to the token budget and the input budget less the draft slots,
+    and to `max_model_len - num_computed_tokens - 1` (one slot for the token sampled in
+    this step: drafts near the end are trimmed here), clamped at 0 (S:589).
     """
-    num_new_tokens = (request.num_tokens + request.num_output_placeholders
+    num_new_tokens = (request.num_tokens + request.num_spec_tokens
+                      + request.num_output_placeholders
                       - request.num_computed_tokens)  # S:703-707
     if 0 < threshold < num_new_tokens:
         num_new_tokens = threshold
-    num_new_tokens = min(num_new_tokens, token_budget, input_budget)
-    return min(num_new_tokens, max_model_len - request.num_computed_tokens - 1)
+    num_new_tokens = min(num_new_tokens, token_budget, input_budget - draft_slots)
+    num_new_tokens = min(num_new_tokens, max_model_len - request.num_computed_tokens - 1)
+    # S:744-753 `_reserve_prefill_lookahead`: with a prefill lookahead of at most 1 (every
+    # method modelled) only its clamp at 0 acts.
+    return max(num_new_tokens, 0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -263,16 +289,24 @@ class _StepOutput:
     scheduled_resumed_reqs: list[Request] = field(default_factory=list)
     preempted_reqs: list[Request] = field(default_factory=list)
     prefix_hits: dict[str, int] = field(default_factory=dict)  # admitted id -> hit tokens
+    # scheduled_spec_decode_tokens (S:861-876, 1371-1375): id -> drafts scheduled, and the
+    # ids whose drafts are padding placeholders
+    spec_scheduled: dict[str, int] = field(default_factory=dict)
+    padded: set[str] = field(default_factory=set)
+    prefill_scheduled: bool = False  # S:852
+    assertion: str = ""  # the engine assertion this schedule() reached, if any
 
 
 @dataclass(frozen=True, slots=True)
 class _ModelOutput:
-    """A schedule's output as the fake model runner returns it: one token for each
-    request that samples (its chunk finishes what it lacks), EOS for `eos_ids`."""
+    """A schedule's output as the fake model runner returns it: for each request that
+    samples (its chunk finishes what it lacks), one token plus the accepted drafts
+    (`accepted`, 0 when absent); the last token is EOS for `eos_ids`."""
 
     out: _StepOutput
     samples: frozenset[str]
     eos_ids: frozenset[str]
+    accepted: tuple[tuple[str, int], ...] = ()
 
 
 # ---------------------------------------------------------------------------------------
@@ -297,6 +331,10 @@ class VllmV1Scheduler:
         self._num_arrived = 0
         self._finished_ids: set[str] = set()
         self._pending: _ModelOutput | None = None  # async: schedule(k-1)'s output
+        self.crashed = ""  # the assertion the engine died at ("" while it runs)
+        # What the environment could have chosen in the last step (choice_space).
+        self._accept_room: dict[str, int] = {}
+        self._draft_ids: tuple[str, ...] = ()
 
     def __deepcopy__(self, memo: dict[int, object]) -> VllmV1Scheduler:
         """A copy that shares nothing mutable (the explorer branches on copies): each
@@ -342,23 +380,46 @@ class VllmV1Scheduler:
         self.requests[spec.id] = request
         self.waiting.add_request(request)
 
-    def step(self, eos_ids: frozenset[str] = frozenset()) -> StepRecord:
+    def step(self, eos_ids: frozenset[str] = frozenset(),
+             accepted: Mapping[str, int] | None = None,
+             drafts: Mapping[str, int] | None = None) -> StepRecord:
         """Run one iteration. `eos_ids` are the requests whose token sampled in this step
-        is EOS; each must actually sample in this step, else InputError."""
+        is EOS (the last token of the output processed in it); each must actually sample
+        in this step, else InputError. Speculative decoding: `accepted[id]` drafts of the
+        output processed in this step are accepted (default 0), and synchronously the
+        drafter proposes `drafts[id]` drafts for the next step (default k)."""
+        if self.crashed:
+            self.current_step += 1
+            return self._crash_record(self.crashed)
         out = self._schedule()
+        if out.assertion:
+            self.crashed = out.assertion
+            return self._crash_record(out.assertion)
         free_blocks = self.pool.num_free_blocks
         cache_facts = self._cache_facts(out)
         held = [*self.running, *self.waiting]
         num_computed = tuple((r.request_id, r.num_computed_tokens) for r in held)
         running_ids = tuple(r.request_id for r in self.running)
+        held_blocks = {rid: self.table.held(rid) for rid in running_ids}
         waiting_ids = tuple(r.request_id for r in self.waiting)
         self._check_eos(out, eos_ids)
-        output = _ModelOutput(out, frozenset(
-            rid for rid in out.num_scheduled_tokens
-            if not self.requests[rid].is_prefill_chunk), frozenset(eos_ids))
+        samples = frozenset(rid for rid in out.num_scheduled_tokens
+                            if not self.requests[rid].is_prefill_chunk)
+        chosen = self._check_accepted(out, accepted or {})
+        self._accept_room = {rid: n for rid, n in out.spec_scheduled.items()
+                             if rid not in out.padded}
+        output = _ModelOutput(out, samples, frozenset(eos_ids), chosen)
         if not self.cfg.async_scheduling:
             finished = self._update_from_output(output)
+            self._update_draft_token_ids(out, drafts or {})
+            self._draft_ids = tuple(
+                rid for rid in out.num_scheduled_tokens if self.cfg.drafts_vary
+                and rid in self.requests and not self.requests[rid].is_prefill_chunk)
         else:  # core.py:698-792: this step delivers the previous schedule's output
+            if drafts:
+                raise InputError("drafts are not a choice under async scheduling: the "
+                                 "AsyncScheduler gives every request k placeholder drafts "
+                                 "itself (async_scheduler.py:50); drop the 'drafts' entries")
             finished = self._update_from_output(self._pending) if self._pending else ()
             self._pending = output
         if cache_facts:
@@ -367,6 +428,10 @@ class VllmV1Scheduler:
         if self.cfg.async_scheduling:  # whose token the next step delivers
             cache_facts += (("sampled", tuple(r for r in out.num_scheduled_tokens
                                               if r in output.samples)),)
+        if self.cfg.num_spec_tokens:  # blocks: lookahead and rolled-back drafts keep theirs
+            cache_facts += (("spec_scheduled", dict(out.spec_scheduled)),
+                            ("accepted", dict(chosen)),
+                            ("blocks_held", held_blocks))
         return StepRecord(
             step=self.current_step,
             scheduled=tuple(out.num_scheduled_tokens.items()),
@@ -381,6 +446,73 @@ class VllmV1Scheduler:
             token_budget_left=out.token_budget,
             extra=cache_facts,
         )
+
+    def choice_space(self) -> tuple[dict[str, int], tuple[str, ...]]:
+        """What the environment could choose in the step just run besides EOS: for each
+        request with drafts scheduled (not padding), the most drafts it could accept; and
+        the requests whose proposer could have proposed fewer than k drafts for the next
+        step. A step run with other choices schedules the same."""
+        return dict(self._accept_room), self._draft_ids
+
+    def _crash_record(self, assertion: str) -> StepRecord:
+        """The record of a step of an engine that has reached an assertion (see the
+        module docstring): nothing done, the pool as it stood."""
+        return StepRecord(step=self.current_step, scheduled=(), admitted=(), resumed=(),
+                          preempted=(), finished=(), free_blocks=self.pool.num_free_blocks,
+                          num_computed_tokens=(), extra=(("assertion", assertion),))
+
+    def _check_accepted(self, out: _StepOutput,
+                        accepted: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+        """The accepted count of each request this schedule gave drafts, in its order (0
+        unless given): the output of this schedule, as an EOS of this step names it (under
+        async it is processed in the next step). InputError for a count above the drafts
+        scheduled, for accepted placeholders, and for a request with no drafts."""
+        room = dict(out.spec_scheduled)
+        for rid in sorted(accepted):
+            count = accepted[rid]
+            if rid not in room:
+                raise InputError(
+                    f"accepted for request {rid!r} in step {self.current_step}: no draft "
+                    "tokens of it are scheduled in that step; accept drafts only where "
+                    "drafts were scheduled")
+            if rid in out.padded and count:
+                raise InputError(
+                    f"accepted {count} for request {rid!r} in step {self.current_step}: its "
+                    "drafts are padding placeholders (-1, scheduler.py:1371-1375), which the "
+                    "verifier never accepts; give 0")
+            if not 0 <= count <= room[rid]:
+                raise InputError(
+                    f"accepted {count} for request {rid!r} in step {self.current_step}: "
+                    f"{room[rid]} draft tokens were scheduled; give 0..{room[rid]}")
+        return tuple((rid, accepted.get(rid, 0)) for rid in room)
+
+    def _update_draft_token_ids(self, out: _StepOutput, drafts: Mapping[str, int]) -> None:
+        """`update_draft_token_ids` after a synchronous step (core.py:689-696,
+        S:2550-2569): each request of the batch still held gets the drafter's proposals,
+        except a prefill chunk, whose drafts are cleared. n-gram and suffix proposers may
+        find fewer than k; model drafters propose k."""
+        k = self.cfg.num_spec_tokens
+        for rid in sorted(drafts):
+            count = drafts[rid]
+            if rid not in out.num_scheduled_tokens:
+                raise InputError(
+                    f"drafts for request {rid!r} after step {self.current_step}: it was not "
+                    "scheduled in that step, so the drafter proposes nothing for it")
+            if not 0 <= count <= k:
+                raise InputError(f"drafts {count} for request {rid!r}: the drafter proposes "
+                                 f"0..num_speculative_tokens={k}")
+            if count != k and not self.cfg.drafts_vary:
+                raise InputError(
+                    f"drafts {count} for request {rid!r}: {self.cfg.speculative_method} always "
+                    f"proposes num_speculative_tokens={k} drafts; only "
+                    "ngram/ngram_gpu/suffix proposers may find fewer")
+        if not k or not sum(out.num_scheduled_tokens.values()):  # core.py:689-696
+            return
+        for rid in out.num_scheduled_tokens:
+            request = self.requests.get(rid)
+            if request is None:  # finished in this step
+                continue
+            request.num_spec_tokens = 0 if request.is_prefill_chunk else drafts.get(rid, k)
 
     def _cache_facts(self, out: _StepOutput) -> tuple[tuple[str, object], ...]:
         """With prefix caching on, the record's extra facts, read right after scheduling:
@@ -409,10 +541,20 @@ class VllmV1Scheduler:
                     r.num_computed_tokens, self.table.held(r.request_id),
                     r.priority if priority else 0, ranks[id(r)] if priority else 0,
                     extra.get(r.request_id), r.prefix_group, r.shared_prefix_len,
-                    *self._async_key(r))
+                    *self._async_key(r), *self._spec_key(r))
         key = (self.pool.num_free_blocks, tuple(one(r) for r in self.running),
-               tuple(one(r) for r in self.waiting))
+               tuple(one(r) for r in self.waiting), self.crashed)
         return key + self._cache_key(held) if self.cfg.enable_prefix_caching else key
+
+    def _spec_key(self, r: Request) -> tuple[object, ...]:
+        """Speculative decoding: the drafts the request carries, and under async what the
+        pending output scheduled of them."""
+        if not self.cfg.num_spec_tokens:
+            return ()
+        p = self._pending
+        rid = r.request_id
+        pending = () if p is None else (p.out.spec_scheduled.get(rid, 0), rid in p.out.padded)
+        return (r.num_spec_tokens, pending)
 
     def _async_key(self, r: Request) -> tuple[object, ...]:
         """Async: the request's placeholders and in-flight tokens, and what the pending
@@ -476,6 +618,8 @@ class VllmV1Scheduler:
         self._schedule_running(out, threshold)
         if not out.preempted_reqs:  # S:900: no admission in a step that preempted
             self._schedule_waiting(out, threshold)
+        if out.assertion:  # the engine dies inside schedule()
+            return out
         self._check_constraints(out)
         self._update_after_schedule(out)
         return out
@@ -485,7 +629,7 @@ class VllmV1Scheduler:
         req_index = 0
         while req_index < len(self.running) and out.token_budget > 0:  # S:659
             request = self.running[req_index]
-            if out.input_budget <= 0:  # S:661 (draft_slots = 0)
+            if out.input_budget <= self.cfg.draft_slots:  # S:661
                 break
             if (request.num_output_placeholders > 0  # S:664-677: async, max_tokens reached
                     and request.num_computed_tokens + 2 - request.num_output_placeholders
@@ -493,13 +637,15 @@ class VllmV1Scheduler:
                 req_index += 1
                 continue
             num_new_tokens = running_num_new_tokens(
-                request, threshold, out.token_budget, out.input_budget, self.cfg.max_model_len)
+                request, threshold, out.token_budget, out.input_budget, self.cfg.max_model_len,
+                self.cfg.draft_slots)
             if num_new_tokens == 0:  # S:755-773: skip, do not break
                 req_index += 1
                 continue
             allocated = False
             while True:  # S:777-844
-                if self._allocate_slots(request, num_new_tokens):
+                if self._allocate_slots(request, num_new_tokens,
+                                        lookahead=self.cfg.num_lookahead_tokens):
                     allocated = True
                     break
                 victim, req_index = self._pop_victim(out, req_index)
@@ -510,10 +656,18 @@ class VllmV1Scheduler:
             if not allocated:  # S:846-848: the RUNNING loop ends here
                 break
             out.scheduled_running_reqs.append(request)  # S:851-858
+            out.prefill_scheduled |= request.is_prefill_chunk  # S:852
             out.num_scheduled_tokens[request.request_id] = num_new_tokens
             out.token_budget -= num_new_tokens
-            out.input_budget -= num_new_tokens
+            out.input_budget -= num_new_tokens + self.cfg.draft_slots
             req_index += 1
+            if request.num_spec_tokens:  # S:861-876: trimmed to what was scheduled
+                num_spec = (num_new_tokens + request.num_computed_tokens - request.num_tokens
+                            - request.num_output_placeholders)
+                if num_spec > 0:
+                    out.spec_scheduled[request.request_id] = min(num_spec,
+                                                                 request.num_spec_tokens)
+                request.num_spec_tokens = 0
 
     def _pop_victim(self, out: _StepOutput, req_index: int) -> tuple[Request, int]:
         """Choose and remove the preemption victim; return it and the fixed-up index.
@@ -534,14 +688,15 @@ class VllmV1Scheduler:
             out.scheduled_running_reqs.remove(victim)
             restored = out.num_scheduled_tokens.pop(victim.request_id)
             out.token_budget += restored
-            out.input_budget += restored
+            out.input_budget += restored + self.cfg.draft_slots  # S:814-821
+            out.spec_scheduled.pop(victim.request_id, None)
         return victim, req_index
 
     def _schedule_waiting(self, out: _StepOutput, threshold: int) -> None:
         """The WAITING loop (S:912-1369). Every failure to admit the head breaks the loop
         (strict head-of-line); in scope nothing is ever skipped."""
         while out.token_budget > 0:  # S:912
-            if not self.waiting or out.input_budget <= 0:  # S:918-919
+            if not self.waiting or out.input_budget <= self.cfg.draft_slots:  # S:918-919
                 break
             # S:922-924; before 0.31.0 (VllmRules.active_seqs_cap off) the cap is
             # max_num_seqs (0.30.0 S:864), there being no max_num_active_seqs.
@@ -561,10 +716,17 @@ class VllmV1Scheduler:
                 cap = request.num_tokens - (1 if self.cfg.rules.cap_prefix_hit else 0)
                 hit = self.table.longest_hit(request.block_hashes(self.cfg.block_size),
                                              cap)  # K:289-300
+                if hit and self.cfg.eagle_block_drop:  # T:815-820: EAGLE recomputes one
+                    hit = hit[:-1]
             num_computed_tokens = request.num_computed_tokens + len(hit) * self.cfg.block_size
-            request_token_budget = min(out.token_budget, out.input_budget)  # S:1118
+            request_token_budget = min(out.token_budget,
+                                       out.input_budget - self.cfg.draft_slots)  # S:1118
             # S:1129: num_tokens, not the prompt: a resumed request recomputes its outputs.
             num_new_tokens = request.num_tokens - num_computed_tokens
+            padded = self._pad_spec_decode(out, num_new_tokens, num_computed_tokens)
+            if padded == 0:
+                break  # S:1149-1151: "prefer to not schedule than schedule un-padded"
+            num_new_tokens = padded or num_new_tokens
             if 0 < threshold < num_new_tokens:  # S:1155-1156
                 num_new_tokens = threshold
             if not self.cfg.enable_chunked_prefill and num_new_tokens > request_token_budget:
@@ -580,6 +742,7 @@ class VllmV1Scheduler:
                 hit,
                 full_sequence_must_fit=self.cfg.scheduler_reserve_full_isl,  # S:1270
                 has_scheduled_reqs=bool(self.running),  # S:1272
+                lookahead=self.cfg.num_lookahead_tokens,  # S:1222-1227, 1261
             ):
                 break  # S:1275-1282: head-of-line, no preemption from here
             if self.cfg.enable_prefix_caching:
@@ -592,9 +755,36 @@ class VllmV1Scheduler:
                 out.scheduled_resumed_reqs.append(request)
             out.num_scheduled_tokens[request.request_id] = num_new_tokens  # S:1365-1367
             out.token_budget -= num_new_tokens
-            out.input_budget -= num_new_tokens
+            out.input_budget -= num_new_tokens + self.cfg.draft_slots
             request.status = Status.RUNNING  # S:1368-1369
             request.num_computed_tokens = num_computed_tokens
+            if padded:  # S:1371-1375
+                k = self.cfg.num_spec_tokens
+                if num_new_tokens != 1 + k:
+                    out.assertion = (f"scheduler.py:1372 AssertionError: request "
+                                     f"{request.request_id!r} was padded to 1 + {k} tokens "
+                                     f"and the long-prefill threshold cut it to "
+                                     f"{num_new_tokens} (assert num_new_tokens == 1 + "
+                                     "num_spec_tokens)")
+                    return
+                out.spec_scheduled[request.request_id] = k
+                out.padded.add(request.request_id)
+
+    def _pad_spec_decode(self, out: _StepOutput, num_new_tokens: int,
+                         num_computed_tokens: int) -> int | None:
+        """Uniform-decode padding of a waiting request (S:1131-1153): with speculative
+        decoding, a request with one token left to compute, admitted beside scheduled
+        decodes (no prefill scheduled) or after a prefix hit, is scheduled 1+k tokens, k of
+        them placeholder drafts, if they fit before max_model_len. Returns 1+k, 0 when the
+        padded request does not fit the budget (the waiting loop then stops), or None."""
+        k = self.cfg.num_spec_tokens
+        if not (k and num_new_tokens == 1 and not out.prefill_scheduled
+                and (out.scheduled_running_reqs or num_computed_tokens > 0)):
+            return None
+        if num_computed_tokens + 1 + k + 1 > self.cfg.max_model_len:  # S:1141-1146
+            return None
+        budget = min(out.token_budget, out.input_budget - self.cfg.draft_slots)
+        return 0 if 1 + k > budget else 1 + k
 
     def _allocate_slots(
         self,
@@ -603,10 +793,12 @@ class VllmV1Scheduler:
         hit: list[KVBlock] | None = None,
         full_sequence_must_fit: bool = False,
         has_scheduled_reqs: bool = True,
+        lookahead: int = 0,
     ) -> bool:
         """`KVCacheManager.allocate_slots` for full attention (K:371-618), `hit` the
-        prefix-cache blocks of a waiting request. True when the blocks were allocated,
-        False where upstream returns None."""
+        prefix-cache blocks of a waiting request, `lookahead` the speculative slots reserved
+        past the chunk (K:541-544; the full-sequence check leaves them out, 522-539). True
+        when the blocks were allocated, False where upstream returns None."""
         hit = hit or []
         if num_new_tokens == 0 and not hit:  # K:474-482
             raise ValueError("num_new_tokens must be greater than 0 when there are no "
@@ -624,7 +816,8 @@ class VllmV1Scheduler:
             required = table.num_blocks_to_allocate(rid, full_num_tokens, hit)
             if required + watermark_blocks > self.pool.num_free_blocks:
                 return False
-        num_tokens_need_slot = min(total_computed_tokens + num_new_tokens, max_model_len)
+        num_tokens_need_slot = min(total_computed_tokens + num_new_tokens + lookahead,
+                                   max_model_len)
         num_blocks = table.num_blocks_to_allocate(rid, num_tokens_need_slot, hit)  # K:561-571
         if num_blocks + watermark_blocks > self.pool.num_free_blocks:  # K:575-579
             return False
@@ -645,6 +838,7 @@ class VllmV1Scheduler:
         # S:1597-1607: async output in flight is still delivered, but as stale.
         request.num_stale_output_tokens = request.num_in_flight_tokens
         request.num_output_placeholders = 0
+        request.num_spec_tokens = 0  # S:1594-1595
         request.num_preemptions += 1  # S:1608
         self.waiting.prepend_request(request)  # S:1613
 
@@ -667,8 +861,9 @@ class VllmV1Scheduler:
             # no row of logits, so nothing is sampled, as the rules have it.
             request.is_prefill_chunk = num_tokens == 0 or request.num_computed_tokens < (
                 request.num_tokens + request.num_output_placeholders)
-            if self.cfg.async_scheduling and not request.is_prefill_chunk:
-                request.num_output_placeholders += 1
+            if self.cfg.async_scheduling and not request.is_prefill_chunk:  # A:25-56
+                request.num_output_placeholders += 1 + out.spec_scheduled.get(rid, 0)
+                request.num_spec_tokens = self.cfg.num_spec_tokens
 
     # ---- update_from_output() ----------------------------------------------------------
 
@@ -700,6 +895,7 @@ class VllmV1Scheduler:
         finish from the waiting queue; outputs free their placeholders and, for a running
         request, cache its now computed blocks (A:58-78)."""
         finished: list[tuple[str, str]] = []
+        accepted = dict(output.accepted)
         stopped_running: set[Request] = set()
         stopped_waiting: set[Request] = set()
         for rid, num_tokens in output.out.num_scheduled_tokens.items():  # scheduled order
@@ -713,11 +909,25 @@ class VllmV1Scheduler:
             if rid not in output.samples:
                 continue
             status_before = request.status
-            request.num_output_tokens += 1  # S:2501-2502
-            reason = self._check_stop(request, rid in output.eos_ids)  # S:2506
+            num_accepted = accepted.get(rid, 0)
+            num_spec = output.out.spec_scheduled.get(rid, 0)
+            if num_spec and not stale:  # S:2108-2128: rejected drafts roll back
+                rejected = num_spec - num_accepted
+                if request.num_computed_tokens > 0:
+                    request.num_computed_tokens -= rejected
+                if request.num_output_placeholders > 0:
+                    request.num_output_placeholders -= rejected
+            # S:2493-2510: tokens appended one by one, check_stop after each; the last one
+            # is EOS when chosen.
+            reason, delivered = None, 0
+            while reason is None and delivered < 1 + num_accepted:
+                delivered += 1
+                request.num_output_tokens += 1  # S:2501-2502
+                reason = self._check_stop(request, rid in output.eos_ids
+                                          and delivered == 1 + num_accepted)  # S:2506
             if self.cfg.async_scheduling:
                 if not stale:
-                    request.num_output_placeholders -= 1
+                    request.num_output_placeholders -= delivered
                     assert request.num_output_placeholders >= 0  # A:71
                 if status_before == Status.RUNNING:
                     self.table.cache(rid, request.block_hashes(self.cfg.block_size),
@@ -775,17 +985,23 @@ def iter_steps(workload: Workload) -> Iterator[tuple[tuple[RequestView, ...], St
     `schedule()` (after that step's arrivals) and its record.
 
     Before step s, the requests with `arrival_step == s` are added in workload list order
-    (so `arrival_time` is the position in `workload.arrival_order()`); the eos entries of
-    step s are passed to that step.
+    (so `arrival_time` is the position in `workload.arrival_order()`); the eos, accepted
+    and drafts entries of step s are passed to that step.
     """
     check_eos_steps(workload)
+    if (workload.accepted or workload.drafts) and not workload.config.num_spec_tokens:
+        raise InputError("the workload gives 'accepted' or 'drafts' choices but its config "
+                         "has no speculative decoding; set speculative_method and "
+                         "num_speculative_tokens or drop them")
     scheduler = VllmV1Scheduler(workload.config)
     arrivals, eos = workload.arrivals_by_step(), workload.eos_ids_by_step()
+    accepted, drafts = workload.accepted_by_step(), workload.drafts_by_step()
     for step in range(1, workload.steps + 1):
         for spec in arrivals.get(step, ()):
             scheduler.add_request(spec)
         before = scheduler.views()
-        yield before, scheduler.step(eos.get(step, frozenset()))
+        yield before, scheduler.step(eos.get(step, frozenset()), accepted.get(step),
+                                     drafts.get(step))
 
 
 def simulate(workload: Workload) -> tuple[StepRecord, ...]:

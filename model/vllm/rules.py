@@ -1,9 +1,13 @@
 """vLLM V1 (v0.32.0) `Scheduler.schedule()` + `update_from_output()` as one branch-free step
 over a fixed number of request slots, written once over Ops.
 
-Scope: the synchronous scheduler, prefix caching on or off (the cache is
-model/vllm/cache_rules.py), no speculative decoding, KV connector, multimodal or LoRA (the
-reference scheduler's scope). Ordered loops are folds
+Scope: the synchronous scheduler or the AsyncScheduler, prefix caching on or off (the cache
+is model/vllm/cache_rules.py), speculative decoding with the synchronous scheduler (drafts
+within both budgets, draft slots, lookahead slots, uniform-decode padding and the assertion
+it can reach, rollback of rejected drafts; the environment chooses the accepted drafts and,
+for n-gram-like proposers, how many drafts are proposed), no KV connector, multimodal or
+LoRA (the reference scheduler's scope; speculative decoding under async is the reference's
+alone, state.symbolic_limit). Ordered loops are folds
 over slots: each iteration selects the slot with the smallest order key among those not
 yet visited, so the Python control flow never depends on a state value.
 
@@ -26,6 +30,7 @@ from model.vllm.state import (
     PREEMPTED,
     RUNNING,
     WAITING,
+    Drafts,
     InFlight,
     RuleConfig,
     SchedState,
@@ -60,6 +65,15 @@ class _Work:
     placeholders: list[Int] | None = None
     in_flight: list[Int] | None = None
     stale: list[Int] | None = None
+    # With speculative decoding: drafts carried, drafts scheduled (trimmed), padded
+    # admissions, last chunk a prefill chunk (state), and the step's flags (S:852, 1372).
+    drafts: list[Int] | None = None
+    spec_scheduled: list[Int] | None = None
+    padded: list[Bool] | None = None
+    prefill_chunk: list[Bool] | None = None
+    prefill_scheduled: Bool = False
+    ran: Bool = False
+    crash: Bool = False
 
 
 def num_tokens(spec: SlotSpec, s: SlotState) -> Int:
@@ -69,12 +83,14 @@ def num_tokens(spec: SlotSpec, s: SlotState) -> Int:
 
 def running_tokens(ops: Ops, cfg: RuleConfig, remaining: Int, num_computed_tokens: Int,
                    threshold: Int, token_budget: Int, input_budget: Int) -> Int:
-    """Tokens the running loop offers one running request (scheduler.py:703-721):
-    what it lacks, capped by the long-prefill threshold, both budgets, and
-    `max_model_len - num_computed_tokens - 1` (one sampled token per step)."""
+    """Tokens the running loop offers one running request (scheduler.py:703-721, 744-753):
+    what it lacks (its drafts included), capped by the long-prefill threshold, the token
+    budget and the input budget less the draft slots, and `max_model_len -
+    num_computed_tokens - 1` (one sampled token per step), clamped at 0 (589)."""
     n = ops.ite(ops.and_(threshold > 0, threshold < remaining), threshold, remaining)
-    n = ops.min(n, ops.min(token_budget, input_budget))
-    return ops.min(n, cfg.max_model_len - num_computed_tokens - 1)
+    n = ops.min(n, ops.min(token_budget, input_budget - cfg.draft_slots))
+    n = ops.min(n, cfg.max_model_len - num_computed_tokens - 1)
+    return n if not cfg.num_spec_tokens else ops.max(n, 0)
 
 
 def blocks_needed(ops: Ops, cfg: RuleConfig, tokens: Int, held: Int) -> Int:
@@ -130,9 +146,15 @@ def _preempt(ops: Ops, cfg: RuleConfig, w: _Work, victim: Sequence[Bool], do: Bo
         else:  # a block another request still holds stays held
             w.free = w.free + cache_rules.release(ops, cfg, w.cache, i, w.blocks[i], hit)
         if cfg.policy_priority:
+            was_served = w.scheduled[i] > 0
             w.token_budget = w.token_budget + ops.ite(hit, w.scheduled[i], 0)
-            w.input_budget = w.input_budget + ops.ite(hit, w.scheduled[i], 0)
+            w.input_budget = w.input_budget + ops.ite(
+                hit, w.scheduled[i] + ops.ite(was_served, cfg.draft_slots, 0), 0)  # 814-821
             w.scheduled[i] = ops.ite(hit, 0, w.scheduled[i])
+            if w.spec_scheduled is not None:
+                w.spec_scheduled[i] = ops.ite(hit, 0, w.spec_scheduled[i])
+        if w.drafts is not None:  # 1594-1595
+            w.drafts[i] = ops.ite(hit, 0, w.drafts[i])
         w.blocks[i] = ops.ite(hit, 0, w.blocks[i])
         w.status[i] = ops.ite(hit, PREEMPTED, w.status[i])
         w.ncomp[i] = ops.ite(hit, 0, w.ncomp[i])
@@ -161,10 +183,15 @@ def _checkpoint(ops: Ops, w: _Work) -> None:
     if w.placeholders is not None:
         for name in ("placeholders", "in_flight", "stale"):
             setattr(w, name, [ops.name(v) for v in getattr(w, name)])
+    if w.drafts is not None:
+        for name in ("drafts", "spec_scheduled", "padded"):
+            setattr(w, name, [ops.name(v) for v in getattr(w, name)])
+        w.prefill_scheduled, w.ran, w.crash = (ops.name(w.prefill_scheduled), ops.name(w.ran),
+                                               ops.name(w.crash))
 
 
-def _serve(ops: Ops, w: _Work, sel: Sequence[Bool], do: Bool, n: Int, need: Int,
-           added: Int | None = None) -> None:
+def _serve(ops: Ops, cfg: RuleConfig, w: _Work, sel: Sequence[Bool], do: Bool, n: Int,
+           need: Int, added: Int | None = None) -> None:
     """Record `n` tokens for the selected slot, when `do` (scheduler.py:851-858 and
     1343-1369): `need` blocks leave the free queue and `added` (default `need`; with a
     prefix hit, the hit blocks too) join its block table."""
@@ -176,7 +203,7 @@ def _serve(ops: Ops, w: _Work, sel: Sequence[Bool], do: Bool, n: Int, need: Int,
         w.serve_rank[i] = ops.ite(hit, w.served, w.serve_rank[i])
     w.free = ops.ite(do, w.free - need, w.free)
     w.token_budget = ops.ite(do, w.token_budget - n, w.token_budget)
-    w.input_budget = ops.ite(do, w.input_budget - n, w.input_budget)
+    w.input_budget = ops.ite(do, w.input_budget - n - cfg.draft_slots, w.input_budget)
     w.served = ops.ite(do, w.served + 1, w.served)
 
 
@@ -191,10 +218,12 @@ def _running_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
         eligible = [ops.and_(w.status[i] == RUNNING, ops.not_(w.visited[i]))
                     for i in range(n_slots)]
         sel = select_min(ops, eligible, [(k,) for k in w.run_key])
-        active = ops.and_(ops.not_(stopped), w.token_budget > 0, ops.or_(*eligible))
+        active = ops.and_(ops.not_(stopped), w.token_budget > 0, ops.or_(*eligible),
+                          w.input_budget > cfg.draft_slots)  # 659, 661
         ncomp = pick(ops, sel, w.ncomp)
         ph = 0 if w.placeholders is None else pick(ops, sel, w.placeholders)
-        n = running_tokens(ops, cfg, pick(ops, sel, ntok) + ph - ncomp, ncomp, thr,
+        drafts = 0 if w.drafts is None else pick(ops, sel, w.drafts)
+        n = running_tokens(ops, cfg, pick(ops, sel, ntok) + drafts + ph - ncomp, ncomp, thr,
                            w.token_budget, w.input_budget)
         wants = ops.and_(active, n > 0)
         if w.placeholders is not None:
@@ -205,7 +234,8 @@ def _running_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
         fits: Bool = False
         for _ in range(n_slots):
             # A RUNNING request pays no watermark and no full-sequence check (509-516).
-            need = blocks_needed(ops, cfg, ncomp + n, pick(ops, sel, w.blocks))
+            need = blocks_needed(ops, cfg, ncomp + n + cfg.num_lookahead_tokens,
+                                 pick(ops, sel, w.blocks))
             trying = ops.and_(wants, ops.not_(done))
             ok = ops.and_(trying, need <= w.free)
             fits = ops.or_(fits, ok)
@@ -219,8 +249,10 @@ def _running_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
             fits = ops.name(fits)
             _checkpoint(ops, w)
         held = pick(ops, sel, w.blocks)
-        need = blocks_needed(ops, cfg, ncomp + n, held)
-        _serve(ops, w, sel, fits, n, need)
+        need = blocks_needed(ops, cfg, ncomp + n + cfg.num_lookahead_tokens, held)
+        _serve(ops, cfg, w, sel, fits, n, need)
+        if w.drafts is not None:
+            _schedule_drafts(ops, w, sel, fits, n + ncomp - pick(ops, sel, ntok) - ph, drafts)
         if w.cache is not None:
             cache_rules.take(ops, cfg, w.cache, sel, held, need, fits)
             cache_rules.cache(ops, cfg, w.cache, specs, sel,
@@ -232,6 +264,22 @@ def _running_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
             w.visited[i] = ops.or_(w.visited[i], ops.and_(active, sel[i]))
         stopped = ops.name(stopped)
         _checkpoint(ops, w)
+
+
+def _schedule_drafts(ops: Ops, w: _Work, sel: Sequence[Bool], do: Bool, room: Int,
+                     drafts: Int) -> None:
+    """A running request scheduled with drafts: the drafts within its tokens are scheduled
+    (trimmed when the budget, threshold or max_model_len cut it), and all are cleared
+    (scheduler.py:861-876); its last chunk's kind feeds the padding rule (852)."""
+    assert w.drafts is not None and w.spec_scheduled is not None and w.prefill_chunk is not None
+    for i, s in enumerate(sel):
+        hit = ops.and_(do, s)
+        w.spec_scheduled[i] = ops.ite(ops.and_(hit, drafts > 0),
+                                      ops.max(0, ops.min(drafts, room)), w.spec_scheduled[i])
+        w.drafts[i] = ops.ite(hit, 0, w.drafts[i])
+    chunk = ops.or_(*[ops.and_(x, p) for x, p in zip(sel, w.prefill_chunk, strict=True)])
+    w.prefill_scheduled = ops.or_(w.prefill_scheduled, ops.and_(do, chunk))
+    w.ran = ops.or_(w.ran, do)
 
 
 def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work,
@@ -251,7 +299,8 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
             keys = [(k,) for k in w.wait_key]
         sel = select_min(ops, in_waiting, keys)
         num_running = ops.sum([ops.to_int(s == RUNNING) for s in w.status])
-        active = ops.and_(ops.not_(stopped), w.token_budget > 0, w.input_budget > 0,
+        active = ops.and_(ops.not_(stopped), w.token_budget > 0,
+                          w.input_budget > cfg.draft_slots,  # 918-919
                           ops.or_(*in_waiting), num_running < cfg.max_num_active_reqs)
         total = pick(ops, sel, ntok)
         # With prefix caching the request starts from its longest cached prefix (960-967,
@@ -261,19 +310,30 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
         hit_blocks = 0 if hit is None else hit.blocks
         evictable = 0 if hit is None else hit.evictable
         computed = hit_blocks * cfg.block_size
-        req_budget = ops.min(w.token_budget, w.input_budget)
+        req_budget = ops.min(w.token_budget, w.input_budget - cfg.draft_slots)  # 1118
         lacks = total - computed  # 1129
-        n = ops.ite(ops.and_(thr > 0, thr < lacks), thr, lacks)
+        pad, pad_stops = _padding(ops, cfg, w, lacks, computed, req_budget)
+        k = cfg.num_spec_tokens
+        wanted = ops.ite(pad, 1 + k, lacks) if k else lacks
+        n = ops.ite(ops.and_(thr > 0, thr < wanted), thr, wanted)
         too_long = ops.and_(ops.not_(cfg.enable_chunked_prefill), n > req_budget)
         n = ops.min(n, req_budget)
         # Watermark only while `running` is non-empty (kv_cache_manager.py:509-516; 1272).
         wm = ops.ite(num_running > 0, cfg.watermark_blocks, 0)
         full_need = blocks_needed(ops, cfg, total, hit_blocks) + evictable
         full_ok = ops.or_(ops.not_(cfg.scheduler_reserve_full_isl), full_need + wm <= w.free)
-        fresh = blocks_needed(ops, cfg, computed + n, hit_blocks)
+        fresh = blocks_needed(ops, cfg, computed + n + cfg.num_lookahead_tokens, hit_blocks)
         need = fresh + evictable
-        ok = ops.and_(active, ops.not_(too_long), full_ok, need + wm <= w.free)
-        _serve(ops, w, sel, ok, n, need, fresh + hit_blocks)
+        ok = ops.and_(active, ops.not_(pad_stops), ops.not_(too_long), full_ok,
+                      need + wm <= w.free)
+        _serve(ops, cfg, w, sel, ok, n, need, fresh + hit_blocks)
+        if w.spec_scheduled is not None and w.padded is not None:  # 1371-1375
+            padded = ops.and_(ok, pad)
+            for i in range(n_slots):
+                w.spec_scheduled[i] = ops.ite(ops.and_(padded, sel[i]), k, w.spec_scheduled[i])
+                w.padded[i] = ops.or_(w.padded[i], ops.and_(padded, sel[i]))
+            # 1372: the threshold cut a padded request below 1 + k; the engine dies here.
+            w.crash = ops.or_(w.crash, ops.and_(padded, n != 1 + k))
         if hit is not None:
             assert w.cache is not None
             cache_rules.adopt(ops, w.cache, sel, hit, ok)
@@ -287,14 +347,33 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
                 w.ncomp[i] = ops.ite(hit_i, computed, w.ncomp[i])
                 w.prefix_hit[i] = ops.ite(hit_i, computed, w.prefix_hit[i])
         w.next_run_key = ops.ite(ok, w.next_run_key + 1, w.next_run_key)
-        stopped = ops.name(ops.or_(stopped, ops.not_(ok)))
+        stopped = ops.name(ops.or_(stopped, ops.not_(ok), w.crash))
         _checkpoint(ops, w)
 
 
+def _padding(ops: Ops, cfg: RuleConfig, w: _Work, lacks: Int, computed: Int,
+             req_budget: Int) -> tuple[Bool, Bool]:
+    """Uniform-decode padding (scheduler.py:1131-1153): a waiting request with one token
+    left, admitted beside scheduled running requests and no prefill chunk (or after a
+    prefix hit), gets 1+k tokens if they fit before max_model_len; when 1+k exceed the
+    budget left the loop stops instead. Returns (padded, stops)."""
+    k = cfg.num_spec_tokens
+    if not k:
+        return False, False
+    pad = ops.and_(lacks == 1, ops.not_(w.prefill_scheduled), ops.or_(w.ran, computed > 0),
+                   computed + 1 + k + 1 <= cfg.max_model_len)
+    stops = ops.and_(pad, 1 + k > req_budget)
+    return ops.and_(pad, ops.not_(stops)), stops
+
+
 def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState,
-         eos: Sequence[Bool]) -> tuple[SchedState, Step]:
+         eos: Sequence[Bool], spec: Sequence[tuple[Int, Int]] | None = None
+         ) -> tuple[SchedState, Step]:
     """One engine step: arrivals, `schedule()`, then `update_from_output()` with the
-    environment's EOS choices (`eos[i]` matters only if slot i samples a token)."""
+    environment's EOS choices (`eos[i]` matters only if slot i samples a token) and, with
+    speculative decoding, `spec[i]` = (drafts accepted, drafts proposed for the next step):
+    the first is cut to the drafts scheduled, the second read only for n-gram-like
+    proposers (others propose k)."""
     n_slots = len(specs)
     t = state.step + 1
     state = _arrive(ops, specs, state, t)
@@ -313,6 +392,12 @@ def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState
                       else cfg.token_budget), next_run_key=state.next_run_key,
         wait_head=state.wait_head, served=0, any_preempted=False, prefix_hit=[0] * n_slots,
         cache=CacheWork.of(state) if cfg.prefix_caching else None)
+    if cfg.num_spec_tokens:
+        w.drafts = [s.drafts[0].count for s in before]
+        w.prefill_chunk = [s.drafts[0].prefill_chunk for s in before]
+        w.spec_scheduled, w.padded = [0] * n_slots, [False] * n_slots
+        # A dead engine schedules nothing (the reference: every later step is the crash).
+        w.token_budget = ops.ite(state.crashed, 0, w.token_budget)
     if cfg.async_scheduling:
         w.placeholders = [s.in_flight[0].placeholders for s in before]
         w.in_flight = [s.in_flight[0].tokens for s in before]
@@ -322,7 +407,7 @@ def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState
     _waiting_loop(ops, cfg, specs, w, ntok, thr)
     if cfg.async_scheduling:
         return _update_async(ops, cfg, specs, state, before, ntok, held, w, eos)
-    return _update(ops, cfg, specs, state, before, ntok, held, w, eos)
+    return _update(ops, cfg, specs, state, before, ntok, held, w, eos, spec)
 
 
 def _queue_key(cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work, i: int,
@@ -336,7 +421,8 @@ def _queue_key(cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work, i: int,
 
 def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState,
             before: Sequence[SlotState], ntok: Sequence[Int], held: Sequence[Bool],
-            w: _Work, eos: Sequence[Bool]) -> tuple[SchedState, Step]:
+            w: _Work, eos: Sequence[Bool], spec: Sequence[tuple[Int, Int]] | None = None
+            ) -> tuple[SchedState, Step]:
     """Advance num_computed_tokens at schedule time (scheduler.py:1616-1642), then apply the
     model output: a request samples when it has no prompt left (a partial prefill chunk
     samples nothing), and `check_stop` decides EOS, then length (sched/utils.py:98-119).
@@ -346,35 +432,78 @@ def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedSt
     free_end = w.free
     shared, cached, evictable = _cache_counts(ops, w)
     ends = []
-    for i, spec in enumerate(specs):
+    for i, slot_spec in enumerate(specs):
         ncomp = w.ncomp[i] + w.scheduled[i]
         sampled = ops.and_(w.scheduled[i] > 0, ncomp >= ntok[i])
-        outputs = before[i].num_output_tokens + ops.to_int(sampled)
-        stop = ops.and_(sampled, eos[i])
-        length = ops.and_(sampled, ops.or_(spec.prompt_len + outputs >= cfg.max_model_len,
-                                           outputs >= spec.max_tokens))
+        accepted, drafts = _spec_choice(ops, cfg, w, i, spec)
+        out_before = before[i].num_output_tokens
+        # 2493-2510: 1 + accepted tokens, check_stop after each, EOS the last one.
+        room = ops.min(slot_spec.max_tokens - out_before,
+                       cfg.max_model_len - slot_spec.prompt_len - out_before)
+        tokens = ops.min(1 + accepted, room) if cfg.num_spec_tokens else 1
+        outputs = out_before + ops.ite(sampled, tokens, 0)
+        cut = room < 1 + accepted if cfg.num_spec_tokens else False
+        stop = ops.and_(sampled, eos[i], ops.not_(cut))
+        length = ops.and_(sampled, ops.not_(stop),
+                          ops.or_(slot_spec.prompt_len + outputs >= cfg.max_model_len,
+                                  outputs >= slot_spec.max_tokens))
         finished = ops.or_(stop, length)
         ends.append(finished)
         if w.cache is None:
             free_end = free_end + ops.ite(finished, w.blocks[i], 0)
         status_after_sched = w.status[i]
         slots.append(SlotState(
-            status=ops.ite(finished, FINISHED, status_after_sched), num_computed_tokens=ncomp,
+            status=ops.ite(finished, FINISHED, status_after_sched),
+            num_computed_tokens=_rolled_back(ops, w, i, ncomp, sampled, accepted),
             num_output_tokens=outputs, blocks=ops.ite(finished, 0, w.blocks[i]),
             run_key=w.run_key[i], wait_key=w.wait_key[i], num_preemptions=w.num_preemptions[i],
             table=tuple(w.cache.table[i]) if w.cache else (),
-            num_cached=w.cache.num_cached[i] if w.cache else 0))
+            num_cached=w.cache.num_cached[i] if w.cache else 0,
+            drafts=_next_drafts(ops, w, i, ncomp < ntok[i], drafts)))
         obs.append(_slot_obs(ops, cfg, specs, i, held, before, ntok, w, finished, stop,
-                             sampled, ncomp, outputs))
+                             sampled, ncomp, outputs, accepted=accepted))
     if w.cache is not None:
         free_end, slots = _release_finished(ops, cfg, w, ends, free_end, slots)
     return _step_of(ops, cfg, state, w, slots, obs, free_end, shared, cached, evictable)
 
 
+def _spec_choice(ops: Ops, cfg: RuleConfig, w: _Work, i: int,
+                 spec: Sequence[tuple[Int, Int]] | None) -> tuple[Int, Int]:
+    """Slot i's accepted drafts (at most those scheduled; none of padding placeholders)
+    and the drafts proposed for its next step (k unless the proposer may find fewer)."""
+    k = cfg.num_spec_tokens
+    if not k or w.spec_scheduled is None or w.padded is None:
+        return 0, 0
+    chosen, proposed = spec[i] if spec is not None else (0, k)
+    accepted = ops.ite(w.padded[i], 0, ops.min(ops.max(chosen, 0), w.spec_scheduled[i]))
+    proposed = ops.min(ops.max(proposed, 0), k) if cfg.drafts_vary else k
+    return accepted, proposed
+
+
+def _rolled_back(ops: Ops, w: _Work, i: int, ncomp: Int, sampled: Bool, accepted: Int) -> Int:
+    """num_computed_tokens after the rejected drafts of a sampled output roll back
+    (scheduler.py:2113-2126)."""
+    if w.spec_scheduled is None:
+        return ncomp
+    return ops.ite(sampled, ncomp - (w.spec_scheduled[i] - accepted), ncomp)
+
+
+def _next_drafts(ops: Ops, w: _Work, i: int, prefill_chunk: Bool,
+                 proposed: Int) -> tuple[Drafts, ...]:
+    """The drafts slot i carries into the next step: a request scheduled now gets the
+    drafter's proposals, or none after a prefill chunk (core.py:689-696, S:2550-2569);
+    others keep theirs (cleared at preemption)."""
+    if w.drafts is None or w.prefill_chunk is None:
+        return ()
+    scheduled = w.scheduled[i] > 0
+    return (Drafts(count=ops.ite(scheduled, ops.ite(prefill_chunk, 0, proposed), w.drafts[i]),
+                   prefill_chunk=ops.ite(scheduled, prefill_chunk, w.prefill_chunk[i])),)
+
+
 def _slot_obs(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], i: int,
               held: Sequence[Bool], before: Sequence[SlotState], ntok: Sequence[Int],
               w: _Work, finished: Bool, stop: Bool, sampled: Bool, ncomp: Int,
-              outputs: Int, finish_rank: Int | None = None) -> SlotObs:
+              outputs: Int, finish_rank: Int | None = None, accepted: Int = 0) -> SlotObs:
     """Slot i's observables of the step (`finish_rank` defaults to this step's service
     order: a synchronous step processes the outputs of what it scheduled)."""
     spec, status_after_sched = specs[i], w.status[i]
@@ -392,7 +521,9 @@ def _slot_obs(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], i: int,
         queue_key=_queue_key(cfg, specs, w, i, n_slots=len(specs)), run_key=w.run_key[i],
         prompt_len=spec.prompt_len, max_tokens=spec.max_tokens,
         priority=spec.priority, arrival_time=i, prefix_hit=w.prefix_hit[i],
-        finish_rank=w.serve_rank[i] if finish_rank is None else finish_rank)
+        finish_rank=w.serve_rank[i] if finish_rank is None else finish_rank,
+        spec_scheduled=0 if w.spec_scheduled is None else w.spec_scheduled[i],
+        spec_accepted=accepted)
 
 
 def _step_of(ops: Ops, cfg: RuleConfig, state: SchedState, w: _Work, slots: list[SlotState],
@@ -402,16 +533,17 @@ def _step_of(ops: Ops, cfg: RuleConfig, state: SchedState, w: _Work, slots: list
     num_running = ops.sum([ops.to_int(s == RUNNING) for s in w.status])
     num_running_end = ops.sum([ops.to_int(s.status == RUNNING) for s in slots])
     c = w.cache
+    crashed = ops.or_(state.crashed, w.crash) if cfg.num_spec_tokens else False
     new_state = SchedState(slots=tuple(slots), free_blocks=free_end,
                            next_run_key=w.next_run_key, wait_head=w.wait_head,
                            wait_tail=state.wait_tail, step=state.step + 1,
                            pool=c.pool() if c else (), queue_tail=c.queue_tail if c else 0,
-                           next_cached_at=c.next_cached_at if c else 0)
+                           next_cached_at=c.next_cached_at if c else 0, crashed=crashed)
     observed = Step(step=state.step + 1, slots=tuple(obs), free_blocks=w.free,
                     free_blocks_end=free_end, token_budget_left=w.token_budget,
                     num_running=num_running, num_running_end=num_running_end,
                     any_preempted=w.any_preempted, cfg=cfg, shared_blocks=shared,
-                    cached_blocks=cached, evictable_blocks=evictable)
+                    cached_blocks=cached, evictable_blocks=evictable, assertion=crashed)
     return new_state, observed
 
 

@@ -57,6 +57,14 @@ class RuleConfig:
     # cdiv(token_budget + block_size - 1, block_size) blocks (table_len when the budget is
     # symbolic).
     max_new_blocks: int = 0
+    # Speculative decoding (Config.speculative_method; concrete, it shapes the state): k,
+    # the extra input slots per scheduled request, the lookahead slots, EAGLE's block drop,
+    # whether the drafter may propose fewer than k.
+    num_spec_tokens: int = 0
+    draft_slots: int = 0
+    num_lookahead_tokens: int = 0
+    eagle_block_drop: bool = False
+    drafts_vary: bool = False
 
     @staticmethod
     def from_config(cfg: Config) -> RuleConfig:
@@ -84,8 +92,12 @@ class RuleConfig:
             pool_blocks=cfg.usable_blocks if cfg.enable_prefix_caching else 0,
             table_len=(-(-cfg.max_model_len // cfg.block_size)
                        if cfg.enable_prefix_caching else 0),
-            max_new_blocks=(_span(cfg.token_budget, cfg.block_size, cfg.max_model_len)
+            max_new_blocks=(_span(cfg.token_budget + cfg.num_lookahead_tokens, cfg.block_size,
+                                  cfg.max_model_len)
                             if cfg.enable_prefix_caching else 0),
+            num_spec_tokens=cfg.num_spec_tokens, draft_slots=cfg.draft_slots,
+            num_lookahead_tokens=cfg.num_lookahead_tokens,
+            eagle_block_drop=cfg.eagle_block_drop, drafts_vary=cfg.drafts_vary,
         )
 
 
@@ -110,6 +122,18 @@ class SlotState:
     num_cached: object = 0
     # With async scheduling: one InFlight (an empty tuple otherwise).
     in_flight: tuple[InFlight, ...] = ()
+    # With speculative decoding (synchronous): one Drafts (an empty tuple otherwise).
+    drafts: tuple[Drafts, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Drafts:
+    """A slot's speculative-decoding state between two synchronous steps: the drafts it
+    carries into the next step (request.py:183) and whether its last chunk was a prefill
+    chunk (scheduler.py:1634-1636), which the next step's padding rule reads (852, 1137)."""
+
+    count: object = 0
+    prefill_chunk: object = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,13 +182,16 @@ class SchedState:
     pool: tuple[PoolBlock, ...] = ()
     queue_tail: object = 0
     next_cached_at: object = 0
+    # The engine reached one of its assertions (scheduler.py:1372): it is dead.
+    crashed: object = False
 
     @staticmethod
     def initial(num_slots: int, cfg: RuleConfig) -> SchedState:
         """No request has arrived; every usable block is free (and, with prefix caching,
         holds no hash)."""
         slot = SlotState(table=(0,) * cfg.table_len,
-                         in_flight=(InFlight(),) if cfg.async_scheduling else ())
+                         in_flight=(InFlight(),) if cfg.async_scheduling else (),
+                         drafts=(Drafts(),) if cfg.num_spec_tokens else ())
         return SchedState(slots=tuple(slot for _ in range(num_slots)),
                           free_blocks=cfg.usable_blocks,
                           pool=tuple(PoolBlock() for _ in range(cfg.pool_blocks)))
@@ -184,6 +211,8 @@ def within_bounds(cfg: RuleConfig, slots: int, depth: int, num_tokens: int) -> R
     changes."""
     if not cfg.prefix_caching:
         return cfg
+    # Drafts and lookahead slots reach past a request's tokens (kv_cache_manager.py:541-544).
+    num_tokens += cfg.num_spec_tokens + cfg.num_lookahead_tokens
     entries = min(cfg.table_len, -(-num_tokens // cfg.block_size))
     new_blocks = min(cfg.max_new_blocks, entries)
     return replace(cfg, table_len=entries, max_new_blocks=new_blocks,
@@ -235,7 +264,11 @@ def cache_model_fits(cfg: RuleConfig) -> bool:
 
 
 def symbolic_limit(cfg: RuleConfig) -> str | None:
-    """Why z3 cannot take this bounded rule config's prefix cache, or None."""
+    """Why z3 cannot take this bounded rule config (its prefix cache, or the AsyncScheduler
+    with speculative decoding), or None."""
+    if cfg.num_spec_tokens and cfg.async_scheduling:
+        return ("outside the symbolic rules: speculative decoding with the AsyncScheduler is "
+                "modelled by the reference only (--method explore, or --no-async-scheduling)")
     if cache_model_fits(cfg):
         return None
     return (f"beyond the symbolic prefix cache: the bounded query needs {cfg.table_len}-entry "
