@@ -95,7 +95,8 @@ CUSTOM_BOUNDS = (("slots", 3), ("depth", 6), ("max_prompt_len", 8), ("max_max_to
 BOUND_FLAGS = (("slots", "--requests"), ("depth", "--depth"),
                ("max_prompt_len", "--max-prompt-len"), ("max_max_tokens", "--max-tokens"),
                ("prefix_groups", "--prefix-groups"),
-               ("max_cached_prefix_len", "--max-cached-prefix-len"))
+               ("max_cached_prefix_len", "--max-cached-prefix-len"),
+               ("arrival_window", "--arrival-window"), ("no_eos", "--no-eos"))
 # A property's parameter `k` counts consecutive steps (a window: at least 1); `m` and any
 # other counts events (preemptions: at least 0).
 PARAM_MINIMUM = {"k": 1}
@@ -145,7 +146,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bounds = parser.add_argument_group(
         "bounds", "the workloads a verdict covers (default: the manifest config's bounds; "
         "for a custom configuration 3 requests, depth 6, prompts <= 8, max_tokens <= 6); "
-        "requests arrive in steps 1..depth and may sample EOS whenever they sample")
+        "requests arrive in steps 1..depth (or --arrival-window) and may sample EOS "
+        "whenever they sample (unless --no-eos)")
     bounds.add_argument("--depth", type=bounded_int(1, MAX_DEPTH),
                         help=f"steps of the run (BMC depth), at most {MAX_DEPTH}")
     bounds.add_argument("--requests", "--slots", dest="slots", metavar="N",
@@ -164,6 +166,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bounds.add_argument("--max-cached-prefix-len", type=bounded_int(0, MAX_CACHED_PREFIX_LEN),
                         metavar="C", help="SGLang with the radix cache on: up to C tokens of "
                         "a prompt are found in the cache (0: none)")
+    add_environment_flags(bounds)
     parser.add_argument("--timeout", type=bounded_seconds(MAX_TIMEOUT_S), default=300.0,
                         metavar="S", help="seconds per check before UNKNOWN (default 300, at "
                         f"most {MAX_TIMEOUT_S:g})")
@@ -186,6 +189,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "terminal)")
     parser.add_argument("--list", action="store_true", help="list properties and configs")
     add_config_flags(parser)
+
+
+def add_environment_flags(group: argparse._ArgumentGroup) -> None:
+    """--arrival-window and --no-eos: when requests may arrive, whether they may sample EOS
+    (Bounds.arrival_window, Bounds.no_eos; BMC and the explorer alike)."""
+    group.add_argument("--arrival-window", type=bounded_int(1, MAX_DEPTH), metavar="A",
+                       help="requests arrive in steps 1..A only (default: any step up to "
+                       "the depth)")
+    group.add_argument("--no-eos", action="store_const", const=True, default=None,
+                       help="no request samples EOS: each runs to its max_tokens (default: "
+                       "EOS may be sampled at any sampled token)")
 
 
 def _flags_given(args: argparse.Namespace) -> bool:
@@ -526,7 +540,9 @@ def _check_sizes(args: argparse.Namespace, rows: list[Row], overrides: dict[str,
 def bounds_of(nc: NamedConfig) -> dict[str, int]:
     """Every bound of a row's queries, defaults filled in (the `bounds` of --json)."""
     b = Bounds(**dict(nc.bounds))
-    return {f.name: getattr(b, f.name) for f in fields(b)}
+    out = {f.name: getattr(b, f.name) for f in fields(b)}
+    out["arrival_window"] = b.last_arrival()  # the window in effect, not 0 for "depth"
+    return out
 
 
 def bounds_line(nc: NamedConfig) -> str:
@@ -538,7 +554,8 @@ def bounds_line(nc: NamedConfig) -> str:
     if isinstance(model_len, int) and model_len - 1 < b.max_prompt_len:
         prompts = f"prompts <= {model_len - 1} (below max_model_len {model_len})"
     parts = [f"{b.slots} request{'s' if b.slots != 1 else ''}", f"depth {b.depth}",
-             prompts, f"max_tokens <= {b.max_max_tokens}", f"arrivals in steps 1..{b.depth}"]
+             prompts, f"max_tokens <= {b.max_max_tokens}",
+             f"arrivals in steps 1..{b.last_arrival()}"]
     if getattr(rule_cfg, "policy_priority", False):
         parts.append(f"priorities 0..{b.max_priority}")
     shared = _prefix_bound(nc.engine, nc.config)
@@ -550,7 +567,8 @@ def bounds_line(nc: NamedConfig) -> str:
         parts.append(f"cached prefixes <= {b.max_cached_prefix_len}")
     elif shared == "max_cached_prefix_len":
         parts.append("no cached prefixes (--max-cached-prefix-len 0)")
-    parts.append("EOS at any sampled token")
+    parts.append("no EOS (each request runs to its max_tokens)" if b.no_eos
+                 else "EOS at any sampled token")
     return ", ".join(parts)
 
 
@@ -558,9 +576,16 @@ def query_slug(engine: str, prop: str, params: Sequence[tuple[str, int]],
                nc: NamedConfig) -> str:
     """`<engine>__<property>[__params]__<hash>`: the file stem of a question's
     counterexample; the hash is of the configuration and the bounds."""
+    bounds = bounds_of(nc)
+    # The environment bounds at their defaults (arrivals through the depth, EOS allowed)
+    # are left out, so a question asked before they existed keeps its file name.
+    if bounds["arrival_window"] == bounds["depth"]:
+        del bounds["arrival_window"]
+    if not bounds["no_eos"]:
+        del bounds["no_eos"]
     doc = {"engine": engine, "config": engines.get(nc.engine).config_to_dict(nc.config),
            "ranges": [list(r) for r in nc.ranges], "validated": nc.validated,
-           "bounds": bounds_of(nc)}
+           "bounds": bounds}
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode())
     label = "_".join(f"{k}={v}" for k, v in params)
     return "__".join([engine, prop, *([label] if label else []), digest.hexdigest()[:8]])

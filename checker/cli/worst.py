@@ -28,6 +28,7 @@ from checker.cli.check import (
     _flags_given,
     _write,
     _writing,
+    add_environment_flags,
     bounds_line,
     bounds_of,
     golden_text,
@@ -70,6 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prompts of 1..L tokens")
     bounds.add_argument("--max-tokens", dest="max_max_tokens", metavar="T",
                         type=bounded_int(1, MAX_MAX_TOKENS), help="max_tokens of 1..T")
+    add_environment_flags(bounds)
     parser.add_argument("--strategy", choices=worst.STRATEGIES, default="scan",
                         help="how BMC climbs the ladder: scan (1, 2, ... until a rung holds) "
                         "or binary (bisect 1..depth+1); default scan (docs/queries.md)")

@@ -4,11 +4,11 @@ The second method beside BMC, independent of the z3 encoding: it walks the refer
 scheduler's reachable states breadth-first, one transition per scheduler step, and evaluates
 the same properties (under ConcreteOps) on the reference's own Step observables.
 
-The environment is the BMC's, at the same bounds: at each step any sequence of requests may
-arrive, drawn from the menu of request kinds the bounds allow (prompt_len, max_tokens,
-priority, cached_prefix_len, prefix group and shared length), at most `slots` requests in
-all; after scheduling, any subset
-of the requests that sample a token may sample EOS.
+The environment is the BMC's, at the same bounds: at each step of the arrival window
+(Bounds.last_arrival) any sequence of requests may arrive, drawn from the menu of request
+kinds the bounds allow (prompt_len, max_tokens, priority, cached_prefix_len, prefix group and
+shared length), at most `slots` requests in all; after scheduling, any subset of the
+requests that sample a token may sample EOS (none under Bounds.no_eos).
 
 A node is a canonical key: the number of requests that have arrived, the scheduler's
 `state_key` (requests named by queue position, so interchangeable requests coincide: the
@@ -277,6 +277,10 @@ class Explorer:
 
     def _successors(self, node: _Node, depth: int, arrivals_allowed: bool = True
                     ) -> Iterator[tuple[_Node, tuple[Step, ...]]]:
+        # Arrivals only within the arrival window (Bounds.last_arrival), as BMC bounds
+        # arrival_step; EOS choices only when the bounds allow EOS (Bounds.no_eos).
+        if depth > self.bounds.last_arrival():
+            arrivals_allowed = False
         room = self.bounds.slots - node.path.num_requests if arrivals_allowed else 0
         for kinds in _arrival_choices(self.kinds, room):
             arrived = copy.deepcopy(node.scheduler)
@@ -288,6 +292,8 @@ class Explorer:
             child, steps = self._child(node, probe, _Path(arrivals, (*node.path.eos, ())),
                                        depth, probe.step(frozenset()))
             yield child, steps
+            if self.bounds.no_eos:
+                continue
             sampled = [f"r{i}" for i, o in enumerate(steps[-1].slots) if o.sampled]
             for size in range(1, len(sampled) + 1):
                 for ids in itertools.combinations(sampled, size):

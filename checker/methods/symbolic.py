@@ -27,6 +27,14 @@ class Bounds:
     max_priority: int = 1
     max_cached_prefix_len: int = 0  # SGLang LPM: 0 keeps every cached prefix empty
     prefix_groups: int = 0  # vLLM's prefix cache: groups requests may share a prefix in
+    arrival_window: int = 0  # requests arrive in steps 1..A (0: in any step up to depth)
+    no_eos: bool = False  # True: no request samples EOS (each runs to its max_tokens)
+
+    def last_arrival(self) -> int:
+        """The last step a request may arrive in: the arrival window, within the depth."""
+        if self.arrival_window <= 0:
+            return self.depth
+        return min(self.arrival_window, self.depth)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +64,7 @@ class Unrolling:
     states: list[Any] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     constraints: list[Bool] = field(default_factory=list)
+    eos_allowed: bool = True  # False (Bounds.no_eos): every step's EOS choices are false
 
 
 def family_config(family: Family) -> tuple[Any, dict[str, z3.ArithRef], list[Bool]]:
@@ -100,7 +109,8 @@ def slot_specs(num_slots: int, cfg: Any, bounds: Bounds | None = None
         # vLLM's input processor rejects prompt_len >= max_model_len.
         cons += [p >= 1, m >= 1, a >= 0, z3.Implies(a > 0, p < cfg.max_model_len)]
         if bounds is not None:
-            cons += [p <= bounds.max_prompt_len, m <= bounds.max_max_tokens, a <= bounds.depth]
+            cons += [p <= bounds.max_prompt_len, m <= bounds.max_max_tokens,
+                     a <= bounds.last_arrival()]
             if cfg.policy_priority:
                 cons += [pr >= 0, pr <= bounds.max_priority]
         c: object = 0
@@ -178,7 +188,7 @@ def new_unrolling(family: Family, bounds: Bounds) -> Unrolling:
     specs, spec_cons = slot_specs(bounds.slots, cfg, bounds)
     init = engine.initial_state(bounds.slots, cfg)
     return Unrolling(engine=engine, cfg=cfg, cfg_vars=cfg_vars, specs=specs, states=[init],
-                     constraints=cons + spec_cons)
+                     constraints=cons + spec_cons, eos_allowed=not bounds.no_eos)
 
 
 def extend(u: Unrolling) -> list[Bool]:
@@ -189,6 +199,8 @@ def extend(u: Unrolling) -> list[Bool]:
     nxt, observed = u.engine.step(ops, u.cfg, u.specs, u.states[-1], eos)
     fresh = fresh_state(f"s{t + 1}", u.states[0], t + 1)
     cons = ops.take_definitions() + _bind(fresh, nxt)
+    if not u.eos_allowed:
+        cons += [z3.Not(e) for e in eos]
     u.eos.append(eos)
     u.states.append(fresh)
     u.steps.append(observed)
