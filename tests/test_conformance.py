@@ -16,6 +16,7 @@ from checker.conformance.compare import Divergence, first_divergence
 from checker.conformance.generate import (
     BREAKABLE_RULES,
     PREFIX_STATIC_FEATURES,
+    SPEC_CONFIG_RULES,
     STATIC_FEATURES,
     random_any_config,
     random_async_prefix_workload,
@@ -71,7 +72,7 @@ def test_generated_configs_break_every_rule_and_some_break_none():
     rules = {our_verdict(random_any_config(s))[1] for s in range(400)}
     accepted = sum(our_verdict(random_any_config(s))[0] for s in range(400))
     assert set(BREAKABLE_RULES) <= rules
-    assert set(BREAKABLE_RULES) == {r.name for r in RULES}
+    assert set(BREAKABLE_RULES) == {r.name for r in RULES} - set(SPEC_CONFIG_RULES)
     assert 40 < accepted < 300
 
 
@@ -105,18 +106,21 @@ def test_the_modes_are_named_in_help():
     from checker.conformance.__main__ import build_parser
 
     text = build_parser().format_help()
-    assert set(MODES) == {"off", "prefix", "async", "async+prefix"}
+    assert set(MODES) == {"off", "prefix", "async", "async+prefix", "spec", "spec-prefix",
+                          "spec-async", "spec-async-prefix"}
     for mode in MODES.values():
-        assert f"  {mode.name:13} {mode.what}" in text
+        assert f"  {mode.name:17} {mode.what}" in text
     assert build_parser().parse_args([]).mode == "off"
     assert not MODES["off"].generate(0, 30).config.enable_prefix_caching
     assert MODES["off"].generate(5, 30) == random_workload(5)
     assert build_parser().parse_args(["--mode", "async+prefix"]).mode == "async+prefix"
     for name, prefix in (("off", False), ("prefix", True), ("async", False),
-                         ("async+prefix", True)):
+                         ("async+prefix", True), ("spec", False), ("spec-prefix", True),
+                         ("spec-async", False), ("spec-async-prefix", True)):
         cfg = MODES[name].generate(3, 30).config
         assert (cfg.enable_prefix_caching, cfg.async_scheduling) == (prefix, "async" in name)
         assert (MODES[name].scheduler == "AsyncScheduler") == ("async" in name)
+        assert bool(cfg.speculative_method) == name.startswith("spec")
 
 
 def test_async_workloads_are_seeded_valid_and_survive_the_json_contract():

@@ -22,19 +22,24 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from checker.conformance.modes import DEFAULT_MODE, MODES, Mode
 from model.core.types import Workload
 from model.vllm.config import VERSIONS, VLLM_VERSION
 from model.workload import workload_to_json
 
+if TYPE_CHECKING:
+    from checker.conformance.compare import Divergence
+
 EXIT_OK, EXIT_DIVERGED, EXIT_UNAVAILABLE = 0, 1, 2
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's flags."""
-    modes = "\n".join(f"  {m.name:13} {m.what}" for m in MODES.values())
+    modes = "\n".join(f"  {m.name:17} {m.what}" for m in MODES.values())
     parser = argparse.ArgumentParser(prog="python -m checker.conformance",
                                      description=(__doc__ or "").format(modes=modes),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -96,8 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"{version}; give --vllm-overlay DIR, built by python -m "
                          f"checker.conformance.vllm_overlay {version} DIR\n")
         return EXIT_UNAVAILABLE
-    from checker.conformance.compare import compare, steps_agreeing
-    from checker.conformance.generate import at_release
+    from checker.conformance.compare import compare_run, steps_agreeing
+    from checker.conformance.generate import at_release, run_features, workload_features
+    from checker.conformance.vllm_real import run_real_vllm_detailed
 
     mode = MODES[args.mode]
     start = time.monotonic()
@@ -106,8 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     workloads = [mode.generate(args.seed + i, args.steps) for i in range(args.count)]
     if version != VLLM_VERSION:
         workloads = [at_release(w, version) for w in workloads]
+    features: dict[str, int] = {f: 0 for f in mode.features}
     for i, w in enumerate(workloads):
-        divergence = compare(w)
+        run = run_real_vllm_detailed(w)
+        divergence = compare_run(run.effective(w), run)
+        if mode.report_features:
+            for f in workload_features(w) | run_features(w, run.records, run.events):
+                if f in features:
+                    features[f] += 1
         compared, agreed = steps_agreeing(w, divergence)
         steps_compared += compared
         steps_agreed += agreed
@@ -124,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"workloads agreeing: {workloads_agreed}/{args.count} "
           f"({100.0 * workloads_agreed / args.count:.1f}%); steps agreeing: "
           f"{steps_agreed}/{steps_compared} ({100.0 * steps_agreed / max(1, steps_compared):.1f}%)")
+    if mode.report_features and not args.coverage:
+        print("workload and run features (workloads having each):")
+        for name, n in features.items():
+            print(f"  {n:5d}  {name}")
     if args.coverage:
         _print_coverage(mode, workloads)
     if first is None:
@@ -133,13 +149,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_DIVERGED
 
 
-def _print_minimal(seed: int, workload: Workload, shrink_it: bool) -> None:
-    from checker.conformance.compare import compare
+def compare_effective(workload: Workload) -> Divergence | None:
+    """`compare`, with the workload's speculative choices as the real run applied them
+    (`RealRun.effective`: accepted counts at most the drafts scheduled, drafts only for
+    requests just run): the generator draws them without running a scheduler, as it draws
+    EOS entries. Without speculative decoding it is `compare`."""
+    from checker.conformance.compare import compare_run
+    from checker.conformance.vllm_real import run_real_vllm_detailed
+
+    run = run_real_vllm_detailed(workload)
+    return compare_run(run.effective(workload), run)
+
+
+def _fewer_choices(w: Workload) -> Iterator[Workload]:
+    """One accepted or drafts entry fewer, or an accepted count one lower (the shrinker's
+    moves do not touch them)."""
+    for i, e in enumerate(w.accepted):
+        yield replace(w, accepted=w.accepted[:i] + w.accepted[i + 1:])
+        if e.count > 1:
+            yield replace(w, accepted=(*w.accepted[:i], replace(e, count=e.count - 1),
+                                       *w.accepted[i + 1:]))
+    for i in range(len(w.drafts)):
+        yield replace(w, drafts=w.drafts[:i] + w.drafts[i + 1:])
+
+
+def _without_strays(w: Workload) -> Workload:
+    """`w` without accepted/drafts entries naming a request the shrinker removed."""
+    ids = {r.id for r in w.requests}
+    return replace(w, accepted=tuple(e for e in w.accepted if e.id in ids),
+                   drafts=tuple(e for e in w.drafts if e.id in ids))
+
+
+def shrink_divergence(workload: Workload, max_calls: int = 3000) -> Workload:
+    """The shrinker's minimal workload on which the divergence persists, then with the
+    speculative choices shrunk too (greedily, one entry or one count at a time)."""
     from checker.conformance.shrink import shrink
 
+    def fails(w: Workload) -> bool:
+        return compare_effective(_without_strays(w)) is not None
+
+    current = _without_strays(shrink(workload, fails, max_calls))
+    changed = True
+    while changed:
+        changed = False
+        for candidate in _fewer_choices(current):
+            if fails(candidate):
+                current, changed = candidate, True
+                break
+    return current
+
+
+def _print_minimal(seed: int, workload: Workload, shrink_it: bool) -> None:
     if shrink_it:
-        workload = shrink(workload, lambda w: compare(w) is not None)
-    divergence = compare(workload)
+        workload = shrink_divergence(workload)
+    divergence = compare_effective(workload)
     assert divergence is not None  # shrink keeps the predicate true
     what = "minimal" if shrink_it else "first"
     print(f"\n{what} diverging workload (from seed {seed}):")

@@ -24,6 +24,14 @@ prefix groups and shared lengths drawn so that cache hits, sharing, eviction and
 duplicate hashes are common); `PREFIX_STATIC_FEATURES` and `PREFIX_RUN_FEATURES` say how
 often each occurs. `checker.conformance.modes` names the modes.
 
+`random_spec_workload(seed)` and its prefix / async / async+prefix forms are the
+speculative-decoding modes' generators (`SPEC_STATIC_FEATURES`, `SPEC_RUN_FEATURES`): a
+method the harness builds offline (ngram, draft_model with and without parallel drafting,
+eagle, eagle3; the async ones without ngram, which vLLM refuses there), k in 1..4, tight
+budgets, pools, max_model_len and long-prefill thresholds in 1..k, and the environment's
+choices: accepted counts 0..k per request and step (the driver applies at most the drafts
+scheduled, `RealRun.effective_accepted`), and for ngram draft counts 0..k.
+
 `random_any_config(seed)` draws configs that are often invalid, for the config-validation
 conformance: each breaks zero, one or two of vLLM's SchedulerConfig rules.
 """
@@ -34,7 +42,17 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from model.core.types import FINISH_LENGTH, FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
+from model.core.errors import InputError
+from model.core.types import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    AcceptEvent,
+    DraftEvent,
+    EosEvent,
+    RequestSpec,
+    StepRecord,
+    Workload,
+)
 from model.vllm.config import POLICY_FCFS, POLICY_PRIORITY, VERSIONS, Config
 from model.vllm.validation import NEWER_FIELDS, validate
 
@@ -126,6 +144,51 @@ ASYNC_PREFIX_RUN_FEATURES: tuple[str, ...] = (
 #: The async features the driver's probe notes (the others come from the records).
 ASYNC_PROBED_FEATURES: tuple[str, ...] = ("async:phantom_preemption",
                                           *ASYNC_PREFIX_RUN_FEATURES)
+
+#: Speculative decoding, features of the workload alone, in report order (the async modes
+#: draw no ngram and no draft counts: `SPEC_ASYNC_STATIC_FEATURES`).
+SPEC_STATIC_FEATURES: tuple[str, ...] = (
+    "spec:method:ngram",
+    "spec:method:draft_model",
+    "spec:method:draft_model_parallel",  # PARD: k draft slots
+    "spec:method:eagle",
+    "spec:method:eagle3",
+    "spec:lookahead",  # num_lookahead_tokens > 0
+    "spec:draft_slots",  # draft slots > 0
+    "spec:threshold_le_k",  # 1 <= long_prefill_token_threshold <= k (the 1372 hazard)
+    "spec:budget_tight",  # max_num_batched_tokens < 2 (1 + k + draft slots)
+    "spec:model_len_tight",  # a request's prompt + max_tokens passes max_model_len
+    "spec:drafts_fewer_than_k",  # a drafts entry below k (ngram)
+)
+SPEC_ASYNC_STATIC_FEATURES: tuple[str, ...] = tuple(
+    f for f in SPEC_STATIC_FEATURES if f not in ("spec:method:ngram", "spec:drafts_fewer_than_k"))
+
+#: Speculative decoding, features of a run, in report order: read from the records'
+#: `spec_scheduled` / `accepted` facts, or noted on the real engine by the driver's probe
+#: (`SPEC_PROBED_FEATURES`, vllm_real.py `_SpecProbe`).
+SPEC_RUN_FEATURES: tuple[str, ...] = (
+    "spec:drafts_scheduled",  # a schedule gave a request spec tokens
+    "spec:accepted_some",  # an output accepted some of its drafts
+    "spec:accepted_all",  # ... all of them
+    "spec:rejected_some",  # ... rejected some (num_computed_tokens rolled back)
+    "spec:finished_with_accepted",  # a request finished on an output with accepted drafts
+    "spec:padded",  # a waiting request with 1 token left padded to 1 + k (-1 drafts)
+    "spec:assertion",  # the engine died at scheduler.py:1372
+    "spec:drafts_trimmed_budget",  # fewer spec tokens than drafts: the budgets
+    "spec:drafts_trimmed_threshold",  # ... the long-prefill threshold
+    "spec:drafts_trimmed_mml",  # ... the max_model_len cap (or skipped by it)
+    "spec:draft_slot_starvation",  # input budget spent on draft slots, a request unserved
+    "spec:preempted",  # a preemption with speculative decoding on
+    "spec:lookahead_refused_running",  # a running allocation refused for lookahead alone
+    "spec:lookahead_refused_waiting",  # an admission refused for lookahead alone
+)
+SPEC_PREFIX_RUN_FEATURES: tuple[str, ...] = (
+    "spec:padded_after_hit",  # padded after a prefix hit left it one token
+)
+SPEC_PROBED_FEATURES: tuple[str, ...] = (
+    "spec:drafts_trimmed_budget", "spec:drafts_trimmed_threshold", "spec:drafts_trimmed_mml",
+    "spec:lookahead_refused_running", "spec:lookahead_refused_waiting",
+)
 
 _BLOCK_SIZES = (1, 2, 4, 4, 8, 16)
 _BATCH_BLOCK_SIZES = (1, 2, 4, 4, 8, 16)
@@ -410,6 +473,148 @@ def _async_batch(rng: random.Random, steps: int, prefix: bool) -> Workload:
     return workload
 
 
+# ---------------------------------------------------------------- speculative decoding
+
+#: (method, parallel_drafting) pairs each speculative mode draws, with repeats as weights.
+_SPEC_METHODS_SYNC: tuple[tuple[str, bool], ...] = (
+    ("ngram", False), ("ngram", False), ("ngram", False), ("draft_model", False),
+    ("draft_model", False), ("draft_model", True), ("eagle", False), ("eagle", False),
+    ("eagle", True), ("eagle3", False))
+#: ngram is left out: vLLM refuses it with async scheduling (config/vllm.py:1563-1575).
+_SPEC_METHODS_ASYNC: tuple[tuple[str, bool], ...] = tuple(
+    m for m in _SPEC_METHODS_SYNC if m[0] != "ngram")
+
+
+def random_spec_workload(seed: int, steps: int = 30) -> Workload:
+    """A valid speculative-decoding workload for the synchronous Scheduler, prefix caching
+    off, drawn from `seed` alone (its own stream); see `_spec_workload`."""
+    return _spec_workload(random.Random(f"spec:{seed}"), steps, prefix=False, is_async=False)
+
+
+def random_spec_prefix_workload(seed: int, steps: int = 30) -> Workload:
+    """The same with prefix caching on (prefix groups as `random_prefix_workload` draws
+    them, some prompts one token past a block-aligned shared prefix: padded after a hit)."""
+    return _spec_workload(random.Random(f"spec-prefix:{seed}"), steps, prefix=True,
+                          is_async=False)
+
+
+def random_spec_async_workload(seed: int, steps: int = 30) -> Workload:
+    """The same for the AsyncScheduler, prefix caching off (no ngram, no draft counts)."""
+    return _spec_workload(random.Random(f"spec-async:{seed}"), steps, prefix=False,
+                          is_async=True)
+
+
+def random_spec_async_prefix_workload(seed: int, steps: int = 30) -> Workload:
+    """The same for the AsyncScheduler with prefix caching on."""
+    return _spec_workload(random.Random(f"spec-async-prefix:{seed}"), steps, prefix=True,
+                          is_async=True)
+
+
+def _spec_workload(rng: random.Random, steps: int, prefix: bool, is_async: bool) -> Workload:
+    """Requests as the mode without speculative decoding draws them (half the seeds
+    without prefix caching a decode batch of short and one-token prompts arriving in
+    waves instead, `_spec_batch`), then a method and k in 1..4, then knobs that reach the
+    speculative branches: a budget of a few (1 + k + draft slots) so drafts are trimmed
+    and draft slots starve later requests; a pool about the first wave's prompts so
+    lookahead blocks preempt; a long-prefill threshold in 1..k (a padded request cut by
+    it is the scheduler.py:1372 assertion); max_model_len a few tokens past the longest
+    prompt (its cap trims drafts). The environment's choices: an accepted count 0..k for
+    most (request, step) pairs (the driver applies at most the drafts scheduled), and for
+    ngram draft counts 0..k for some."""
+    if prefix:
+        base = random_prefix_workload(rng.randrange(1 << 32), steps)
+    elif rng.random() < 0.5:
+        base = random_workload(rng.randrange(1 << 32), steps)
+    else:
+        base = _spec_batch(rng, steps)
+    method, parallel = rng.choice(_SPEC_METHODS_ASYNC if is_async else _SPEC_METHODS_SYNC)
+    k = rng.randint(1, 4)
+    cfg = replace(base.config, speculative_method=method, num_speculative_tokens=k,
+                  parallel_drafting=parallel, async_scheduling=is_async,
+                  disable_eagle_block_drop=(prefix and method.startswith("eagle")
+                                            and rng.random() < 0.2))
+    requests = list(base.requests)
+    if prefix:  # one token past a block-aligned shared prefix: a hit leaves 1 (padding)
+        bs = cfg.block_size
+        for i, r in enumerate(requests):
+            if r.prefix_group is not None and r.shared_prefix_len >= bs and rng.random() < 0.3:
+                shared = r.shared_prefix_len // bs * bs
+                requests[i] = replace(r, prompt_len=shared + 1, shared_prefix_len=shared)
+    longest = max(r.prompt_len for r in requests)
+    if rng.random() < 0.3:  # drafts meet the max_model_len cap
+        cfg = replace(cfg, max_model_len=longest + rng.randint(1, 2 + 2 * k))
+    ds = cfg.draft_slots
+    if rng.random() < 0.45:  # tight: drafts trimmed, draft slots starve later requests
+        budget = rng.randint(ds + 1, 3 * (1 + k + ds))
+        cfg = replace(cfg, max_num_batched_tokens=budget, enable_chunked_prefill=True,
+                      max_num_seqs=min(cfg.max_num_seqs, budget),
+                      max_num_scheduled_tokens=None if rng.random() < 0.8 else rng.randint(
+                          1, budget + 4))
+    if rng.random() < 0.3:
+        cfg = replace(cfg, long_prefill_token_threshold=rng.randint(1, k))
+    if rng.random() < 0.4:  # about the first wave's prompts and their lookahead
+        bs, first = cfg.block_size, min(r.arrival_step for r in requests)
+        wave = sum(_cdiv(r.prompt_len, bs) for r in requests if r.arrival_step == first)
+        usable = max(wave + rng.randint(-1, 2), _cdiv(longest + cfg.num_lookahead_tokens, bs))
+        cfg = replace(cfg, num_gpu_blocks=usable + 1)
+    cfg = _spec_valid(cfg, longest)
+    accepted: list[AcceptEvent] = []
+    drafts: list[DraftEvent] = []
+    for r in requests:
+        for step in range(r.arrival_step, steps + 1):
+            if rng.random() < 0.75:
+                accepted.append(AcceptEvent(id=r.id, step=step, count=rng.choice(
+                    (0, k, rng.randint(0, k)))))
+            if cfg.drafts_vary and not is_async and rng.random() < 0.3:
+                drafts.append(DraftEvent(id=r.id, step=step, count=rng.randint(0, k)))
+    workload = Workload(config=cfg, requests=tuple(requests), eos=base.eos, steps=steps,
+                        accepted=tuple(accepted), drafts=tuple(drafts))
+    validate(workload.config)
+    return workload
+
+
+def _spec_valid(cfg: Config, longest: int) -> Config:
+    """`cfg` moved back within SchedulerConfig's rules after the speculative knobs (the
+    budget at least max_num_seqs and, without chunking, max_model_len; the threshold
+    within max_model_len; max_num_active_seqs within max_num_seqs)."""
+    mml = max(cfg.max_model_len, longest + 1)
+    cfg = replace(cfg, max_model_len=mml,
+                  long_prefill_token_threshold=min(cfg.long_prefill_token_threshold, mml))
+    if not cfg.enable_chunked_prefill and cfg.max_num_batched_tokens < mml:
+        cfg = replace(cfg, enable_chunked_prefill=True)
+    if cfg.max_num_seqs > cfg.max_num_batched_tokens:
+        cfg = replace(cfg, max_num_seqs=cfg.max_num_batched_tokens)
+    if cfg.max_num_active_seqs is not None and cfg.max_num_active_seqs > cfg.max_num_seqs:
+        cfg = replace(cfg, max_num_active_seqs=cfg.max_num_seqs)
+    try:
+        validate(cfg)
+    except InputError as exc:  # a rule the knobs cannot break: a generator bug
+        raise AssertionError(f"speculative generator drew an invalid config: {exc}") from None
+    return cfg
+
+
+def _spec_batch(rng: random.Random, steps: int) -> Workload:
+    """A decode batch of short prompts (two fifths of one token), a first wave at step 1
+    and later ones while it decodes: a one-token prompt admitted beside running decodes is
+    padded to 1 + k (scheduler.py:1131-1153); the batch outgrows a pool of about its
+    prompts."""
+    n = rng.randint(2, 8)
+    prompts = [1 if rng.random() < 0.4 else rng.randint(2, 8) for _ in range(n)]
+    max_tokens = [rng.randint(4, 24) for _ in range(n)]
+    arrivals = [1 if rng.random() < 0.6 else rng.randint(2, 10) for _ in range(n)]
+    for _ in range(rng.randint(0, 2)):  # a longer prompt joins later
+        prompts.append(rng.randint(8, 40))
+        max_tokens.append(rng.randint(1, 8))
+        arrivals.append(rng.randint(2, max(2, (2 * steps) // 3)))
+    cfg = _draw_config(rng, prompts, max_tokens, n)
+    requests = tuple(RequestSpec(id=f"r{i}", prompt_len=p, max_tokens=mt, arrival_step=a,
+                                 priority=rng.randint(0, 3))
+                     for i, (p, mt, a) in enumerate(zip(prompts, max_tokens, arrivals,
+                                                        strict=True)))
+    eos = _draw_eos(rng, cfg, requests, steps)
+    return Workload(config=cfg, requests=requests, eos=tuple(eos), steps=steps)
+
+
 def _fit_pool(rng: random.Random, cfg: Config, prompts: Sequence[int],
               max_tokens: Sequence[int], groups: Sequence[tuple[str, int] | None],
               batch: bool) -> Config:
@@ -550,7 +755,30 @@ def workload_features(w: Workload) -> frozenset[str]:
         out.add("length:model_len_reachable")
     if cfg.enable_prefix_caching:
         out |= _prefix_features(w)
+    if cfg.num_spec_tokens:
+        out |= _spec_features(w)
     return frozenset(out)
+
+
+def _spec_features(w: Workload) -> set[str]:
+    cfg = w.config
+    k, ds = cfg.num_spec_tokens, cfg.draft_slots
+    method = cfg.speculative_method
+    out = {f"spec:method:{method}_parallel" if cfg.parallel_drafting and method == "draft_model"
+           else f"spec:method:{method}"}
+    if cfg.num_lookahead_tokens:
+        out.add("spec:lookahead")
+    if ds:
+        out.add("spec:draft_slots")
+    if 1 <= cfg.long_prefill_token_threshold <= k:
+        out.add("spec:threshold_le_k")
+    if cfg.max_num_batched_tokens < 2 * (1 + k + ds):
+        out.add("spec:budget_tight")
+    if any(r.prompt_len + r.max_tokens > cfg.max_model_len for r in w.requests):
+        out.add("spec:model_len_tight")
+    if any(e.count < k for e in w.drafts):
+        out.add("spec:drafts_fewer_than_k")
+    return out
 
 
 def _prefix_features(w: Workload) -> set[str]:
@@ -632,7 +860,65 @@ def run_features(w: Workload, records: Iterable[StepRecord],
     if w.config.async_scheduling:
         out |= _async_run_features(records)
         out |= probed & set(ASYNC_PROBED_FEATURES)
+    if w.config.num_spec_tokens:
+        out |= _spec_run_features(w, records)
+        out |= probed & set(SPEC_PROBED_FEATURES)
     return frozenset(out)
+
+
+def _spec_run_features(w: Workload, records: Sequence[StepRecord]) -> set[str]:
+    """The SPEC_RUN_FEATURES (and SPEC_PREFIX_RUN_FEATURES) read from the records: their
+    `spec_scheduled` and `accepted` facts (the accepted counts of that step's schedule),
+    `assertion`, the budgets and the prefix hits. Draft-slot starvation: a step whose
+    schedule left token budget but no input budget past the draft slots
+    (max_num_batched_tokens - sum(n + draft slots) <= draft slots, scheduler.py:661, 918)
+    while a running or waiting request got nothing."""
+    cfg = w.config
+    ds = cfg.draft_slots
+    out: set[str] = set()
+    finishing: dict[str, int] = {}  # sync: this step's accepted; async: the previous one's
+    for rec in records:
+        facts = dict(rec.extra)
+        if "assertion" in facts:
+            out.add("spec:assertion")
+            continue
+        spec = facts.get("spec_scheduled")
+        accepted = facts.get("accepted")
+        spec = spec if isinstance(spec, dict) else {}
+        accepted = accepted if isinstance(accepted, dict) else {}
+        if spec:
+            out.add("spec:drafts_scheduled")
+        entering = {*rec.admitted, *rec.resumed}
+        hits = facts.get("prefix_hits")
+        hits = hits if isinstance(hits, dict) else {}
+        for rid, s in spec.items():
+            a = accepted.get(rid, 0)
+            if rid in entering:
+                out.add("spec:padded")
+                if hits.get(rid, 0) > 0:
+                    out.add("spec:padded_after_hit")
+                continue
+            if a > 0:
+                out.add("spec:accepted_some")
+            if a == s:
+                out.add("spec:accepted_all")
+            if a < s:
+                out.add("spec:rejected_some")
+        if not cfg.async_scheduling:
+            finishing = accepted
+        if any(finishing.get(rid, 0) > 0 for rid, _ in rec.finished):
+            out.add("spec:finished_with_accepted")
+        if cfg.async_scheduling:
+            finishing = accepted
+        if rec.preempted:
+            out.add("spec:preempted")
+        scheduled = dict(rec.scheduled)
+        used = sum(n + ds for n in scheduled.values())
+        unserved = [r for r in (*rec.running, *rec.waiting) if r not in scheduled]
+        if (ds and scheduled and rec.token_budget_left > 0
+                and cfg.max_num_batched_tokens - used <= ds and unserved):
+            out.add("spec:draft_slot_starvation")
+    return out
 
 
 def _async_run_features(records: Sequence[StepRecord]) -> set[str]:
@@ -699,6 +985,13 @@ BREAKABLE_RULES: tuple[str, ...] = (
     "watermark_range",
     "policy_known",
 )
+
+
+#: The speculative-decoding config rules (model.vllm.validation.RULES) are SpeculativeConfig's
+#: and VllmConfig's, not SchedulerConfig's, so `random_any_config` does not break them;
+#: tests/test_conformance_spec.py checks them against a real VllmConfig.
+SPEC_CONFIG_RULES: tuple[str, ...] = ("speculative_tokens_positive",
+                                      "batched_tokens_gt_draft_slots")
 
 
 def random_any_config(seed: int) -> Config:

@@ -18,10 +18,18 @@ from checker.conformance.generate import (
     PREFIX_RUN_FEATURES,
     PREFIX_STATIC_FEATURES,
     RUN_FEATURES,
+    SPEC_ASYNC_STATIC_FEATURES,
+    SPEC_PREFIX_RUN_FEATURES,
+    SPEC_RUN_FEATURES,
+    SPEC_STATIC_FEATURES,
     STATIC_FEATURES,
     random_async_prefix_workload,
     random_async_workload,
     random_prefix_workload,
+    random_spec_async_prefix_workload,
+    random_spec_async_workload,
+    random_spec_prefix_workload,
+    random_spec_workload,
     random_workload,
 )
 from model.core.types import Workload
@@ -34,6 +42,8 @@ class Mode:
     `generate(seed, steps)` draws its workloads; `scheduler` names the vLLM class the
     workloads run on (for the report); `features` are the workload and run features its
     coverage report counts, `branch_sets` the names of `branches.BRANCH_SETS` it lists.
+    `report_features`: every run also prints how many workloads had each feature (read
+    from the runs it compared, no second run); the speculative modes do.
     """
 
     name: str
@@ -42,6 +52,7 @@ class Mode:
     scheduler: str
     features: tuple[str, ...]
     branch_sets: tuple[str, ...]
+    report_features: bool = False
 
 
 MODES: dict[str, Mode] = {
@@ -60,6 +71,21 @@ MODES: dict[str, Mode] = {
              (*STATIC_FEATURES, *PREFIX_STATIC_FEATURES, *RUN_FEATURES, *PREFIX_RUN_FEATURES,
               *ASYNC_RUN_FEATURES, *ASYNC_PREFIX_RUN_FEATURES),
              ("base", "prefix", "async", "async+prefix")),
+        Mode("spec", "speculative decoding (ngram, draft_model, eagle, eagle3; k 1..4), the "
+             "synchronous Scheduler, prefix caching off", random_spec_workload, "Scheduler",
+             (*SPEC_STATIC_FEATURES, *SPEC_RUN_FEATURES), ("base",), report_features=True),
+        Mode("spec-prefix", "speculative decoding, the synchronous Scheduler, prefix caching "
+             "on", random_spec_prefix_workload, "Scheduler",
+             (*SPEC_STATIC_FEATURES, *SPEC_RUN_FEATURES, *SPEC_PREFIX_RUN_FEATURES),
+             ("base", "prefix"), report_features=True),
+        Mode("spec-async", "speculative decoding (draft_model, eagle, eagle3), the "
+             "AsyncScheduler, prefix caching off", random_spec_async_workload,
+             "AsyncScheduler", (*SPEC_ASYNC_STATIC_FEATURES, *SPEC_RUN_FEATURES),
+             ("base", "async"), report_features=True),
+        Mode("spec-async-prefix", "speculative decoding, the AsyncScheduler, prefix caching "
+             "on", random_spec_async_prefix_workload, "AsyncScheduler",
+             (*SPEC_ASYNC_STATIC_FEATURES, *SPEC_RUN_FEATURES, *SPEC_PREFIX_RUN_FEATURES),
+             ("base", "prefix", "async", "async+prefix"), report_features=True),
     )
 }
 DEFAULT_MODE = "off"

@@ -79,6 +79,37 @@ engine (model/vllm/reference.py defines them), in the reference's order:
 
 With async scheduling, `extra` also holds `sampled`: the ids, in service order, whose
 chunk in this step's schedule samples a token (delivered by the next step's update).
+
+Speculative decoding (`cfg.speculative_method`; notes/vllm_spec_asserts.md, A5). The
+VllmConfig gets a SpeculativeConfig built offline: ngram (and ngram_gpu) with no draft
+model, draft_model (and medusa) with the stub as draft, eagle/eagle3 with the stub's
+config.json in a directory whose path contains "eagle-" (`SPEC_METHODS_BUILT`); mtp,
+suffix, dflash and mlp_speculator cannot be built here and are refused with the reason
+(`SPEC_METHODS_UNBUILDABLE`), as is async scheduling with a method vLLM refuses it for.
+`new_scheduler` checks that the real scheduler's num_spec_tokens, num_lookahead_tokens,
+draft slots (`max_num_new_slots_for_drafting`) and EAGLE block drop are the Config's
+derived values, and fails loudly otherwise (a model bug). The fake output of a request
+whose chunk samples is 1 + a tokens, the last one EOS when the workload says so, where for
+a request with s spec tokens scheduled a = min(the workload's accepted count for (id,
+step), s), and a = 0 for a padded admission (a request admitted or resumed with spec
+tokens: the waiting loop gives drafts only as -1 placeholders, scheduler.py:1371-1375);
+`step` is the schedule's step, as for EOS (under async the output is processed in the next
+step). Never `[]` for a request with spec tokens (that stalls it, scheduler.py:2113-2114).
+Synchronously, after `update_from_output`, when the step scheduled any token
+(EngineCore.post_step, core.py:689-696), `update_draft_token_ids` gives every request of
+the batch still alive the workload's draft count for (id, step) (default k) of its sampled
+token id; the scheduler itself clears a prefill chunk's. Under async no drafts are given:
+the AsyncScheduler sets k -1 placeholders itself (async_scheduler.py:50). `extra` holds,
+read right after `schedule()`: `spec_scheduled`, {id: s} for each request with s > 0
+spec tokens scheduled (`scheduled_spec_decode_tokens`, service order, padded ones
+included); `accepted`, {id: a} for the same requests, the counts applied to this
+schedule's output; `blocks_held`, {id: blocks} for each running request (lookahead slots
+and rolled-back drafts keep theirs). An AssertionError raised in scheduler.py's
+`schedule()` (in scope only scheduler.py:1372, `assert num_new_tokens == 1 +
+self.num_spec_tokens`, notes B.1) is not a harness failure: the step's record carries
+`extra["assertion"]`, worded as the reference words it from the failing frame's request and
+token count, with nothing scheduled, admitted, preempted or finished, no requests listed,
+`free_blocks` as the pool stood; the engine is dead, so every later step records the same.
 """
 
 from __future__ import annotations
@@ -94,7 +125,16 @@ from types import SimpleNamespace
 from typing import Any
 
 from model.core.errors import InputError
-from model.core.types import FINISH_LENGTH, FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
+from model.core.types import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    AcceptEvent,
+    DraftEvent,
+    EosEvent,
+    RequestSpec,
+    StepRecord,
+    Workload,
+)
 from model.vllm.config import Config, check_requests_admissible
 
 EOS_TOKEN_ID = 2
@@ -155,7 +195,14 @@ def _vllm() -> SimpleNamespace:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     import torch
     import vllm
-    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.config import (
+        CacheConfig,
+        ModelConfig,
+        ParallelConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+        VllmConfig,
+    )
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import (
@@ -170,14 +217,15 @@ def _vllm() -> SimpleNamespace:
         KVCacheConfig,
         KVCacheGroupSpec,
     )
-    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
     from vllm.v1.structured_output import StructuredOutputManager
 
     init_none_hash(sha256)
     return SimpleNamespace(
         version=vllm.__version__.split("+")[0], torch=torch, CacheConfig=CacheConfig,
-        ModelConfig=ModelConfig,
+        ModelConfig=ModelConfig, ParallelConfig=ParallelConfig,
+        SpeculativeConfig=SpeculativeConfig, DraftTokenIds=DraftTokenIds,
         SchedulerConfig=SchedulerConfig, VllmConfig=VllmConfig, SamplingParams=SamplingParams,
         sha256=sha256, get_request_block_hasher=get_request_block_hasher, Scheduler=Scheduler,
         AsyncScheduler=AsyncScheduler,
@@ -199,6 +247,70 @@ def _stub_model_dir() -> str:
 
 
 @functools.cache
+def _eagle_stub_dir() -> str:
+    """The stub config.json again, in a directory whose path contains "eagle-": that is how
+    SpeculativeConfig tells an EAGLE draft model from others offline (notes, A5)."""
+    path = tempfile.mkdtemp(prefix="batchproof-eagle-stub-")
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(_STUB_MODEL_CONFIG, f)
+    return path
+
+
+#: The speculative methods the harness builds offline, and the draft model each is given
+#: ("" none; "stub" the target's stub; "eagle" the stub in an "eagle-" directory).
+SPEC_METHODS_BUILT: dict[str, str] = {
+    "ngram": "", "ngram_gpu": "", "draft_model": "stub", "medusa": "stub",
+    "eagle": "eagle", "eagle3": "eagle",
+}
+#: The modelled methods it cannot build, and why (vLLM 0.32.0, offline, on CPU).
+SPEC_METHODS_UNBUILDABLE: dict[str, str] = {
+    "mtp": "SpeculativeConfig needs a draft hf_config whose model_type is an MTP type "
+           "(config/speculative.py:1389 raises NotImplementedError for the stub Llama)",
+    "suffix": "suffix decoding needs the arctic-inference package "
+              "(config/speculative.py:1596-1601 raises ImportError)",
+    "dflash": "a DFlash draft model config is needed (SpeculativeConfig rejects the stub)",
+    "mlp_speculator": "an MLPSpeculator draft model config is needed (SpeculativeConfig "
+                      "raises NotImplementedError for the stub Llama)",
+}
+#: Methods vLLM refuses with async scheduling on (config/vllm.py:1563-1575).
+SPEC_METHODS_SYNC_ONLY = ("ngram", "medusa", "mlp_speculator", "suffix")
+
+
+def _speculative_config(cfg: Config, model_config: Any, parallel_config: Any) -> Any:
+    """vLLM's SpeculativeConfig for `cfg`'s method (InputError for one the harness cannot
+    build offline, or one vLLM refuses with async scheduling)."""
+    check_spec_buildable(cfg)
+    v = _vllm()
+    draft = SPEC_METHODS_BUILT[cfg.speculative_method]
+    model = {"": None, "stub": _stub_model_dir(), "eagle": _eagle_stub_dir()}[draft]
+    try:
+        return v.SpeculativeConfig(
+            method=cfg.speculative_method, num_speculative_tokens=cfg.num_speculative_tokens,
+            model=model, target_model_config=model_config,
+            target_parallel_config=parallel_config, parallel_drafting=cfg.parallel_drafting,
+            disable_eagle_block_drop=cfg.disable_eagle_block_drop)
+    except ValueError as exc:
+        raise InputError(f"vLLM's SpeculativeConfig rejects the config: {exc}") from None
+
+
+def check_spec_buildable(cfg: Config) -> None:
+    """InputError unless the harness can build `cfg`'s speculative method offline and vLLM
+    accepts it with `cfg`'s scheduling (no vLLM needed)."""
+    method = cfg.speculative_method
+    if method in SPEC_METHODS_UNBUILDABLE:
+        raise InputError(f"the conformance harness cannot build speculative_method "
+                         f"{method!r} offline: {SPEC_METHODS_UNBUILDABLE[method]}; use one of "
+                         f"{', '.join(SPEC_METHODS_BUILT)}")
+    if method not in SPEC_METHODS_BUILT:
+        raise InputError(f"speculative_method {method!r} is not one the conformance harness "
+                         f"builds; use one of {', '.join(SPEC_METHODS_BUILT)}")
+    if cfg.async_scheduling and method in SPEC_METHODS_SYNC_ONLY:
+        raise InputError(f"vLLM refuses async scheduling with speculative_method {method!r} "
+                         "(config/vllm.py:1563-1575: only EAGLE/MTP/draft model/ngram_gpu/"
+                         "DSpark/DFlash)")
+
+
+@functools.cache
 def _vllm_config(cfg: Config) -> Any:
     """vLLM's VllmConfig for `cfg` (cached: building it is the slow part). It is the same
     for `cfg` with async scheduling on or off: the scheduler class carries it."""
@@ -213,8 +325,19 @@ def _vllm_config(cfg: Config) -> Any:
                                  max_model_len=cfg.max_model_len)
     cache_config = v.CacheConfig(block_size=cfg.block_size,
                                  enable_prefix_caching=cfg.enable_prefix_caching)
-    vllm_config = v.VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
-                               cache_config=cache_config)
+    if not cfg.speculative_method:
+        vllm_config = v.VllmConfig(scheduler_config=scheduler_config,
+                                   model_config=model_config, cache_config=cache_config)
+    else:
+        parallel_config = v.ParallelConfig()
+        speculative_config = _speculative_config(cfg, model_config, parallel_config)
+        try:
+            vllm_config = v.VllmConfig(scheduler_config=scheduler_config,
+                                       model_config=model_config, cache_config=cache_config,
+                                       parallel_config=parallel_config,
+                                       speculative_config=speculative_config)
+        except ValueError as exc:
+            raise InputError(f"vLLM's VllmConfig rejects the config: {exc}") from None
     vllm_config.cache_config.num_gpu_blocks = cfg.num_gpu_blocks
     _check_config_kept(cfg, vllm_config)
     return vllm_config
@@ -224,6 +347,10 @@ def _check_config_kept(cfg: Config, vllm_config: Any) -> None:
     """VllmConfig's post-init may rewrite fields; fail loudly if it changed ours."""
     sc = vllm_config.scheduler_config
     want = _scheduler_fields(cfg)
+    if cfg.speculative_method and want["max_num_scheduled_tokens"] is None:
+        # With a SpeculativeConfig, VllmConfig fills the unset field with
+        # max_num_batched_tokens (config/vllm.py:2263-2264): the same token budget.
+        want["max_num_scheduled_tokens"] = cfg.max_num_batched_tokens
     got = {k: getattr(sc, k) for k in want if k != "max_model_len"}
     got["max_model_len"] = vllm_config.model_config.max_model_len
     if got != want:
@@ -250,6 +377,8 @@ def new_scheduler(cfg: Config) -> Any:
     """A fresh real `Scheduler` (`AsyncScheduler` when `cfg.async_scheduling`) for `cfg`
     with a fake KV cache of `cfg.num_gpu_blocks`."""
     v = _vllm()
+    if cfg.speculative_method:
+        check_spec_buildable(cfg)  # the sync config below cannot tell async's refusals
     sync_cfg = replace(cfg, async_scheduling=False)
     vllm_config = _vllm_config(sync_cfg)
     _check_config_kept(sync_cfg, vllm_config)  # the cached config must not drift between runs
@@ -259,8 +388,36 @@ def new_scheduler(cfg: Config) -> Any:
         num_blocks=cfg.num_gpu_blocks, kv_cache_tensors=[],
         kv_cache_groups=[v.KVCacheGroupSpec(["layer"], spec)])
     cls = v.AsyncScheduler if cfg.async_scheduling else v.Scheduler
-    return cls(vllm_config, kv_cache_config, v.StructuredOutputManager(vllm_config),
-               block_size=cfg.block_size)
+    sched = cls(vllm_config, kv_cache_config, v.StructuredOutputManager(vllm_config),
+                block_size=cfg.block_size)
+    if cfg.speculative_method:
+        _check_spec_kept(cfg, vllm_config, sched)
+    return sched
+
+
+def _check_spec_kept(cfg: Config, vllm_config: Any, sched: Any) -> None:
+    """The real scheduler's speculative sizes must be the Config's derived ones (else the
+    model's table is wrong for this method: a model bug to report, not to drive around)."""
+    spec = vllm_config.speculative_config
+    got = {"num_spec_tokens": sched.num_spec_tokens,
+           "num_lookahead_tokens": sched.num_lookahead_tokens,
+           "draft_slots": spec.max_num_new_slots_for_drafting,
+           "eagle_block_drop": sched.use_eagle_block_drop,
+           "kv_manager_eagle_block_drop": sched.kv_cache_manager.use_eagle}
+    want = {"num_spec_tokens": cfg.num_spec_tokens,
+            "num_lookahead_tokens": cfg.num_lookahead_tokens,
+            "draft_slots": cfg.draft_slots,
+            "eagle_block_drop": cfg.eagle_block_drop,
+            "kv_manager_eagle_block_drop": cfg.eagle_block_drop}
+    if got != want:
+        changed = {k: (want[k], got[k]) for k in want if want[k] != got[k]}
+        raise RuntimeError(f"speculative_method {cfg.speculative_method!r}: the model's "
+                           f"derived sizes differ from vLLM's (model, vLLM): {changed}; "
+                           "model/vllm/config.py is wrong for this method")
+    if sched.num_prefill_lookahead > 1 or sched.dynamic_sd_lookup is not None:
+        raise RuntimeError(f"speculative_method {cfg.speculative_method!r}: prefill "
+                           f"lookahead {sched.num_prefill_lookahead} or dynamic SD is outside "
+                           "the modelled scope (at most 1, static k)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,6 +692,84 @@ class _AsyncProbe:
             self.events.add("async:phantom_preemption")
 
 
+class _SpecProbe:
+    """Notes, per step, speculative-decoding events the records do not show, for the
+    coverage report (nothing is changed; the names are
+    `checker.conformance.generate.SPEC_PROBED_FEATURES`). Before `schedule()` it reads each
+    running request's drafts D, tokens T, computed C and placeholders P; after it, a
+    request scheduled n tokens with s < |D| spec tokens had its drafts trimmed
+    (scheduler.py:703-721, 861-876), by `max_model_len` when n is the `mml - C - 1` cap
+    (also when that cap skips it: n <= 0), by the long-prefill threshold when n is the
+    threshold, else by the budgets (`token_budget`, `input_budget - draft_slots`). Around
+    `allocate_slots` it notes a refusal that only the lookahead slots caused (without
+    them the chunk's blocks would fit): `spec:lookahead_refused_running` (the running
+    loop then preempts) or `spec:lookahead_refused_waiting` (admission stops)."""
+
+    def __init__(self, sched: Any, cfg: Config) -> None:
+        self.events: set[str] = set()
+        self._cfg = cfg
+        self._sched = sched
+        self._before: dict[str, tuple[int, int, int, int]] = {}
+        kv = sched.kv_cache_manager
+        allocate_slots = kv.allocate_slots
+        manager = kv.coordinator.single_type_managers[0]
+        pool = kv.block_pool
+        bs, mml = cfg.block_size, cfg.max_model_len
+
+        def allocating(request: Any, num_new_tokens: int, num_new_computed_tokens: int = 0,
+                       new_computed_blocks: Any = None, *args: Any, **kwargs: Any) -> Any:
+            lookahead = kwargs.get("num_lookahead_tokens", 0)
+            free = pool.get_num_free_blocks()
+            result = allocate_slots(request, num_new_tokens, num_new_computed_tokens,
+                                    new_computed_blocks, *args, **kwargs)
+            if result is None and lookahead > 0 and num_new_computed_tokens == 0:
+                held = len(manager.req_to_blocks.get(request.request_id, ()))
+                end = min(request.num_computed_tokens + num_new_tokens, mml)
+                if -(-end // bs) - held <= free - (kv.watermark_blocks if request.status
+                                                   != v_running else 0):
+                    self.events.add("spec:lookahead_refused_running"
+                                    if request.status == v_running
+                                    else "spec:lookahead_refused_waiting")
+            return result
+
+        v_running = _vllm().RequestStatus.RUNNING
+        kv.allocate_slots = allocating
+
+    def start_step(self) -> None:
+        """Forget the previous step's events."""
+        self.events.clear()
+
+    def before_schedule(self) -> None:
+        """Read the running requests' drafts and counters."""
+        self._before = {r.request_id: (len(r.spec_token_ids), r.num_tokens,
+                                       r.num_computed_tokens, r.num_output_placeholders)
+                        for r in self._sched.running}
+
+    def after_schedule(self, out: Any, scheduled: tuple[tuple[str, int], ...],
+                       spec_scheduled: dict[str, int]) -> None:
+        """Classify each running request's trimmed drafts (see the class doc)."""
+        cfg = self._cfg
+        n_of = dict(scheduled)
+        for rid, (d, t, c, p) in self._before.items():
+            if d == 0:
+                continue
+            cap = cfg.max_model_len - c - 1
+            n = n_of.get(rid, 0)
+            if n == 0:
+                if cap <= 0:
+                    self.events.add("spec:drafts_trimmed_mml")
+                continue
+            if spec_scheduled.get(rid, 0) >= d:
+                continue
+            want = t + d + p - c
+            if cap < want and n == cap:
+                self.events.add("spec:drafts_trimmed_mml")
+            elif 0 < cfg.long_prefill_token_threshold == n < want:
+                self.events.add("spec:drafts_trimmed_threshold")
+            else:
+                self.events.add("spec:drafts_trimmed_budget")
+
+
 def _cache_facts(sched: Any, scheduled: tuple[tuple[str, int], ...],
                  entering: set[str], held: dict[str, Any]) -> list[tuple[str, object]]:
     """The extra facts read right after `schedule()` (see the module doc)."""
@@ -569,6 +804,35 @@ class RealRun:
         return tuple(e for e in workload.eos
                      if 1 <= e.step <= len(self.sampled) and e.id in self.sampled[e.step - 1])
 
+    def effective_accepted(self, workload: Workload) -> tuple[AcceptEvent, ...]:
+        """The accepted entries of `workload` as this run applied them: each names a step
+        whose schedule gave the request drafts that were not padding, and counts at most
+        the drafts scheduled (the driver applies min(count, scheduled)); the others, and
+        counts of 0, had no effect on this run, so the reference's checks (a count above
+        the drafts scheduled, or for padding, is refused) hold on the result."""
+        out = []
+        for e in workload.accepted:
+            if not 1 <= e.step <= len(self.records):
+                continue
+            applied = dict(self.records[e.step - 1].extra).get("accepted")
+            if isinstance(applied, dict) and applied.get(e.id, 0) > 0:
+                out.append(AcceptEvent(id=e.id, step=e.step, count=applied[e.id]))
+        return tuple(out)
+
+    def effective_drafts(self, workload: Workload) -> tuple[DraftEvent, ...]:
+        """The drafts entries of `workload` that name a step in which the request was
+        scheduled (the drafter proposes only for the batch it ran, core.py:689-696); the
+        others had no effect on this run."""
+        return tuple(e for e in workload.drafts if 1 <= e.step <= len(self.records)
+                     and e.id in dict(self.records[e.step - 1].scheduled))
+
+    def effective(self, workload: Workload) -> Workload:
+        """`workload` with only the EOS, accepted and drafts entries that took effect in
+        this run (the run of the result is this run)."""
+        return replace(workload, eos=self.effective_eos(workload),
+                       accepted=self.effective_accepted(workload),
+                       drafts=self.effective_drafts(workload))
+
 
 def run_real_vllm(workload: Workload) -> tuple[StepRecord, ...]:
     """The StepRecords of vLLM's real Scheduler on `workload` (see the module doc)."""
@@ -590,11 +854,21 @@ def run_real_vllm_detailed(workload: Workload,
                            f"vLLM {v.version}; run an overlay of {cfg.version} "
                            "(python -m checker.conformance --vllm-version ... --vllm-overlay)")
     caching = cfg.enable_prefix_caching
+    k = cfg.num_spec_tokens
+    if (workload.accepted or workload.drafts) and not k:
+        raise InputError("the workload gives 'accepted' or 'drafts' choices but its config "
+                         "has no speculative decoding; set speculative_method and "
+                         "num_speculative_tokens or drop them")
+    if workload.drafts and cfg.async_scheduling:
+        raise InputError("drafts are not a choice under async scheduling: the AsyncScheduler "
+                         "gives every request k placeholder drafts itself "
+                         "(async_scheduler.py:50); drop the 'drafts' entries")
     tokens = TokenIds.of(workload) if caching else None
     sched = new_scheduler(cfg)
     log = _PreemptionLog(sched)
     probe = _CacheProbe(v, sched) if caching else None
     async_probe = _AsyncProbe(sched) if cfg.async_scheduling else None
+    spec_probe = _SpecProbe(sched, cfg) if k else None
     if instrument is not None:
         instrument(sched)
     arrivals: dict[int, list[tuple[int, RequestSpec]]] = {}
@@ -602,6 +876,7 @@ def run_real_vllm_detailed(workload: Workload,
         arrivals.setdefault(spec.arrival_step, []).append((position, spec))
     specs = {r.id: r for r in workload.requests}
     eos = workload.eos_steps()
+    accepted, drafts = workload.accepted_by_step(), workload.drafts_by_step()
     held: dict[str, Any] = {}
     finish_names = {v.RequestStatus.FINISHED_STOPPED: FINISH_STOP,
                     v.RequestStatus.FINISHED_LENGTH_CAPPED: FINISH_LENGTH}
@@ -614,12 +889,21 @@ def run_real_vllm_detailed(workload: Workload,
         return tuple((rid, finish_names.get(held[rid].status, held[rid].status.name.lower()))
                      for rid in ids if held[rid].is_finished() and rid not in done)
 
+    def token(rid: str) -> int:
+        return tokens.output(specs[rid]) if tokens is not None else OTHER_TOKEN_ID
+
     records: list[StepRecord] = []
     sampled_ids: list[frozenset[str]] = []
     events: list[frozenset[str]] = []
     in_flight: tuple[Any, Any] | None = None  # async: schedule(k-1)'s output, its tokens
+    crashed: str = ""  # the engine assertion schedule() died at ("" while it runs)
     for step in range(1, workload.steps + 1):
-        for p in (probe, async_probe):
+        if crashed:  # the engine is dead: every later step records the same
+            records.append(_crash_record(step, crashed, sched))
+            sampled_ids.append(frozenset())
+            events.append(frozenset())
+            continue
+        for p in (probe, async_probe, spec_probe):
             if p is not None:
                 p.start_step()
         for position, spec in arrivals.get(step, ()):
@@ -628,7 +912,17 @@ def run_real_vllm_detailed(workload: Workload,
             sched.add_request(held[spec.id])
         status_before = {r.request_id: r.status for r in _waiting(sched)}
         log.ids.clear()
-        out = sched.schedule()
+        if spec_probe is not None:
+            spec_probe.before_schedule()
+        try:
+            out = sched.schedule()
+        except AssertionError as exc:
+            if not k or (crashed := _scheduler_assertion(exc)) == "":
+                raise
+            records.append(_crash_record(step, crashed, sched))
+            sampled_ids.append(frozenset())
+            events.append(frozenset({"spec:assertion"}))
+            continue
         scheduled = tuple(out.num_scheduled_tokens.items())
         admitted, resumed = _admitted_resumed(v, sched, out, status_before)
         preempted = tuple(log.ids)
@@ -644,16 +938,29 @@ def run_real_vllm_detailed(workload: Workload,
                  if caching else [])
         req_ids = [rid for rid, _ in scheduled]
         samples = tuple(rid for rid in req_ids if not held[rid].is_prefill_chunk)
+        if k:  # lookahead slots and rolled-back drafts keep their blocks
+            tables = sched.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
+            blocks_held = {rid: len(tables.get(rid, ())) for rid in running}
+            spec_scheduled, applied = _spec_choices(
+                step, out, req_ids, samples, {*admitted, *resumed}, accepted.get(step, {}),
+                cfg.async_scheduling)
+        else:
+            spec_scheduled, applied = {}, {}
         model_output = v.ModelRunnerOutput(
             req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
             sampled_token_ids=[
-                [EOS_TOKEN_ID if step in eos.get(rid, ()) else
-                 tokens.output(specs[rid]) if tokens is not None else OTHER_TOKEN_ID]
+                _sampled(rid, applied.get(rid, 0), step in eos.get(rid, ()), token(rid))
                 if rid in samples else []
                 for rid in req_ids])
         sampled_ids.append(frozenset(samples))
         if not cfg.async_scheduling:
             finished = update(out, model_output)
+            if k and sum(n for _, n in scheduled) > 0:  # EngineCore.post_step, core.py:689-696
+                alive = [rid for rid in req_ids
+                         if rid in sched.requests and not held[rid].is_finished()]
+                given = drafts.get(step, {})
+                sched.update_draft_token_ids(v.DraftTokenIds(
+                    alive, [[token(rid)] * given.get(rid, k) for rid in alive]))
         else:
             finished = update(*in_flight) if in_flight is not None else ()
             in_flight = (out, model_output)
@@ -663,6 +970,11 @@ def run_real_vllm_detailed(workload: Workload,
         if async_probe is not None:
             async_probe.updated(finished)
             facts.append(("sampled", samples))
+        if k:
+            facts.append(("spec_scheduled", spec_scheduled))
+            facts.append(("accepted", applied))
+            facts.append(("blocks_held", blocks_held))
+            spec_probe.after_schedule(out, scheduled, spec_scheduled)
         records.append(StepRecord(
             step=step,
             scheduled=scheduled,
@@ -680,5 +992,85 @@ def run_real_vllm_detailed(workload: Workload,
         step_events = set(probe.events) if probe is not None else set()
         if async_probe is not None:
             step_events |= async_probe.events
+        if spec_probe is not None:
+            step_events |= spec_probe.events
         events.append(frozenset(step_events))
     return RealRun(records=tuple(records), sampled=tuple(sampled_ids), events=tuple(events))
+
+
+def _sampled(rid: str, num_accepted: int, eos: bool, token: int) -> list[int]:
+    """The fake sampled tokens of a request whose chunk samples: 1 + the accepted drafts,
+    the last one EOS when the workload says so."""
+    out = [token] * (1 + num_accepted)
+    if eos:
+        out[-1] = EOS_TOKEN_ID
+    return out
+
+
+def _spec_choices(step: int, out: Any, req_ids: list[str], samples: tuple[str, ...],
+                  entering: set[str], chosen: dict[str, int], is_async: bool
+                  ) -> tuple[dict[str, int], dict[str, int]]:
+    """({id: spec tokens scheduled}, {id: drafts accepted}) for this schedule, both in
+    service order over the requests with spec tokens scheduled. A request admitted or
+    resumed in this step with spec tokens is a padded one (scheduler.py:1131-1153,
+    1371-1375: the waiting loop schedules drafts only as -1 placeholders), which the
+    verifier never accepts; the others accept min(the workload's count, the drafts
+    scheduled) (the reference refuses a count above them: RealRun.effective_accepted)."""
+    spec_scheduled: dict[str, int] = {}
+    applied: dict[str, int] = {}
+    for rid in req_ids:
+        drafts = out.scheduled_spec_decode_tokens.get(rid)
+        if not drafts:
+            continue
+        padded = rid in entering
+        placeholders = all(t == -1 for t in drafts)
+        if rid not in samples or (padded and not placeholders) or (
+                not is_async and placeholders != padded):
+            raise RuntimeError(f"step {step}: request {rid!r} has spec tokens {list(drafts)} "
+                               f"scheduled (entering: {padded}, samples: {rid in samples}), "
+                               "which the driver's contract does not expect")
+        spec_scheduled[rid] = len(drafts)
+        applied[rid] = 0 if padded else min(chosen.get(rid, 0), len(drafts))
+    return spec_scheduled, applied
+
+
+#: The assertion the engine reaches in scope (notes/vllm_spec_asserts.md, B.1).
+PAD_ASSERTION_LINE = 1372
+
+
+def _scheduler_assertion(exc: AssertionError) -> str:
+    """The engine-assertion fact for an AssertionError raised in scheduler.py's
+    `schedule()`, as the reference words it; "" for one raised anywhere else.
+
+    scheduler.py:1372 (`assert num_new_tokens == 1 + self.num_spec_tokens`) is read from the
+    failing frame: the padded request and the tokens the long-prefill threshold left it."""
+    import traceback
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return ""
+    frame = traceback.extract_tb(tb)[-1]
+    if not frame.filename.replace(os.sep, "/").endswith("v1/core/sched/scheduler.py"):
+        return ""
+    where = f"scheduler.py:{frame.lineno}"
+    local = tb.tb_frame.f_locals
+    if (frame.lineno == PAD_ASSERTION_LINE and "num_new_tokens" in local
+            and "request" in local and local.get("pad_spec_decode")
+            and local.get("long_prefill_token_threshold") == local["num_new_tokens"]):
+        k = local["self"].num_spec_tokens
+        return (f"{where} AssertionError: request {local['request'].request_id!r} was padded "
+                f"to 1 + {k} tokens and the long-prefill threshold cut it to "
+                f"{local['num_new_tokens']} (assert num_new_tokens == 1 + num_spec_tokens)")
+    return f"{where} AssertionError: {frame.line}"
+
+
+def _crash_record(step: int, assertion: str, sched: Any) -> StepRecord:
+    """The record of a step of an engine dead at `assertion` (as the reference writes it):
+    nothing scheduled, admitted, preempted or finished, no requests listed, the pool as
+    it stood when schedule() raised."""
+    return StepRecord(step=step, scheduled=(), admitted=(), resumed=(), preempted=(),
+                      finished=(),
+                      free_blocks=sched.kv_cache_manager.block_pool.get_num_free_blocks(),
+                      num_computed_tokens=(), extra=(("assertion", assertion),))
