@@ -89,6 +89,16 @@ RULE_PROBES: tuple[RuleProbe, ...] = (
                ("budget_respected", ())), _SMALL_BOUNDS,
               "a request lacks fewer than max_model_len tokens, so a threshold above it never "
               "caps anything (scheduler.py:708-709, 1155-1156)", inert=True),
+    RuleProbe("batched_tokens_gt_draft_slots",
+              replace(_TINY, max_num_batched_tokens=1, max_num_seqs=1,
+                      speculative_method="draft_model", num_speculative_tokens=3), (),
+              replace(_TINY, max_num_batched_tokens=2, max_num_seqs=1,
+                      speculative_method="draft_model", num_speculative_tokens=3),
+              (("never_finishes", ()),),
+              (("slots", 1), ("depth", 3), ("max_prompt_len", 4), ("max_max_tokens", 2)),
+              "with max_num_batched_tokens at most the draft slots both loops stop before "
+              "the first request (input_budget <= draft_slots, scheduler.py:661, 918): "
+              "nothing is ever scheduled"),
     RuleProbe("watermark_range", replace(_TINY, watermark=1.0), (), replace(_TINY, watermark=0.9),
               (("starvation", (("k", 2),)), ("head_of_line_blocking", (("k", 1),)),
                ("kv_blocks_conserved", ())), _SMALL_BOUNDS,
@@ -101,6 +111,9 @@ _NOT_MODELLED_RULES = {
                        "before a scheduler exists, and the model's sizes start at 1",
     "policy_known": "an unknown policy has no scheduler: vLLM raises 'Unknown scheduling "
                     "policy' (scheduler.py:216-221)",
+    "speculative_tokens_positive": "a speculative method with k = 0 has no drafts to "
+                                   "schedule; pydantic rejects it (gt=0) before a scheduler "
+                                   "exists (config/speculative.py:393)",
 }
 
 

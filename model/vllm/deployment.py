@@ -56,7 +56,11 @@ CUSTOM_SCHEDULER = Feature("a custom scheduler_cls", "config/scheduler.py:228-23
 # and conformance-tested against the real engine (checker/conformance, modes prefix,
 # async and async+prefix). The symbolic prefix cache is exact but heavy: a caller whose
 # bounded state is too large for it keeps prefix caching outside (state.cache_model_fits).
-MODELLED: frozenset[str] = frozenset({"prefix caching", "async scheduling"})
+# Speculative decoding with a method of model/vllm/config.SPEC_METHODS_MODELLED (static k,
+# single-module MTP) is in the reference, synchronous and async (model/vllm/reference.py);
+# the other settings stay outside (SpecDecode.outside, model/vllm/startup.py).
+MODELLED: frozenset[str] = frozenset({"prefix caching", "async scheduling",
+                                      "speculative decoding"})
 
 
 @dataclass(frozen=True, slots=True)
