@@ -198,7 +198,9 @@ def test_a_threshold_at_most_k_crashes_the_engine_at_scheduler_1372(capsys):
         for r in w["requests"]), steps=w["violated_at"])
     recs = simulate(wl)
     assert "assertion" in dict(recs[w["violated_at"] - 1].extra)
-    assert text(capsys, *argv, "--strict")[0] == 1
+    code, out, _ = text(capsys, *argv, "--strict")
+    assert code == 1
+    assert "step 2: the engine crashes: scheduler.py:1372 AssertionError" in out
 
 
 @pytest.mark.parametrize("threshold, why", [("4", "at least 1+k"), ("0", "is 0")])

@@ -167,6 +167,8 @@ def _hazard_lines(r: HazardResult) -> list[str]:
     if w.first_shown > 1:
         body.append(f"(steps 1-{w.first_shown - 1} not shown)")
     body += _compact(timeline.rstrip("\n").split("\n"), rows_from=2 if "v" in timeline else 1)
+    body += [f"step {rec.step}: the engine crashes: {dict(rec.extra)['assertion']}"
+             for rec in w.shown() if "assertion" in dict(rec.extra)][:1]
     return lines + ["      " + line if line else "" for line in body] + [""]
 
 
