@@ -50,7 +50,7 @@ def test_spec_workloads_are_seeded_valid_buildable_and_survive_the_json_contract
     generate = GENERATORS[mode]
     assert MODES[mode].generate is generate
     assert generate(4) == generate(4)
-    for seed in range(60):
+    for seed in range(400):
         w = generate(seed)
         cfg = w.config
         assert is_admissible(w), (seed, w)

@@ -181,6 +181,10 @@ SPEC_RUN_FEATURES: tuple[str, ...] = (
     "spec:preempted",  # a preemption with speculative decoding on
     "spec:lookahead_refused_running",  # a running allocation refused for lookahead alone
     "spec:lookahead_refused_waiting",  # an admission refused for lookahead alone
+    "spec:victim_gave_back_drafts",  # a PRIORITY victim scheduled earlier in the step
+)
+SPEC_ASYNC_RUN_FEATURES: tuple[str, ...] = (
+    "spec:stale_drafts",  # a victim's in-flight output had drafts (no rollback, 2124)
 )
 SPEC_PREFIX_RUN_FEATURES: tuple[str, ...] = (
     "spec:padded_after_hit",  # padded after a prefix hit left it one token
@@ -188,6 +192,7 @@ SPEC_PREFIX_RUN_FEATURES: tuple[str, ...] = (
 SPEC_PROBED_FEATURES: tuple[str, ...] = (
     "spec:drafts_trimmed_budget", "spec:drafts_trimmed_threshold", "spec:drafts_trimmed_mml",
     "spec:lookahead_refused_running", "spec:lookahead_refused_waiting",
+    "spec:victim_gave_back_drafts",
 )
 
 _BLOCK_SIZES = (1, 2, 4, 4, 8, 16)
@@ -574,11 +579,13 @@ def _spec_workload(rng: random.Random, steps: int, prefix: bool, is_async: bool)
 
 
 def _spec_valid(cfg: Config, longest: int) -> Config:
-    """`cfg` moved back within SchedulerConfig's rules after the speculative knobs (the
-    budget at least max_num_seqs and, without chunking, max_model_len; the threshold
-    within max_model_len; max_num_active_seqs within max_num_seqs)."""
+    """`cfg` moved back within vLLM's rules after the speculative knobs (the budget above
+    the draft slots, config/vllm.py:2285-2290, at least max_num_seqs and, without
+    chunking, max_model_len; the threshold within max_model_len; max_num_active_seqs
+    within max_num_seqs)."""
     mml = max(cfg.max_model_len, longest + 1)
     cfg = replace(cfg, max_model_len=mml,
+                  max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.draft_slots + 1),
                   long_prefill_token_threshold=min(cfg.long_prefill_token_threshold, mml))
     if not cfg.enable_chunked_prefill and cfg.max_num_batched_tokens < mml:
         cfg = replace(cfg, enable_chunked_prefill=True)
@@ -877,6 +884,7 @@ def _spec_run_features(w: Workload, records: Sequence[StepRecord]) -> set[str]:
     ds = cfg.draft_slots
     out: set[str] = set()
     finishing: dict[str, int] = {}  # sync: this step's accepted; async: the previous one's
+    previous: dict[str, int] = {}  # the previous schedule's spec_scheduled
     for rec in records:
         facts = dict(rec.extra)
         if "assertion" in facts:
@@ -912,6 +920,9 @@ def _spec_run_features(w: Workload, records: Sequence[StepRecord]) -> set[str]:
             finishing = accepted
         if rec.preempted:
             out.add("spec:preempted")
+            if cfg.async_scheduling and any(rid in previous for rid in rec.preempted):
+                out.add("spec:stale_drafts")
+        previous = spec
         scheduled = dict(rec.scheduled)
         used = sum(n + ds for n in scheduled.values())
         unserved = [r for r in (*rec.running, *rec.waiting) if r not in scheduled]

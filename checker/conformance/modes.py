@@ -18,6 +18,7 @@ from checker.conformance.generate import (
     PREFIX_RUN_FEATURES,
     PREFIX_STATIC_FEATURES,
     RUN_FEATURES,
+    SPEC_ASYNC_RUN_FEATURES,
     SPEC_ASYNC_STATIC_FEATURES,
     SPEC_PREFIX_RUN_FEATURES,
     SPEC_RUN_FEATURES,
@@ -80,11 +81,13 @@ MODES: dict[str, Mode] = {
              ("base", "prefix"), report_features=True),
         Mode("spec-async", "speculative decoding (draft_model, eagle, eagle3), the "
              "AsyncScheduler, prefix caching off", random_spec_async_workload,
-             "AsyncScheduler", (*SPEC_ASYNC_STATIC_FEATURES, *SPEC_RUN_FEATURES),
+             "AsyncScheduler",
+             (*SPEC_ASYNC_STATIC_FEATURES, *SPEC_RUN_FEATURES, *SPEC_ASYNC_RUN_FEATURES),
              ("base", "async"), report_features=True),
         Mode("spec-async-prefix", "speculative decoding, the AsyncScheduler, prefix caching "
              "on", random_spec_async_prefix_workload, "AsyncScheduler",
-             (*SPEC_ASYNC_STATIC_FEATURES, *SPEC_RUN_FEATURES, *SPEC_PREFIX_RUN_FEATURES),
+             (*SPEC_ASYNC_STATIC_FEATURES, *SPEC_RUN_FEATURES, *SPEC_ASYNC_RUN_FEATURES,
+              *SPEC_PREFIX_RUN_FEATURES),
              ("base", "prefix", "async", "async+prefix"), report_features=True),
     )
 }

@@ -703,7 +703,10 @@ class _SpecProbe:
     threshold, else by the budgets (`token_budget`, `input_budget - draft_slots`). Around
     `allocate_slots` it notes a refusal that only the lookahead slots caused (without
     them the chunk's blocks would fit): `spec:lookahead_refused_running` (the running
-    loop then preempts) or `spec:lookahead_refused_waiting` (admission stops)."""
+    loop then preempts) or `spec:lookahead_refused_waiting` (admission stops). A PRIORITY
+    victim that had drafts before the step and none when preempted was scheduled earlier in
+    the step and gives back its tokens, draft slots and spec tokens (scheduler.py:814-821):
+    `spec:victim_gave_back_drafts`."""
 
     def __init__(self, sched: Any, cfg: Config) -> None:
         self.events: set[str] = set()
@@ -734,6 +737,15 @@ class _SpecProbe:
 
         v_running = _vllm().RequestStatus.RUNNING
         kv.allocate_slots = allocating
+        preempt = sched._preempt_request
+
+        def preempting(request: Any, *args: Any, **kwargs: Any) -> Any:
+            if (self._before.get(request.request_id, (0,))[0] > 0
+                    and not request.spec_token_ids):  # cleared once scheduled (876)
+                self.events.add("spec:victim_gave_back_drafts")
+            return preempt(request, *args, **kwargs)
+
+        sched._preempt_request = preempting
 
     def start_step(self) -> None:
         """Forget the previous step's events."""
