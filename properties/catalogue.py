@@ -127,6 +127,17 @@ def admitted_with_tokens(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
     return _all(ops, [ops.implies(_joined(o, ops), o.scheduled >= 1) for o in steps[t].slots])
 
 
+def sampled_within_max_model_len(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """A scheduled request's sampled token still has a position below max_model_len: its
+    tokens computed after scheduling plus the one sampled fit (scheduler.py:714-721 caps a
+    running request at max_model_len - num_computed_tokens - 1; 1141-1146 pads only with
+    room; vllm-project/vllm#53962, #53812 "Sampled token IDs exceed the max model length")."""
+    s = steps[t]
+    return _all(ops, [ops.implies(o.scheduled > 0,
+                                  o.num_computed_tokens + 1 <= s.cfg.max_model_len)
+                      for o in s.slots])
+
+
 def no_engine_assertion(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
     """The engine never reaches one of its own assertions: a crash of the serving process,
     e.g. vLLM's `assert num_new_tokens == 1 + num_spec_tokens` (scheduler.py:1372), reached
@@ -251,7 +262,7 @@ SAFETY: tuple[Property, ...] = tuple(_step_property(f) for f in (
     computed_within_tokens, no_admission_after_preemption, preempted_requeued,
     whole_prompt_without_chunking, running_before_waiting, decodes_exhaust_budget,
     exhausting_decodes_fill_max_num_seqs, admitted_with_tokens, prefix_hit_whole_blocks,
-    resumed_recomputes_all, no_engine_assertion,
+    resumed_recomputes_all, no_engine_assertion, sampled_within_max_model_len,
 ))
 
 NEVER_FINISHES = Property(

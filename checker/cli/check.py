@@ -29,6 +29,17 @@ from checker.config.flags import (
     bounded_int,
     bounded_seconds,
 )
+from checker.config.serve_args import (
+    add_config_option,
+    add_machine_flags,
+    add_serve_words,
+    ignored_line,
+    merge_yaml,
+    print_notes,
+    serve_config,
+    split_config_option,
+    vllm_input_given,
+)
 from checker.methods import agreement
 from checker.methods.agreement import Agreement
 from checker.methods.jobs import Job, JobResult, run_batch
@@ -53,7 +64,7 @@ from model.core.errors import ConfigError, InputError
 from model.core.ops import SymbolicOps
 from model.core.types import Step
 from model.sglang.config import ENGINE_SGLANG
-from model.vllm.config import ENGINE_VLLM_V1, Config
+from model.vllm.config import ENGINE_VLLM_V1
 from model.workload import config_rejection, parse_workload, read_json
 from properties import catalogue
 from properties.manifest import (
@@ -103,7 +114,7 @@ PARAM_MINIMUM = {"k": 1}
 # Step fields whose default does not state a fact: step_kind 0 is "mixed or unspecified"
 # (model/core/types.py). An engine whose rules never set it does not classify its steps,
 # so a property over step kinds says nothing about it.
-UNSPECIFIED_BY_DEFAULT = ("step_kind",)
+UNSPECIFIED_BY_DEFAULT = ("step_kind", "assertion")
 
 Row = tuple[Entry | None, NamedConfig, str, tuple[tuple[str, int], ...]]
 
@@ -134,9 +145,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"(preemption_storm, repeated_preemption; at least 0), at most "
                         f"{MAX_PARAM}; default: the manifest's value for the property")
     src = parser.add_mutually_exclusive_group()
-    src.add_argument("--config", metavar="NAME", help="a manifest configuration")
+    add_config_option(src, manifest=True)
     src.add_argument("--config-file", metavar="F",
                      help="a workload JSON whose 'config' is checked (vLLM field names)")
+    add_serve_words(parser)
     parser.add_argument("--no-validate", action="store_true",
                         help="check a configuration the engine would reject (vLLM: "
                         "SchedulerConfig's rules and the startup KV check); the output says "
@@ -188,6 +200,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="no progress line on stderr (shown only when stderr is a "
                         "terminal)")
     parser.add_argument("--list", action="store_true", help="list properties and configs")
+    machine = parser.add_argument_group(
+        "the machine", "what vLLM's default batch sizes depend on, for a custom vLLM "
+        "configuration that does not set both")
+    add_machine_flags(machine)
     add_config_flags(parser)
 
 
@@ -203,7 +219,18 @@ def add_environment_flags(group: argparse._ArgumentGroup) -> None:
 
 
 def _flags_given(args: argparse.Namespace) -> bool:
-    return apply_config_flags(args, Config()) != Config()
+    """A custom vLLM configuration: Config flags (from the command line or --config FILE),
+    a pasted `vllm serve MODEL`, or another flag vllm serve reads."""
+    return vllm_input_given(args)
+
+
+def prepare(args: argparse.Namespace) -> argparse.Namespace:
+    """Sort out `--config` (vLLM's YAML file, or the deprecated manifest name) and merge the
+    YAML's flags under the command line's; also for worst and diff."""
+    split_config_option(args, list(load().configs))
+    args = merge_yaml(args, args.serve_yaml)
+    args.serve_notes = []
+    return args
 
 
 def _bound_overrides(args: argparse.Namespace) -> dict[str, int]:
@@ -322,11 +349,11 @@ def _query_configs(args: argparse.Namespace, name: str, entries: Sequence[Entry]
     """Where a question without a manifest entry is asked: --config; else the configs
     the manifest checks the property on for this engine (with other parameters); else
     the engine's default config."""
-    if args.config:
-        nc = configs[args.config]
+    if args.manifest_config:
+        nc = configs[args.manifest_config]
         if nc.engine != args.engine:
-            raise InputError(f"config {args.config} is a {nc.engine} config but --engine is "
-                             f"{args.engine}; pass --engine {nc.engine}")
+            raise InputError(f"config {args.manifest_config} is a {nc.engine} config but "
+                             f"--engine is {args.engine}; pass --engine {nc.engine}")
         return [nc]
     found: dict[str, NamedConfig] = {}
     for e in entries:
@@ -349,11 +376,11 @@ def _select(args: argparse.Namespace) -> list[Row]:
             raise InputError("a custom configuration needs one engine; add --engine NAME")
         rows = _custom_rows(args, wanted, entries, manifest.entries)
     else:
-        if args.config and args.config not in manifest.configs:
-            raise InputError(f"unknown config {args.config!r}; manifest configs: "
+        if args.manifest_config and args.manifest_config not in manifest.configs:
+            raise InputError(f"unknown config {args.manifest_config!r}; manifest configs: "
                              f"{', '.join(manifest.configs)}")
-        if args.config:
-            entries = [e for e in entries if e.config == args.config]
+        if args.manifest_config:
+            entries = [e for e in entries if e.config == args.manifest_config]
         elif args.suite != "all" and not wanted:
             entries = [e for e in entries if e.suite == args.suite]
         rows = _manifest_rows(args, wanted, entries, manifest)
@@ -405,15 +432,18 @@ def _custom_rows(args: argparse.Namespace, wanted: list[tuple[str, dict[str, int
             raise InputError(f"{args.config_file} is a {workload.engine} workload but "
                              f"--engine is {args.engine}; pass --engine {workload.engine}")
         base = workload.config
+        cfg = apply_config_flags(args, base) if args.engine == ENGINE_VLLM_V1 else base
     elif args.engine == ENGINE_VLLM_V1:
-        # Flags are read as `vllm serve` reads them: prefix caching on for the decoder-only
-        # models the model covers (config/cache.py:141, engine/arg_utils.py:2987-3055) and
-        # the AsyncScheduler on a GPU (config/vllm.py:1541-1644), unless turned off.
-        base = replace(Config(), enable_prefix_caching=True, async_scheduling=True)
+        # Flags (command line over --config FILE) are read as `vllm serve` reads them and
+        # resolved as `batchproof config` resolves them: EngineArgs' defaults and clamps,
+        # prefix caching on for the decoder-only models the model covers (config/cache.py:
+        # 141, engine/arg_utils.py:2987-3055), the AsyncScheduler on a GPU (config/vllm.py:
+        # 1541-1644); what it had to assume is said under the table.
+        cfg, notes = serve_config(args, "check")
+        args.serve_notes = [*getattr(args, "serve_notes", []), *notes]
     else:
         raise InputError(f"the vLLM flags configure vllm-v1, not {args.engine}; give "
                          f"{args.engine}'s config with --config-file WORKLOAD.json")
-    cfg = apply_config_flags(args, base) if args.engine == ENGINE_VLLM_V1 else base
     # The validation every command applies (SchedulerConfig's rules, vLLM's startup KV
     # check); field types are checked even under --no-validate.
     rejected = config_rejection(args.engine, cfg)
@@ -461,6 +491,7 @@ def applicability(engine: str, nc: NamedConfig) -> dict[str, str | None]:
     defaults = {f: Step.__dataclass_fields__[f].default for f in UNSPECIFIED_BY_DEFAULT}
     unset = {f for f, d in defaults.items()
              if all(isinstance(getattr(s, f), int) and getattr(s, f) == d for s in u.steps)}
+    unset -= set(engines.get(engine).sets_fields)
     out: dict[str, str | None] = {}
     for name in catalogue.names():
         prop = catalogue.example(name)
@@ -473,6 +504,8 @@ def applicability(engine: str, nc: NamedConfig) -> dict[str, str | None]:
             out[name] = f"it reads {getattr(exc, 'name', None) or exc}, which {engine}'s " \
                         "steps do not have"
             continue
+        if name != "no_engine_assertion":  # catalogue.get's crash guard reads it, not the property
+            read.discard("assertion")
         blank = sorted(read & unset)
         out[name] = (f"it reads {blank[0]}, which {engine}'s rules never set"
                      if blank else None)
@@ -652,7 +685,9 @@ def run(args: argparse.Namespace) -> int:
         for nc in manifest.configs.values():
             print(f"config {nc.name}: {nc.description}")
         return 0
+    args = prepare(args)
     rows = _select(args)
+    notes = [ignored_line(args), *args.serve_notes]
     if not rows:
         raise InputError("no manifest entry matches; see 'batchproof check --list'")
     for flag in ("html", "junit", "dot", "graphml"):
@@ -713,10 +748,12 @@ def run(args: argparse.Namespace) -> int:
                                 [bounds_of(nc) for nc in configs]),
                   sys.stdout, indent=1)
         sys.stdout.write("\n")
+        print_notes(notes, sys.stderr)
     else:
         if note:
             print(note)
-        _print(verdicts, agreements, _bounds_notes(verdicts, planned))
+        _print(verdicts, agreements, [*_bounds_notes(verdicts, planned),
+                                      *(n for n in notes if n)])
     if args.html:
         from checker.show import report  # the report's imports are needed only here
         _writing("--html", args.html, lambda: report.write_html(args.html, results, verdicts))

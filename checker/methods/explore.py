@@ -35,7 +35,16 @@ from checker.methods.symbolic import Bounds, Family
 from model import registry as engines
 from model.core.engine import EngineModel, ReferenceScheduler
 from model.core.ops import CONCRETE
-from model.core.types import EosEvent, RequestSpec, SlotObs, Step, StepRecord, Workload
+from model.core.types import (
+    AcceptEvent,
+    DraftEvent,
+    EosEvent,
+    RequestSpec,
+    SlotObs,
+    Step,
+    StepRecord,
+    Workload,
+)
 from properties.catalogue import Property
 
 # SlotObs fields that name a slot by its index, not by what it holds.
@@ -93,10 +102,13 @@ class ExploreResult:
 
 @dataclass(frozen=True, slots=True)
 class _Path:
-    """What the environment chose so far: per step, the arrivals and the EOS ids."""
+    """What the environment chose so far: per step, the arrivals, the EOS ids and the
+    other choices of the engine's `step` (speculative decoding: drafts accepted by id,
+    drafts proposed by id; empty in a run without any)."""
 
     arrivals: tuple[tuple[Kind, ...], ...] = ()
     eos: tuple[tuple[str, ...], ...] = ()
+    choices: tuple[tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]], ...] = ()
 
     @property
     def num_requests(self) -> int:
@@ -114,7 +126,10 @@ class _Path:
                           k.prefix_group, k.shared_prefix_len]
         n = self.num_requests
         eos = [int(f"r{i}" in ids) for ids in self.eos for i in range(n)]
-        return (n, specs, eos)
+        # minimize.py: then drafts accepted, then drafts not proposed (k less the count)
+        accepted = [dict(a).get(f"r{i}", 0) for a, _ in self.choices for i in range(n)]
+        proposed = [-dict(d).get(f"r{i}", 10**9) for _, d in self.choices for i in range(n)]
+        return (n, specs, eos, accepted, proposed)
 
 
 @dataclass(slots=True)
@@ -149,8 +164,12 @@ def workload_of(family: Family, path: _Path, steps: int) -> Workload:
             n += 1
     eos = tuple(EosEvent(rid, step) for step, ids in enumerate(path.eos, start=1)
                 for rid in ids)
+    accepted = tuple(AcceptEvent(rid, step, c) for step, (a, _) in enumerate(path.choices, 1)
+                     for rid, c in a)
+    drafts = tuple(DraftEvent(rid, step, c) for step, (_, d) in enumerate(path.choices, 1)
+                   for rid, c in d)
     return Workload(config=family.base, requests=tuple(requests), eos=eos, steps=steps,
-                    engine=family.engine)
+                    engine=family.engine, accepted=accepted, drafts=drafts)
 
 
 def _arrival_choices(kinds: Sequence[Kind], room: int) -> Iterator[tuple[Kind, ...]]:
@@ -270,8 +289,10 @@ class Explorer:
         return violations, nxt, ""
 
     def _add_edge(self, node: _Node, child: _Node, last: Step) -> None:
-        fits = any(o.held and o.prompt_len + o.max_tokens <= last.cfg.max_model_len
-                   for o in last.slots)
+        # A crashed engine (an assertion of its own) is not a livelock.
+        fits = not last.assertion and any(
+            o.held and o.prompt_len + o.max_tokens <= last.cfg.max_model_len
+            for o in last.slots)
         if not self.graph.has_edge(node.key, child.key):
             self.graph.add_edge(node.key, child.key, stuck=fits)
 
@@ -289,18 +310,33 @@ class Explorer:
                 arrived.add_request(k.spec(f"r{n + j}", depth))
             arrivals = (*node.path.arrivals, kinds)
             probe = copy.deepcopy(arrived)
-            child, steps = self._child(node, probe, _Path(arrivals, (*node.path.eos, ())),
+            plain: tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] = ((), ())
+            child, steps = self._child(node, probe, self._path(node, arrivals, (), plain),
                                        depth, probe.step(frozenset()))
             yield child, steps
-            if self.bounds.no_eos:
-                continue
             sampled = [f"r{i}" for i, o in enumerate(steps[-1].slots) if o.sampled]
-            for size in range(1, len(sampled) + 1):
-                for ids in itertools.combinations(sampled, size):
-                    sched = copy.deepcopy(arrived)
-                    record = sched.step(frozenset(ids))
-                    yield self._child(node, sched, _Path(arrivals, (*node.path.eos, ids)),
-                                      depth, record)
+            if self.bounds.no_eos:
+                sampled = []
+            others = self.engine.step_choices(probe) if self.engine.step_choices else ()
+            for kwargs in ({}, *others):
+                choice = (tuple(sorted(kwargs.get("accepted", {}).items())),
+                          tuple(sorted(kwargs.get("drafts", {}).items())))
+                for size in range(0 if kwargs else 1, len(sampled) + 1):
+                    for ids in itertools.combinations(sampled, size):
+                        sched = copy.deepcopy(arrived)
+                        record = sched.step(frozenset(ids), **kwargs)
+                        yield self._child(node, sched, self._path(node, arrivals, ids, choice),
+                                          depth, record)
+
+    def _path(self, node: _Node, arrivals: tuple[tuple[Kind, ...], ...], eos: tuple[str, ...],
+              choice: tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]
+              ) -> _Path:
+        """The node's path extended by one step's choices (the other choices only where
+        the engine has them)."""
+        choices = node.path.choices
+        if self.engine.step_choices is not None:
+            choices = (*choices, choice)
+        return _Path(arrivals, (*node.path.eos, eos), choices)
 
     def _child(self, node: _Node, sched: ReferenceScheduler, path: _Path, depth: int,
                record: StepRecord) -> tuple[_Node, tuple[Step, ...]]:

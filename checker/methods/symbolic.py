@@ -61,6 +61,8 @@ class Unrolling:
     cfg_vars: dict[str, z3.ArithRef]
     specs: tuple[SlotSpec, ...]
     eos: list[tuple[Bool, ...]] = field(default_factory=list)
+    # speculative decoding: per step and slot (drafts accepted, drafts proposed)
+    spec: list[tuple[tuple[z3.ArithRef, z3.ArithRef], ...]] = field(default_factory=list)
     states: list[Any] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     constraints: list[Bool] = field(default_factory=list)
@@ -196,9 +198,19 @@ def extend(u: Unrolling) -> list[Bool]:
     t = len(u.steps)
     eos = tuple(z3.Bool(f"eos{t + 1}.{i}") for i in range(len(u.specs)))
     ops = SymbolicOps()
-    nxt, observed = u.engine.step(ops, u.cfg, u.specs, u.states[-1], eos)
+    k = getattr(u.cfg, "num_spec_tokens", 0)
+    spec_cons: list[Bool] = []
+    if k:  # the verifier's and the drafter's choices, 0..k each
+        spec = tuple((z3.Int(f"acc{t + 1}.{i}"), z3.Int(f"drafts{t + 1}.{i}"))
+                     for i in range(len(u.specs)))
+        spec_cons = [c for a, d in spec for c in (a >= 0, a <= k, d >= 0, d <= k)]
+        nxt, observed = u.engine.step(ops, u.cfg, u.specs, u.states[-1], eos,
+                                      spec=spec)  # type: ignore[call-arg]
+        u.spec.append(spec)
+    else:
+        nxt, observed = u.engine.step(ops, u.cfg, u.specs, u.states[-1], eos)
     fresh = fresh_state(f"s{t + 1}", u.states[0], t + 1)
-    cons = ops.take_definitions() + _bind(fresh, nxt)
+    cons = ops.take_definitions() + _bind(fresh, nxt) + spec_cons
     if not u.eos_allowed:
         cons += [z3.Not(e) for e in eos]
     u.eos.append(eos)

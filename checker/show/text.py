@@ -56,11 +56,31 @@ def timeline(workload: Workload, records: Sequence[StepRecord], highlight: int |
                  + f"   (budget {budget})")
     lines.append("free blocks".ljust(label) + "".join(str(r.free_blocks).rjust(width)
                                                       for r in records))
+    lines += _spec_rows(records, label, width)
     lines.append("")
     lines.append("marks: +admitted ^resumed !preempted $EOS #length .waiting"
                  + ("  v violated here" if highlight is not None else "")
                  + ("  L loop starts (the run repeats from here)" if loop is not None else ""))
+    crash = next((dict(r.extra)["assertion"] for r in records
+                  if "assertion" in dict(r.extra)), None)
+    if crash is not None:
+        lines.append(f"engine assertion: {crash}")
     return "\n".join(lines) + "\n"
+
+
+def _spec_rows(records: Sequence[StepRecord], label: int, width: int) -> list[str]:
+    """With speculative decoding, per step the drafts scheduled and, of those, accepted."""
+    facts = [dict(r.extra) for r in records]
+    if not any("spec_scheduled" in f for f in facts):
+        return []
+
+    def total(f: dict[str, object], key: str) -> str:
+        value = f.get(key)
+        return str(sum(value.values())) if isinstance(value, dict) else ""
+    return ["drafts".ljust(label) + "".join(total(f, "spec_scheduled").rjust(width)
+                                            for f in facts),
+            "accepted".ljust(label) + "".join(total(f, "accepted").rjust(width)
+                                              for f in facts)]
 
 
 def requests_table(workload: Workload) -> str:
@@ -71,6 +91,10 @@ def requests_table(workload: Workload) -> str:
                  if r.prefix_group is not None else "")
              for r in workload.arrival_order()]
     lines += [f"  EOS: {e.id} at step {e.step}" for e in workload.eos]
+    lines += [f"  accepted: {e.count} draft(s) of {e.id} at step {e.step}"
+              for e in workload.accepted]
+    lines += [f"  drafts: {e.count} proposed for {e.id} after step {e.step}"
+              for e in workload.drafts]
     return "\n".join(lines) + "\n"
 
 

@@ -66,6 +66,20 @@ class VllmRules:
     # one budget, token_budget (0.27.1 scheduler.py:459, 485, 523, 687, 907-913),
     # so a max_num_scheduled_tokens above max_num_batched_tokens is the whole budget.
     input_budget: bool = True
+    # Speculative decoding's uniform-decode padding of a one-token admission (scheduler.py
+    # 1131-1153). spec_pad_room, first in 0.29.0 (vllm-project/vllm#53962, "Don't pad spec
+    # decode up to max_model_len"): pad only if the sampled token still fits,
+    # num_computed_tokens + 1 + k + 1 <= max_model_len, else schedule the one token
+    # unpadded. Off, the 0.27.1-0.28.0 form (0.28.0 scheduler.py:937-950): pad when
+    # num_computed_tokens + 1 + k <= max_model_len, else stop admitting; a request padded
+    # up to max_model_len samples a token past it ("Sampled token IDs exceed the max model
+    # length", #53812). Only this padding rule of those releases is modelled.
+    spec_pad_room: bool = True
+    # threshold_skips_padding: the fix proposed in vllm-project/vllm#54028 (open; in no
+    # release): no padding when 0 < long_prefill_token_threshold < 1 + k, so the threshold
+    # never cuts a padded request and scheduler.py:1372 `assert num_new_tokens == 1 +
+    # num_spec_tokens` is never reached. Off is 0.32.0 (and 0.29.0-0.31.0).
+    threshold_skips_padding: bool = False
 
     def changed(self, base: VllmRules | None = None) -> dict[str, bool]:
         """The switches that differ from `base`'s (default: the pinned release's), by name."""

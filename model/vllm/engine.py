@@ -287,6 +287,18 @@ def cache_free(cfg: Config) -> Config | None:
 # switch of an older release, its lines in both releases (S: is
 # vllm/v1/core/sched/scheduler.py, C: vllm/config/scheduler.py, both of the release named).
 _SWITCH_EVIDENCE = {
+    "spec_pad_room": "first in 0.29.0 (vllm-project/vllm#53962). On (0.29.0 S:965-981; 0.32.0 "
+                     "S:1131-1153): a one-token admission is padded to 1 + k only when "
+                     "num_computed_tokens + 1 + k + 1 <= max_model_len, else it is scheduled "
+                     "unpadded. Off (0.27.1 S:884-897, 0.28.0 S:937-950): padded when "
+                     "num_computed_tokens + 1 + k <= max_model_len, else admission stops; a "
+                     "request padded up to max_model_len samples past it (#53812). The "
+                     "prefix-hit alternative of 0.30.0+ is kept either way",
+    "threshold_skips_padding": "in no release: the fix proposed in vllm-project/vllm#54028. "
+                               "Off (0.29.0-0.32.0; 0.32.0 S:1131-1156, 1371-1372): the "
+                               "long-prefill threshold cuts a padded request below 1 + k and "
+                               "`assert num_new_tokens == 1 + num_spec_tokens` fails. On: no "
+                               "padding when 0 < threshold < 1 + k",
     "cap_prefix_hit": "kv_cache_manager.py:289-300 (0.32.0). On: a prefix hit is capped at "
                       "num_tokens - 1, so the last token is always computed. Off: a hit may "
                       "cover the whole prompt, leaving num_new_tokens = 0 at "

@@ -723,7 +723,7 @@ class VllmV1Scheduler:
                                        out.input_budget - self.cfg.draft_slots)  # S:1118
             # S:1129: num_tokens, not the prompt: a resumed request recomputes its outputs.
             num_new_tokens = request.num_tokens - num_computed_tokens
-            padded = self._pad_spec_decode(out, num_new_tokens, num_computed_tokens)
+            padded = self._pad_spec_decode(out, num_new_tokens, num_computed_tokens, threshold)
             if padded == 0:
                 break  # S:1149-1151: "prefer to not schedule than schedule un-padded"
             num_new_tokens = padded or num_new_tokens
@@ -771,19 +771,24 @@ class VllmV1Scheduler:
                 out.padded.add(request.request_id)
 
     def _pad_spec_decode(self, out: _StepOutput, num_new_tokens: int,
-                         num_computed_tokens: int) -> int | None:
+                         num_computed_tokens: int, threshold: int) -> int | None:
         """Uniform-decode padding of a waiting request (S:1131-1153): with speculative
         decoding, a request with one token left to compute, admitted beside scheduled
         decodes (no prefill scheduled) or after a prefix hit, is scheduled 1+k tokens, k of
         them placeholder drafts, if they fit before max_model_len. Returns 1+k, 0 when the
         padded request does not fit the budget (the waiting loop then stops), or None."""
-        k = self.cfg.num_spec_tokens
+        k, rules = self.cfg.num_spec_tokens, self.cfg.rules
         if not (k and num_new_tokens == 1 and not out.prefill_scheduled
                 and (out.scheduled_running_reqs or num_computed_tokens > 0)):
             return None
-        if num_computed_tokens + 1 + k + 1 > self.cfg.max_model_len:  # S:1141-1146
+        if rules.threshold_skips_padding and 0 < threshold < 1 + k:  # vllm#54028's fix
             return None
         budget = min(out.token_budget, out.input_budget - self.cfg.draft_slots)
+        if not rules.spec_pad_room:  # 0.28.0 S:943-950: no room or budget stops admission
+            fits = num_computed_tokens + 1 + k <= self.cfg.max_model_len
+            return 1 + k if fits and 1 + k <= budget else 0
+        if num_computed_tokens + 1 + k + 1 > self.cfg.max_model_len:  # S:1141-1146
+            return None
         return 0 if 1 + k > budget else 1 + k
 
     def _allocate_slots(

@@ -312,7 +312,7 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
         computed = hit_blocks * cfg.block_size
         req_budget = ops.min(w.token_budget, w.input_budget - cfg.draft_slots)  # 1118
         lacks = total - computed  # 1129
-        pad, pad_stops = _padding(ops, cfg, w, lacks, computed, req_budget)
+        pad, pad_stops = _padding(ops, cfg, w, lacks, computed, req_budget, thr)
         k = cfg.num_spec_tokens
         wanted = ops.ite(pad, 1 + k, lacks) if k else lacks
         n = ops.ite(ops.and_(thr > 0, thr < wanted), thr, wanted)
@@ -352,17 +352,24 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
 
 
 def _padding(ops: Ops, cfg: RuleConfig, w: _Work, lacks: Int, computed: Int,
-             req_budget: Int) -> tuple[Bool, Bool]:
+             req_budget: Int, thr: Int) -> tuple[Bool, Bool]:
     """Uniform-decode padding (scheduler.py:1131-1153): a waiting request with one token
     left, admitted beside scheduled running requests and no prefill chunk (or after a
     prefix hit), gets 1+k tokens if they fit before max_model_len; when 1+k exceed the
-    budget left the loop stops instead. Returns (padded, stops)."""
+    budget left the loop stops instead. The rule switches' forms: VllmRules. Returns
+    (padded, stops)."""
     k = cfg.num_spec_tokens
     if not k:
         return False, False
-    pad = ops.and_(lacks == 1, ops.not_(w.prefill_scheduled), ops.or_(w.ran, computed > 0),
-                   computed + 1 + k + 1 <= cfg.max_model_len)
-    stops = ops.and_(pad, 1 + k > req_budget)
+    pad = ops.and_(lacks == 1, ops.not_(w.prefill_scheduled), ops.or_(w.ran, computed > 0))
+    if cfg.threshold_skips_padding:  # vllm#54028's fix
+        pad = ops.and_(pad, ops.not_(ops.and_(thr > 0, thr < 1 + k)))
+    if cfg.spec_pad_room:
+        pad = ops.and_(pad, computed + 1 + k + 1 <= cfg.max_model_len)
+        stops = ops.and_(pad, 1 + k > req_budget)
+    else:  # 0.28.0 scheduler.py:943-950: no room or no budget stops admission
+        stops = ops.and_(pad, ops.or_(1 + k > req_budget,
+                                      computed + 1 + k > cfg.max_model_len))
     return ops.and_(pad, ops.not_(stops)), stops
 
 

@@ -65,6 +65,8 @@ class RuleConfig:
     num_lookahead_tokens: int = 0
     eagle_block_drop: bool = False
     drafts_vary: bool = False
+    spec_pad_room: bool = True  # VllmRules.spec_pad_room
+    threshold_skips_padding: bool = False  # VllmRules.threshold_skips_padding
 
     @staticmethod
     def from_config(cfg: Config) -> RuleConfig:
@@ -98,6 +100,8 @@ class RuleConfig:
             num_spec_tokens=cfg.num_spec_tokens, draft_slots=cfg.draft_slots,
             num_lookahead_tokens=cfg.num_lookahead_tokens,
             eagle_block_drop=cfg.eagle_block_drop, drafts_vary=cfg.drafts_vary,
+            spec_pad_room=cfg.rules.spec_pad_room,
+            threshold_skips_padding=cfg.rules.threshold_skips_padding,
         )
 
 

@@ -15,6 +15,7 @@ from model.vllm.config import (
     POLICY_FCFS,
     POLICY_PRIORITY,
     SPEC_METHODS_MODELLED,
+    VLLM_VERSION,
     Config,
     check_value,
 )
@@ -113,6 +114,11 @@ def _check_spec_fields(cfg: Config) -> None:
         raise InputError(
             f"num_speculative_tokens {k} / parallel_drafting without a speculative_method; "
             "give speculative_method or leave them unset")
+    if method and cfg.version != VLLM_VERSION:
+        raise InputError(
+            f"speculative decoding is modelled for vLLM {VLLM_VERSION} only, not "
+            f"{cfg.version} (its draft and padding rules changed between releases); use "
+            f"vllm-v1 or drop speculative_method")
     if method and k < 1:
         raise ConfigError(
             "speculative_tokens_positive",
