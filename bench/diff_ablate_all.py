@@ -29,7 +29,7 @@ DEFAULT_CONFIGS = ("mr_tiny", "mr_escape", "mr_outgrow", "mr_budget2")
 def ablate_all(version: str, config: str, jobs: int, timeout: float) -> tuple[float, dict]:
     """Wall seconds and the JSON document of one --ablate-all run."""
     engine = "mistralrs" if version == "pinned" else f"mistralrs@{version}"
-    cmd = [sys.executable, "-m", "checker.cli", "diff", engine, "--ablate-all", "--config",
+    cmd = [sys.executable, "-m", "checker.cli", "diff", engine, "--ablate-all", "--manifest-config",
            config, "--jobs", str(jobs), "--timeout", str(timeout), "--json"]
     start = time.monotonic()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)

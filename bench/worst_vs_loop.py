@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--depth", default="5")
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
-    bounds = ["--config", args.config, "--requests", args.requests, "--depth", args.depth]
+    bounds = ["--manifest-config", args.config, "--requests", args.requests, "--depth", args.depth]
     rows = []
     with tempfile.TemporaryDirectory() as out:
         runs = [hand_loop(bounds, str(Path(out))) for _ in range(args.repeat)]

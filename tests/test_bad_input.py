@@ -75,7 +75,7 @@ def test_a_file_that_is_not_utf8_is_one_line(tmp_path, capsys, command, name):
 
 def test_a_yaml_config_that_is_not_utf8_is_one_line(tmp_path, capsys):
     path = write(tmp_path, b"max-model-len: 4096\nmodel: \xff\xfe\n", "c.yaml")
-    one_line_error(capsys, "config", "--file", path, "--device", "h100",
+    one_line_error(capsys, "config", "--config", path, "--device", "h100",
                    needles=("is not UTF-8 text",))
 
 
@@ -119,7 +119,7 @@ def test_a_value_nested_forty_deep_inside_a_workload_is_one_line(tmp_path, capsy
 
 def test_yaml_nested_deeply_is_one_line(tmp_path, capsys):
     path = write(tmp_path, "max-model-len: " + "[" * 100 + "]" * 100 + "\n", "c.yaml")
-    one_line_error(capsys, "config", "--file", path, "--device", "h100",
+    one_line_error(capsys, "config", "--config", path, "--device", "h100",
                    needles=("nests YAML too deeply",))
 
 
@@ -162,7 +162,7 @@ def test_numbers_beyond_64_bits_or_nan_in_a_workload_are_one_line(tmp_path, caps
 ])
 def test_numbers_beyond_64_bits_or_nan_in_yaml_are_one_line(tmp_path, capsys, line, needle):
     path = write(tmp_path, YAML.read_text() + line, "c.yaml")
-    one_line_error(capsys, "config", "--file", path, "--device", "h100", needles=(needle,))
+    one_line_error(capsys, "config", "--config", path, "--device", "h100", needles=(needle,))
 
 
 @pytest.mark.parametrize("line, needle", [
@@ -175,7 +175,7 @@ def test_numbers_beyond_64_bits_or_nan_in_yaml_are_one_line(tmp_path, capsys, li
 ])
 def test_yaml_dates_sets_and_binaries_are_one_line(tmp_path, capsys, line, needle):
     path = write(tmp_path, YAML.read_text() + line, "c.yaml")
-    one_line_error(capsys, "config", "--file", path, "--device", "h100", needles=(needle,))
+    one_line_error(capsys, "config", "--config", path, "--device", "h100", needles=(needle,))
 
 
 def test_seeds_write_to_a_missing_folder_is_one_line_before_any_work(capsys, monkeypatch):
@@ -436,7 +436,7 @@ def test_manifest_configs_keep_the_manifests_own_validated_flag(capsys):
     # tokens), which vLLM would refuse at start; the manifest path runs it as before.
     tiny = load_manifest().configs["tiny_fcfs"]
     assert tiny.validated and kv_rejection(tiny.config) is not None
-    code, _, _ = run(capsys, "check", "--config", "tiny_fcfs", "--property", "starvation",
+    code, _, _ = run(capsys, "check", "--manifest-config", "tiny_fcfs", "--property", "starvation",
                      "-q")
     assert code == 0
     code, _, _ = run(capsys, "replay", STARVATION)
@@ -456,7 +456,7 @@ def _yaml_with(tmp_path, example, key, value):
 
 def test_config_with_max_model_len_1_is_not_an_internal_error(tmp_path, capsys):
     path = _yaml_with(tmp_path, "qwen7b_l4_throughput.yaml", "max-model-len", 1)
-    code, out, err = run(capsys, "config", "--file", path, "--device", "h100",
+    code, out, err = run(capsys, "config", "--config", path, "--device", "h100",
                          "--concurrency", "1", "--depth", "2", "--timeout", "2")
     assert code in (0, 2, 3) and "internal error" not in err and "Traceback" not in err
 
@@ -467,7 +467,7 @@ def test_config_with_a_huge_pool_keeps_its_time_limit(tmp_path, capsys):
     path = _yaml_with(tmp_path, "llama70b_long_context.yaml", "num-gpu-blocks-override",
                       1000000)
     start = time.monotonic()
-    code, out, err = run(capsys, "config", "--file", path, "--device", "h100",
+    code, out, err = run(capsys, "config", "--config", path, "--device", "h100",
                          "--concurrency", "1", "--depth", "2", "--timeout", "2")
     assert code in (0, 3) and "Traceback" not in err
     assert time.monotonic() - start < 30

@@ -176,7 +176,7 @@ def write(tmp_path, text, name="serve.yaml"):
 def test_yaml_values_apply_and_the_command_line_wins(tmp_path, capsys):
     path = write(tmp_path, "model: Qwen/Qwen2.5-7B\nmax-model-len: 16384\nmax_num_seqs: 64\n"
                            "enable-chunked-prefill: false\nport: 8000\n")
-    code, out, err = run_cli(capsys, "--json", *FAST, "--file", path, *H100,
+    code, out, err = run_cli(capsys, "--json", *FAST, "--config", path, *H100,
                              "--max-num-seqs", "32")
     assert code == 0, err
     doc = json.loads(out)
@@ -197,12 +197,12 @@ def test_yaml_values_apply_and_the_command_line_wins(tmp_path, capsys):
     ("max-model-len:\n", "serve.yaml", "has no value"),
 ])
 def test_bad_yaml_is_one_line_with_exit_2(tmp_path, capsys, text, name, needle):
-    code, _, err = run_cli(capsys, "--file", write(tmp_path, text, name), *H100)
+    code, _, err = run_cli(capsys, "--config", write(tmp_path, text, name), *H100)
     one_line_error(code, err, needle)
 
 
 def test_missing_yaml_file_names_the_path(tmp_path, capsys):
-    code, _, err = run_cli(capsys, "--file", str(tmp_path / "nope.yaml"), *H100)
+    code, _, err = run_cli(capsys, "--config", str(tmp_path / "nope.yaml"), *H100)
     one_line_error(code, err, "nope.yaml")
 
 

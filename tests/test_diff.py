@@ -29,7 +29,7 @@ def run_json(capsys, *args):
 
 
 def test_the_fcfs_fix_is_found_at_step_2_on_two_equal_requests(capsys):
-    code, doc = run_json(capsys, "mistralrs@v0.8.22", "mistralrs@v0.8.23", "--config",
+    code, doc = run_json(capsys, "mistralrs@v0.8.22", "mistralrs@v0.8.23", "--manifest-config",
                          "mr_tiny")
     assert code == 1
     assert (doc["status"], doc["depth"], doc["minimal"]) == ("differ", 2, True)
@@ -51,7 +51,7 @@ def test_no_shallower_workload_differs():
 
 def test_the_bucketing_ablation_differs_in_the_first_prompt_step(capsys):
     code, doc = run_json(capsys, "mistralrs@v0.9.0", "--ablate", "bucket_by_length",
-                         "--config", "mr_tiny")
+                         "--manifest-config", "mr_tiny")
     assert code == 1 and doc["depth"] == 1
     assert doc["b"]["config"]["rules"] == {"bucket_by_length": False}
     assert doc["steps"]["a"][0]["preempted"] == ["r1"] and doc["steps"]["b"][0]["preempted"] == []
@@ -59,7 +59,7 @@ def test_the_bucketing_ablation_differs_in_the_first_prompt_step(capsys):
 
 def test_a_switch_the_version_does_not_read_is_proved_equivalent(capsys):
     # 48be6c1e2 replaced the turn alternation by completion_is_due (S:239-273).
-    code, doc = run_json(capsys, "mistralrs", "--ablate", "alternate_turns", "--config",
+    code, doc = run_json(capsys, "mistralrs", "--ablate", "alternate_turns", "--manifest-config",
                          "mr_tiny")
     assert (code, doc["status"]) == (0, "proved")
 
@@ -89,7 +89,8 @@ def test_a_reference_that_does_not_confirm_the_rules_is_a_divergence(monkeypatch
 
 
 def test_the_text_shows_both_timelines_side_by_side(capsys):
-    assert main(["diff", "mistralrs@v0.8.22", "mistralrs@v0.8.23", "--config", "mr_tiny"]) == 1
+    assert main(["diff", "mistralrs@v0.8.22", "mistralrs@v0.8.23", "--manifest-config",
+                 "mr_tiny"]) == 1
     out = capsys.readouterr().out
     assert "DIFFER at step 2" in out
     assert "A: mistralrs@v0.8.22    B: mistralrs@v0.8.23" in out
@@ -98,7 +99,7 @@ def test_the_text_shows_both_timelines_side_by_side(capsys):
 
 
 def test_the_svg_holds_the_two_timelines(capsys):
-    assert main(["diff", "mistralrs@v0.8.22", "mistralrs@v0.8.23", "--config", "mr_tiny",
+    assert main(["diff", "mistralrs@v0.8.22", "mistralrs@v0.8.23", "--manifest-config", "mr_tiny",
                  "--format", "svg"]) == 1
     root = ET.fromstring(capsys.readouterr().out)
     ns = "{http://www.w3.org/2000/svg}"
@@ -110,7 +111,7 @@ def test_the_svg_holds_the_two_timelines(capsys):
 
 
 def test_ablate_all_says_which_switch_changes_a_decision(capsys):
-    code, doc = run_json(capsys, "mistralrs", "--ablate-all", "--config", "mr_tiny",
+    code, doc = run_json(capsys, "mistralrs", "--ablate-all", "--manifest-config", "mr_tiny",
                          "--depth", "2", "--jobs", "1")
     assert code == 1
     status = {row["switch"]: (row["status"], row["depth"]) for row in doc["switches"]}
@@ -122,7 +123,7 @@ def test_ablate_all_says_which_switch_changes_a_decision(capsys):
 @pytest.mark.parametrize(("args", "message"), [
     (["mistralrs@v9", "mistralrs"], "unknown mistralrs version 'v9'; known versions:"),
     (["mistralrs", "--ablate", "nope"], "unknown rule switch 'nope'"),
-    (["mistralrs", "mistralrs@v0.8.22", "--config", "tiny_fcfs"], "is a vllm-v1 config"),
+    (["mistralrs", "mistralrs@v0.8.22", "--manifest-config", "tiny_fcfs"], "is a vllm-v1 config"),
     (["mistralrs", "mistralrs", "--ablate", "escape_loop"], "give one engine, not 2"),
     (["mistralrs"], "diff compares two engines"),
     (["sglang", "--ablate-all"], "sglang models one version"),
@@ -144,7 +145,8 @@ def test_vllm_lists_its_rule_switch_with_its_upstream_lines(capsys):
 def test_vllm_ablating_the_hit_cap_finds_the_whole_prompt_hit(capsys):
     """Without the num_tokens - 1 cap, two requests of one 2-token prompt arriving together
     decide differently at step 1 (the second one's hit covers its prompt)."""
-    code = main(["diff", "vllm-v1", "--ablate", "cap_prefix_hit", "--config", "tiny_cached",
+    code = main(["diff", "vllm-v1", "--ablate", "cap_prefix_hit", "--manifest-config",
+                 "tiny_cached",
                  "--slots", "2", "--depth", "1", "--max-prompt-len", "2", "--max-tokens", "1",
                  "--no-prove", "--json", "--timeout", "120"])
     doc = json.loads(capsys.readouterr().out)

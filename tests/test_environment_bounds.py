@@ -31,7 +31,7 @@ def test_an_arrival_window_of_one_step_removes_a_late_joiner_and_both_methods_ag
         capsys, tmp_path):
     # mistral.rs lets a request join a running batch when it arrives in a later step; with
     # every request arriving in step 1 no run of 2 requests in 3 steps does it.
-    base = ["--engine", "mistralrs", "--property", "no_join_mid_batch", "--config",
+    base = ["--engine", "mistralrs", "--property", "no_join_mid_batch", "--manifest-config",
             "mr_tiny", "--requests", "2", "--depth", "3", "--out", str(tmp_path), *QUICK]
     code, out, err = run(capsys, *base)
     assert [r[1] for r in rows(out, "no_join_mid_batch")] == ["mr_tiny"] * 2
@@ -49,7 +49,7 @@ def test_no_eos_removes_a_violation_that_needs_an_eos_and_both_methods_agree(
         capsys, tmp_path):
     # On the AsyncScheduler head_of_line k=2 is violated within 2 requests and 4 steps only
     # through a request that samples EOS.
-    base = ["--property", "head_of_line:k=2", "--config", "tiny_async",
+    base = ["--property", "head_of_line:k=2", "--manifest-config", "tiny_async",
             "--requests", "2", "--depth", "4", "--out", str(tmp_path), *QUICK]
     code, out, err = run(capsys, *base)
     assert code == 1, (out, err)
@@ -65,7 +65,7 @@ def test_no_eos_removes_a_violation_that_needs_an_eos_and_both_methods_agree(
 
 
 def test_the_json_bounds_carry_the_window_and_eos_and_validate(capsys, tmp_path):
-    code, out, err = run(capsys, "--property", "head_of_line:k=2", "--config",
+    code, out, err = run(capsys, "--property", "head_of_line:k=2", "--manifest-config",
                          "tiny_async", "--requests", "2", "--depth", "3", "--arrival-window",
                          "2", "--no-eos", "--json", "--out", str(tmp_path), "--jobs", "1",
                          "-q")
@@ -73,7 +73,7 @@ def test_the_json_bounds_carry_the_window_and_eos_and_validate(capsys, tmp_path)
     jsonschema.validate(doc, SCHEMA)
     bounds = doc["verdicts"][0]["bounds"]
     assert (bounds["arrival_window"], bounds["no_eos"], bounds["depth"]) == (2, True, 3)
-    code, out, err = run(capsys, "--property", "head_of_line:k=2", "--config",
+    code, out, err = run(capsys, "--property", "head_of_line:k=2", "--manifest-config",
                          "tiny_async", "--requests", "2", "--depth", "3", "--json", "--out",
                          str(tmp_path), "--jobs", "1", "-q")
     bounds = json.loads(out)["verdicts"][0]["bounds"]
@@ -95,7 +95,7 @@ def test_the_default_environment_keeps_a_questions_file_name():
 
 
 def test_worst_takes_the_environment_bounds(capsys, tmp_path):
-    code = main(["worst", "--metric", "starvation_steps", "--config", "tiny_fcfs",
+    code = main(["worst", "--metric", "starvation_steps", "--manifest-config", "tiny_fcfs",
                  "--requests", "2", "--depth", "3", "--arrival-window", "1", "--no-eos",
                  "--out", str(tmp_path)])
     out, err = capsys.readouterr()

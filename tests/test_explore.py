@@ -138,7 +138,7 @@ def test_agreement_flags_a_depth_mismatch_an_unknown_and_another_counterexample(
 def test_dot_and_graphml_exports_describe_the_explored_graph(tmp_path):
     dot, graphml = tmp_path / "g.dot", tmp_path / "g.graphml"
     cmd = [sys.executable, "-m", "checker.cli", "check", "--method", "explore",
-           "--property", "budget_respected", "--config", "tiny_fcfs", "--slots", "1",
+           "--property", "budget_respected", "--manifest-config", "tiny_fcfs", "--slots", "1",
            "--depth", "3", "--dot", str(dot), "--graphml", str(graphml)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert "holds at depth 3" in out.stdout

@@ -552,7 +552,7 @@ def invocations(draw: st.DrawFn, case: Generated, file: str, tmp: str
     else:
         device = draw(st.sampled_from([["--device", "h100"], ["--gpu-memory-gib", "24"],
                                        ["--gpu-memory-gib", "nan"]]))
-        add(["config", "--file", file, *device, "--concurrency", "1", "--depth", "2",
+        add(["config", "--config", file, *device, "--concurrency", "1", "--depth", "2",
              "--timeout", "2"], extra_bad="nan" in device)
     if draw(st.integers(0, 9)) == 0:  # the file given to a command of another kind
         command = draw(st.sampled_from(["simulate", "compare", "replay", "explain"]))

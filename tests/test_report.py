@@ -84,7 +84,7 @@ def test_rules_involved_are_the_narrowest_rows_the_evidence_cites():
 
 def test_check_html_writes_the_report(tmp_path, capsys):
     out = tmp_path / "report.html"
-    code = main(["check", "--property", "whole_prompt_without_chunking", "--config",
+    code = main(["check", "--property", "whole_prompt_without_chunking", "--manifest-config",
                  "no_chunking_threshold", "--jobs", "1", "--html", str(out)])
     assert code == 0
     page = out.read_text()

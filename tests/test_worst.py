@@ -15,7 +15,7 @@ from checker.methods.replay import replay
 from checker.methods.verdict import HOLDS, UNKNOWN, VIOLATED, Verdict
 from properties.manifest import load, with_bounds
 
-SMALL = ["--config", "tiny_fcfs", "--requests", "2", "--depth", "4", "--timeout", "60"]
+SMALL = ["--manifest-config", "tiny_fcfs", "--requests", "2", "--depth", "4", "--timeout", "60"]
 
 
 def small():
@@ -84,7 +84,7 @@ def test_json_has_the_documented_fields(capsys, tmp_path):
 
 
 def test_text_names_the_value_the_witness_and_the_bound(capsys, tmp_path):
-    code, out, err = cli(capsys, "--metric", "starvation_steps", "--config", "tiny_fcfs",
+    code, out, err = cli(capsys, "--metric", "starvation_steps", "--manifest-config", "tiny_fcfs",
                          "--requests", "2", "--depth", "2", "--out", str(tmp_path))
     assert code == 0, err
     assert out.startswith("worst starvation_steps = 2 within bounds: 2 requests, depth 2")
@@ -96,7 +96,7 @@ def test_text_names_the_value_the_witness_and_the_bound(capsys, tmp_path):
 def test_the_witness_is_written_under_out_as_check_names_it_and_the_path_exists(
         capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the default --out is ./batchproof-out/
-    code, out, err = cli(capsys, "--metric", "starvation_steps", "--config", "tiny_fcfs",
+    code, out, err = cli(capsys, "--metric", "starvation_steps", "--manifest-config", "tiny_fcfs",
                          "--requests", "2", "--depth", "2")
     assert code == 0, err
     line = next(x for x in out.splitlines() if x.startswith("witness file: "))
@@ -105,11 +105,11 @@ def test_the_witness_is_written_under_out_as_check_names_it_and_the_path_exists(
     assert path.with_name(path.name.replace(".itf.json", ".txt")).is_file()
     # The same name `check` gives the counterexample of the witness's rung.
     assert path.name.startswith("vllm-v1__starvation__k=2__")
-    code, out, err = main_check(capsys, "--property", "starvation:k=2", "--config",
+    code, out, err = main_check(capsys, "--property", "starvation:k=2", "--manifest-config",
                                 "tiny_fcfs", "--requests", "2", "--depth", "2", "--jobs", "1",
                                 "-q")
     assert f"batchproof-out/{path.name}" in out, out
-    code, out, err = cli(capsys, "--metric", "starvation_steps", "--config", "tiny_fcfs",
+    code, out, err = cli(capsys, "--metric", "starvation_steps", "--manifest-config", "tiny_fcfs",
                          "--out", "counterexamples/x")
     assert code == 2 and "manifest's corpus" in err, err
 
@@ -123,7 +123,7 @@ def main_check(capsys, *argv):
 def test_a_bad_metric_is_one_line_exit_2(capsys):
     code, out, err = cli(capsys, "--metric", "latency")
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
-    code, out, err = cli(capsys, "--metric", "preemptions", "--config", "nope")
+    code, out, err = cli(capsys, "--metric", "preemptions", "--manifest-config", "nope")
     assert code == 2 and err.count("\n") == 1 and "unknown config" in err, err
 
 

@@ -34,8 +34,10 @@ from checker.config.serve_args import (
     add_machine_flags,
     add_serve_words,
     ignored_line,
+    memory_note,
     merge_yaml,
     print_notes,
+    refuse_unmodelled,
     serve_config,
     split_config_option,
     vllm_input_given,
@@ -224,12 +226,18 @@ def _flags_given(args: argparse.Namespace) -> bool:
     return vllm_input_given(args)
 
 
-def prepare(args: argparse.Namespace) -> argparse.Namespace:
-    """Sort out `--config` (vLLM's YAML file, or the deprecated manifest name) and merge the
-    YAML's flags under the command line's; also for worst and diff."""
+def prepare(args: argparse.Namespace, command: str = "check") -> argparse.Namespace:
+    """Sort out `--config` (vLLM's YAML file, or the deprecated manifest name), merge the
+    YAML's flags under the command line's, and refuse the vllm serve flags that turn on
+    what the model does not run; also for worst and diff."""
     split_config_option(args, list(load().configs))
     args = merge_yaml(args, args.serve_yaml)
+    refuse_unmodelled(args, command)
     args.serve_notes = []
+    if not vllm_input_given(args):
+        # A manifest or workload configuration keeps its own pool.
+        args.serve_notes.append(memory_note(args, "its num_gpu_blocks",
+                                            "the configuration's own pool"))
     return args
 
 

@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 
-from checker.config.flags import CONFIG_FLAGS, add_config_flags, apply_config_flags, positive_int
+from checker.config.flags import (
+    CONFIG_FLAGS,
+    IGNORED_PREFIX,
+    add_config_flags,
+    add_serve_vocabulary,
+    apply_config_flags,
+    positive_int,
+)
 from checker.config.hazards import (
     HAZARD_NAMES,
     UNKNOWN_LABEL,
@@ -46,7 +54,13 @@ from model.vllm.engine_args import (
     device_named,
     device_with_memory,
 )
-from model.vllm.serve_yaml import IGNORED_BOOL_FLAGS, IGNORED_VALUE_FLAGS, NOT_MODELLED, yaml_tokens
+from model.vllm.serve_yaml import (
+    IGNORED_BOOL_FLAGS,
+    IGNORED_VALUE_FLAGS,
+    MEMORY_FLAG,
+    NOT_MODELLED,
+    yaml_tokens,
+)
 from model.vllm.startup import SPEC_METHODS, SpecDecode
 
 EXIT_OK, EXIT_HAZARD, EXIT_INVALID, EXIT_INCONCLUSIVE = 0, 1, 2, 3
@@ -76,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("serve", nargs="*", metavar="MODEL",
                         help="optional: the model tag of `vllm serve MODEL` (a pasted "
                         "'vllm serve' prefix is dropped)")
-    add_config_flags(parser)
+    add_config_flags(parser, vocabulary=False)  # the vocabulary below, with config's own
     vllm = parser.add_argument_group("other vLLM flags read by the checker")
     for flags, dest, extra in _ENGINE_FLAGS:
         vllm.add_argument(*flags, dest=dest, default=None, **extra)  # type: ignore[arg-type]
@@ -86,8 +100,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     draft = parser.add_argument_group("the draft model (batchproof reads no config.json)")
     draft.add_argument("--mtp-layers", dest="mtp_layers", type=positive_int, metavar="N",
                        help="num_nextn_predict_layers of an MTP draft (needed when k > 1)")
-    vllm.add_argument("--file", metavar="CONFIG.yaml",
-                      help="the YAML file `vllm serve --config` reads (command-line flags win)")
+    vllm.add_argument("--config", dest="file", metavar="CONFIG.yaml",
+                      help="the YAML file `vllm serve --config` reads: its keys are vllm "
+                      "serve flags, the command line wins (utils/argparse_utils.py:479-567)")
+    vllm.add_argument("--file", dest="file_deprecated", metavar="CONFIG.yaml",
+                      help="deprecated spelling of --config CONFIG.yaml")
     machine = parser.add_argument_group("the machine")
     machine.add_argument("--gpu-memory-gib", type=_gib, metavar="G",
                          help="device memory in GiB (picks vLLM's default tier)")
@@ -114,19 +131,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--strict", action="store_true", help="exit 1 when a hazard is witnessed")
     out.add_argument("--explain-rules", action="store_true",
                      help="show what each SchedulerConfig rule prevents (minimal traces)")
-    _add_ignored(parser)
-
-
-def _add_ignored(parser: argparse.ArgumentParser) -> None:
-    """vLLM flags the model does not read: accepted, then listed as ignored."""
-    for name in IGNORED_BOOL_FLAGS:
-        parser.add_argument("--" + name.replace("_", "-"), dest=_IGNORED + name, default=None,
-                            action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS)
-    shorts = {"quantization": "-q", "data_parallel_size": "-dp", "compilation_config": "-O"}
-    for name in IGNORED_VALUE_FLAGS:
-        flags = ["--" + name.replace("_", "-")] + ([shorts[name]] if name in shorts else [])
-        parser.add_argument(*flags, dest=_IGNORED + name, default=None, nargs="+",
-                            help=argparse.SUPPRESS)
+    # vLLM flags the model does not read (accepted, then listed as ignored),
+    # --gpu-memory-utilization, and the flags 0.32.0 no longer has (one-line errors).
+    add_serve_vocabulary(parser)
 
 
 def _positive_number(unit: str) -> Callable[[str], float]:
@@ -158,12 +165,22 @@ class _FileParser(argparse.ArgumentParser):
 # The vLLM flags a YAML file may hold (batchproof's own flags may not).
 _VLLM_DESTS = frozenset(
     ["config_" + f.field for f in CONFIG_FLAGS] + [d for _, d, _ in _ENGINE_FLAGS]
-    + ["enable_lora"] + [_IGNORED + n for n in IGNORED_BOOL_FLAGS + IGNORED_VALUE_FLAGS])
+    + ["enable_lora"] + [IGNORED_PREFIX + n for n in
+                         (*IGNORED_BOOL_FLAGS, *IGNORED_VALUE_FLAGS, MEMORY_FLAG)])
 
 
 def merged_args(args: argparse.Namespace) -> argparse.Namespace:
     """`args` with the YAML file's values under those given on the command line
-    (cli > config > defaults, utils/argparse_utils.py:526-531)."""
+    (cli > config > defaults, utils/argparse_utils.py:526-531). `--file` is the old
+    spelling of `--config`: it still works, with a deprecation line on stderr."""
+    if getattr(args, "file_deprecated", None):
+        if args.file:
+            raise InputError("give the YAML file once: --config FILE (--file is its "
+                             "deprecated spelling)")
+        sys.stderr.write("batchproof: --file is deprecated; write --config "
+                         f"{args.file_deprecated} (as vllm serve does)\n")
+        args = argparse.Namespace(**{**vars(args), "file": args.file_deprecated,
+                                     "file_deprecated": None})
     if not args.file:
         return args
     parser = _FileParser(prog="config", add_help=False)

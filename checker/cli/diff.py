@@ -1,16 +1,16 @@
 """`batchproof diff A B`: the shortest workload on which two versions of an engine decide
 differently (checker/methods/diff.py), drawn as two timelines side by side.
 
-    batchproof diff mistralrs@v0.8.22 mistralrs@v0.8.23 --config mr_tiny
-    batchproof diff mistralrs@v0.9.0 --ablate bucket_by_length --config mr_tiny
-    batchproof diff mistralrs --ablate-all --config mr_escape
+    batchproof diff mistralrs@v0.8.22 mistralrs@v0.8.23 --manifest-config mr_tiny
+    batchproof diff mistralrs@v0.9.0 --ablate bucket_by_length --manifest-config mr_tiny
+    batchproof diff mistralrs --ablate-all --manifest-config mr_escape
 
 A and B are engine names with a version (`NAME@VERSION`; the bare name is the pinned
 version), or one engine and `--ablate SWITCH` (the same version with that rule switch
 toggled). `--ablate-all` toggles each switch in turn. The configuration is a manifest
-config (`--config`, whose bounds are the defaults), a workload JSON's config
-(`--config-file`), or the engine's defaults (vLLM: with vLLM's flags, as `check` takes
-them); each side parses it with its own version's rules.
+config (`--manifest-config`, whose bounds are the defaults), a workload JSON's config
+(`--config-file`), or the engine's defaults (vLLM: with vLLM's flags and `--config FILE`'s
+YAML, as `check` takes them); each side parses it with its own version's rules.
 
 Exit codes: 0 no difference within the bounds (or proved equivalent); 1 a difference found
 (with --ablate-all: for some switch); 2 bad input; 3 inconclusive (solver unknown, time
@@ -28,12 +28,19 @@ from dataclasses import asdict, fields
 from itertools import zip_longest
 from typing import Any
 
-from checker.cli.check import MAX_DEPTH, MAX_JOBS, MAX_SLOTS, MAX_TIMEOUT_S
+from checker.cli.check import MAX_DEPTH, MAX_JOBS, MAX_SLOTS, MAX_TIMEOUT_S, prepare
 from checker.config.flags import (
     add_config_flags,
-    apply_config_flags,
     bounded_int,
     bounded_seconds,
+)
+from checker.config.serve_args import (
+    add_config_option,
+    add_machine_flags,
+    ignored_line,
+    print_notes,
+    serve_config,
+    vllm_input_given,
 )
 from checker.methods.diff import (
     DIFFER,
@@ -53,7 +60,7 @@ from checker.show import svg, timeline
 from checker.show import text as render
 from model import registry as engines
 from model.core.errors import InputError
-from model.vllm.config import ENGINE_VLLM_V1, Config
+from model.vllm.config import ENGINE_VLLM_V1
 from model.workload import config_rejection, read_json, workload_to_json
 from properties.manifest import load
 
@@ -77,8 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true",
                         help="list the engine's versions and rule switches, then exit")
     src = parser.add_mutually_exclusive_group()
-    src.add_argument("--config", metavar="NAME",
-                     help="a manifest configuration (its bounds are the defaults)")
+    add_config_option(src, manifest=True)  # a manifest config's bounds are the defaults
     src.add_argument("--config-file", metavar="F",
                      help="a workload JSON whose 'config' both sides run")
     parser.add_argument("--no-validate", action="store_true",
@@ -100,6 +106,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--format", choices=("text", "svg"), default="text",
                         help="text (default), or svg: the two timelines side by side")
+    add_machine_flags(parser.add_argument_group(
+        "the machine", "what vLLM's default batch sizes depend on (as `check`)"))
     add_config_flags(parser)
 
 
@@ -117,14 +125,15 @@ def _raw_config(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], st
                                                                bool]:
     """The config both sides parse (JSON field names), its name, its bounds, validated."""
     base = engines.base_name(name)
-    if args.config:
+    if args.manifest_config:
         manifest = load()
-        if args.config not in manifest.configs:
-            raise InputError(f"unknown config {args.config!r}; manifest configs: "
+        if args.manifest_config not in manifest.configs:
+            raise InputError(f"unknown config {args.manifest_config!r}; manifest configs: "
                              f"{', '.join(manifest.configs)}")
-        nc = manifest.configs[args.config]
+        nc = manifest.configs[args.manifest_config]
         if engines.base_name(nc.engine) != base:
-            raise InputError(f"config {args.config} is a {nc.engine} config, not {base}'s; "
+            raise InputError(f"config {args.manifest_config} is a {nc.engine} config, not "
+                             f"{base}'s; "
                              "pick one of its engine's configs")
         raw = engines.get(nc.engine).config_to_dict(nc.config)
         return dict(raw), nc.name, dict(nc.bounds), nc.validated
@@ -142,12 +151,16 @@ def _raw_config(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], st
             raise InputError(f"{args.config_file}: 'config' must be a JSON object")
         return dict(doc["config"]), "custom", {}, not args.no_validate
     if base == ENGINE_VLLM_V1:
-        return apply_config_flags(args, Config()).to_dict(), "custom", {}, not args.no_validate
+        # vllm serve flags (command line over --config FILE), resolved as `check` resolves
+        # them (checker/config/serve_args.py); what it assumed is printed.
+        cfg, notes = serve_config(args, "diff")
+        args.serve_notes = [*getattr(args, "serve_notes", []), *notes]
+        return cfg.to_dict(), "custom", {}, not args.no_validate
     return {}, "defaults", {}, not args.no_validate
 
 
 def _flags_given(args: argparse.Namespace) -> bool:
-    return apply_config_flags(args, Config()) != Config()
+    return vllm_input_given(args)
 
 
 def _side(name: str, raw: dict[str, Any], validated: bool) -> Side:
@@ -347,10 +360,13 @@ def run(args: argparse.Namespace) -> int:
                          f"{len(names)}")
     if args.json and args.format == "svg":
         raise InputError("--json and --format svg both choose the output; give one")
+    args = prepare(args, "diff")
     if _flags_given(args) and engines.base_name(names[0]) != ENGINE_VLLM_V1:
         raise InputError(f"the vLLM flags configure vllm-v1, not {names[0]}; give the config "
-                         "with --config NAME or --config-file WORKLOAD.json")
+                         "with --manifest-config NAME or --config-file WORKLOAD.json")
     raw, config, defaults, validated = _raw_config(args, names[0])
+    # The ignored vllm serve flags and the assumptions, on stderr (stdout is the answer).
+    print_notes([ignored_line(args), *args.serve_notes], sys.stderr)
     bounds = _bounds(args, defaults)
     a = _side(names[0], raw, validated)
     if args.ablate_all:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -38,10 +39,23 @@ _COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# argparse's message for `--flag=value` on a BooleanOptionalAction flag.
+_BOOL_WITH_VALUE = re.compile(r"argument (--[\w-]+)/(--no-[\w-]+): ignored explicit argument "
+                              r"'(.*)'")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors in one line with exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        found = _BOOL_WITH_VALUE.fullmatch(message)
+        if found is not None:
+            flag, no_flag, value = found.groups()
+            # vLLM's boolean flags are BooleanOptionalAction too (engine/arg_utils.py:378-
+            # 380): `vllm serve` 0.32.0 stops at `--flag=False` with this same message.
+            message = (f"{flag}={value}: a boolean vllm serve flag takes no value, and vllm "
+                       f"serve 0.32.0 refuses it too (engine/arg_utils.py:378-380); write "
+                       f"{flag} or {no_flag}")
         sys.stderr.write(f"batchproof: error: {message}; see 'batchproof --help'\n")
         raise SystemExit(EXIT_BAD_INPUT)
 
@@ -90,9 +104,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
+def vllm_spellings(argv: Sequence[str]) -> list[str]:
+    """`argv` with each option name's underscores made dashes, as vLLM's
+    FlexibleArgumentParser does for every `--name[=value]` token (the name up to the first
+    '=' or '.'; utils/argparse_utils.py:289-311): `--max_num_seqs 4` is `--max-num-seqs 4`.
+    batchproof's own options are all spelled with dashes, so they read the same."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--") and len(arg) > 2:
+            name, eq, value = arg.partition("=")
+            head, dot, rest = name.partition(".")
+            arg = head.replace("_", "-") + dot + rest + eq + value
+        out.append(arg)
+    return out
+
+
 def _run(argv: list[str]) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(vllm_spellings(argv))
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_INPUT

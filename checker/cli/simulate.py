@@ -6,11 +6,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from checker.config.flags import add_config_flags, apply_config_flags
+from checker.config.serve_args import (
+    add_config_option,
+    add_serve_words,
+    ignored_line,
+    memory_note,
+    merge_yaml,
+    print_notes,
+    refuse_unmodelled,
+    serve_model,
+    unread_engine_flags,
+)
 from checker.show import text as render
 from model.core.errors import ConfigError, InputError
 from model.core.types import Simulation, StepRecord, Workload
@@ -42,25 +54,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `batchproof simulate`."""
     parser.add_argument("workload", metavar="WORKLOAD.json",
                         help="workload file (docs/simulation_contract.md)")
+    add_serve_words(parser)
     parser.add_argument("--json", action="store_true",
                         help="print the simulation JSON document instead of the table")
     parser.add_argument("--no-validate", action="store_true",
                         help="simulate even a config the engine would reject (vLLM: "
                         "SchedulerConfig's rules and the startup KV check); the output "
                         "says it is not validated")
+    add_config_option(parser, manifest=False)
     add_config_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load, check, simulate, print. Bad input raises InputError (exit 2 in the CLI)."""
+    """Load, check, simulate, print. Bad input raises InputError (exit 2 in the CLI).
+
+    vllm serve flags (the command line over `--config FILE`'s YAML) override the workload's
+    config; the flags the model does not read are listed as ignored, in one line (on stderr
+    under --json)."""
+    args = merge_yaml(args, getattr(args, "config", None))
+    serve_model(args)  # a pasted `vllm serve MODEL`: one model tag
     workload = load_workload(args.workload)
     if workload.engine != ENGINE_VLLM_V1:
         return _run_engine(args, workload)
+    refuse_unmodelled(args, "simulate")
     workload = replace(workload, config=apply_config_flags(args, workload.config))
+    notes = [ignored_line(args, unread_engine_flags(args)),
+             memory_note(args, workload.config.num_gpu_blocks, "the workload's pool")]
     result = simulate_checked(workload, validate_config=not args.no_validate)
     if args.json:
         print(json.dumps(result.simulation.to_json(), indent=2))
+        print_notes(notes, sys.stderr)
     else:
+        print_notes(notes, sys.stdout)
         print(render_text(result))
     return 0
 

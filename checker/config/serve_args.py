@@ -1,0 +1,333 @@
+"""`vllm serve` input for the commands besides `config` (check, simulate, worst, diff):
+`--config FILE` (the YAML `vllm serve --config` reads, parsed as `batchproof config` parses
+it: model/vllm/serve_yaml.py), a pasted `vllm serve MODEL ...` line, the flags the model
+does not read (listed as ignored, one line), and the assumptions an answer rests on when a
+vLLM value that depends on the machine or the model is not given.
+
+A custom vLLM configuration is resolved as `batchproof config` resolves it: by vLLM's
+EngineArgs rules (model/vllm/engine_args.resolve: unset batch sizes from the device's tier,
+the clamps of arg_utils.py:3097-3186) and the deployment `vllm serve` runs
+(model/vllm/deployment.serve_deployment: prefix caching on, the AsyncScheduler on a GPU).
+Where `config` needs the device (unset max_num_batched_tokens or max_num_seqs), these
+commands assume SchedulerConfig's own defaults and say so; where it needs max_model_len
+or the KV pool (batchproof reads no config.json and profiles no memory), they assume the
+model's defaults and say so too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TextIO
+
+from checker.config.flags import (
+    CONFIG_FLAGS,
+    ENGINE_ONLY_FLAGS,
+    IGNORED_PREFIX,
+    add_config_flags,
+    apply_config_flags,
+    ignored_flags,
+)
+from model.core.errors import InputError
+from model.vllm.config import Config
+from model.vllm.deployment import serve_deployment
+from model.vllm.engine_args import (
+    DEVICE_KEYS,
+    PLATFORM_CPU,
+    USAGE_ENGINE,
+    USAGE_SERVE,
+    Device,
+    EngineArgs,
+    device_named,
+    device_with_memory,
+    resolve,
+)
+from model.vllm.serve_yaml import MEMORY_DEFAULT, MEMORY_FLAG, NOT_MODELLED, yaml_tokens
+
+YAML_SUFFIXES = (".yaml", ".yml")
+SERVE_DEST = "serve"  # the positional words of a pasted `vllm serve MODEL` line
+
+# Ignored value flags that turn on a scheduling feature the model leaves out
+# (model/vllm/deployment.py): a verdict on the configuration would not be about what
+# `vllm serve` runs, so the commands that run the model refuse them.
+_FEATURE_FLAGS = {
+    "kv_transfer_config": "a KV connector", "max_num_queued_reqs": "queue limits",
+    "max_num_queued_tokens": "queue limits", "scheduler_cls": "a custom scheduler class",
+}
+
+
+# --- the options ---------------------------------------------------------------------------
+
+
+def add_config_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                      manifest: bool) -> None:
+    """`--config FILE` (vLLM's YAML); with `manifest`, also `--manifest-config NAME`, and
+    `--config NAME` still names a manifest configuration (deprecated) when NAME is one and
+    not a file."""
+    if manifest:
+        parser.add_argument("--manifest-config", metavar="NAME",
+                            help="a manifest configuration (see --list)")
+        parser.add_argument("--config", dest="config", metavar="FILE.yaml",
+                            help="the YAML file `vllm serve --config` reads (its keys are "
+                            "vllm serve flags; flags on the command line win); a manifest "
+                            "configuration's NAME here is the deprecated spelling of "
+                            "--manifest-config NAME")
+    else:
+        parser.add_argument("--config", dest="config", metavar="FILE.yaml",
+                            help="the YAML file `vllm serve --config` reads: its vllm serve "
+                            "flags override the workload's config; flags on the command line "
+                            "win over the file")
+
+
+def add_serve_words(parser: argparse.ArgumentParser) -> None:
+    """The positional words of a pasted `vllm serve MODEL ...` line."""
+    parser.add_argument(SERVE_DEST, nargs="*", metavar="vllm serve MODEL", default=[],
+                        help="optional: a pasted `vllm serve MODEL` (the model tag is only "
+                        "printed; its flags follow as usual)")
+
+
+def add_machine_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--device / --gpu-memory-gib: the machine whose memory picks vLLM's default batch
+    sizes (engine/arg_utils.py:2893-2985), as `batchproof config` takes them."""
+    parser.add_argument("--device", metavar="NAME",
+                        help=f"the device vLLM's default batch sizes depend on: "
+                        f"{', '.join(DEVICE_KEYS)} (default: SchedulerConfig's defaults, "
+                        "said in the output)")
+    parser.add_argument("--gpu-memory-gib", type=_gib, metavar="G",
+                        help="device memory in GiB instead of --device")
+
+
+def _gib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB") from None
+    if not 0 < value < 1e6:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of GiB")
+    return value
+
+
+def split_config_option(args: argparse.Namespace, manifest_names: Sequence[str]) -> None:
+    """Decide what `--config X` names: a YAML file (a path ending .yaml/.yml, or a file that
+    exists) goes to `args.serve_yaml`; a manifest configuration's name (deprecated) to
+    `args.manifest_config`, with one line on stderr. Anything else is an InputError."""
+    value = getattr(args, "config", None)
+    args.serve_yaml = None
+    if not hasattr(args, "manifest_config"):
+        args.manifest_config = None
+    if value is None:
+        return
+    if Path(value).suffix in YAML_SUFFIXES or Path(value).is_file():
+        args.serve_yaml = value
+        return
+    if value in manifest_names:
+        if args.manifest_config is not None:
+            raise InputError(f"--config {value} and --manifest-config "
+                             f"{args.manifest_config} both name a manifest configuration; "
+                             "give --manifest-config once")
+        sys.stderr.write(f"batchproof: --config NAME is deprecated for a manifest "
+                         f"configuration; write --manifest-config {value} (--config now "
+                         "takes the YAML file of vllm serve --config)\n")
+        args.manifest_config = value
+        return
+    raise InputError(f"unknown config {value!r}: no such file, and no manifest configuration "
+                     "of that name; give the YAML file of `vllm serve --config` (FILE.yaml), or "
+                     f"--manifest-config NAME (one of {', '.join(manifest_names)})")
+
+
+# --- the YAML file ---------------------------------------------------------------------------
+
+
+class _FileParser(argparse.ArgumentParser):
+    """Parses a YAML file's tokens; errors name the file, in one line."""
+
+    path = ""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(f"{self.path}: {message}; use vllm serve flag names as keys")
+
+
+def merge_yaml(args: argparse.Namespace, path: str | None) -> argparse.Namespace:
+    """`args` with the vllm serve flags of the YAML file at `path` under those given on the
+    command line (cli > config file > defaults, utils/argparse_utils.py:526-531). The file
+    is read as `batchproof config --config` reads it (serve_yaml.yaml_tokens); a key that is
+    no vllm serve flag is a one-line error naming the file."""
+    if not path:
+        return args
+    parser = _FileParser(prog="--config", add_help=False, allow_abbrev=False)
+    parser.path = path
+    add_config_flags(parser)
+    from_file = parser.parse_args(yaml_tokens(path))
+    merged = argparse.Namespace(**vars(args))
+    for dest, value in vars(from_file).items():
+        if value is None or value == []:
+            continue
+        if getattr(args, dest, None) is None:
+            setattr(merged, dest, value)
+    return merged
+
+
+# --- what was given -----------------------------------------------------------------------
+
+
+def serve_model(args: argparse.Namespace) -> str:
+    """The model tag of a pasted `vllm serve MODEL` line (or --model), '' if none."""
+    words = list(getattr(args, SERVE_DEST, None) or [])
+    if words[:1] == ["vllm"]:
+        words = words[1:]
+    if words[:1] == ["serve"]:
+        words = words[1:]
+    if len(words) > 1:
+        raise InputError(f"unexpected arguments {' '.join(words[1:])!r}; give one model tag "
+                         "after `vllm serve`, then flags")
+    return getattr(args, "model", None) or (words[0] if words else "")
+
+
+def vllm_input_given(args: argparse.Namespace) -> bool:
+    """Whether the command line describes a vLLM deployment of its own: a Config flag, a
+    pasted `vllm serve MODEL`, or one of the other flags `vllm serve` reads that shape the
+    configuration (performance mode, parallelism, speculative decoding, LoRA)."""
+    if apply_config_flags(args, Config()) != Config() or serve_model(args):
+        return True
+    return any(getattr(args, dest, None) is not None for _, dest, _ in ENGINE_ONLY_FLAGS)
+
+
+def refuse_unmodelled(args: argparse.Namespace, command: str) -> None:
+    """InputError when the vLLM flags turn on what this command does not run: speculative
+    decoding, LoRA, pipeline parallelism, a KV connector, queue limits, a custom scheduler,
+    a prefill interval (model/vllm/deployment.py); `batchproof config` reports them."""
+    spec = [flag for flag, dest in (("--speculative-config", "speculative_config"),
+                                    ("--spec-tokens", "spec_tokens"),
+                                    ("--spec-method", "spec_method"),
+                                    ("--spec-model", IGNORED_PREFIX + "spec_model"))
+            if getattr(args, dest, None) is not None]
+    why = None
+    if spec:
+        why = f"{spec[0]} turns on speculative decoding"
+    elif getattr(args, "enable_lora", None):
+        why = "--enable-lora turns on LoRA"
+    elif (getattr(args, "pipeline_parallel_size", None) or 1) > 1:
+        why = "--pipeline-parallel-size above 1 runs several batches at once"
+    else:
+        for name, feature in _FEATURE_FLAGS.items():
+            if getattr(args, IGNORED_PREFIX + name, None) is not None:
+                why = f"--{name.replace('_', '-')} turns on {feature}"
+                break
+        interval = getattr(args, IGNORED_PREFIX + "prefill_schedule_interval", None)
+        if why is None and interval is not None and interval != ["1"]:
+            why = "--prefill-schedule-interval above 1 schedules prefills only every N steps"
+    if why is not None:
+        raise InputError(f"{why}, which `batchproof {command}` does not run (outside the "
+                         "model, model/vllm/deployment.py); drop it, or check the deployment's "
+                         "rules with `batchproof config`")
+
+
+def ignored_line(args: argparse.Namespace, read: Sequence[str] = ()) -> str | None:
+    """The one line listing the vllm serve flags given that the command does not read
+    (`read`: other dests it does not use, e.g. --performance-mode on a workload's config)."""
+    names = [*ignored_flags(args), *read]
+    if not names:
+        return None
+    return ("ignored vLLM flags (not read by the scheduler model): "
+            + " ".join("--" + n.replace("_", "-") for n in sorted(set(names))))
+
+
+def unread_engine_flags(args: argparse.Namespace) -> list[str]:
+    """The engine flags that only shape unset defaults (performance mode, tensor
+    parallelism), given where the configuration is complete (simulate's workload)."""
+    return [dest for dest in ("performance_mode", "tensor_parallel_size", "model")
+            if getattr(args, dest, None) is not None]
+
+
+def memory_note(args: argparse.Namespace, blocks: int | str, where: str) -> str | None:
+    """What the answer assumes about the KV pool when --gpu-memory-utilization is given
+    without --num-gpu-blocks-override (vLLM sizes the pool by profiling)."""
+    fraction = getattr(args, IGNORED_PREFIX + MEMORY_FLAG, None)
+    if fraction is None or getattr(args, "config_num_gpu_blocks", None) is not None:
+        return None
+    return (f"assumed: num_gpu_blocks {blocks} ({where}); --gpu-memory-utilization "
+            f"{fraction:g} does not change it: {NOT_MODELLED[MEMORY_FLAG]}")
+
+
+def print_notes(lines: Sequence[str | None], stream: TextIO) -> None:
+    """Print each line that is not None."""
+    for line in lines:
+        if line:
+            stream.write(line + "\n")
+
+
+# --- the configuration ------------------------------------------------------------------
+
+
+def _device(args: argparse.Namespace) -> Device | None:
+    name, gib = getattr(args, "device", None), getattr(args, "gpu_memory_gib", None)
+    if name and gib:
+        raise InputError("give --device or --gpu-memory-gib, not both")
+    if name:
+        return device_named(name)
+    if gib:
+        return device_with_memory(gib)
+    return None
+
+
+def serve_config(args: argparse.Namespace, command: str) -> tuple[Config, list[str]]:
+    """The Config `vllm serve` runs for the vLLM flags in `args` (command line over the YAML
+    file), resolved as `batchproof config` resolves it, and the assumption lines for the
+    values it needs and was not given."""
+    refuse_unmodelled(args, command)
+    given = {f.field: getattr(args, "config_" + f.field, None) for f in CONFIG_FLAGS}
+    notes: list[str] = []
+    model_len = given["max_model_len"]
+    if model_len is None:
+        model_len = Config().max_model_len
+        notes.append(f"assumed: max_model_len {model_len} (vLLM reads it from the model's "
+                     "config.json, which batchproof does not read; give --max-model-len N)")
+    device = _device(args)
+    pp = getattr(args, "pipeline_parallel_size", None) or 1
+    tp = getattr(args, "tensor_parallel_size", None) or 1
+    ea = EngineArgs(
+        max_model_len=model_len,
+        max_num_batched_tokens=given["max_num_batched_tokens"],
+        max_num_seqs=given["max_num_seqs"],
+        enable_chunked_prefill=given["enable_chunked_prefill"],
+        performance_mode=getattr(args, "performance_mode", None) or "balanced",
+        usage=USAGE_SERVE if device is not None else USAGE_ENGINE,
+        world_size=tp * pp, block_size=given["block_size"],
+        num_gpu_blocks=given["num_gpu_blocks"],
+        long_prefill_token_threshold=given["long_prefill_token_threshold"],
+        long_prefill_token_threshold_adaptive=given["long_prefill_token_threshold_adaptive"],
+        policy=given["policy"], watermark=given["watermark"],
+        scheduler_reserve_full_isl=given["scheduler_reserve_full_isl"],
+        max_num_active_seqs=given["max_num_active_seqs"],
+        max_num_scheduled_tokens=given["max_num_scheduled_tokens"])
+    # Without a device: SchedulerConfig's own defaults (the usage context without a tier,
+    # engine/arg_utils.py:3117-3127), then vLLM's clamps as on any device.
+    eff = resolve(ea, device if device is not None else device_with_memory(0.0))
+    cfg = eff.to_config()
+    if device is None and (given["max_num_batched_tokens"] is None
+                           or given["max_num_seqs"] is None):
+        notes.append(f"assumed: no --device or --gpu-memory-gib, so max_num_batched_tokens "
+                     f"{cfg.max_num_batched_tokens} and max_num_seqs {cfg.max_num_seqs} come "
+                     "from SchedulerConfig's defaults 2048 and 128 (config/scheduler.py:41-43, "
+                     "then vLLM's clamps, engine/arg_utils.py:3140-3180); vllm serve picks them "
+                     "by the device's memory (engine/arg_utils.py:2893-2985): give --device "
+                     "NAME or set both flags")
+    if given["num_gpu_blocks"] is None:
+        fraction = getattr(args, IGNORED_PREFIX + MEMORY_FLAG, None) or MEMORY_DEFAULT
+        notes.append(f"assumed: num_gpu_blocks {cfg.num_gpu_blocks} (batchproof's default "
+                     "pool; vLLM sizes it by memory profiling with gpu_memory_utilization "
+                     f"{fraction:g}): {NOT_MODELLED[MEMORY_FLAG]}")
+    dep = serve_deployment(
+        prefix_caching=given["enable_prefix_caching"],
+        async_scheduling=given["async_scheduling"], speculative=None, lora=False,
+        cpu_platform=device is not None and device.platform == PLATFORM_CPU,
+        pipeline_parallel=pp)
+    cfg = replace(cfg, enable_prefix_caching=dep.prefix_caching,
+                  async_scheduling=dep.async_scheduling)
+    if getattr(args, IGNORED_PREFIX + "data_parallel_size", None) is not None:
+        notes.append("note: " + NOT_MODELLED["data_parallel_size"])
+    return cfg, notes
+
