@@ -184,7 +184,9 @@ def test_help_names_every_query_flag(capsys):
     out = capsys.readouterr().out
     for flag in ("--property NAME[:k=V,...]", "--param NAME=V", "--requests N", "--depth",
                  "--max-prompt-len L", "--max-tokens T", "--prefix-groups G",
-                 "--max-cached-prefix-len C", "--out DIR"):
+                 "--max-cached-prefix-len C", "--out DIR", "--arrival-window A", "--no-eos",
+                 "--manifest-config NAME", "--config FILE.yaml", "--gpu-memory-utilization F",
+                 "--device NAME", "vllm serve MODEL"):
         assert flag in out, flag
 
 

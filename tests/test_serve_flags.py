@@ -272,6 +272,7 @@ def test_a_pasted_vllm_serve_line_works_in_check_and_says_what_it_assumed(capsys
         in out
     # max_num_batched_tokens depends on the device, max_model_len on the model, the pool on
     # memory profiling: each assumption is said.
+    assert "model: Qwen/Qwen3-8B (only named" in out
     assert "assumed: max_model_len 8192" in out
     assert "assumed: no --device or --gpu-memory-gib, so max_num_batched_tokens 2048" in out
     assert "assumed: num_gpu_blocks 4096" in out
@@ -287,9 +288,11 @@ def test_a_pasted_vllm_serve_line_works_in_simulate(capsys):
     code, out, err = run(capsys, "simulate", GROUP_A, "vllm", "serve", "Qwen/Qwen3-8B",
                          "--max-num-seqs", "3", "--port", "8000")
     assert code == 0, err
-    assert "max_num_seqs=3 " in out and "--port" in out
+    assert "max_num_seqs=3 " in out and "--port" in out and "model: Qwen/Qwen3-8B" in out
     err = one_line_error(capsys, "simulate", GROUP_A, "vllm", "serve", "a", "b")
     assert "unexpected arguments 'b'" in err
+    err = one_line_error(capsys, "check", "starvation")  # for --property starvation
+    assert "unexpected argument 'starvation'" in err and "vllm serve MODEL" in err
 
 
 def test_the_resolver_applies_vllms_clamps_as_config_does(capsys):

@@ -18,9 +18,9 @@ from checker.config.serve_args import (
     ignored_line,
     memory_note,
     merge_yaml,
+    model_line,
     print_notes,
     refuse_unmodelled,
-    serve_model,
     unread_engine_flags,
 )
 from checker.show import text as render
@@ -72,13 +72,13 @@ def run(args: argparse.Namespace) -> int:
     config; the flags the model does not read are listed as ignored, in one line (on stderr
     under --json)."""
     args = merge_yaml(args, getattr(args, "config", None))
-    serve_model(args)  # a pasted `vllm serve MODEL`: one model tag
+    model_line(args)  # a pasted `vllm serve MODEL`: one model tag, checked before loading
     workload = load_workload(args.workload)
     if workload.engine != ENGINE_VLLM_V1:
         return _run_engine(args, workload)
     refuse_unmodelled(args, "simulate")
     workload = replace(workload, config=apply_config_flags(args, workload.config))
-    notes = [ignored_line(args, unread_engine_flags(args)),
+    notes = [model_line(args), ignored_line(args, unread_engine_flags(args)),
              memory_note(args, workload.config.num_gpu_blocks, "the workload's pool")]
     result = simulate_checked(workload, validate_config=not args.no_validate)
     if args.json:

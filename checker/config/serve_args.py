@@ -174,8 +174,14 @@ def merge_yaml(args: argparse.Namespace, path: str | None) -> argparse.Namespace
 
 
 def serve_model(args: argparse.Namespace) -> str:
-    """The model tag of a pasted `vllm serve MODEL` line (or --model), '' if none."""
+    """The model tag of a pasted `vllm serve MODEL` line (or --model), '' if none. The
+    words must start with `vllm serve` (or `serve`): a stray word is a mistake, not a
+    model (`batchproof check starvation` for `--property starvation`)."""
     words = list(getattr(args, SERVE_DEST, None) or [])
+    if words and words[:2] != ["vllm", "serve"] and words[:1] != ["serve"]:
+        raise InputError(f"unexpected argument {words[0]!r}; a pasted vLLM command line "
+                         "starts with `vllm serve MODEL`, and options start with -- (e.g. "
+                         "--property NAME)")
     if words[:1] == ["vllm"]:
         words = words[1:]
     if words[:1] == ["serve"]:
@@ -184,6 +190,13 @@ def serve_model(args: argparse.Namespace) -> str:
         raise InputError(f"unexpected arguments {' '.join(words[1:])!r}; give one model tag "
                          "after `vllm serve`, then flags")
     return getattr(args, "model", None) or (words[0] if words else "")
+
+
+def model_line(args: argparse.Namespace) -> str | None:
+    """The line naming the model of a pasted `vllm serve MODEL` (or --model), if any."""
+    model = serve_model(args)
+    return (f"model: {model} (only named: batchproof reads neither its weights nor its "
+            "config.json)") if model else None
 
 
 def vllm_input_given(args: argparse.Namespace) -> bool:
@@ -238,7 +251,7 @@ def ignored_line(args: argparse.Namespace, read: Sequence[str] = ()) -> str | No
 def unread_engine_flags(args: argparse.Namespace) -> list[str]:
     """The engine flags that only shape unset defaults (performance mode, tensor
     parallelism), given where the configuration is complete (simulate's workload)."""
-    return [dest for dest in ("performance_mode", "tensor_parallel_size", "model")
+    return [dest for dest in ("performance_mode", "tensor_parallel_size")
             if getattr(args, dest, None) is not None]
 
 
@@ -279,7 +292,7 @@ def serve_config(args: argparse.Namespace, command: str) -> tuple[Config, list[s
     values it needs and was not given."""
     refuse_unmodelled(args, command)
     given = {f.field: getattr(args, "config_" + f.field, None) for f in CONFIG_FLAGS}
-    notes: list[str] = []
+    notes: list[str] = [line for line in [model_line(args)] if line]
     model_len = given["max_model_len"]
     if model_len is None:
         model_len = Config().max_model_len
