@@ -154,3 +154,32 @@ def test_vllm_ablating_the_hit_cap_finds_the_whole_prompt_hit(capsys):
     assert doc["status"] == "differ" and doc["depth"] == 1
     assert {(d["request"], d["observable"], d["a"], d["b"]) for d in doc["differences"]} >= {
         ("r1", "scheduled", 2, 0)}
+
+
+def vllm_side(config_name, switches=None):
+    engine = registry.get("vllm-v1")
+    raw = engine.config_to_dict(load().configs[config_name].config)
+    if switches:
+        raw["rules"] = switches
+    return diff.Side(engine=engine.name, config=engine.parse_config(raw), label="vllm-v1")
+
+
+@pytest.mark.parametrize("switch", ["spec_pad_room", "cap_prefix_hit", "watermark_check",
+                                    "long_prefill_cap", "threshold_off_when_alone"])
+def test_a_switch_the_config_does_not_read_is_proved_equivalent_at_once(switch):
+    # tiny_fcfs: no speculative decoding, no prefix cache, watermark 0, threshold 0
+    a = vllm_side("tiny_fcfs")
+    b = vllm_side("tiny_fcfs", {switch: not getattr(a.config.rules, switch)})
+    result = diff.compare(a, b, TINY_BOUNDS, 30)
+    assert result.status == diff.PROVED and "not read" in result.reason
+    assert result.seconds < 1
+
+
+@pytest.mark.parametrize(("switch", "step"), [("victim_latest", 2),
+                                               ("full_sequence_check", 2)])
+def test_the_ablations_change_decisions_with_a_minimal_workload(switch, step):
+    a = vllm_side("tiny_fcfs")
+    b = vllm_side("tiny_fcfs", {switch: False})
+    result = diff.compare(a, b, Bounds(slots=3, depth=2, max_prompt_len=3, max_max_tokens=2),
+                          120, prove=False)
+    assert (result.status, result.depth) == (diff.DIFFER, step)

@@ -245,8 +245,8 @@ def test_old_device_values_say_vllm_has_no_device_flag(capsys):
 
 
 @pytest.mark.parametrize("flag, feature", [
-    (["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2}'],
-     "speculative decoding"),
+    (["--speculative-config", '{"method": "dspark", "num_speculative_tokens": 2}'],
+     "speculative method dspark"),
     (["--enable-lora"], "LoRA"),
     (["-pp", "2"], "several batches at once"),
     (["--kv-transfer-config", "{}"], "a KV connector"),
@@ -256,6 +256,26 @@ def test_a_flag_that_turns_on_an_unmodelled_feature_is_refused_by_the_model_comm
     for command in (["check", "--property", "starvation"], ["simulate", GROUP_A]):
         err = one_line_error(capsys, *command, *flag)
         assert feature in err and "batchproof config" in err
+
+
+def test_speculative_decoding_the_model_covers_runs_in_check_and_simulate(capsys):
+    # the scheduler.py:1372 crash: ngram k=2 with a long-prefill threshold of 2 (< 1 + k)
+    flags = ["--max-num-batched-tokens", "8", "--max-num-seqs", "2", "--max-model-len", "12",
+             "--block-size", "4", "--num-gpu-blocks-override", "8",
+             "--long-prefill-token-threshold", "2", "--no-enable-prefix-caching",
+             "--no-async-scheduling", "--speculative-config",
+             '{"method": "ngram", "num_speculative_tokens": 2}']
+    code, out, _ = run(capsys, "check", "--property", "no_engine_assertion", "--requests",
+                       "2", "--depth", "3", "--max-prompt-len", "2", "--max-tokens", "2",
+                       *flags, *QUICK)
+    assert code == 1 and "VIOLATED" in out
+    code, out, _ = run(capsys, "check", "--property", "no_engine_assertion", "--requests",
+                       "2", "--depth", "3", "--max-prompt-len", "2", "--max-tokens", "2",
+                       *flags[:-1], '{"method": "ngram", "num_speculative_tokens": 1}', *QUICK)
+    assert code == 0 and "HOLDS(3)" in out  # threshold 2 = 1 + k cuts nothing
+    code, out, _ = run(capsys, "simulate", GROUP_A, "--speculative-config",
+                       '{"method": "ngram", "num_speculative_tokens": 2}')
+    assert code == 0 and "d0:3d+2/0" in out  # a decode with its 2 drafts, none accepted
 
 
 # --- 6. a pasted vllm serve line -------------------------------------------------------------

@@ -117,6 +117,8 @@ def test_versions_differ_by_the_switches_the_evidence_names():
         for name in VllmRules().changed(rules):
             assert "0.3" in versions.evidence(name) or "0.2" in versions.evidence(name)
     # cap_prefix_hit, spec_pad_room and threshold_skips_padding are bug-class switches
-    # (speculative decoding is modelled for the pinned release only)
+    # (speculative decoding is modelled for the pinned release only), the rest ablations
     assert set(asdict(VllmRules())) == {*OLDER, "cap_prefix_hit", "spec_pad_room",
-                                        "threshold_skips_padding"}
+                                        "threshold_skips_padding", "preemption_gate",
+                                        "watermark_check", "full_sequence_check",
+                                        "long_prefill_cap", "victim_latest"}

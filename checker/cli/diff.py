@@ -163,10 +163,12 @@ def _flags_given(args: argparse.Namespace) -> bool:
     return vllm_input_given(args)
 
 
-def _side(name: str, raw: dict[str, Any], validated: bool) -> Side:
+def _side(name: str, raw: dict[str, Any], validated: bool, manifest: bool = False) -> Side:
     engine = engines.get(name)
     cfg = engine.parse_config(raw)
-    rejected = config_rejection(engine.name, cfg)
+    # A manifest configuration is governed by the manifest's own `validated` flag and the
+    # engine's configuration rules, not by the start-up checks (as `check` treats it).
+    rejected = engine.rejection(cfg) if manifest else config_rejection(engine.name, cfg)
     if rejected is not None and validated:
         raise InputError(f"{rejected} [rule {rejected.rule}; pass --no-validate to compare "
                          "it anyway]")
@@ -368,12 +370,13 @@ def run(args: argparse.Namespace) -> int:
     # The ignored vllm serve flags and the assumptions, on stderr (stdout is the answer).
     print_notes([ignored_line(args), *args.serve_notes], sys.stderr)
     bounds = _bounds(args, defaults)
-    a = _side(names[0], raw, validated)
+    manifest = bool(args.manifest_config)
+    a = _side(names[0], raw, validated, manifest)
     if args.ablate_all:
         if args.format == "svg":
             raise InputError("--format svg draws one difference; use --ablate SWITCH")
         return _ablate_all(args, a, config, bounds)
-    b = _toggled(a, args.ablate) if args.ablate else _side(names[1], raw, validated)
+    b = _toggled(a, args.ablate) if args.ablate else _side(names[1], raw, validated, manifest)
     why = sides_compatible(a, b)
     if why:
         raise InputError(why)

@@ -23,6 +23,7 @@ from checker.config.serve_args import (
     refuse_unmodelled,
     unread_engine_flags,
 )
+from checker.config.spec_args import spec_decode
 from checker.show import text as render
 from model.core.errors import ConfigError, InputError
 from model.core.types import Simulation, StepRecord, Workload
@@ -77,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
     if workload.engine != ENGINE_VLLM_V1:
         return _run_engine(args, workload)
     refuse_unmodelled(args, "simulate")
-    workload = replace(workload, config=apply_config_flags(args, workload.config))
+    config = apply_config_flags(args, workload.config)
+    spec = spec_decode(args)  # one the model covers (refuse_unmodelled refused the others)
+    workload = replace(workload, config=spec.on(config) if spec is not None else config)
     notes = [model_line(args), ignored_line(args, unread_engine_flags(args)),
              memory_note(args, workload.config.num_gpu_blocks, "the workload's pool")]
     result = simulate_checked(workload, validate_config=not args.no_validate)
@@ -110,7 +113,10 @@ def simulate_checked(workload: Workload, validate_config: bool = True) -> Simula
     steps = []
     for before, record in iter_steps(workload):
         views = {v.request_id: v for v in before}
-        phases = tuple((rid, chunk_phase(views[rid], n)) for rid, n in record.scheduled)
+        drafts = dict(record.extra).get("spec_scheduled", {})
+        assert isinstance(drafts, dict)
+        phases = tuple((rid, chunk_phase(views[rid], n - drafts.get(rid, 0)))
+                       for rid, n in record.scheduled)
         steps.append(SimulatedStep(record, phases))
     simulation = Simulation(workload=workload, steps=tuple(s.record for s in steps),
                             validated=validate_config, version=VLLM_VERSION)
@@ -138,13 +144,18 @@ def render_text(result: SimulationRun) -> str:
     lines.append("phase: p = prefill chunk (prompt, or recomputation after preemption), "
                  "d = decode; free_blocks, running and waiting are read right after "
                  f"scheduling (queues in order, past {render.QUEUE_SHOWN} ids +N counts the "
-                 "rest)")
+                 "rest)" + ("; +N/A: N drafts scheduled, A of them accepted"
+                            if cfg.num_spec_tokens else ""))
     rows = [list(_COLUMNS)] + [_row(s, cfg) for s in result.steps]
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
     for row in rows:
         cells = [cell.rjust(w) if i in (0, 1, 7) else cell.ljust(w)
                  for i, (cell, w) in enumerate(zip(row, widths, strict=True))]
         lines.append("  ".join(cells).rstrip())
+    crash = next((dict(s.record.extra)["assertion"] for s in result.steps
+                  if "assertion" in dict(s.record.extra)), None)
+    if crash is not None:
+        lines.append(f"engine assertion: {crash}; the engine is dead from that step on")
     return "\n".join(lines)
 
 
@@ -178,8 +189,13 @@ def _row(step: SimulatedStep, cfg: Config) -> list[str]:
     record = step.record
     phases = dict(step.phases)
     total = sum(n for _, n in record.scheduled)
+    facts = dict(record.extra)
+    drafts, accepted = facts.get("spec_scheduled", {}), facts.get("accepted", {})
+    assert isinstance(drafts, dict) and isinstance(accepted, dict)
     scheduled = " ".join(
-        f"{rid}:{n}{'d' if phases[rid] == PHASE_DECODE else 'p'}" for rid, n in record.scheduled)
+        f"{rid}:{n}{'d' if phases[rid] == PHASE_DECODE else 'p'}"
+        + (f"+{drafts[rid]}/{accepted.get(rid, 0)}" if drafts.get(rid) else "")
+        for rid, n in record.scheduled)
     return [
         str(record.step),
         f"{total}/{cfg.token_budget}",

@@ -31,6 +31,7 @@ from checker.config.flags import (
     apply_config_flags,
     ignored_flags,
 )
+from checker.config.spec_args import spec_decode
 from model.core.errors import InputError
 from model.vllm.config import Config
 from model.vllm.deployment import serve_deployment
@@ -210,16 +211,13 @@ def vllm_input_given(args: argparse.Namespace) -> bool:
 
 def refuse_unmodelled(args: argparse.Namespace, command: str) -> None:
     """InputError when the vLLM flags turn on what this command does not run: speculative
-    decoding, LoRA, pipeline parallelism, a KV connector, queue limits, a custom scheduler,
-    a prefill interval (model/vllm/deployment.py); `batchproof config` reports them."""
-    spec = [flag for flag, dest in (("--speculative-config", "speculative_config"),
-                                    ("--spec-tokens", "spec_tokens"),
-                                    ("--spec-method", "spec_method"),
-                                    ("--spec-model", IGNORED_PREFIX + "spec_model"))
-            if getattr(args, dest, None) is not None]
+    decoding the model does not cover (dspark, multi-module MTP, dynamic k, ...), LoRA,
+    pipeline parallelism, a KV connector, queue limits, a custom scheduler, a prefill
+    interval (model/vllm/deployment.py); `batchproof config` reports them."""
+    spec = spec_decode(args)
     why = None
-    if spec:
-        why = f"{spec[0]} turns on speculative decoding"
+    if spec is not None and spec.outside() is not None:
+        why = f"--speculative-config turns on {spec.outside()}"
     elif getattr(args, "enable_lora", None):
         why = "--enable-lora turns on LoRA"
     elif (getattr(args, "pipeline_parallel_size", None) or 1) > 1:
@@ -333,13 +331,16 @@ def serve_config(args: argparse.Namespace, command: str) -> tuple[Config, list[s
         notes.append(f"assumed: num_gpu_blocks {cfg.num_gpu_blocks} (batchproof's default "
                      "pool; vLLM sizes it by memory profiling with gpu_memory_utilization "
                      f"{fraction:g}): {NOT_MODELLED[MEMORY_FLAG]}")
+    spec = spec_decode(args)
     dep = serve_deployment(
         prefix_caching=given["enable_prefix_caching"],
-        async_scheduling=given["async_scheduling"], speculative=None, lora=False,
+        async_scheduling=given["async_scheduling"], speculative=spec, lora=False,
         cpu_platform=device is not None and device.platform == PLATFORM_CPU,
         pipeline_parallel=pp)
     cfg = replace(cfg, enable_prefix_caching=dep.prefix_caching,
                   async_scheduling=dep.async_scheduling)
+    if spec is not None:  # inside the model (refuse_unmodelled refused the others)
+        cfg = spec.on(cfg)
     if getattr(args, IGNORED_PREFIX + "data_parallel_size", None) is not None:
         notes.append("note: " + NOT_MODELLED["data_parallel_size"])
     return cfg, notes

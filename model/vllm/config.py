@@ -81,6 +81,24 @@ class VllmRules:
     # num_spec_tokens` is never reached. Off is 0.32.0 (and 0.29.0-0.31.0).
     threshold_skips_padding: bool = False
 
+    # Ablations (`batchproof diff --ablate`): each removes one rule of 0.32.0 that no
+    # release lacks, to ask what the rule is for (docs/vllm_versions.md, "What each rule is
+    # for"). preemption_gate: no admission in a step that preempted (scheduler.py:900).
+    preemption_gate: bool = True
+    # watermark_check: admission keeps int(watermark * num_gpu_blocks) blocks free while
+    # requests run (kv_cache_manager.py:205-208, 509-516).
+    watermark_check: bool = True
+    # full_sequence_check: with scheduler_reserve_full_isl, admission needs the whole
+    # current sequence to fit the free blocks (kv_cache_manager.py:522-539; scheduler.py
+    # 1270).
+    full_sequence_check: bool = True
+    # long_prefill_cap: long_prefill_token_threshold caps a request's chunk (scheduler.py
+    # 708-709, 1155-1156).
+    long_prefill_cap: bool = True
+    # victim_latest: FCFS preempts running[-1], the latest admitted (scheduler.py:802).
+    # Off: running[0], the oldest (mistral.rs up to v0.8.22 chose so).
+    victim_latest: bool = True
+
     def changed(self, base: VllmRules | None = None) -> dict[str, bool]:
         """The switches that differ from `base`'s (default: the pinned release's), by name."""
         theirs = asdict(base if base is not None else VllmRules())
@@ -165,8 +183,20 @@ class Config:
 
     @property
     def watermark_blocks(self) -> int:
-        """`int(watermark * num_blocks)` (kv_cache_manager.py:205-208)."""
-        return int(self.watermark * self.num_gpu_blocks)
+        """`int(watermark * num_blocks)` (kv_cache_manager.py:205-208); 0 with the
+        watermark check ablated."""
+        return int(self.watermark * self.num_gpu_blocks) if self.rules.watermark_check else 0
+
+    @property
+    def full_sequence_must_fit(self) -> bool:
+        """Admission checks the whole sequence against the free blocks (scheduler.py:1270)."""
+        return self.scheduler_reserve_full_isl and self.rules.full_sequence_check
+
+    @property
+    def prefill_threshold(self) -> int:
+        """The configured long-prefill threshold as the scheduler applies it (0 with the
+        cap ablated)."""
+        return self.long_prefill_token_threshold if self.rules.long_prefill_cap else 0
 
     @property
     def num_spec_tokens(self) -> int:

@@ -287,6 +287,19 @@ def cache_free(cfg: Config) -> Config | None:
 # switch of an older release, its lines in both releases (S: is
 # vllm/v1/core/sched/scheduler.py, C: vllm/config/scheduler.py, both of the release named).
 _SWITCH_EVIDENCE = {
+    "preemption_gate": "ablation (every release has it; 0.32.0 S:900): on, the waiting loop "
+                       "is skipped in a step that preempted; off, it runs anyway",
+    "watermark_check": "ablation (0.32.0 K:205-208, 509-516): on, admission while requests "
+                       "run keeps int(watermark * num_gpu_blocks) blocks free; off, 0",
+    "full_sequence_check": "ablation (0.32.0 K:522-539, S:1270): on, with "
+                           "scheduler_reserve_full_isl admission needs the whole current "
+                           "sequence to fit the free blocks; off, only the chunk",
+    "long_prefill_cap": "ablation (0.32.0 S:708-709, 1155-1156): on, "
+                        "long_prefill_token_threshold caps a request's chunk; off, it is "
+                        "read as 0",
+    "victim_latest": "ablation (0.32.0 S:802, 834): on, FCFS preempts running[-1], the "
+                     "latest admitted; off, running[0], the oldest (which may already be "
+                     "served in the step: its tokens go back, as under PRIORITY, S:814-832)",
     "spec_pad_room": "first in 0.29.0 (vllm-project/vllm#53962). On (0.29.0 S:965-981; 0.32.0 "
                      "S:1131-1153): a one-token admission is padded to 1 + k only when "
                      "num_computed_tokens + 1 + k + 1 <= max_model_len, else it is scheduled "

@@ -26,8 +26,9 @@ def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
         # Each victim is the maximum (priority, arrival_time) left in `running`.
         victims.sort(key=lambda i: (observed.slots[i].priority, i), reverse=True)
     else:
-        # Each victim is running[-1]: the latest-admitted first.
-        victims.sort(key=lambda i: _run_key(observed, i), reverse=True)
+        # Each victim is running[-1]: the latest-admitted first (ablated: running[0]).
+        victims.sort(key=lambda i: _run_key(observed, i),
+                     reverse=getattr(observed.cfg, "victim_latest", True))
     held_order = running + waiting
     if observed.assertion:  # the engine died in this step: the reference's crash record
         return StepRecord(step=observed.step, scheduled=(), admitted=(), resumed=(),

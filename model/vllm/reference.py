@@ -222,7 +222,7 @@ def effective_long_prefill_threshold(cfg: Config, num_eligible_reqs: int) -> int
     whatever the count, and there is no adaptive flag (adaptive_threshold off: not read).
     """
     alone = num_eligible_reqs <= 1 and cfg.rules.threshold_off_when_alone
-    threshold = 0 if alone else cfg.long_prefill_token_threshold
+    threshold = 0 if alone else cfg.prefill_threshold
     # (A fair share of one request or none is no floor; only the combination of the
     # adaptive flag with threshold_off_when_alone off, which no release had, reaches it.)
     if (threshold > 0 and cfg.rules.adaptive_threshold
@@ -616,7 +616,8 @@ class VllmV1Scheduler:
         num_eligible_reqs = len(self.running) + len(self.waiting)  # S:643-644
         threshold = effective_long_prefill_threshold(self.cfg, num_eligible_reqs)
         self._schedule_running(out, threshold)
-        if not out.preempted_reqs:  # S:900: no admission in a step that preempted
+        # S:900: no admission in a step that preempted (unless that gate is ablated)
+        if not out.preempted_reqs or not self.cfg.rules.preemption_gate:
             self._schedule_waiting(out, threshold)
         if out.assertion:  # the engine dies inside schedule()
             return out
@@ -677,9 +678,12 @@ class VllmV1Scheduler:
         current index the index moves back (S:809-812); if it was already scheduled in
         this step its tokens go back to both budgets (S:814-832).
         """
-        if self.cfg.policy != POLICY_PRIORITY:
+        if self.cfg.policy != POLICY_PRIORITY and self.cfg.rules.victim_latest:
             return self.running.pop(), req_index
-        victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
+        if self.cfg.policy != POLICY_PRIORITY:  # ablated: the oldest, which may be served
+            victim = self.running[0]
+        else:
+            victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
         victim_index = self.running.index(victim)
         del self.running[victim_index]
         if victim_index < req_index:
@@ -740,7 +744,7 @@ class VllmV1Scheduler:
                 request,
                 num_new_tokens,
                 hit,
-                full_sequence_must_fit=self.cfg.scheduler_reserve_full_isl,  # S:1270
+                full_sequence_must_fit=self.cfg.full_sequence_must_fit,  # S:1270
                 has_scheduled_reqs=bool(self.running),  # S:1272
                 lookahead=self.cfg.num_lookahead_tokens,  # S:1222-1227, 1261
             ):

@@ -130,8 +130,10 @@ def _victim(ops: Ops, cfg: RuleConfig, w: _Work, specs: Sequence[SlotSpec]) -> l
     in_running = [s == RUNNING for s in w.status]
     if cfg.policy_priority:
         keys = [(-specs[i].priority, -i) for i in range(len(specs))]
-    else:
+    elif cfg.victim_latest:
         keys = [(-k,) for k in w.run_key]
+    else:  # ablated: running[0], the oldest
+        keys = [(k,) for k in w.run_key]
     return select_min(ops, in_running, keys)
 
 
@@ -145,7 +147,7 @@ def _preempt(ops: Ops, cfg: RuleConfig, w: _Work, victim: Sequence[Bool], do: Bo
             w.free = w.free + ops.ite(hit, w.blocks[i], 0)
         else:  # a block another request still holds stays held
             w.free = w.free + cache_rules.release(ops, cfg, w.cache, i, w.blocks[i], hit)
-        if cfg.policy_priority:
+        if cfg.policy_priority or not cfg.victim_latest:  # a victim already served
             was_served = w.scheduled[i] > 0
             w.token_budget = w.token_budget + ops.ite(hit, w.scheduled[i], 0)
             w.input_budget = w.input_budget + ops.ite(
@@ -289,7 +291,7 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
     With prefix caching off a waiting request has num_computed_tokens 0, so it asks for its
     whole sequence, prompt plus outputs (1129)."""
     n_slots = len(specs)
-    stopped: Bool = w.any_preempted
+    stopped: Bool = w.any_preempted if cfg.preemption_gate else False
     for _ in range(n_slots):
         in_waiting = [ops.or_(w.status[i] == WAITING, w.status[i] == PREEMPTED)
                       for i in range(n_slots)]

@@ -67,11 +67,15 @@ class RuleConfig:
     drafts_vary: bool = False
     spec_pad_room: bool = True  # VllmRules.spec_pad_room
     threshold_skips_padding: bool = False  # VllmRules.threshold_skips_padding
+    preemption_gate: bool = True  # VllmRules.preemption_gate
+    victim_latest: bool = True  # VllmRules.victim_latest
 
     @staticmethod
     def from_config(cfg: Config) -> RuleConfig:
-        """The concrete RuleConfig of a Config."""
-        return RuleConfig(
+        """The concrete RuleConfig of a Config. A rule switch the rules cannot read under
+        this config takes its pinned value (so two configs that differ only by such a
+        switch have equal rule configs: `batchproof diff` proves them equivalent at once)."""
+        return _unread_switches_pinned(RuleConfig(
             token_budget=cfg.token_budget,
             max_num_batched_tokens=cfg.max_num_batched_tokens,
             max_num_active_reqs=(cfg.max_num_active_reqs if cfg.rules.active_seqs_cap
@@ -81,8 +85,8 @@ class RuleConfig:
             usable_blocks=cfg.usable_blocks,
             watermark_blocks=cfg.watermark_blocks,
             enable_chunked_prefill=cfg.enable_chunked_prefill,
-            long_prefill_token_threshold=cfg.long_prefill_token_threshold,
-            scheduler_reserve_full_isl=cfg.scheduler_reserve_full_isl,
+            long_prefill_token_threshold=cfg.prefill_threshold,
+            scheduler_reserve_full_isl=cfg.full_sequence_must_fit,
             block_size=cfg.block_size,
             policy_priority=cfg.policy == POLICY_PRIORITY,
             long_prefill_token_threshold_adaptive=(cfg.long_prefill_token_threshold_adaptive
@@ -102,7 +106,8 @@ class RuleConfig:
             eagle_block_drop=cfg.eagle_block_drop, drafts_vary=cfg.drafts_vary,
             spec_pad_room=cfg.rules.spec_pad_room,
             threshold_skips_padding=cfg.rules.threshold_skips_padding,
-        )
+            preemption_gate=cfg.rules.preemption_gate, victim_latest=cfg.rules.victim_latest,
+        ))
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +206,24 @@ class SchedState:
                           pool=tuple(PoolBlock() for _ in range(cfg.pool_blocks)))
 
 
+def _unread_switches_pinned(cfg: RuleConfig) -> RuleConfig:
+    """`cfg` with each switch its rules do not read set to the pinned release's value: the
+    prefix-hit cap without a prefix cache (cache_rules.lookup), the lone-request threshold
+    rule with no threshold (rules._threshold gives 0 either way), the separate input
+    budget when both budgets are the same number, the padding forms without speculative
+    decoding (rules._padding), the FCFS victim rule under PRIORITY (rules._victim)."""
+    return replace(
+        cfg,
+        cap_prefix_hit=cfg.cap_prefix_hit or not cfg.prefix_caching,
+        threshold_off_when_alone=cfg.threshold_off_when_alone
+        or cfg.long_prefill_token_threshold == 0,
+        separate_input_budget=cfg.separate_input_budget
+        or cfg.token_budget == cfg.max_num_batched_tokens,
+        spec_pad_room=cfg.spec_pad_room or not cfg.num_spec_tokens,
+        threshold_skips_padding=cfg.threshold_skips_padding and bool(cfg.num_spec_tokens),
+        victim_latest=cfg.victim_latest or cfg.policy_priority)
+
+
 def _span(tokens: int, block_size: int, max_model_len: int) -> int:
     return min(-(-(tokens + block_size - 1) // block_size), -(-max_model_len // block_size))
 
@@ -231,10 +254,13 @@ def ranged_rule_config(ops: Ops, base: Config, values: Mapping[str, object]) -> 
         # The pool and the block tables are the state's shape: their sizes stay fixed.
         raise ValueError("with prefix caching, num_gpu_blocks and max_model_len cannot be "
                          "ranged; give them fixed values")
-    cfg = RuleConfig.from_config(base)
+    # The switches from_config pins when unread may be read once fields are ranged.
+    cfg = replace(RuleConfig.from_config(base),
+                  threshold_off_when_alone=base.rules.threshold_off_when_alone,
+                  separate_input_budget=base.rules.input_budget)
     blocks = values["num_gpu_blocks"]
     wm = cfg.watermark_blocks
-    if not isinstance(blocks, int) and base.watermark:
+    if not isinstance(blocks, int) and base.watermark and base.rules.watermark_check:
         # int(watermark * num_blocks) (kv_cache_manager.py:205-208) with a symbolic pool:
         # the floor of the exact rational product.
         w = Fraction(str(base.watermark))
@@ -251,7 +277,8 @@ def ranged_rule_config(ops: Ops, base: Config, values: Mapping[str, object]) -> 
         max_num_active_reqs=(seqs if base.max_num_active_seqs is None
                              or not base.rules.active_seqs_cap else base.max_num_active_seqs),
         max_model_len=values["max_model_len"], usable_blocks=blocks - 1, watermark_blocks=wm,
-        long_prefill_token_threshold=values["long_prefill_token_threshold"])
+        long_prefill_token_threshold=(values["long_prefill_token_threshold"]
+                                      if base.rules.long_prefill_cap else 0))
 
 
 # The largest prefix-cache state the symbolic rules take on (after `within_bounds`): the
