@@ -317,16 +317,16 @@ def test_lookahead_makes_two_requests_collide_where_they_fit_without_it(capsys):
     assert "(9 blocks each)" in with_spec["repeated_preemption"]["detail"]
 
 
-def test_async_speculative_decoding_is_searched_by_the_explorer(capsys):
-    # the symbolic rules model speculative decoding with the synchronous Scheduler only; the
-    # reference explorer (drafts accepted and proposed as choices) takes the AsyncScheduler
+def test_async_speculative_decoding_is_searched_by_bmc(capsys):
+    # the symbolic rules model speculative decoding with the AsyncScheduler too (placeholder
+    # drafts, acceptance delivered a step later); the witness replays on the reference
     small = ("--max-model-len", "9", "--max-num-batched-tokens", "16", "--max-num-seqs", "2",
              "--block-size", "2", "--num-gpu-blocks", "9", "--concurrency", "3", "--depth",
              "1", "--no-enable-prefix-caching", "--hazard", "head_of_line")
     code, doc, _ = config(capsys, *small, *spec_config("eagle", k=1, model=EAGLE))
     hol = hazards(doc)["head_of_line"]
     assert doc["outside_model"] == [] and hol["verdict"] == "WITNESSED"
-    assert "found by explore" in hol["detail"]
+    assert "found by bmc" in hol["detail"]
     cfg = Config(max_num_batched_tokens=16, max_num_seqs=2, max_model_len=9, block_size=2,
                  num_gpu_blocks=9, speculative_method="eagle", num_speculative_tokens=1,
                  async_scheduling=True)

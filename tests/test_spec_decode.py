@@ -111,6 +111,7 @@ def spec_workloads(draw):
                  num_speculative_tokens=k, parallel_drafting=draw(st.booleans()),
                  long_prefill_token_threshold=draw(st.sampled_from([0, 0, 1, 2, 3])),
                  enable_prefix_caching=draw(st.booleans()),
+                 async_scheduling=draw(st.booleans()),
                  policy=draw(st.sampled_from(["fcfs", "priority"])),
                  rules=VllmRules(spec_pad_room=draw(st.booleans()),
                                  threshold_skips_padding=draw(st.booleans())))
@@ -133,7 +134,9 @@ def spec_workloads(draw):
                                      st.integers(0, k - 1)), max_size=3))
     eos = draw(st.lists(st.builds(EosEvent, ids, st.integers(1, steps)), max_size=2))
     return Workload(cfg, tuple(requests), eos=tuple(eos), steps=steps,
-                    accepted=tuple(accepted), drafts=tuple(drafts) if cfg.drafts_vary else ())
+                    accepted=tuple(accepted),
+                    drafts=tuple(drafts) if cfg.drafts_vary and not cfg.async_scheduling
+                    else ())
 
 
 def _keep_valid(w):
@@ -188,6 +191,12 @@ def test_reference_and_rules_agree_on_speculative_workloads(w):
     (replace(EAGLE, max_num_batched_tokens=8, max_num_seqs=2, max_model_len=12,
              num_gpu_blocks=5, num_speculative_tokens=2),
      "kv_blocks_conserved", "holds", 3),
+    (replace(EAGLE, max_num_batched_tokens=8, max_num_seqs=2, max_model_len=12,
+             num_gpu_blocks=5, num_speculative_tokens=2, async_scheduling=True),
+     "computed_within_tokens", "violated", 3),
+    (replace(EAGLE, max_num_batched_tokens=8, max_num_seqs=2, max_model_len=12,
+             num_gpu_blocks=5, num_speculative_tokens=2, async_scheduling=True),
+     "kv_blocks_conserved", "holds", 3),
 ])
 def test_bmc_and_the_explorer_agree_with_the_same_least_witness(config, prop, status, depth):
     family, bounds = Family(base=config), Bounds(slots=2, depth=depth, max_prompt_len=3,
@@ -197,4 +206,19 @@ def test_bmc_and_the_explorer_agree_with_the_same_least_witness(config, prop, st
     assert by_bmc.status == by_explorer.status == status
     if status == "violated":
         assert by_bmc.workload == by_explorer.workload
-        assert "assertion" in facts(simulate(by_bmc.workload)[-1])
+        if prop == "no_engine_assertion":
+            assert "assertion" in facts(simulate(by_bmc.workload)[-1])
+
+
+def test_async_placeholders_and_a_delivered_acceptance_one_step_later():
+    # A:25-56 gives a sampling request 1 + drafts placeholders and k drafts for the next
+    # step; the accepted count chosen with step 2's schedule is applied in step 3 (S:2119-2128)
+    w = Workload(replace(EAGLE, async_scheduling=True), (RequestSpec("a", 5, 9),), steps=4,
+                 accepted=(AcceptEvent("a", 2, 3),))
+    r1, r2, r3, r4 = simulate(w)
+    assert r2.scheduled == (("a", 4),) and facts(r2)["spec_scheduled"] == {"a": 3}
+    assert r3.scheduled == (("a", 4),)  # before step 2's output is known: 1 + 3 again
+    # C: 5, 9, 13 after each schedule; step 2's output (4 tokens, none rejected) lands in
+    # step 3 and step 3's (1 token, 3 rejected) in step 4, after its schedule: C = 17
+    assert [dict(r.num_computed_tokens)["a"] for r in (r1, r2, r3, r4)] == [5, 9, 13, 17]
+    assert facts(r4)["blocks_held"] == {"a": 5}  # cdiv(13 + 4 + 3 lookahead, 4)

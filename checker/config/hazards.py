@@ -730,14 +730,12 @@ def bounds_of(h: Hazard, cfg: Config, env: Envelope) -> dict[str, int]:
 
 def _check(h: Hazard, cfg: Config, env: Envelope) -> HazardResult:
     """The checker's verdict on the hazard's property within the bounds: BMC on the
-    symbolic rules, or the explorer on the reference where only the reference models the
-    config (speculative decoding with the AsyncScheduler; the explorer chooses drafts
+    symbolic rules (with speculative decoding, sync or async, BMC chooses the drafts
     accepted and proposed as the environment)."""
     bounds = bounds_of(h, cfg, env)
     nc = with_bounds(custom_config("user", cfg, validated=True), **bounds)
-    method = "explore" if cfg.async_scheduling and cfg.num_spec_tokens else "bmc"
     job = Job(engine=ENGINE_VLLM_V1, property=h.property, params=h.params(env), config=nc,
-              expected=None, timeout_s=env.timeout_s, method=method)
+              expected=None, timeout_s=env.timeout_s, method="bmc")
     return from_job(h, run(job), bounds)
 
 

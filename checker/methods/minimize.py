@@ -113,6 +113,7 @@ def _spec_events(u: Unrolling, model: z3.ModelRef
             goes_on = z3.And(obs.sampled, z3.Not(obs.finished))
             proposed = _int(model, d)
             if (getattr(u.cfg, "drafts_vary", False) and proposed != k
+                    and not getattr(u.cfg, "async_scheduling", False)
                     and z3.is_true(model.eval(goes_on, model_completion=True))):
                 drafts.append(DraftEvent(id=f"r{i}", step=t + 1, count=proposed))
     return tuple(accepted), tuple(drafts)

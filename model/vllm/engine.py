@@ -220,7 +220,8 @@ def same_behaviour(ops: Ops, a: SchedState, b: SchedState) -> Bool:
         for f, g in zip(x.in_flight, y.in_flight, strict=True):
             cons += [getattr(f, k) == getattr(g, k) for k in (
                 "placeholders", "tokens", "stale", "prefill_chunk", "pending_tokens",
-                "pending_sample", "pending_eos", "pending_rank")]
+                "pending_sample", "pending_eos", "pending_rank", "pending_spec",
+                "pending_accepted")]
     for p, q in zip(a.pool, b.pool, strict=True):
         cons += [p.ref_cnt == q.ref_cnt, p.block_hash == q.block_hash]
     # Queue and cache order keys matter only relative to each other.

@@ -553,7 +553,8 @@ class VllmV1Scheduler:
             return ()
         p = self._pending
         rid = r.request_id
-        pending = () if p is None else (p.out.spec_scheduled.get(rid, 0), rid in p.out.padded)
+        pending = () if p is None else (p.out.spec_scheduled.get(rid, 0), rid in p.out.padded,
+                                        dict(p.accepted).get(rid, 0))
         return (r.num_spec_tokens, pending)
 
     def _async_key(self, r: Request) -> tuple[object, ...]:

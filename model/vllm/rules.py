@@ -2,12 +2,11 @@
 over a fixed number of request slots, written once over Ops.
 
 Scope: the synchronous scheduler or the AsyncScheduler, prefix caching on or off (the cache
-is model/vllm/cache_rules.py), speculative decoding with the synchronous scheduler (drafts
-within both budgets, draft slots, lookahead slots, uniform-decode padding and the assertion
-it can reach, rollback of rejected drafts; the environment chooses the accepted drafts and,
-for n-gram-like proposers, how many drafts are proposed), no KV connector, multimodal or
-LoRA (the reference scheduler's scope; speculative decoding under async is the reference's
-alone, state.symbolic_limit). Ordered loops are folds
+is model/vllm/cache_rules.py), speculative decoding with either (drafts within both budgets,
+draft slots, lookahead slots, uniform-decode padding and the assertion it can reach,
+rollback of rejected drafts; the environment chooses the accepted drafts and, for
+n-gram-like proposers under the synchronous scheduler, how many drafts are proposed), no
+KV connector, multimodal or LoRA (the reference scheduler's scope). Ordered loops are folds
 over slots: each iteration selects the slot with the smallest order key among those not
 yet visited, so the Python control flow never depends on a state value.
 
@@ -415,7 +414,7 @@ def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState
     _running_loop(ops, cfg, specs, w, ntok, thr)
     _waiting_loop(ops, cfg, specs, w, ntok, thr)
     if cfg.async_scheduling:
-        return _update_async(ops, cfg, specs, state, before, ntok, held, w, eos)
+        return _update_async(ops, cfg, specs, state, before, ntok, held, w, eos, spec)
     return _update(ops, cfg, specs, state, before, ntok, held, w, eos, spec)
 
 
@@ -569,14 +568,21 @@ def _cache_counts(ops: Ops, w: _Work) -> tuple[Int, Int, Int]:
 
 def _update_async(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState,
                   before: Sequence[SlotState], ntok: Sequence[Int], held: Sequence[Bool],
-                  w: _Work, eos: Sequence[Bool]) -> tuple[SchedState, Step]:
+                  w: _Work, eos: Sequence[Bool],
+                  choices: Sequence[tuple[Int, Int]] | None = None
+                  ) -> tuple[SchedState, Step]:
     """The AsyncScheduler's step after schedule(): num_computed_tokens advances and every
     request whose chunk finishes what it lacks gets an output placeholder
     (scheduler.py:1616-1642, async_scheduler.py:25-56); then the previous schedule's
     output is delivered (core.py:698-792): a request that finished meanwhile gets
     nothing, a preempted one its stale token; a token frees a placeholder unless stale,
     and `check_stop` decides (async_scheduler.py:58-78, scheduler.py:2080-2300). This
-    schedule's output waits for the next step; `eos[i]` is its token's EOS choice."""
+    schedule's output waits for the next step; `eos[i]` is its token's EOS choice.
+
+    With speculative decoding (A:25-56, S:2108-2128): a request that samples gets 1 + its
+    drafts scheduled as placeholders and k placeholder drafts for the next step; the output
+    delivered is 1 + the drafts accepted (chosen with that schedule), and unless stale the
+    rejected ones roll back num_computed_tokens and the placeholders."""
     assert w.placeholders is not None and w.in_flight is not None and w.stale is not None
     shared, cached, evictable = _cache_counts(ops, w)
     free_end = w.free
@@ -593,13 +599,24 @@ def _update_async(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: S
         deliver = ops.and_(alive, f.pending_tokens > 0)
         stale = ops.and_(deliver, w.stale[i] > 0)
         got = ops.and_(deliver, f.pending_sample)
-        outputs = before[i].num_output_tokens + ops.to_int(got)
-        stop = ops.and_(got, f.pending_eos)
-        length = ops.and_(got, ops.or_(spec.prompt_len + outputs >= cfg.max_model_len,
-                                       outputs >= spec.max_tokens))
+        out_before = before[i].num_output_tokens
+        k = cfg.num_spec_tokens
+        room = ops.min(spec.max_tokens - out_before,
+                       cfg.max_model_len - spec.prompt_len - out_before)
+        tokens = ops.min(1 + f.pending_accepted, room) if k else 1
+        cut = room < 1 + f.pending_accepted if k else False
+        outputs = out_before + ops.ite(got, tokens, 0)
+        stop = ops.and_(got, f.pending_eos, ops.not_(cut))
+        length = ops.and_(got, ops.not_(stop),
+                          ops.or_(spec.prompt_len + outputs >= cfg.max_model_len,
+                                  outputs >= spec.max_tokens))
         finished = ops.or_(stop, length)
-        placeholders = (w.placeholders[i] + ops.to_int(sampled)
-                        - ops.to_int(ops.and_(got, ops.not_(stale))))
+        fresh = ops.and_(got, ops.not_(stale))
+        drafted = 0 if w.spec_scheduled is None else w.spec_scheduled[i]
+        rejected = ops.ite(fresh, f.pending_spec - f.pending_accepted, 0) if k else 0
+        placeholders = (w.placeholders[i] + ops.ite(sampled, 1 + drafted, 0)
+                        - rejected - ops.ite(fresh, tokens, 0))
+        accepted, _ = _spec_choice(ops, cfg, w, i, choices)
         delivered.append(deliver)
         got_token.append(ops.and_(got, w.status[i] == RUNNING))
         ends.append(finished)
@@ -611,19 +628,32 @@ def _update_async(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: S
             stale=w.stale[i] - ops.ite(stale, f.pending_tokens, 0),
             prefill_chunk=ops.ite(scheduled, chunk, f.prefill_chunk),
             pending_tokens=w.scheduled[i], pending_sample=sampled,
-            pending_eos=ops.and_(sampled, eos[i]), pending_rank=w.serve_rank[i])
+            pending_eos=ops.and_(sampled, eos[i]), pending_rank=w.serve_rank[i],
+            pending_spec=drafted, pending_accepted=accepted)
         slots.append(SlotState(
-            status=ops.ite(finished, FINISHED, w.status[i]), num_computed_tokens=ncomp,
+            status=ops.ite(finished, FINISHED, w.status[i]),
+            num_computed_tokens=ncomp - rejected,
             num_output_tokens=outputs, blocks=ops.ite(finished, 0, w.blocks[i]),
             run_key=w.run_key[i], wait_key=w.wait_key[i], num_preemptions=w.num_preemptions[i],
             table=tuple(w.cache.table[i]) if w.cache else (),
-            num_cached=w.cache.num_cached[i] if w.cache else 0, in_flight=(flight,)))
+            num_cached=w.cache.num_cached[i] if w.cache else 0, in_flight=(flight,),
+            drafts=_async_drafts(ops, cfg, w, i, scheduled, chunk, sampled)))
         obs.append(_slot_obs(ops, cfg, specs, i, held, before, ntok, w, finished, stop,
-                             sampled, ncomp, outputs, f.pending_rank))
+                             sampled, ncomp, outputs, f.pending_rank, accepted=accepted))
     if w.cache is not None:
         free_end, slots = _deliver_to_cache(ops, cfg, specs, w, before, delivered, got_token,
                                             ends, free_end, slots)
     return _step_of(ops, cfg, state, w, slots, obs, free_end, shared, cached, evictable)
+
+
+def _async_drafts(ops: Ops, cfg: RuleConfig, w: _Work, i: int, scheduled: Bool, chunk: Bool,
+                  sampled: Bool) -> tuple[Drafts, ...]:
+    """Under async the scheduler itself gives a request that samples k placeholder drafts
+    for its next step (async_scheduler.py:50); a prefill chunk keeps what it had."""
+    if w.drafts is None or w.prefill_chunk is None:
+        return ()
+    return (Drafts(count=ops.ite(sampled, cfg.num_spec_tokens, w.drafts[i]),
+                   prefill_chunk=ops.ite(scheduled, chunk, w.prefill_chunk[i])),)
 
 
 def _deliver_to_cache(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work,

@@ -161,6 +161,9 @@ class InFlight:
     pending_sample: object = False
     pending_eos: object = False
     pending_rank: object = 0
+    # with speculative decoding: drafts it scheduled and how many of them are accepted
+    pending_spec: object = 0
+    pending_accepted: object = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,9 +300,6 @@ def cache_model_fits(cfg: RuleConfig) -> bool:
 def symbolic_limit(cfg: RuleConfig) -> str | None:
     """Why z3 cannot take this bounded rule config (its prefix cache, or the AsyncScheduler
     with speculative decoding), or None."""
-    if cfg.num_spec_tokens and cfg.async_scheduling:
-        return ("outside the symbolic rules: speculative decoding with the AsyncScheduler is "
-                "modelled by the reference only (--method explore, or --no-async-scheduling)")
     if cache_model_fits(cfg):
         return None
     return (f"beyond the symbolic prefix cache: the bounded query needs {cfg.table_len}-entry "
