@@ -90,7 +90,7 @@ class DiffResult:
     time limit) or DIVERGENCE (the references do not confirm the rules' difference).
     `workload` is the common workload (side A's engine and config, the EOS choices of
     either side); `runs` each side's own workload (its engine, config, and the EOS choices
-    where it samples) and reference records."""
+    where it samples) and reference records. `method` says which search answered."""
 
     status: str
     depth: int
@@ -100,6 +100,8 @@ class DiffResult:
     differences: tuple[Difference, ...] = ()
     reason: str = ""
     minimal: bool = True
+    method: str = "bmc"  # "bmc", "explore" (checker/methods/diff_explore.py) or "both"
+    states: int = 0  # pair states the explicit search visited (0 for BMC)
 
 
 def sides_compatible(a: Side, b: Side) -> str:

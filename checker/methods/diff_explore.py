@@ -1,0 +1,420 @@
+"""Where two schedulers decide differently, by explicit-state search over the product of
+their reference schedulers: the second method of `batchproof diff` beside BMC
+(checker/methods/diff.py), independent of the z3 encoding.
+
+Both sides' reference schedulers (`EngineModel.scheduler`) are fed one environment, the
+one BMC's product unrolling ranges over at the same bounds (checker/methods/explore.py's
+menu): at each step of the arrival window any sequence of requests of the menu's kinds
+may arrive, at most `slots` in all; after scheduling, any subset of the requests that
+sample a token on either side may sample EOS (each side is given the ones it samples, as
+BMC's shared EOS vector matters to a side only where it samples); with speculative
+decoding (`EngineModel.step_choices`), any choice of drafts accepted and proposed that
+either side could take, each side getting it cut to its own drafts scheduled (as the
+rules cut the shared choice, model/vllm/rules.py `step`).
+
+Each step's observables are compared as BMC compares them: `diff.differences` over the
+two sides' `EngineModel.observe` Steps (the OBSERVABLES per request and the
+STEP_OBSERVABLES), the same Step fields the rules' `differs` formula reads.
+
+Breadth-first over pair states: a node is (requests arrived, side A's `state_key`, side
+B's `state_key` with each request tagged by its position in A's queues). The tag keeps
+the symmetry reduction joint: two pairs coincide only under one renaming of requests for
+both sides, so a request of A stays matched with the same request of B. Only pairs that
+agreed on every step so far are expanded, so the first layer with a differing step is
+the least depth at which any workload differs, and a search that reaches the depth bound
+without one is exhaustive at the bounds: "no difference within these bounds". Among the
+differing paths of that layer the least by the explorer's `_Path.sort_key` is taken
+(fewest requests, then the smallest numbers, then the EOS choices false first: BMC's
+minimisation order, checker/methods/minimize.py); per node the least path reaching it is
+kept, which keeps the least one overall because the order compares the common prefix
+first.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from checker.methods.diff import (
+    DIFFER,
+    DIVERGENCE,
+    OBSERVABLES,
+    SAME,
+    UNKNOWN,
+    Difference,
+    DiffResult,
+    Side,
+    differences,
+)
+from checker.methods.explore import Kind, _Path, menu
+from checker.methods.symbolic import Bounds
+from model import registry as engines
+from model.core.engine import EngineModel, ReferenceScheduler
+from model.core.types import (
+    FINISH_STOP,
+    AcceptEvent,
+    DraftEvent,
+    EosEvent,
+    Step,
+    StepRecord,
+    Workload,
+)
+from model.run import simulate
+
+MAX_STATES = 2_000_000
+
+# One step's speculative choice as the path stores it: (accepted by id, drafts by id).
+_Choice = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]
+_NO_CHOICE: _Choice = ((), ())
+
+
+@dataclass(slots=True)
+class _Run:
+    """One side along a path: its scheduler after the last step, its records, and the
+    environment choices it was given (its EOS and speculative events)."""
+
+    scheduler: ReferenceScheduler
+    records: tuple[StepRecord, ...] = ()
+    eos: tuple[EosEvent, ...] = ()
+    accepted: tuple[AcceptEvent, ...] = ()
+    drafts: tuple[DraftEvent, ...] = ()
+
+
+@dataclass(slots=True)
+class _PairNode:
+    key: Hashable
+    a: _Run
+    b: _Run
+    path: _Path
+
+
+@dataclass(slots=True)
+class _Found:
+    node: _PairNode
+    found: tuple[Difference, ...]
+
+
+class PairExplorer:
+    """One explicit-state difference search of two sides within `bounds`."""
+
+    def __init__(self, a: Side, b: Side, bounds: Bounds, timeout_s: float,
+                 symmetric: bool = True, max_states: int = MAX_STATES) -> None:
+        self.a, self.b, self.bounds = a, b, bounds
+        self.engine_a: EngineModel = engines.get(a.engine)
+        self.engine_b: EngineModel = engines.get(b.engine)
+        self.kinds: tuple[Kind, ...] = menu(bounds, self.engine_a.rule_config(a.config))
+        self.start = time.monotonic()
+        self.deadline = self.start + timeout_s
+        self.symmetric, self.max_states = symmetric, max_states
+        self.seen: dict[Hashable, int] = {}
+        self.transitions = 0
+
+    # ---- the search -----------------------------------------------------------------------
+
+    def run(self) -> DiffResult:
+        """DIFFER at the least depth with the least workload (replayed on both references),
+        SAME up to the depth bound, or UNKNOWN (time or state limit)."""
+        root_a, root_b = self.engine_a.scheduler(self.a.config), self.engine_b.scheduler(
+            self.b.config)
+        root = _PairNode((), _Run(root_a), _Run(root_b), _Path())
+        root.key = self._key(root, 0)
+        self.seen[root.key] = 0
+        layer = [root]
+        for depth in range(1, self.bounds.depth + 1):
+            nxt: dict[Hashable, _PairNode] = {}
+            best: _Found | None = None
+            for node in sorted(layer, key=lambda n: n.path.sort_key()):
+                bound = None if best is None else (best.node.path.num_requests,
+                                                   _spec_vector(best.node.path))
+                for child in self._successors(node, depth, bound):
+                    self.transitions += 1
+                    if time.monotonic() > self.deadline:
+                        return self._result(UNKNOWN, depth - 1,
+                                            reason=f"time limit at depth {depth}")
+                    found = self._differs(child, depth)
+                    if found:
+                        if best is None or child.path.sort_key() < best.node.path.sort_key():
+                            best = _Found(child, found)
+                        continue
+                    if best is not None or child.key in self.seen:
+                        continue  # this layer decides; or explored from a shallower depth
+                    old = nxt.get(child.key)
+                    if old is None or child.path.sort_key() < old.path.sort_key():
+                        nxt[child.key] = child
+                if len(self.seen) + len(nxt) > self.max_states:
+                    return self._result(UNKNOWN, depth - 1,
+                                        reason=f"state limit {self.max_states} at depth {depth}")
+            if best is not None:
+                return self._replayed(best, depth)
+            for key in nxt:
+                self.seen[key] = depth
+            layer = list(nxt.values())
+            if not layer:
+                break
+        return self._result(SAME, self.bounds.depth)
+
+    def _differs(self, child: _PairNode, depth: int) -> tuple[Difference, ...]:
+        ids = [f"r{i}" for i in range(child.path.num_requests)]
+        return record_differences(child.a.records[-1], child.b.records[-1], ids)
+
+    def _observe(self, side: Side, engine: EngineModel, run: _Run, path: _Path,
+                 depth: int) -> tuple[Step, ...]:
+        return engine.observe(self._workload(side, path, run, depth), run.records)
+
+    def _workload(self, side: Side, path: _Path, run: _Run | None, depth: int) -> Workload:
+        """The path's workload as `side` runs it: its engine and config, and the EOS and
+        speculative choices it was given (all of them for the common workload, run None)."""
+        requests, n = [], 0
+        for step, kinds in enumerate(path.arrivals, start=1):
+            for k in kinds:
+                requests.append(k.spec(f"r{n}", step))
+                n += 1
+        if run is None:
+            eos = tuple(EosEvent(rid, step) for step, ids in enumerate(path.eos, start=1)
+                        for rid in ids)
+            accepted = tuple(AcceptEvent(rid, step, c)
+                             for step, (acc, _) in enumerate(path.choices, 1) for rid, c in acc)
+            drafts = tuple(DraftEvent(rid, step, c)
+                           for step, (_, d) in enumerate(path.choices, 1) for rid, c in d)
+        else:
+            eos, accepted, drafts = run.eos, run.accepted, run.drafts
+        return Workload(config=side.config, requests=tuple(requests), eos=eos, steps=depth,
+                        engine=side.engine, accepted=accepted, drafts=drafts)
+
+    # ---- one layer ------------------------------------------------------------------------
+
+    def _successors(self, node: _PairNode, depth: int,
+                    bound: tuple[int, list[int]] | None = None) -> Iterator[_PairNode]:
+        """Every environment choice of one step (arrivals, then EOS and the speculative
+        choices), applied to both sides; with `bound` (the request count and spec vector
+        of the best difference found in this layer), only those that may sort before it."""
+        arrivals_allowed = depth <= self.bounds.last_arrival()
+        room = self.bounds.slots - node.path.num_requests if arrivals_allowed else 0
+        n = node.path.num_requests
+        prefix = _spec_vector(node.path)
+        for size in range(room + 1):
+            if bound is not None and (n + size, prefix) > (bound[0], bound[1][:len(prefix)]):
+                return  # every child from here on sorts after the best difference found
+            for kinds in itertools.product(self.kinds, repeat=size):
+                arrived_a = _arrived(node.a.scheduler, kinds, n, depth)
+                arrived_b = _arrived(node.b.scheduler, kinds, n, depth)
+                arrivals = (*node.path.arrivals, kinds)
+                cache_a: dict[Hashable, tuple[ReferenceScheduler, StepRecord]] = {}
+                cache_b: dict[Hashable, tuple[ReferenceScheduler, StepRecord]] = {}
+                probe_a = _stepped(arrived_a, frozenset(), {}, cache_a)
+                probe_b = _stepped(arrived_b, frozenset(), {}, cache_b)
+                probe_path = self._path(node.path, arrivals, (), _NO_CHOICE)
+                sampled_a = self._sampled(self.a, self.engine_a, node.a, probe_a[1],
+                                          probe_path, depth)
+                sampled_b = self._sampled(self.b, self.engine_b, node.b, probe_b[1],
+                                          probe_path, depth)
+                sampled = sorted(sampled_a | sampled_b, key=lambda r: int(r[1:]))
+                if self.bounds.no_eos:
+                    sampled = []
+                for choice, kw_a, kw_b in self._choices(probe_a[0], probe_b[0]):
+                    for k in range(len(sampled) + 1):
+                        for ids in itertools.combinations(sampled, k):
+                            eos_a = frozenset(ids) & sampled_a
+                            eos_b = frozenset(ids) & sampled_b
+                            sched_a, rec_a = _stepped(arrived_a, eos_a, kw_a, cache_a)
+                            sched_b, rec_b = _stepped(arrived_b, eos_b, kw_b, cache_b)
+                            path = self._path(node.path, arrivals, ids, choice)
+                            child = _PairNode(
+                                (), _extended(node.a, sched_a, rec_a, eos_a, kw_a, depth),
+                                _extended(node.b, sched_b, rec_b, eos_b, kw_b, depth), path)
+                            child.key = self._key(child, path.num_requests)
+                            yield child
+
+    def _sampled(self, side: Side, engine: EngineModel, run: _Run, record: StepRecord,
+                 path: _Path, depth: int) -> frozenset[str]:
+        """The requests that sample a token in the step just run on one side (an EOS
+        matters only there; the reference refuses any other)."""
+        probe = replace(run, records=(*run.records, record))
+        steps = self._observe(side, engine, probe, path, depth)
+        return frozenset(f"r{i}" for i, o in enumerate(steps[-1].slots) if o.sampled)
+
+    def _choices(self, probe_a: ReferenceScheduler, probe_b: ReferenceScheduler
+                 ) -> Iterator[tuple[_Choice, dict[str, Any], dict[str, Any]]]:
+        """The step's speculative choices (none without step_choices): every choice
+        either side could take, and what each side is given of it (cut to its drafts)."""
+        yield _NO_CHOICE, {}, {}
+        if self.engine_a.step_choices is None or self.engine_b.step_choices is None:
+            return
+        own_a = [_choice_of(kw) for kw in self.engine_a.step_choices(probe_a)]
+        own_b = [_choice_of(kw) for kw in self.engine_b.step_choices(probe_b)]
+        room_a, room_b = _room(own_a), _room(own_b)
+        seen = {_NO_CHOICE}
+        for choice in [*own_a, *own_b]:
+            if choice in seen:
+                continue
+            seen.add(choice)
+            yield choice, _cut(choice, *room_a), _cut(choice, *room_b)
+
+    def _path(self, path: _Path, arrivals: tuple[tuple[Kind, ...], ...], eos: tuple[str, ...],
+              choice: _Choice) -> _Path:
+        choices = path.choices
+        if self.engine_a.step_choices is not None:
+            choices = (*choices, choice)
+        return _Path(arrivals, (*path.eos, eos), choices)
+
+    def _key(self, node: _PairNode, arrived: int) -> Hashable:
+        """A's state key, and B's with each request tagged by its position in A's queues
+        (joint symmetry); without symmetry every request keeps its id on both sides."""
+        held_a = _held(node.a.scheduler)
+        if self.symmetric:
+            tags: Mapping[str, Hashable] = {rid: i for i, rid in enumerate(held_a)}
+            extra_a: Mapping[str, Hashable] | None = None
+        else:
+            tags = {f"r{i}": f"r{i}" for i in range(arrived)}
+            extra_a = tags
+        return (arrived, node.a.scheduler.state_key(extra_a),
+                node.b.scheduler.state_key(tags))
+
+    # ---- the answer -----------------------------------------------------------------------
+
+    def _replayed(self, best: _Found, depth: int) -> DiffResult:
+        """The least differing path as a DiffResult; without speculative choices its two
+        workloads are run again on the references (model/run.py), which must give the
+        search's records."""
+        node = best.node
+        common = self._workload(self.a, node.path, None, depth)
+        common = replace(common, eos=tuple(sorted(common.eos, key=lambda e: (e.step, e.id))))
+        wa = self._workload(self.a, node.path, node.a, depth)
+        wb = self._workload(self.b, node.path, node.b, depth)
+        runs = ((wa, node.a.records), (wb, node.b.records))
+        ids = [f"r{i}" for i in range(node.path.num_requests)]
+        steps = [self.engine_a.observe(wa, node.a.records),
+                 self.engine_b.observe(wb, node.b.records)]
+        on_steps = [differences(x, y, ids) for x, y in zip(*steps, strict=True)]
+        if any(on_steps[:-1]) or on_steps[-1] != best.found:
+            return self._result(DIVERGENCE, depth, common, runs, best.found,
+                                reason="the observed Steps and the StepRecords differ in "
+                                f"what differs at step {depth}")
+        if not (wa.accepted or wa.drafts or wb.accepted or wb.drafts):
+            for w, records in runs:
+                if simulate(w) != records:
+                    return self._result(DIVERGENCE, depth, common, runs, best.found,
+                                        reason=f"{w.engine}'s reference replays the search's "
+                                        "workload differently")
+        return self._result(DIFFER, depth, common, runs, best.found)
+
+    def _result(self, status: str, depth: int, workload: Workload | None = None,
+                runs: tuple[tuple[Workload, tuple[StepRecord, ...]], ...] = (),
+                found: tuple[Difference, ...] = (), reason: str = "") -> DiffResult:
+        return DiffResult(status, depth, time.monotonic() - self.start, workload, runs, found,
+                          reason=reason, method="explore",
+                          states=len(self.seen))
+
+
+def _held(sched: ReferenceScheduler) -> list[str]:
+    """Request ids in the order state_key names them (running, then waiting)."""
+    return [r.request_id for r in (*sched.running, *sched.waiting)]  # type: ignore[attr-defined]
+
+
+def _arrived(sched: ReferenceScheduler, kinds: Sequence[Kind], n: int, depth: int
+             ) -> ReferenceScheduler:
+    """The scheduler with the step's arrivals (itself when none arrive: it is only
+    copied from, never stepped in place)."""
+    if not kinds:
+        return sched
+    out = copy.deepcopy(sched)
+    for j, k in enumerate(kinds):
+        out.add_request(k.spec(f"r{n + j}", depth))
+    return out
+
+
+def _stepped(arrived: ReferenceScheduler, eos: frozenset[str], kwargs: Mapping[str, Any],
+             cache: dict[Hashable, tuple[ReferenceScheduler, StepRecord]]
+             ) -> tuple[ReferenceScheduler, StepRecord]:
+    """`arrived` after one step with these choices, computed once per distinct choice
+    (the schedulers kept are never stepped again in place: successors copy them)."""
+    key = (eos, _choice_of(kwargs))
+    if key not in cache:
+        sched = copy.deepcopy(arrived)
+        cache[key] = (sched, sched.step(eos, **kwargs))
+    return cache[key]
+
+
+def _spec_vector(path: _Path) -> list[int]:
+    """The request part of `_Path.sort_key` (after the request count)."""
+    key = path.sort_key()[1]
+    assert isinstance(key, list)
+    return key
+
+
+def record_differences(a: StepRecord, b: StepRecord, ids: Sequence[str]
+                       ) -> tuple[Difference, ...]:
+    """`diff.differences` read off two StepRecords: every engine's `observe` takes the
+    compared observables straight from the record (scheduled tokens, admitted, resumed,
+    preempted, finished and its reason, free_blocks right after scheduling), so this is
+    the same comparison without building the Steps; the replay checks it on the Steps."""
+    out: list[Difference] = []
+    sa, sb = dict(a.scheduled), dict(b.scheduled)
+    fa, fb = dict(a.finished), dict(b.finished)
+    sets = {"admitted": (a.admitted, b.admitted), "resumed": (a.resumed, b.resumed),
+            "preempted": (a.preempted, b.preempted)}
+    for rid in ids:
+        values = {"scheduled": (sa.get(rid, 0), sb.get(rid, 0))}
+        for name, (x, y) in sets.items():
+            values[name] = (rid in x, rid in y)
+        values["finished"] = (rid in fa, rid in fb)
+        values["finished_stop"] = (fa.get(rid) == FINISH_STOP, fb.get(rid) == FINISH_STOP)
+        for name in OBSERVABLES:
+            x, y = values[name]
+            if x != y:
+                out.append(Difference(a.step, rid, name, x, y))
+    if a.free_blocks != b.free_blocks:
+        out.append(Difference(a.step, "", "free_blocks", a.free_blocks, b.free_blocks))
+    return tuple(out)
+
+
+def _choice_of(kwargs: Mapping[str, Any]) -> _Choice:
+    return (tuple(sorted(kwargs.get("accepted", {}).items())),
+            tuple(sorted(kwargs.get("drafts", {}).items())))
+
+
+def _room(choices: Sequence[_Choice]) -> tuple[dict[str, int], set[str]]:
+    """What a side can take: the most drafts it can accept per request, and the
+    requests whose proposer may propose fewer."""
+    accept: dict[str, int] = {}
+    drafts: set[str] = set()
+    for acc, d in choices:
+        for rid, c in acc:
+            accept[rid] = max(accept.get(rid, 0), c)
+        drafts |= {rid for rid, _ in d}
+    return accept, drafts
+
+
+def _cut(choice: _Choice, accept: Mapping[str, int], drafts: set[str]) -> dict[str, Any]:
+    acc = {rid: min(c, accept[rid]) for rid, c in choice[0] if accept.get(rid, 0)}
+    d = {rid: c for rid, c in choice[1] if rid in drafts}
+    out: dict[str, Any] = {}
+    if acc:
+        out["accepted"] = acc
+    if d:
+        out["drafts"] = d
+    return out
+
+
+def _extended(run: _Run, sched: ReferenceScheduler, record: StepRecord, eos: frozenset[str],
+              kwargs: Mapping[str, Any], depth: int) -> _Run:
+    return _Run(sched, (*run.records, record),
+                (*run.eos, *(EosEvent(rid, depth) for rid in sorted(eos))),
+                (*run.accepted, *(AcceptEvent(rid, depth, c)
+                                  for rid, c in sorted(kwargs.get("accepted", {}).items()))),
+                (*run.drafts, *(DraftEvent(rid, depth, c)
+                                for rid, c in sorted(kwargs.get("drafts", {}).items()))))
+
+
+def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, symmetric: bool = True
+            ) -> DiffResult:
+    """The explicit-state search (module docstring): DIFFER with the least workload at the
+    least depth, SAME (exhaustive at the bounds) or UNKNOWN."""
+    return PairExplorer(a, b, bounds, timeout_s, symmetric).run()
+
+
+__all__ = ["MAX_STATES", "PairExplorer", "compare"]
