@@ -48,7 +48,8 @@ from model import registry as engines  # noqa: E402
 from model.core.types import EosEvent, Workload  # noqa: E402
 from properties.catalogue import Property  # noqa: E402
 
-__all__ = ["Options", "check", "check_many", "supports", "workload_of"]
+__all__ = ["Options", "check", "check_many", "options_for", "supports", "unsupported",
+           "workload_of"]
 
 
 def supports(family: Family) -> str | None:
@@ -78,6 +79,45 @@ def supports(family: Family) -> str | None:
     return None
 
 
+def unsupported(family: Family, bounds: Bounds) -> str | None:
+    """None when this explorer searches exactly the environment of `bounds` on `family`
+    as BMC and the reference explorer do, else why not (the caller keeps the reference
+    explorer). Covered: vLLM V1 without prefix caching, the AsyncScheduler or speculative
+    decoding (the setting cross-checked state for state against SPIN, docs/bench_scale.md,
+    and verdict for verdict against the reference explorer, tests/test_array_explore.py);
+    bounds with an arrival window and with EOS off (`options_for`)."""
+    from model.vllm.config import ENGINE_VLLM_V1
+
+    if family.engine != ENGINE_VLLM_V1:
+        return f"the array explorer is used for {ENGINE_VLLM_V1} only, not {family.engine}"
+    cfg = family.base
+    for name, on in (("prefix caching", getattr(cfg, "enable_prefix_caching", False)),
+                     ("the AsyncScheduler", getattr(cfg, "async_scheduling", False)),
+                     ("speculative decoding",
+                      getattr(cfg, "num_speculative_tokens", 0) > 0
+                      or bool(getattr(cfg, "speculative_method", "")))):
+        if on:
+            return f"the array explorer does not model {name}"
+    if family.ranges and any(name in ("enable_prefix_caching", "async_scheduling",
+                                      "num_speculative_tokens") for name, _, _ in family.ranges):
+        return "the array explorer does not model a family ranging over those features"
+    if bounds.prefix_groups or bounds.max_cached_prefix_len:
+        return "the array explorer does not model shared or cached prefixes"
+    return supports(family)
+
+
+def options_for(bounds: Bounds, options: Options | None = None) -> Options:
+    """`options` (default Options()) with the environment of `bounds` that the Options
+    carry: requests arrive in steps 1..arrival_window only, and no EOS under no_eos.
+    Bounds with neither (the defaults) leave the options as they are."""
+    opts = options or Options()
+    if bounds.arrival_window > 0 and opts.arrival_steps is None:
+        opts = replace(opts, arrival_steps=bounds.arrival_window)
+    if bounds.no_eos and not opts.no_eos:
+        opts = replace(opts, no_eos=True)
+    return opts
+
+
 def workload_of(family: Family, kinds: Sequence[Kind], w: Witness, steps: int) -> Workload:
     """The workload of a run: ids r0, r1, ... in arrival order (slot order)."""
     requests, eos = [], []
@@ -103,7 +143,7 @@ def check_many(props: Sequence[Property], family: Family, bounds: Bounds, timeou
                ) -> tuple[ExploreResult, ...]:
     """Several step/window properties in one search (or one property of any kind). A
     ranged family is searched config by config, as the reference explorer does."""
-    opts = replace(options or Options(), symmetric=symmetric)
+    opts = replace(options_for(bounds, options), symmetric=symmetric)
     if len(props) > 1 and any(p.kind == "lasso" for p in props):
         raise ValueError("a lasso property is searched alone")
     if not family.ranges:

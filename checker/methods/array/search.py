@@ -46,6 +46,8 @@ class Options:
     min(step, arrival_steps), so a state from which requests may still arrive never meets
     one from which none can. `exhaustive`: no depth bound, until no new state appears.
     `exact` False stores 64-bit hashes of the keys only (hash compaction, as SPIN's -DHC).
+    `options_for(bounds)` (checker/methods/array/__init__.py) sets `arrival_steps` and
+    `no_eos` from a query's Bounds (`arrival_window`, `no_eos`).
     """
 
     symmetric: bool = True
@@ -60,6 +62,7 @@ class Options:
     # (it changes the transition count, not the states: off to compare counts with SPIN).
     prune_eos: bool = True
     keep_edges: bool = False  # the arrival-free edges (for lassos)
+    no_eos: bool = False  # no request samples EOS (Bounds.no_eos)
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,6 +475,8 @@ class Search:
         valid: Any = True
         for i in range(n):
             valid = self.ops.and_(valid, self.ops.implies(eos[i], obs.slots[i].sampled))
+            if self.opt.no_eos:
+                valid = self.ops.and_(valid, self.ops.not_(eos[i]))
         if self.atoms is None:
             past = self._past(sub, const, m, dims, d)
             holds = {i: prop.holds(self.ops, [*past, obs], len(past))
