@@ -33,7 +33,7 @@ def cli(capsys, *argv):
 
 @pytest.fixture(scope="module")
 def answer():
-    return worst.search(worst.METRICS["starvation_steps"], small(), 60.0)
+    return worst.search(worst.METRICS["starvation_steps"], small(), 60.0, "scan")
 
 
 def test_worst_starvation_is_what_a_hand_loop_over_check_finds(answer):
@@ -140,29 +140,111 @@ def fake(table):
     return check
 
 
+def fake_many(table):
+    """The array explorer's stand-in: every job by `fake(table)`, no closed state graph."""
+    check = fake(table)
+    return lambda jobs: ([check(j) for j in jobs], None)
+
+
 def test_an_unknown_rung_leaves_a_range():
-    res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0,
-                       checker=fake({1: (VIOLATED, 1), 2: (UNKNOWN, 2)}))
+    res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0, "scan",
+                       checker=fake({1: (VIOLATED, 1), 2: (UNKNOWN, 2)}), many=fake_many({}))
     assert (res.status, res.at_least, res.value) == (worst.UNDECIDED, 1, None)
     assert "starvation k=2: UNKNOWN" in res.reason
     assert worst.METRICS["starvation_steps"].params(2) == (("k", 2),)
 
 
 def test_holds_to_a_smaller_depth_leaves_a_range():
-    res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0,
-                       checker=fake({1: (VIOLATED, 1), 2: (HOLDS, 3)}))
+    res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0, "scan",
+                       checker=fake({1: (VIOLATED, 1), 2: (HOLDS, 3)}), many=fake_many({}))
     assert res.status == worst.UNDECIDED and "only up to depth 3 of 4" in res.reason
 
 
 def test_the_explorer_contradicting_bmc_is_a_disagreement():
-    res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0,
-                       checker=fake({1: (VIOLATED, 1), (2, "explore"): (VIOLATED, 2)}))
+    table = {1: (VIOLATED, 1), (2, "explore"): (VIOLATED, 2)}
+    res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0, "scan",
+                       checker=fake(table), many=fake_many(table))
     assert res.status == worst.DISAGREE and res.reason.startswith("methods disagree")
 
 
 def test_preemptions_count_one_more_than_the_rung_parameter():
     m = worst.METRICS["preemptions"]
     assert m.params(1) == (("m", 0),) and m.rung(2) == "repeated_preemption m=1"
-    res = worst.search(replace(m, param="k"), small(), 1.0,
-                       checker=fake({0: (VIOLATED, 3)}))
+    res = worst.search(replace(m, param="k"), small(), 1.0, "scan",
+                       checker=fake({0: (VIOLATED, 3)}), many=fake_many({0: (VIOLATED, 3)}))
     assert (res.status, res.value) == (worst.DECIDED, 1)
+
+
+# --- the explore ladder: every rung in one array search, BMC at both ends -----------------
+
+
+@pytest.fixture(scope="module")
+def explored_answer():
+    return worst.search(worst.METRICS["starvation_steps"], small(), 60.0, "explore")
+
+
+def test_the_explore_ladder_finds_the_scans_answer_with_the_same_witness(answer,
+                                                                          explored_answer):
+    res = explored_answer
+    assert (res.status, res.value, res.strategy, res.explorer) == \
+        (worst.DECIDED, answer.value, "explore", worst.ARRAY)
+    # One array search answered every rung 1..depth+1; then BMC asked both ends.
+    assert [(r.value, r.method) for r in res.rungs] == \
+        [(v, "array") for v in range(1, 6)] + [(4, "bmc"), (3, "bmc")]
+    assert {r.search for r in res.rungs if r.method == "array"} == {1}
+    assert res.witness.counterexample.method == "bmc"
+    assert res.witness.counterexample.workload == answer.witness.counterexample.workload
+    assert res.witness_explore.counterexample.workload == res.witness.counterexample.workload
+    assert res.bound_bmc.verdict.label == res.bound_explore.verdict.label == "HOLDS(4)"
+    replay(res.witness_explore.counterexample)  # the array's witness, on the reference
+
+
+def test_auto_explores_where_the_array_explorer_applies_and_scans_elsewhere():
+    nc = small()
+    assert worst.array_reason(nc) is None
+    cached = load().configs["tiny_cached"]
+    assert "prefix caching" in worst.array_reason(cached)
+    res = worst.search(worst.METRICS["starvation_steps"], with_bounds(cached, depth=4), 1.0,
+                       checker=fake({1: (VIOLATED, 1)}))
+    assert (res.status, res.value, res.strategy, res.explorer) == \
+        (worst.DECIDED, 1, "scan", worst.REFERENCE)
+    assert "prefix caching" in res.explorer_note
+    with pytest.raises(ValueError, match="needs the array explorer"):
+        worst.search(worst.METRICS["starvation_steps"], cached, 1.0, "explore",
+                     checker=fake({}))
+
+
+def test_explore_ladder_bmc_contradicting_the_array_is_a_disagreement():
+    table = {1: (VIOLATED, 1), 2: (VIOLATED, 2), (3, "bmc"): (VIOLATED, 3)}
+    res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0, "explore",
+                       checker=fake(table), many=fake_many(table))
+    assert res.status == worst.DISAGREE and res.reason.startswith("methods disagree")
+
+
+def test_explore_ladder_bmc_undecided_at_the_bound_leaves_a_range():
+    table = {1: (VIOLATED, 1), 2: (VIOLATED, 2), (3, "bmc"): (UNKNOWN, 3)}
+    res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0, "explore",
+                       checker=fake(table), many=fake_many(table))
+    assert (res.status, res.at_least, res.value) == (worst.UNDECIDED, 2, None)
+    assert "bmc did not confirm starvation k=3: UNKNOWN" in res.reason
+
+
+def test_explore_ladder_rungs_out_of_order_are_undecided():
+    table = {1: (VIOLATED, 1), 3: (VIOLATED, 3)}
+    res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0, "explore",
+                       checker=fake(table), many=fake_many(table))
+    assert res.status == worst.UNDECIDED and "not monotone" in res.reason
+
+
+@pytest.mark.parametrize("flag", [["--arrival-window", "1"], ["--no-eos"]])
+def test_the_array_explorer_searches_the_window_and_no_eos_bounds_as_bmc(capsys, tmp_path,
+                                                                          flag):
+    # The explore ladder asks BMC at both ends: a decided answer is both methods agreeing
+    # on the witness (the same least run) and the bound, on the restricted environment.
+    code, out, err = cli(capsys, "--metric", "starvation_steps", *SMALL, *flag, "--json",
+                         "--out", str(tmp_path))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["status"], doc["strategy"], doc["explorer"]) == ("decided", "explore", "array")
+    assert doc["witness"]["bmc"] == doc["witness"]["explore"] == "VIOLATED"
+    assert doc["bound"]["bmc"] == doc["bound"]["explore"] == "HOLDS(4)"

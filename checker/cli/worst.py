@@ -78,11 +78,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bounds.add_argument("--max-tokens", dest="max_max_tokens", metavar="T",
                         type=bounded_int(1, MAX_MAX_TOKENS), help="max_tokens of 1..T")
     add_environment_flags(bounds)
-    parser.add_argument("--strategy", choices=worst.STRATEGIES, default="scan",
-                        help="how BMC climbs the ladder: scan (1, 2, ... until a rung holds) "
-                        "or binary (bisect 1..depth+1); default scan (docs/queries.md)")
+    parser.add_argument("--strategy", choices=worst.STRATEGIES, default="auto",
+                        help="how the ladder is climbed: explore (every rung in one search "
+                        "of the array explorer, then BMC at both ends), scan (BMC asks 1, "
+                        "2, ... until a rung holds) or binary (BMC bisects 1..depth+1), "
+                        "then the other method at both ends; auto (the default): explore "
+                        "where the array explorer models the config (vLLM V1 without "
+                        "prefix caching, async scheduling or speculative decoding), else "
+                        "scan (docs/queries.md)")
     parser.add_argument("--timeout", type=bounded_seconds(MAX_TIMEOUT_S), default=300.0,
-                        metavar="S", help="seconds per check before UNKNOWN (default 300)")
+                        metavar="S", help="seconds per check (the explore ladder's one "
+                        "search is one check) before UNKNOWN (default 300)")
     parser.add_argument("--json", action="store_true", help="print the answer as JSON")
     parser.add_argument("--out", metavar="DIR",
                         help=f"where the witness is written (default ./{DEFAULT_OUT}/, "
@@ -177,15 +183,38 @@ def text(res: worst.WorstResult, path: str | None = None) -> str:
     if res.bound_bmc is not None and res.status != worst.DISAGREE:
         top = (res.value if res.value is not None else res.at_least) + 1
         lines.append("bound: " + _by(m, top, res.bound_bmc, res.bound_explore))
+    if res.closed_at is not None:
+        lines.append(f"closed: the array explorer's search found no new state after step "
+                     f"{res.closed_at} (requests arrive in steps 1.."
+                     f"{dict(nc.bounds).get('arrival_window')}), so "
+                     "no run of any length exceeds the bound, not only runs of the depth")
+    if res.explorer_note:
+        lines.append(f"explorer: the reference explorer ({res.explorer_note})")
     if res.depth_reached:
         lines.append(f"note: the ladder reached the depth: within depth "
                      f"{dict(nc.bounds).get('depth')} no {m.property} window longer than "
                      "the depth fits, so the bound is the depth's, not the scheduler's; "
                      "raise --depth to ask more")
-    ladder = ", ".join(f"{m.rung(r.value)} {r.result.verdict.label} ({r.method}, "
-                       f"{r.seconds:.2f}s)" for r in res.rungs)
-    lines.append(f"ladder ({res.strategy}, {res.seconds:.1f}s): {ladder}")
+    lines.append(f"ladder ({res.strategy}, {res.seconds:.1f}s): {ladder_text(res)}")
     return "\n".join(lines)
+
+
+def ladder_text(res: worst.WorstResult) -> str:
+    """Every check asked, in order; the rungs of one shared search in one item."""
+    m, items, done = res.metric, [], set()
+    for r in res.rungs:
+        if r.search and r.search in done:
+            continue
+        if r.search:
+            done.add(r.search)
+            same = [x for x in res.rungs if x.search == r.search]
+            said = ", ".join(f"{m.param}={x.value - m.offset} {x.result.verdict.label}"
+                             for x in same)
+            items.append(f"{m.property} {said} (one {r.method} search, {r.seconds:.2f}s)")
+        else:
+            items.append(f"{m.rung(r.value)} {r.result.verdict.label} ({r.method}, "
+                         f"{r.seconds:.2f}s)")
+    return ", ".join(items)
 
 
 def json_document(res: worst.WorstResult, code: int, path: str | None = None
@@ -218,9 +247,11 @@ def json_document(res: worst.WorstResult, code: int, path: str | None = None
             "bmc": _verdict_of(res.bound_bmc), "explore": _verdict_of(res.bound_explore),
         },
         "strategy": res.strategy,
+        "explorer": res.explorer,
+        "closed_at": res.closed_at,
         "rungs": [{"params": dict(m.params(r.value)), "method": r.method,
                    "verdict": r.result.verdict.verdict, "depth": r.result.verdict.depth,
-                   "seconds": round(r.seconds, 3)} for r in res.rungs],
+                   "seconds": round(r.seconds, 3), "search": r.search} for r in res.rungs],
         "seconds": round(res.seconds, 3),
         "exit": code,
     }

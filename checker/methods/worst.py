@@ -12,25 +12,51 @@ HOLDS (or is PROVED) to the full depth; the witness is rung v's minimal countere
 - `preemptions`: rung v is `repeated_preemption` with m=v-1 (a request is preempted more
   than v-1 times, i.e. v times); the bound is m=v HOLDS.
 
-The ladder runs on BMC (`checker/methods/jobs.run`, method "bmc"), either as an upward
-scan (v = 1, 2, ... until a rung holds) or a binary search over 1..D+1; both ends are then
-asked again of the explorer on the same bounds and must agree (checker/methods/agreement).
-A rung that neither holds nor is violated, or holds only to a smaller depth, leaves the
-answer a range: at least the last violated value."""
+Strategies (`STRATEGIES`):
+
+- `explore`: every rung 1..D+1 in one breadth-first search of the array explorer
+  (checker/methods/array, `check_many`: the rungs share one state space, each reports its
+  first violating depth; the violated ones are searched once more for their least run), so
+  the whole ladder costs one exhaustive exploration within the bounds. The worst value is
+  the largest violated rung; the rungs must be monotone (all below violated, all above
+  holding), else the answer is undecided. Both ends are then asked of BMC: the witness's
+  rung must be VIOLATED at the same step with the same least counterexample, the bound's
+  must hold to the full depth (PROVED or HOLDS(D)).
+- `scan` / `binary`: the ladder on BMC (`checker/methods/jobs.run`, method "bmc"), as an
+  upward scan (v = 1, 2, ... until a rung holds) or a binary search over 1..D+1; both ends
+  are then asked again of the explorer on the same bounds.
+- `auto` (the default): `explore` where the array explorer models the engine, config and
+  bounds (`checker.methods.array.unsupported`: vLLM V1 without prefix caching, the
+  AsyncScheduler or speculative decoding), else `scan`.
+
+The explorer is the array explorer where it applies and the reference explorer
+(checker/methods/explore.py) otherwise; either's violations are replayed on the reference
+(`jobs.explored`). The two methods must agree (checker/methods/agreement). A rung that
+neither holds nor is violated, or holds only to a smaller depth, leaves the answer a range:
+at least the last violated value. The witness is BMC's least counterexample of the top
+violated rung (the explorer's when BMC did not decide it), replayed on the reference; it
+is minimal in checker/methods/minimize.py's order unless its verdict says "not minimised".
+
+When the bounds have an arrival window, the array explorer's states forget the step once
+no request can arrive, so a search whose frontier empties before the depth has visited
+every state any run of any length reaches: `closed_at` then says so, and the answer holds
+for runs of every length, not only up to the depth."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 from checker.methods import agreement
-from checker.methods.jobs import Job, JobResult, run
+from checker.methods.jobs import Job, JobResult, _bounds, _family, explored, run
 from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED
+from properties import catalogue
 from properties.manifest import NamedConfig
 
 DECIDED, DISAGREE, UNDECIDED = "decided", "disagree", "undecided"
-STRATEGIES = ("scan", "binary")
+STRATEGIES = ("auto", "explore", "scan", "binary")
+ARRAY, REFERENCE = "array", "reference"  # which explorer asks the explorer's rungs
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +89,15 @@ METRICS: dict[str, Metric] = {
 
 @dataclass(frozen=True, slots=True)
 class Rung:
-    """One check of the ladder: the value it asks about, the method, its result."""
+    """One check of the ladder: the value it asks about, the method, its result. `method`
+    is "bmc", "explore" (the reference explorer) or "array" (the array explorer); rungs
+    with the same `search` > 0 were answered by one shared search of `seconds`."""
 
     value: int
     method: str
     result: JobResult
     seconds: float
+    search: int = 0
 
     @property
     def verdict(self) -> str:
@@ -84,15 +113,18 @@ class WorstResult:
     status: str  # DECIDED | DISAGREE | UNDECIDED
     at_least: int  # the largest value witnessed (0: none)
     value: int | None  # the worst value (DECIDED only)
-    witness: JobResult | None  # rung at_least's bmc result (a replayed counterexample)
+    witness: JobResult | None  # rung at_least's witness (bmc's, else the explorer's)
     bound_bmc: JobResult | None  # rung value+1 by bmc
     bound_explore: JobResult | None  # rung value+1 by the explorer
     witness_explore: JobResult | None  # rung value by the explorer
     reason: str  # why undecided or disagreeing ('' when decided)
     depth_reached: bool  # the value is the depth: the bound is the bounds', not the engine's
-    strategy: str
+    strategy: str  # the strategy run (auto resolved)
     rungs: tuple[Rung, ...] = field(default=())
     seconds: float = 0.0
+    explorer: str = REFERENCE  # ARRAY | REFERENCE: which explorer confirmed
+    explorer_note: str = ""  # why the reference explorer, when the array one does not apply
+    closed_at: int | None = None  # the array search's frontier emptied after this layer
 
 
 def _depth(nc: NamedConfig) -> int:
@@ -111,40 +143,131 @@ def _said(res: JobResult) -> str:
     return f"{text} ({v.detail})" if v.verdict == UNKNOWN and v.detail else text
 
 
-def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "scan",
-           confirm: bool = True,
-           checker: Callable[[Job], JobResult] = run) -> WorstResult:
+def array_reason(nc: NamedConfig) -> str | None:
+    """None when the array explorer searches `nc`'s config and bounds exactly, else why
+    not (then the reference explorer confirms)."""
+    try:
+        from checker.methods import array as ax
+    except ImportError as exc:
+        return str(exc)
+    return ax.unsupported(_family(nc), _bounds(nc))
+
+
+def explore_many(jobs: Sequence[Job]) -> tuple[list[JobResult], int | None]:
+    """The array explorer's results of several window/step rungs of one config and bounds,
+    in one search (each violation replayed on the reference), and the layer after which its
+    frontier emptied (None: it ran to the depth or stopped at a limit)."""
+    from checker.methods import array as ax
+
+    first = jobs[0]
+    props = [catalogue.get(j.property, **dict(j.params)) for j in jobs]
+    bounds = _bounds(first.config)
+    results = ax.check_many(props, _family(first.config), bounds, first.timeout_s)
+    out = []
+    for job, r in zip(jobs, results, strict=True):
+        res = explored(job, r)
+        v = res.verdict
+        out.append(replace(res, verdict=replace(v, params=job.params,
+                                                detail=f"array explorer; {v.detail}")))
+    # A rung that holds means the search did not stop early for having found every
+    # rung; with an arrival window the key forgets the step once no request can arrive,
+    # so an empty frontier before the depth is a closed state graph.
+    stats = results[0].stats
+    closed = None
+    if bounds.arrival_window > 0 and any(r.status == "holds" for r in results) \
+            and all(r.status != "unknown" for r in results) \
+            and stats.depth_reached < bounds.depth:
+        closed = stats.depth_reached
+    return out, closed
+
+
+def explore_one(job: Job) -> JobResult:
+    """One rung by the array explorer (see `explore_many`)."""
+    return explore_many([job])[0][0]
+
+
+def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "auto",
+           confirm: bool = True, checker: Callable[[Job], JobResult] = run,
+           many: Callable[[Sequence[Job]], tuple[list[JobResult], int | None]] | None = None
+           ) -> WorstResult:
     """The worst value of `metric` on `nc` within its bounds; see the module docstring.
-    `timeout_s` is per check. `checker` runs one job (the job function by default)."""
+    `timeout_s` is per check (per shared search for the `explore` ladder). `checker` runs
+    one job (the job function by default: BMC, or the reference explorer); `many` runs the
+    array explorer's jobs (`explore_many` by default, used only where it applies)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}")
     start = time.monotonic()
     depth = _depth(nc)
     top = depth + 1  # the highest rung asked: past it the ladder would not end
     rungs: list[Rung] = []
     cache: dict[tuple[int, str], JobResult] = {}
+    searches = 0
+    note = "" if many is not None else (array_reason(nc) or "")
+    use_array = many is not None or not note
+    if many is None:
+        many = explore_many
+    if strategy == "auto":
+        strategy = "explore" if use_array else "scan"
+    if strategy == "explore" and not use_array:
+        raise ValueError(f"strategy explore needs the array explorer: {note}")
+    explorer = ARRAY if use_array else REFERENCE
+    closed: int | None = None
+
+    def job(value: int, method: str) -> Job:
+        return Job(nc.engine, metric.property, metric.params(value), nc, None, timeout_s,
+                   method=method)
 
     def ask(value: int, method: str) -> JobResult:
         if (value, method) not in cache:
             t = time.monotonic()
-            job = Job(nc.engine, metric.property, metric.params(value), nc, None, timeout_s,
-                      method=method)
-            res = checker(job)
+            if method == "explore" and use_array:
+                res = many([job(value, method)])[0][0]
+                label = ARRAY
+            else:
+                res = checker(job(value, method))
+                label = method
             cache[value, method] = res
-            rungs.append(Rung(value, method, res, time.monotonic() - t))
+            rungs.append(Rung(value, label, res, time.monotonic() - t))
         return cache[value, method]
+
+    def ask_all(values: Sequence[int]) -> None:
+        nonlocal searches, closed
+        t = time.monotonic()
+        results, closed = many([job(v, "explore") for v in values])
+        searches += 1
+        seconds = time.monotonic() - t
+        for v, res in zip(values, results, strict=True):
+            cache[v, "explore"] = res
+            rungs.append(Rung(v, ARRAY, res, seconds, searches))
 
     def result(status: str, at_least: int, value: int | None, reason: str = "",
                bound: JobResult | None = None, bound_x: JobResult | None = None,
                witness_x: JobResult | None = None) -> WorstResult:
         witness = cache.get((at_least, "bmc")) if at_least else None
+        if at_least and (witness is None or witness.verdict.verdict != VIOLATED):
+            witness = cache.get((at_least, "explore"), witness)
         return WorstResult(metric, nc, status, at_least, value, witness, bound, bound_x,
                            witness_x, reason,
                            metric.depth_bounded and value is not None and value >= depth,
-                           strategy, tuple(rungs), time.monotonic() - start)
+                           strategy, tuple(rungs), time.monotonic() - start, explorer, note,
+                           closed if status == DECIDED else None)
 
-    # The ladder on BMC: `low` is the largest value known violated (0: none asked),
-    # `high` the least known to hold fully; a rung that is neither stops the search.
+    # The ladder: `low` is the largest value known violated (0: none asked), `high` the
+    # least known to hold fully; a rung that is neither stops the search.
+    first = "explore" if strategy == "explore" else "bmc"
+    second = "bmc" if first == "explore" else "explore"
     low, high = 0, None
-    if strategy == "scan":
+    if strategy == "explore":
+        ask_all(range(1, top + 1))
+        said = {v: cache[v, "explore"] for v in range(1, top + 1)}
+        violated = [v for v, r in said.items() if r.verdict.verdict == VIOLATED]
+        low = max(violated, default=0)
+        if violated != list(range(1, low + 1)):
+            listed = ", ".join(f"{metric.rung(v)} {r.verdict.label}" for v, r in said.items())
+            return result(UNDECIDED, 0, None, f"the explorer's rungs are not monotone: {listed}")
+        if low < top and holds_fully(said[low + 1], depth):
+            high = low + 1
+    elif strategy == "scan":
         for v in range(1, top + 1):
             res = ask(v, "bmc")
             if res.verdict.verdict == VIOLATED:
@@ -153,7 +276,7 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "s
             if holds_fully(res, depth):
                 high = v
             break
-    elif strategy == "binary":
+    else:  # binary
         lo, hi = 0, top + 1  # rung lo is violated (or 0), rung hi not asked / holds
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -169,8 +292,6 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "s
             and holds_fully(cache[hi, "bmc"], depth) else None
         if high is not None and high != low + 1:
             high = None
-    else:
-        raise ValueError(f"unknown strategy {strategy!r}")
     if high is None:
         stuck = next((r for r in reversed(rungs) if r.verdict != VIOLATED), None)
         if stuck is None:
@@ -180,12 +301,15 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "s
             if stuck.verdict == HOLDS:
                 why += f", only up to depth {stuck.result.verdict.depth} of {depth}"
         return result(UNDECIDED, low, None, why)
-    bound = cache[high, "bmc"]
     if not confirm:
-        return result(DECIDED, low, low, bound=bound)
-    # Both ends again, by the explorer on the same bounds.
-    bound_x = ask(high, "explore")
-    witness_x = ask(low, "explore") if low else None
+        return result(DECIDED, low, low, bound=cache.get((high, "bmc")),
+                      bound_x=cache.get((high, "explore")))
+    # Both ends again, by the other method on the same bounds.
+    ask(high, second)
+    if low:
+        ask(low, second)
+    bound, bound_x = cache[high, "bmc"], cache[high, "explore"]
+    witness_x = cache[low, "explore"] if low else None
     pairs = [(bound, bound_x)] + ([(cache[low, "bmc"], witness_x)] if witness_x else [])
     checks = [agreement.compare(a, b) for a, b in pairs]
     off = [c for c in checks if c.status == agreement.DISAGREE]
@@ -195,12 +319,14 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "s
     unsure = [c for c in checks if c.status == agreement.INCONCLUSIVE]
     if unsure:
         return result(UNDECIDED, low, None, "; ".join(
-            f"the explorer did not confirm {metric.rung(v)}: {_said(r)}"
-            for v, r in ((high, bound_x), (low, witness_x))
+            f"{second} did not confirm {metric.rung(v)}: {_said(r)}"
+            for v, r in ((high, cache[high, second]),
+                         (low, cache.get((low, second))))
             if r is not None and r.verdict.verdict == UNKNOWN)
             or "; ".join(c.line for c in unsure), bound, bound_x, witness_x)
-    if not holds_fully(bound_x, depth):
-        return result(UNDECIDED, low, None, f"{metric.rung(high)}: {_said(bound_x)}, only up "
-                      f"to depth {bound_x.verdict.depth} of {depth}", bound, bound_x,
-                      witness_x)
+    for res in (bound, bound_x):
+        if not holds_fully(res, depth):
+            return result(UNDECIDED, low, None, f"{metric.rung(high)}: {_said(res)}, only "
+                          f"up to depth {res.verdict.depth} of {depth}", bound, bound_x,
+                          witness_x)
     return result(DECIDED, low, low, "", bound, bound_x, witness_x)
