@@ -12,9 +12,16 @@ config (`--manifest-config`, whose bounds are the defaults), a workload JSON's c
 (`--config-file`), or the engine's defaults (vLLM: with vLLM's flags and `--config FILE`'s
 YAML, as `check` takes them); each side parses it with its own version's rules.
 
+`--method` chooses the search (checker/methods/diff_explore.py `decide`): BMC over both
+rule systems, the explicit-state search over both reference schedulers, both (which must
+agree), or `auto` (default): the explicit search where its first step is small, BMC
+otherwise, and the one-step proof after a "no difference". The JSON's `method` says which
+answered (`method_asked` what was asked).
+
 Exit codes: 0 no difference within the bounds (or proved equivalent); 1 a difference found
 (with --ablate-all: for some switch); 2 bad input; 3 inconclusive (solver unknown, time
-limit, or the references do not confirm a difference: a divergence, never a finding).
+limit, the references do not confirm a difference, or with --method both the two methods
+disagree: a divergence, never a finding).
 """
 
 from __future__ import annotations
@@ -52,9 +59,9 @@ from checker.methods.diff import (
     UNKNOWN,
     DiffResult,
     Side,
-    compare,
     sides_compatible,
 )
+from checker.methods.diff_explore import METHODS, arrival_choices, decide
 from checker.methods.symbolic import Bounds
 from checker.show import svg, timeline
 from checker.show import text as render
@@ -103,6 +110,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="worker processes for --ablate-all (default 2)")
     parser.add_argument("--no-prove", action="store_true",
                         help="skip the one-step equivalence proof, search the bounds only")
+    parser.add_argument("--method", choices=METHODS, default="auto",
+                        help="auto (default): the explicit-state search over both "
+                        "references where its first step is small, then the one-step proof "
+                        "after a 'no difference'; BMC otherwise. bmc: BMC over both rule "
+                        "systems; explore: the explicit search alone; both: each of the two, "
+                        "which must agree on the answer and the least workload")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--format", choices=("text", "svg"), default="text",
                         help="text (default), or svg: the two timelines side by side")
@@ -226,6 +239,11 @@ def _headline(r: DiffResult) -> str:
     return f"UNKNOWN after depth {r.depth}: {r.reason}"
 
 
+def _method_line(r: DiffResult) -> str:
+    states = f", {r.states} pair states" if r.states else ""
+    return f"method: {r.method}{states}, {r.seconds:.1f} s"
+
+
 def _side_by_side(left: str, right: str, titles: tuple[str, str]) -> str:
     a, b = left.rstrip("\n").split("\n"), right.rstrip("\n").split("\n")
     a, b = [titles[0], *a], [titles[1], *b]
@@ -237,7 +255,7 @@ def _side_by_side(left: str, right: str, titles: tuple[str, str]) -> str:
 def text_report(a: Side, b: Side, config: str, bounds: Bounds, r: DiffResult) -> str:
     """What `diff` prints: the headline, the workload, what differs, the two timelines."""
     lines = [f"diff A = {a.label}, B = {b.label} on {config}", f"bounds: {_bounds_line(bounds)}",
-             _headline(r)]
+             _headline(r), _method_line(r)]
     if r.workload is None or not r.runs:
         return "\n".join(lines) + "\n"
     (wa, ra), (wb, rb) = r.runs
@@ -307,7 +325,7 @@ def result_json(a: Side, b: Side, r: DiffResult) -> dict[str, Any]:
     """One comparison as JSON."""
     out: dict[str, Any] = {
         "status": r.status, "depth": r.depth, "seconds": round(r.seconds, 3),
-        "minimal": r.minimal, "reason": r.reason,
+        "minimal": r.minimal, "reason": r.reason, "method": r.method,
         "workload": workload_to_json(r.workload) if r.workload is not None else None,
         "differences": [{"step": d.step, "request": d.request or None,
                          "observable": d.observable, "a": d.a, "b": d.b}
@@ -380,12 +398,13 @@ def run(args: argparse.Namespace) -> int:
     why = sides_compatible(a, b)
     if why:
         raise InputError(why)
-    result = compare(a, b, bounds, args.timeout, prove=not args.no_prove)
+    _check_method(args, a, bounds)
+    result = decide(a, b, bounds, args.timeout, prove=not args.no_prove, method=args.method)
     code = exit_code([result])
     if args.json:
         doc = {"schema": JSON_SCHEMA, "a": _side_json(a), "b": _side_json(b), "config": config,
                "bounds": _bounds_json(bounds), "observables": _observables(),
-               **result_json(a, b, result), "exit_code": code}
+               **result_json(a, b, result), "method_asked": args.method, "exit_code": code}
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     elif args.format == "svg":
@@ -404,16 +423,33 @@ def _observables() -> list[str]:
     return [*OBSERVABLES, *STEP_OBSERVABLES]
 
 
-def _one_ablation(a: Side, switch: str, bounds: Bounds, timeout_s: float, prove: bool
-                  ) -> tuple[Side, DiffResult]:
+def _one_ablation(a: Side, switch: str, bounds: Bounds, timeout_s: float, prove: bool,
+                  method: str = "auto") -> tuple[Side, DiffResult]:
     b = _toggled(a, switch)
-    return b, compare(a, b, bounds, timeout_s, prove=prove)
+    return b, decide(a, b, bounds, timeout_s, prove=prove, method=method)
+
+
+MAX_EXPLORE_ARRIVALS = 2_000_000
+
+
+def _check_method(args: argparse.Namespace, a: Side, bounds: Bounds) -> None:
+    """--method explore/both on bounds whose first step alone is too many arrival
+    choices to enumerate: one InputError."""
+    if args.method not in ("explore", "both"):
+        return
+    n = arrival_choices(a, bounds)
+    if n > MAX_EXPLORE_ARRIVALS:
+        raise InputError(f"--method {args.method}: the explicit search would try {n} arrival "
+                         f"choices in its first step alone (prompts <= {bounds.max_prompt_len}, "
+                         f"max_tokens <= {bounds.max_max_tokens}, {bounds.slots} slots), more "
+                         f"than {MAX_EXPLORE_ARRIVALS}; lower the bounds or use --method bmc")
 
 
 def _ablate_all(args: argparse.Namespace, a: Side, config: str, bounds: Bounds) -> int:
     modelled = _versions(a.engine)
     switches = list(modelled.switches(a.config))
-    work = [(a, s, bounds, args.timeout, not args.no_prove) for s in switches]
+    _check_method(args, a, bounds)
+    work = [(a, s, bounds, args.timeout, not args.no_prove, args.method) for s in switches]
     if args.jobs == 1:
         done = [_one_ablation(*w) for w in work]
     else:
@@ -429,7 +465,7 @@ def _ablate_all(args: argparse.Namespace, a: Side, config: str, bounds: Bounds) 
                 for s, (b, r) in zip(switches, done, strict=True)]
         doc = {"schema": JSON_SCHEMA, "a": _side_json(a), "config": config,
                "bounds": _bounds_json(bounds), "observables": _observables(),
-               "switches": rows, "exit_code": code,
+               "switches": rows, "method": args.method, "exit_code": code,
                "seconds": round(sum(r.seconds for r in results), 3)}
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -450,9 +486,10 @@ def ablation_report(a: Side, config: str, bounds: Bounds, switches: list[str],
                     current: dict[str, bool], done: list[tuple[Side, DiffResult]]) -> str:
     """The --ablate-all table, then each switch's minimal workload and first difference."""
     lines = [f"ablate-all: {a.label} on {config}", f"bounds: {_bounds_line(bounds)}", ""]
-    rows = [("switch", "value", "toggled", "seconds")]
+    rows = [("switch", "value", "toggled", "method", "seconds")]
     for s, (_, r) in zip(switches, done, strict=True):
-        rows.append((s, "on" if current[s] else "off", _verdict_cell(r), f"{r.seconds:.1f}"))
+        rows.append((s, "on" if current[s] else "off", _verdict_cell(r), r.method,
+                     f"{r.seconds:.1f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
               for row in rows]

@@ -194,7 +194,7 @@ def _pair(a: Side, b: Side, bounds: Bounds) -> _Pair:
     specs, spec_cons = slot_specs(bounds.slots, cfg_a, bounds)
     joint = Unrolling(engine=ea, cfg=cfg_a, cfg_vars={}, specs=specs,
                       states=[ea.initial_state(bounds.slots, cfg_a)],
-                      constraints=cons_a + cons_b + spec_cons)
+                      constraints=cons_a + cons_b + spec_cons, eos_allowed=not bounds.no_eos)
     return _Pair(ea, eb, cfg_a, cfg_b, joint, states_b=[eb.initial_state(bounds.slots, cfg_b)])
 
 
@@ -222,6 +222,8 @@ def _extend(p: _Pair) -> list[Bool]:
     fresh_a = fresh_state(f"a.s{t + 1}", u.states[0], t + 1)
     fresh_b = fresh_state(f"b.s{t + 1}", p.states_b[0], t + 1)
     cons = ops.take_definitions() + _bind(fresh_a, next_a) + _bind(fresh_b, next_b)
+    if not u.eos_allowed:  # Bounds.no_eos, as symbolic.extend (the explicit search too)
+        cons += [z3.Not(e) for e in eos]
     u.eos.append(eos)
     u.states.append(fresh_a)
     u.steps.append(obs_a)
@@ -241,17 +243,27 @@ def _eos_of(model: z3.ModelRef, p: _Pair, steps: Sequence[Step]) -> tuple[EosEve
     return tuple(out)
 
 
-def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = True
-            ) -> DiffResult:
-    """The shortest (then least) workload on which the sides' observables differ, within
-    `bounds`, replayed on both references; or SAME up to the depth, PROVED when the
-    one-step product induction shows equivalence (tried first when `prove`), UNKNOWN."""
+def unread_switch(a: Side, b: Side) -> DiffResult | None:
+    """PROVED at once when the two sides are one engine whose rules read the same
+    configuration (a switch the config does not read), else None."""
     start = time.monotonic()
     if a.engine == b.engine and (engines.get(a.engine).rule_config(a.config)
                                  == engines.get(b.engine).rule_config(b.config)):
         return DiffResult(PROVED, 0, time.monotonic() - start,
                           reason="the rules read the same configuration: what differs is "
                           "not read under this config, so every run is the same")
+    return None
+
+
+def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = True
+            ) -> DiffResult:
+    """The shortest (then least) workload on which the sides' observables differ, within
+    `bounds`, replayed on both references; or SAME up to the depth, PROVED when the
+    one-step product induction shows equivalence (tried first when `prove`), UNKNOWN."""
+    start = time.monotonic()
+    unread = unread_switch(a, b)
+    if unread is not None:
+        return unread
     if prove:
         proof = prove_equivalent(a, b, bounds.slots, timeout_s)
         if proof is True:
@@ -408,4 +420,4 @@ def concrete_differences(a: Side, b: Side, workload: Workload
 __all__ = ["DIFFER", "DIVERGENCE", "OBSERVABLES", "PROVED", "SAME",
            "STEP_OBSERVABLES", "UNKNOWN", "DiffResult", "Difference", "Side", "compare",
            "concrete_differences", "differences", "differs", "prove_equivalent",
-           "sides_compatible"]
+           "sides_compatible", "unread_switch"]

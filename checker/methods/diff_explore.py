@@ -39,16 +39,19 @@ from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from checker.methods import diff
 from checker.methods.diff import (
     DIFFER,
     DIVERGENCE,
     OBSERVABLES,
+    PROVED,
     SAME,
     UNKNOWN,
     Difference,
     DiffResult,
     Side,
     differences,
+    unread_switch,
 )
 from checker.methods.explore import Kind, _Path, menu
 from checker.methods.symbolic import Bounds
@@ -262,14 +265,14 @@ class PairExplorer:
         return _Path(arrivals, (*path.eos, eos), choices)
 
     def _key(self, node: _PairNode, arrived: int) -> Hashable:
-        """A's state key, and B's with each request tagged by its position in A's queues
+        """A's state key, and B's with each request tagged by where A's key names it
         (joint symmetry); without symmetry every request keeps its id on both sides."""
-        held_a = _held(node.a.scheduler)
+        ids = [f"r{i}" for i in range(arrived)]
         if self.symmetric:
-            tags: Mapping[str, Hashable] = {rid: i for i, rid in enumerate(held_a)}
+            tags: Mapping[str, Hashable] = _positions(node.a.scheduler, ids)
             extra_a: Mapping[str, Hashable] | None = None
         else:
-            tags = {f"r{i}": f"r{i}" for i in range(arrived)}
+            tags = {rid: rid for rid in ids}
             extra_a = tags
         return (arrived, node.a.scheduler.state_key(extra_a),
                 node.b.scheduler.state_key(tags))
@@ -310,9 +313,29 @@ class PairExplorer:
                           states=len(self.seen))
 
 
-def _held(sched: ReferenceScheduler) -> list[str]:
-    """Request ids in the order state_key names them (running, then waiting)."""
-    return [r.request_id for r in (*sched.running, *sched.waiting)]  # type: ignore[attr-defined]
+@dataclass(frozen=True, slots=True)
+class _Tag:
+    """A marker put into a state key to find where the key names a request."""
+
+    index: int
+
+
+def _positions(sched: ReferenceScheduler, ids: Sequence[str]) -> dict[str, int]:
+    """Each request's canonical position in the scheduler's state key: the order in which
+    the key (state_key with a marker per request) first names it. Two schedulers with
+    equal keys name their requests in the same places, so the positions match the
+    requests the keys identify (requests the state no longer holds get none)."""
+    key = sched.state_key({rid: _Tag(i) for i, rid in enumerate(ids)})
+    order: list[int] = []
+    stack: list[object] = [key]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, _Tag):
+            if x.index not in order:
+                order.append(x.index)
+        elif isinstance(x, tuple | list):
+            stack.extend(reversed(x))
+    return {ids[i]: k for k, i in enumerate(order)}
 
 
 def _arrived(sched: ReferenceScheduler, kinds: Sequence[Kind], n: int, depth: int
@@ -417,4 +440,119 @@ def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, symmetric: bool 
     return PairExplorer(a, b, bounds, timeout_s, symmetric).run()
 
 
-__all__ = ["MAX_STATES", "PairExplorer", "compare"]
+
+
+# ---- choosing the method ------------------------------------------------------------------
+
+METHODS = ("auto", "bmc", "explore", "both")
+# `auto` searches explicitly while one step's arrival choices stay below this (the first
+# layer enumerates them all: sum of kinds**k for k <= slots); above it BMC's symbolic slots
+# are cheaper. 1885 on tiny_fcfs (12 kinds, 3 slots), 11131 on tiny_cached (105 kinds, 2).
+AUTO_MAX_ARRIVALS = 50_000
+
+
+def arrival_choices(a: Side, bounds: Bounds) -> int:
+    """How many arrival choices the explicit search enumerates from the empty state."""
+    kinds = len(menu(bounds, engines.get(a.engine).rule_config(a.config)))
+    return sum(kinds ** k for k in range(bounds.slots + 1))
+
+
+def decide(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = True,
+           method: str = "auto") -> DiffResult:
+    """One comparison by `method` (METHODS):
+
+    - `bmc`: diff.compare (the one-step induction first when `prove`, then BMC);
+    - `explore`: a switch the config does not read is PROVED at once; else the explicit
+      search (never a proof of its own);
+    - `both`: each of the two; they must agree on the status (BMC's PROVED with the
+      search's no difference) and, on a difference, on the depth and the least workload;
+      else DIVERGENCE naming both answers;
+    - `auto`: the explicit search where its first layer is small (AUTO_MAX_ARRIVALS),
+      BMC otherwise or when the search runs out of time or states; after a "no
+      difference" the one-step induction, when `prove`, tries to make it PROVED.
+    """
+    start = time.monotonic()
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; methods: {', '.join(METHODS)}")
+    unread = unread_switch(a, b)
+    if unread is not None:
+        return replace(unread, method="config")
+    if method == "bmc":
+        return diff.compare(a, b, bounds, timeout_s, prove=prove)
+    if method == "explore":
+        return compare(a, b, bounds, timeout_s)
+    if method == "both":
+        return _both(a, b, bounds, timeout_s, prove)
+    if arrival_choices(a, bounds) > AUTO_MAX_ARRIVALS:
+        return diff.compare(a, b, bounds, timeout_s, prove=prove)
+    found = compare(a, b, bounds, timeout_s)
+    left = timeout_s - (time.monotonic() - start)
+    if found.status == UNKNOWN and left > 1:
+        fallback = diff.compare(a, b, bounds, left, prove=prove)
+        return replace(fallback, seconds=time.monotonic() - start,
+                       reason=f"{fallback.reason} (BMC after the explicit search's "
+                       f"{found.reason})".strip())
+    if found.status == SAME and prove and left > 1:
+        if diff.prove_equivalent(a, b, bounds.slots, left) is True:
+            return replace(found, status=PROVED, depth=0, seconds=time.monotonic() - start,
+                           reason=f"one-step induction on the product, {bounds.slots} slots, "
+                           "every depth and request length")
+        return replace(found, seconds=time.monotonic() - start)
+    return found
+
+
+def _both(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool) -> DiffResult:
+    start = time.monotonic()
+    by_bmc = diff.compare(a, b, bounds, timeout_s, prove=prove)
+    by_search = compare(a, b, bounds, timeout_s)
+    seconds = time.monotonic() - start
+    why = disagreement(by_bmc, by_search)
+    if why is None:
+        return replace(by_bmc, seconds=seconds, method="both", states=by_search.states)
+    if why == "":
+        unknown = by_bmc if by_bmc.status == UNKNOWN else by_search
+        return replace(unknown, seconds=seconds, method="both")
+    return replace(by_bmc, status=DIVERGENCE, seconds=seconds, method="both",
+                   reason=f"the methods disagree: {why}")
+
+
+def _common(w: Workload | None) -> tuple[object, ...]:
+    if w is None:
+        return ()
+    return (tuple(w.arrival_order()), tuple(sorted((e.step, e.id) for e in w.eos)),
+            tuple(sorted((e.step, e.id, e.count) for e in w.accepted)),
+            tuple(sorted((e.step, e.id, e.count) for e in w.drafts)))
+
+
+def disagreement(by_bmc: DiffResult, by_search: DiffResult) -> str | None:
+    """None when BMC and the explicit search agree (status; on a difference, depth and
+    least workload); "" when either is inconclusive; else what differs, in one line."""
+    if UNKNOWN in (by_bmc.status, by_search.status):
+        return ""
+    bmc_status = SAME if by_bmc.status == PROVED else by_bmc.status
+    if bmc_status != by_search.status:
+        return (f"BMC {by_bmc.status} at depth {by_bmc.depth}, the explicit search "
+                f"{by_search.status} at depth {by_search.depth}")
+    if by_bmc.status != DIFFER:
+        return None
+    if by_bmc.depth != by_search.depth:
+        return (f"BMC differs first at step {by_bmc.depth}, the explicit search at step "
+                f"{by_search.depth}")
+    if _common(by_bmc.workload) != _common(by_search.workload):
+        return (f"at step {by_bmc.depth} the least workloads differ: BMC "
+                f"{_shown_workload(by_bmc.workload)}, the explicit search "
+                f"{_shown_workload(by_search.workload)}")
+    return None
+
+
+def _shown_workload(w: Workload | None) -> str:
+    if w is None:
+        return "none"
+    reqs = ", ".join(f"{r.id}(p{r.prompt_len} m{r.max_tokens} @{r.arrival_step})"
+                     for r in w.arrival_order())
+    eos = ", ".join(f"{e.id}@{e.step}" for e in w.eos)
+    return f"[{reqs}]" + (f" eos [{eos}]" if eos else "")
+
+
+__all__ = ["AUTO_MAX_ARRIVALS", "MAX_STATES", "METHODS", "PairExplorer", "arrival_choices",
+           "compare", "decide", "disagreement", "record_differences"]
