@@ -192,11 +192,28 @@ def test_the_explore_ladder_finds_the_scans_answer_with_the_same_witness(answer,
     assert [(r.value, r.method) for r in res.rungs] == \
         [(v, "array") for v in range(1, 6)] + [(4, "bmc"), (3, "bmc")]
     assert {r.search for r in res.rungs if r.method == "array"} == {1}
-    assert res.witness.counterexample.method == "bmc"
+    # BMC confirmed the array's witness as its least counterexample (confirm_least), and
+    # it is the one BMC's own search and minimisation found (the scan's).
+    assert res.witness.verdict.method == "bmc" and "confirmed" in res.witness.verdict.detail
     assert res.witness.counterexample.workload == answer.witness.counterexample.workload
     assert res.witness_explore.counterexample.workload == res.witness.counterexample.workload
     assert res.bound_bmc.verdict.label == res.bound_explore.verdict.label == "HOLDS(4)"
     replay(res.witness_explore.counterexample)  # the array's witness, on the reference
+
+
+def test_confirm_least_runs_bmcs_own_search_when_the_witness_is_not_the_least(
+        explored_answer):
+    found = explored_answer.witness_explore
+    job = Job("vllm-v1", "starvation", (("k", 3),), small(), None, 60.0, method="bmc")
+    ok = worst.confirm_least(job, found, fallback=lambda j: pytest.fail("not least?"))
+    assert ok.verdict.label == "VIOLATED" and ok.verdict.depth == found.verdict.depth
+    w = found.counterexample.workload
+    bigger = replace(w, requests=(replace(w.requests[0],
+                                          max_tokens=w.requests[0].max_tokens + 1),
+                                  *w.requests[1:]))
+    other = replace(found, counterexample=replace(found.counterexample, workload=bigger))
+    sentinel = JobResult(replace(ok.verdict, detail="bmc's own"))
+    assert worst.confirm_least(job, other, fallback=lambda j: sentinel) is sentinel
 
 
 def test_auto_explores_where_the_array_explorer_applies_and_scans_elsewhere():
@@ -248,3 +265,29 @@ def test_the_array_explorer_searches_the_window_and_no_eos_bounds_as_bmc(capsys,
     assert (doc["status"], doc["strategy"], doc["explorer"]) == ("decided", "explore", "array")
     assert doc["witness"]["bmc"] == doc["witness"]["explore"] == "VIOLATED"
     assert doc["bound"]["bmc"] == doc["bound"]["explore"] == "HOLDS(4)"
+
+
+# --- issue 18 item 4's reference figure -----------------------------------------------------
+
+FIGURE = ["--max-num-batched-tokens", "8", "--max-num-seqs", "4", "--block-size", "4",
+          "--num-gpu-blocks-override", "6", "--max-model-len", "16",
+          "--no-enable-prefix-caching", "--no-async-scheduling", "--requests", "3",
+          "--max-prompt-len", "8", "--max-tokens", "4", "--arrival-window", "3",
+          "--depth", "6"]
+
+
+@pytest.mark.slow  # about 30 s of CPU: the array search, BMC's bound at depth 6, its witness
+def test_the_reference_figure_starves_5_steps_and_never_6(capsys, tmp_path):
+    # SPIN's answer on the same setting (docs/bench_scale.md): k=5 violated, k=6 holds.
+    code, out, err = cli(capsys, "--metric", "starvation_steps", *FIGURE, "--json",
+                         "--out", str(tmp_path))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["status"], doc["value"], doc["strategy"], doc["explorer"]) == \
+        ("decided", 5, "explore", "array")
+    assert doc["bounds"]["slots"] == 3 and doc["bounds"]["arrival_window"] == 3
+    assert doc["witness"]["params"] == {"k": 5} and doc["witness"]["violated_at"] == 5
+    assert doc["witness"]["bmc"] == doc["witness"]["explore"] == "VIOLATED"
+    assert doc["bound"] == {"params": {"k": 6}, "bmc": "HOLDS(6)", "explore": "HOLDS(6)"}
+    assert not doc["depth_reached"]  # depth 6: the bound's window of 6 fits
+    assert Path(doc["witness"]["counterexample"]).is_file()
