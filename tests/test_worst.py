@@ -291,3 +291,11 @@ def test_the_reference_figure_starves_5_steps_and_never_6(capsys, tmp_path):
     assert doc["bound"] == {"params": {"k": 6}, "bmc": "HOLDS(6)", "explore": "HOLDS(6)"}
     assert not doc["depth_reached"]  # depth 6: the bound's window of 6 fits
     assert Path(doc["witness"]["counterexample"]).is_file()
+
+
+def test_explore_ladder_stopped_by_a_limit_names_the_rung_above_the_last_violated():
+    table = {1: (VIOLATED, 1), 2: (UNKNOWN, 1), 3: (UNKNOWN, 1)}
+    res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0, "explore",
+                       checker=fake(table), many=fake_many(table))
+    assert (res.status, res.at_least) == (worst.UNDECIDED, 1)
+    assert res.reason.startswith("starvation k=2: UNKNOWN")

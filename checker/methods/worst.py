@@ -401,6 +401,8 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "a
             high = None
     if high is None:
         stuck = next((r for r in reversed(rungs) if r.verdict != VIOLATED), None)
+        if strategy == "explore":  # one search answered every rung: the one above low
+            stuck = next((r for r in rungs if r.value == low + 1), None)
         if stuck is None:
             why = f"{metric.rung(top)} is VIOLATED too, past the depth's ladder"
         else:
