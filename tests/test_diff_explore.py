@@ -135,3 +135,15 @@ def test_the_text_names_the_method(capsys):
                  "mr_tiny", "--method", "explore"]) == 1
     out = capsys.readouterr().out
     assert "method: explore, " in out and "pair states" in out
+
+
+def test_a_reference_assertion_on_the_ablated_path_is_unknown_and_not_retried_by_bmc():
+    """Under the AsyncScheduler the gate is what keeps a victim with stale output in flight
+    from reaching the WAITING loop (S:934-939 skips it; the model asserts it never gets
+    there): ablated, the reference stops at its assertion, so the answer is UNKNOWN."""
+    a = side("vllm-v1", "tiny_async")
+    b = side("vllm-v1", "tiny_async", {"preemption_gate": False})
+    r = diff_explore.decide(a, b, Bounds(slots=2, depth=4, max_prompt_len=4, max_max_tokens=3),
+                            120, prove=False)
+    assert (r.status, r.method, r.depth) == (diff.UNKNOWN, "explore", 2)
+    assert r.reason.startswith(diff_explore.ASSERTS) and "num_stale_output_tokens" in r.reason

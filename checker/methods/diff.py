@@ -25,8 +25,10 @@ give the same observables and identical next states.
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import z3
@@ -323,7 +325,15 @@ def _replayed(a: Side, b: Side, p: _Pair, model: z3.ModelRef, d: int, start: flo
                                             key=lambda e: (e.step, e.id))))
     wa = replace(base, eos=eos_a)
     wb = replace(base, config=b.config, engine=b.engine, eos=eos_b)
-    ra, rb = simulate(wa), simulate(wb)
+    try:
+        ra, rb = simulate(wa), simulate(wb)
+    except AssertionError as e:  # a reference's own consistency check
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        return DiffResult(UNKNOWN, d, time.monotonic() - start, common, (), (),
+                          reason=f"a reference asserts at {Path(frame.filename).name}:"
+                          f"{frame.lineno} ({frame.line}) replaying the rules' difference: "
+                          "the rules so switched reach a path the reference does not model",
+                          minimal=minimal)
     sa = engines.get(a.engine).observe(wa, ra)
     sb = engines.get(b.engine).observe(wb, rb)
     ids = [r.id for r in wa.arrival_order()]

@@ -35,8 +35,10 @@ from __future__ import annotations
 import copy
 import itertools
 import time
+import traceback
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from checker.methods import diff
@@ -69,6 +71,9 @@ from model.core.types import (
 from model.run import simulate
 
 MAX_STATES = 2_000_000
+# How an UNKNOWN from a reference's assertion begins (BMC's rules assume what the
+# reference asserts: neither models the path, so `auto` does not fall back to BMC).
+ASSERTS = "a reference asserts"
 
 # One step's speculative choice as the path stores it: (accepted by id, drafts by id).
 _Choice = tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]
@@ -133,7 +138,15 @@ class PairExplorer:
             for node in sorted(layer, key=lambda n: n.path.sort_key()):
                 bound = None if best is None else (best.node.path.num_requests,
                                                    _spec_vector(best.node.path))
-                for child in self._successors(node, depth, bound):
+                children = self._successors(node, depth, bound)
+                while True:
+                    try:
+                        child = next(children)
+                    except StopIteration:
+                        break
+                    except AssertionError as e:  # a reference's own consistency check
+                        return self._result(UNKNOWN, depth - 1,
+                                            reason=_asserted(e, depth))
                     self.transitions += 1
                     if time.monotonic() > self.deadline:
                         return self._result(UNKNOWN, depth - 1,
@@ -143,8 +156,9 @@ class PairExplorer:
                         if best is None or child.path.sort_key() < best.node.path.sort_key():
                             best = _Found(child, found)
                         continue
-                    if best is not None or child.key in self.seen:
-                        continue  # this layer decides; or explored from a shallower depth
+                    if (best is not None or depth == self.bounds.depth
+                            or child.key in self.seen):
+                        continue  # this layer decides, the last; or seen less deep
                     old = nxt.get(child.key)
                     if old is None or child.path.sort_key() < old.path.sort_key():
                         nxt[child.key] = child
@@ -203,14 +217,21 @@ class PairExplorer:
             if bound is not None and (n + size, prefix) > (bound[0], bound[1][:len(prefix)]):
                 return  # every child from here on sorts after the best difference found
             for kinds in itertools.product(self.kinds, repeat=size):
-                arrived_a = _arrived(node.a.scheduler, kinds, n, depth)
-                arrived_b = _arrived(node.b.scheduler, kinds, n, depth)
+                arrived_a = (node.a.scheduler, kinds, n, depth)
+                arrived_b = (node.b.scheduler, kinds, n, depth)
                 arrivals = (*node.path.arrivals, kinds)
                 cache_a: dict[Hashable, tuple[ReferenceScheduler, StepRecord]] = {}
                 cache_b: dict[Hashable, tuple[ReferenceScheduler, StepRecord]] = {}
                 probe_a = _stepped(arrived_a, frozenset(), {}, cache_a)
                 probe_b = _stepped(arrived_b, frozenset(), {}, cache_b)
                 probe_path = self._path(node.path, arrivals, (), _NO_CHOICE)
+                ids_now = [f"r{i}" for i in range(probe_path.num_requests)]
+                if record_differences(probe_a[1], probe_b[1], ids_now):
+                    # No EOS and no other choice sorts first among this step's choices,
+                    # and this layer now decides: the other choices need not be run.
+                    yield self._child(node, probe_path, probe_a, probe_b, frozenset(),
+                                      frozenset(), {}, {}, depth)
+                    continue
                 sampled_a = self._sampled(self.a, self.engine_a, node.a, probe_a[1],
                                           probe_path, depth)
                 sampled_b = self._sampled(self.b, self.engine_b, node.b, probe_b[1],
@@ -223,14 +244,24 @@ class PairExplorer:
                         for ids in itertools.combinations(sampled, k):
                             eos_a = frozenset(ids) & sampled_a
                             eos_b = frozenset(ids) & sampled_b
-                            sched_a, rec_a = _stepped(arrived_a, eos_a, kw_a, cache_a)
-                            sched_b, rec_b = _stepped(arrived_b, eos_b, kw_b, cache_b)
-                            path = self._path(node.path, arrivals, ids, choice)
-                            child = _PairNode(
-                                (), _extended(node.a, sched_a, rec_a, eos_a, kw_a, depth),
-                                _extended(node.b, sched_b, rec_b, eos_b, kw_b, depth), path)
-                            child.key = self._key(child, path.num_requests)
-                            yield child
+                            yield self._child(
+                                node, self._path(node.path, arrivals, ids, choice),
+                                _stepped(arrived_a, eos_a, kw_a, cache_a),
+                                _stepped(arrived_b, eos_b, kw_b, cache_b),
+                                eos_a, eos_b, kw_a, kw_b, depth)
+
+    def _child(self, node: _PairNode, path: _Path,
+               stepped_a: tuple[ReferenceScheduler, StepRecord],
+               stepped_b: tuple[ReferenceScheduler, StepRecord], eos_a: frozenset[str],
+               eos_b: frozenset[str], kw_a: Mapping[str, Any], kw_b: Mapping[str, Any],
+               depth: int) -> _PairNode:
+        """The pair after one step; keyed only below the depth bound (a child at the
+        bound is compared, never expanded)."""
+        child = _PairNode((), _extended(node.a, *stepped_a, eos_a, kw_a, depth),
+                          _extended(node.b, *stepped_b, eos_b, kw_b, depth), path)
+        if depth < self.bounds.depth:
+            child.key = self._key(child, path.num_requests)
+        return child
 
     def _sampled(self, side: Side, engine: EngineModel, run: _Run, record: StepRecord,
                  path: _Path, depth: int) -> frozenset[str]:
@@ -338,26 +369,31 @@ def _positions(sched: ReferenceScheduler, ids: Sequence[str]) -> dict[str, int]:
     return {ids[i]: k for k, i in enumerate(order)}
 
 
-def _arrived(sched: ReferenceScheduler, kinds: Sequence[Kind], n: int, depth: int
-             ) -> ReferenceScheduler:
-    """The scheduler with the step's arrivals (itself when none arrive: it is only
-    copied from, never stepped in place)."""
-    if not kinds:
-        return sched
-    out = copy.deepcopy(sched)
-    for j, k in enumerate(kinds):
-        out.add_request(k.spec(f"r{n + j}", depth))
-    return out
+def _asserted(e: AssertionError, depth: int) -> str:
+    """Why the search stopped at a reference's assertion: where, and what it means."""
+    frame = traceback.extract_tb(e.__traceback__)[-1]
+    where = f"{Path(frame.filename).name}:{frame.lineno}"
+    return (f"{ASSERTS} at {where} ({frame.line}) in step {depth}: the rules "
+            "so switched reach a path the reference does not model, so neither side can "
+            f"be run there (no difference up to step {depth - 1})")
 
 
-def _stepped(arrived: ReferenceScheduler, eos: frozenset[str], kwargs: Mapping[str, Any],
+_Arrival = tuple[ReferenceScheduler, Sequence[Kind], int, int]
+
+
+def _stepped(arrived: _Arrival, eos: frozenset[str], kwargs: Mapping[str, Any],
              cache: dict[Hashable, tuple[ReferenceScheduler, StepRecord]]
              ) -> tuple[ReferenceScheduler, StepRecord]:
-    """`arrived` after one step with these choices, computed once per distinct choice
-    (the schedulers kept are never stepped again in place: successors copy them)."""
+    """A copy of the node's scheduler, given the step's arrivals (`arrived`: the
+    scheduler, the kinds, the requests before them, the step) and stepped once with these
+    choices; computed once per distinct choice. The schedulers kept are never stepped in
+    place again: successors copy them."""
     key = (eos, _choice_of(kwargs))
     if key not in cache:
-        sched = copy.deepcopy(arrived)
+        base, kinds, n, depth = arrived
+        sched = copy.deepcopy(base)
+        for j, k in enumerate(kinds):
+            sched.add_request(k.spec(f"r{n + j}", depth))
         cache[key] = (sched, sched.step(eos, **kwargs))
     return cache[key]
 
@@ -468,7 +504,8 @@ def decide(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = Tru
       search's no difference) and, on a difference, on the depth and the least workload;
       else DIVERGENCE naming both answers;
     - `auto`: the explicit search where its first layer is small (AUTO_MAX_ARRIVALS),
-      BMC otherwise or when the search runs out of time or states; after a "no
+      BMC otherwise or when the search runs out of time or states (not after a
+      reference's assertion: BMC's rules assume what it asserts); after a "no
       difference" the one-step induction, when `prove`, tries to make it PROVED.
     """
     start = time.monotonic()
@@ -487,7 +524,7 @@ def decide(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = Tru
         return diff.compare(a, b, bounds, timeout_s, prove=prove)
     found = compare(a, b, bounds, timeout_s)
     left = timeout_s - (time.monotonic() - start)
-    if found.status == UNKNOWN and left > 1:
+    if found.status == UNKNOWN and not found.reason.startswith(ASSERTS) and left > 1:
         fallback = diff.compare(a, b, bounds, left, prove=prove)
         return replace(fallback, seconds=time.monotonic() - start,
                        reason=f"{fallback.reason} (BMC after the explicit search's "
