@@ -388,5 +388,8 @@ ENGINE = EngineModel(
     family_constraints=validation_constraints, within_bounds=within_bounds,
     symbolic_limit=symbolic_limit, witness_config=cache_free, sets_fields=("assertion",),
     step_choices=step_choices,  # type: ignore[arg-type]
-    extra={"versions": VllmVersions(versions=VERSIONS, pinned=VLLM_VERSION)},
+    # "array_explorer_checked": checker/methods/array's explorer agrees with the reference
+    # explorer on this engine (tests/test_array_explore.py, docs/bench_scale.md).
+    extra={"versions": VllmVersions(versions=VERSIONS, pinned=VLLM_VERSION),
+           "array_explorer_checked": True},
 )

@@ -79,6 +79,11 @@ def supports(family: Family) -> str | None:
     return None
 
 
+# The key of EngineModel.extra by which an engine says its rules on arrays were
+# cross-checked against its reference explorer (tests/test_array_explore.py).
+ARRAY_CHECKED = "array_explorer_checked"
+
+
 def unsupported(family: Family, bounds: Bounds) -> str | None:
     """None when this explorer searches exactly the environment of `bounds` on `family`
     as BMC and the reference explorer do, else why not (the caller keeps the reference
@@ -86,10 +91,10 @@ def unsupported(family: Family, bounds: Bounds) -> str | None:
     decoding (the setting cross-checked state for state against SPIN, docs/bench_scale.md,
     and verdict for verdict against the reference explorer, tests/test_array_explore.py);
     bounds with an arrival window and with EOS off (`options_for`)."""
-    from model.vllm.config import ENGINE_VLLM_V1
-
-    if family.engine != ENGINE_VLLM_V1:
-        return f"the array explorer is used for {ENGINE_VLLM_V1} only, not {family.engine}"
+    engine = engines.get(family.engine)
+    if not (engine.extra or {}).get(ARRAY_CHECKED):
+        return (f"the array explorer is not cross-checked against {family.engine}'s "
+                "reference explorer")
     cfg = family.base
     for name, on in (("prefix caching", getattr(cfg, "enable_prefix_caching", False)),
                      ("the AsyncScheduler", getattr(cfg, "async_scheduling", False)),
