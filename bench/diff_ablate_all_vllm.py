@@ -95,7 +95,10 @@ def main() -> int:
             for method in methods[1:]:
                 other = runs[method][2]["switches"][i]
                 ratio = other["seconds"] / sw["seconds"] if sw["seconds"] else float("inf")
-                cells += [cell(other), f"{other['seconds']:.1f}", f"{ratio:.1f}x"]
+                same = "-"
+                if "differ" in (sw["status"], other["status"]):
+                    same = "yes" if _least(sw) == _least(other) else "NO"
+                cells += [cell(other), f"{other['seconds']:.1f}", f"{ratio:.1f}x", same]
             switch_rows.append(cells)
     header = ["config", "slots/depth/prompt/max_tokens"]
     for method in methods:
@@ -105,9 +108,15 @@ def main() -> int:
     print()
     header = ["config", "switch", f"{methods[0]} answer", "method", f"{methods[0]} s"]
     for m in methods[1:]:
-        header += [f"{m} answer", f"{m} s", f"{m} / {methods[0]}"]
+        header += [f"{m} answer", f"{m} s", f"{m} / {methods[0]}", "same least workload"]
     _table(header, switch_rows)
     return 0
+
+
+def _least(row: dict) -> object:
+    """A difference's depth and common workload (requests and EOS choices)."""
+    w = row.get("workload") or {}
+    return (row["status"], row["depth"], w.get("requests"), w.get("eos"))
 
 
 def _table(header: list[str], rows: list[list[str]]) -> None:

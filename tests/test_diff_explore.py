@@ -34,9 +34,10 @@ def requests(r):
             for x in r.workload.arrival_order()]
 
 
-def test_full_sequence_check_differs_at_step_2_on_the_same_least_workload():
+@pytest.mark.parametrize("switch", ["full_sequence_check", "victim_latest"])
+def test_an_ablation_differs_at_step_2_on_the_same_least_workload(switch):
     a = side("vllm-v1", "tiny_fcfs")
-    b = side("vllm-v1", "tiny_fcfs", {"full_sequence_check": False})
+    b = side("vllm-v1", "tiny_fcfs", {switch: False})
     by_bmc, by_search = both_ways(a, b, SMALL)
     assert (by_search.status, by_search.depth, by_search.method) == (diff.DIFFER, 2, "explore")
     assert (by_bmc.status, by_bmc.depth) == (diff.DIFFER, 2)

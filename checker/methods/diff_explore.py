@@ -12,12 +12,18 @@ decoding (`EngineModel.step_choices`), any choice of drafts accepted and propose
 either side could take, each side getting it cut to its own drafts scheduled (as the
 rules cut the shared choice, model/vllm/rules.py `step`).
 
-Each step's observables are compared as BMC compares them: `diff.differences` over the
-two sides' `EngineModel.observe` Steps (the OBSERVABLES per request and the
-STEP_OBSERVABLES), the same Step fields the rules' `differs` formula reads.
+Each step's observables are compared as BMC compares them. BMC's `differs` reads the
+Step fields OBSERVABLES (per request) and STEP_OBSERVABLES; every engine's `observe`
+takes exactly those from the StepRecord (scheduled tokens, admitted, resumed, preempted,
+finished, finished with reason "stop", free_blocks right after scheduling), so the search
+compares the two StepRecords field by field (`record_differences`, no Steps built), and
+the replay of the answer checks that `diff.differences` over the observed Steps finds the
+same (else DIVERGENCE). Speculative choices are not in BMC's diff (its product passes
+none, so it sees only the default choice); the search branches on them.
 
 Breadth-first over pair states: a node is (requests arrived, side A's `state_key`, side
-B's `state_key` with each request tagged by its position in A's queues). The tag keeps
+B's `state_key` with each request tagged by where A's key names it, found with a marker
+per request passed as the key's per-request extra: no engine's field is read). The tag keeps
 the symmetry reduction joint: two pairs coincide only under one renaming of requests for
 both sides, so a request of A stays matched with the same request of B. Only pairs that
 agreed on every step so far are expanded, so the first layer with a differing step is
