@@ -265,6 +265,9 @@ def test_the_array_explorer_searches_the_window_and_no_eos_bounds_as_bmc(capsys,
     assert (doc["status"], doc["strategy"], doc["explorer"]) == ("decided", "explore", "array")
     assert doc["witness"]["bmc"] == doc["witness"]["explore"] == "VIOLATED"
     assert doc["bound"]["bmc"] == doc["bound"]["explore"] == "HOLDS(4)"
+    # With an arrival window the bound's rung is also searched with no depth limit.
+    assert (doc["closed_at"] is not None) == ("--arrival-window" in flag)
+    assert doc["beyond"] is None
 
 
 # --- issue 18 item 4's reference figure -----------------------------------------------------
@@ -290,6 +293,9 @@ def test_the_reference_figure_starves_5_steps_and_never_6(capsys, tmp_path):
     assert doc["witness"]["bmc"] == doc["witness"]["explore"] == "VIOLATED"
     assert doc["bound"] == {"params": {"k": 6}, "bmc": "HOLDS(6)", "explore": "HOLDS(6)"}
     assert not doc["depth_reached"]  # depth 6: the bound's window of 6 fits
+    # And at every length, as SPIN's exhaustive search says: the array explorer's state
+    # graph of k=6 closes (arrivals in steps 1..3), with no run violating it.
+    assert doc["closed_at"] is not None and doc["beyond"] is None
     assert Path(doc["witness"]["counterexample"]).is_file()
 
 
@@ -299,3 +305,18 @@ def test_explore_ladder_stopped_by_a_limit_names_the_rung_above_the_last_violate
                        checker=fake(table), many=fake_many(table))
     assert (res.status, res.at_least) == (worst.UNDECIDED, 1)
     assert res.reason.startswith("starvation k=2: UNKNOWN")
+
+
+def test_a_bound_violated_past_the_depth_is_said_beyond_the_depth(capsys):
+    from checker.cli import worst as cli_worst
+
+    table = {1: (VIOLATED, 1), 2: (VIOLATED, 2)}
+    longer = fake({3: (VIOLATED, 7)})
+    nc = with_bounds(small(), arrival_window=2)
+    res = worst.search(worst.METRICS["starvation_steps"], nc, 1.0, "explore",
+                       checker=fake(table), many=fake_many(table),
+                       unbounded=lambda job: (longer(job), None))
+    assert (res.status, res.value, res.closed_at) == (worst.DECIDED, 2, None)
+    assert res.beyond.verdict.depth == 7 and res.rungs[-1].method == worst.UNBOUNDED
+    text = cli_worst.text(replace(res, witness=None))  # a stand-in witness has no timeline
+    assert "beyond the depth: starvation k=3 is VIOLATED at step 7" in text

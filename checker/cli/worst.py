@@ -44,7 +44,7 @@ from checker.config.serve_args import (
 )
 from checker.methods import worst
 from checker.methods.jobs import JobResult
-from checker.methods.verdict import VIOLATED
+from checker.methods.verdict import HOLDS, VIOLATED
 from model import registry as engines
 from model.core.errors import InputError
 from model.vllm.config import ENGINE_VLLM_V1
@@ -183,11 +183,18 @@ def text(res: worst.WorstResult, path: str | None = None) -> str:
     if res.bound_bmc is not None and res.status != worst.DISAGREE:
         top = (res.value if res.value is not None else res.at_least) + 1
         lines.append("bound: " + _by(m, top, res.bound_bmc, res.bound_explore))
-    if res.closed_at is not None:
-        lines.append(f"closed: the array explorer's search found no new state after step "
-                     f"{res.closed_at} (requests arrive in steps 1.."
-                     f"{dict(nc.bounds).get('arrival_window')}), so "
-                     "no run of any length exceeds the bound, not only runs of the depth")
+    window = dict(nc.bounds).get("arrival_window")
+    if res.closed_at is not None and res.value is not None:
+        lines.append(f"beyond the depth: {m.rung(res.value + 1)} holds for runs of every "
+                     f"length (the array explorer alone, no depth limit: with arrivals in "
+                     f"steps 1..{window} its state graph is closed, step {res.closed_at} "
+                     f"reaching no new state; BMC confirms to depth "
+                     f"{dict(nc.bounds).get('depth')})")
+    if res.beyond is not None and res.value is not None:
+        b = res.beyond.verdict
+        lines.append(f"beyond the depth: {m.rung(res.value + 1)} is VIOLATED at step "
+                     f"{b.depth} (the array explorer alone, no depth limit, replayed on the "
+                     "reference): a longer run goes further; raise --depth to ask it")
     if res.explorer_note:
         lines.append(f"explorer: the reference explorer ({res.explorer_note})")
     if res.depth_reached:
@@ -211,6 +218,10 @@ def ladder_text(res: worst.WorstResult) -> str:
             said = ", ".join(f"{m.param}={x.value - m.offset} {x.result.verdict.label}"
                              for x in same)
             items.append(f"{m.property} {said} (one {r.method} search, {r.seconds:.2f}s)")
+        elif r.method == worst.UNBOUNDED:
+            label = "HOLDS" if r.verdict == HOLDS else r.result.verdict.label
+            items.append(f"{m.rung(r.value)} {label} (array, no depth limit, "
+                         f"{r.seconds:.2f}s)")
         else:
             items.append(f"{m.rung(r.value)} {r.result.verdict.label} ({r.method}, "
                          f"{r.seconds:.2f}s)")
@@ -249,6 +260,8 @@ def json_document(res: worst.WorstResult, code: int, path: str | None = None
         "strategy": res.strategy,
         "explorer": res.explorer,
         "closed_at": res.closed_at,
+        "beyond": None if res.beyond is None else {
+            "params": dict(m.params(top)), "violated_at": res.beyond.verdict.depth},
         "rungs": [{"params": dict(m.params(r.value)), "method": r.method,
                    "verdict": r.result.verdict.verdict, "depth": r.result.verdict.depth,
                    "seconds": round(r.seconds, 3), "search": r.search} for r in res.rungs],

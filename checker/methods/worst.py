@@ -41,10 +41,13 @@ at least the last violated value. The witness is BMC's least counterexample of t
 violated rung (the explorer's when BMC did not decide it), replayed on the reference; it
 is minimal in checker/methods/minimize.py's order unless its verdict says "not minimised".
 
-When the bounds have an arrival window, the array explorer's states forget the step once
-no request can arrive, so a search whose frontier empties before the depth has visited
-every state any run of any length reaches: `closed_at` then says so, and the answer holds
-for runs of every length, not only up to the depth."""
+Beyond the depth (`explore_unbounded`): when the answer is decided with the array explorer
+and the bounds have an arrival window, the bound's rung is searched once more by the array
+explorer alone with no depth limit. Its states forget the step once no request can arrive,
+so the search ends when no new state appears, having visited every state of every run of
+any length: `closed_at` (the last layer) then says the bound holds for runs of every
+length, or `beyond` carries the longer run that violates it (replayed on the reference).
+BMC does not confirm this part: it unrolls to the depth only."""
 
 from __future__ import annotations
 
@@ -63,6 +66,7 @@ from properties.manifest import NamedConfig
 DECIDED, DISAGREE, UNDECIDED = "decided", "disagree", "undecided"
 STRATEGIES = ("auto", "explore", "scan", "binary")
 ARRAY, REFERENCE = "array", "reference"  # which explorer asks the explorer's rungs
+UNBOUNDED = "array-unbounded"  # a rung's method: the array explorer with no depth limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +100,8 @@ METRICS: dict[str, Metric] = {
 @dataclass(frozen=True, slots=True)
 class Rung:
     """One check of the ladder: the value it asks about, the method, its result. `method`
-    is "bmc", "explore" (the reference explorer) or "array" (the array explorer); rungs
+    is "bmc", "explore" (the reference explorer), "array" (the array explorer) or
+    "array-unbounded" (the array explorer with no depth limit); rungs
     with the same `search` > 0 were answered by one shared search of `seconds`."""
 
     value: int
@@ -130,7 +135,8 @@ class WorstResult:
     seconds: float = 0.0
     explorer: str = REFERENCE  # ARRAY | REFERENCE: which explorer confirmed
     explorer_note: str = ""  # why the reference explorer, when the array one does not apply
-    closed_at: int | None = None  # the array search's frontier emptied after this layer
+    closed_at: int | None = None  # the bound holds at every length: no new state after it
+    beyond: JobResult | None = None  # the bound's rung violated past the depth (explorer)
 
 
 def _depth(nc: NamedConfig) -> int:
@@ -286,6 +292,29 @@ def confirm_least(job: Job, found: JobResult,
                              "reference"), cex, found.replayed)
 
 
+def explore_unbounded(job: Job) -> tuple[JobResult, int | None]:
+    """`job`'s rung by the array explorer with no depth limit (bounds with an arrival
+    window only: the search ends when no new state appears); the result (VIOLATED at any
+    step, replayed on the reference; HOLDS; UNKNOWN on a limit) and, when it holds, the
+    number of layers the search took."""
+    from checker.methods import array as ax
+    from checker.methods.array import Options
+
+    nc = job.config
+    bounds = _bounds(nc)
+    if bounds.arrival_window <= 0:
+        raise ValueError("a search without a depth limit needs an arrival window")
+    prop = catalogue.get(job.property, **dict(job.params))
+    r = ax.check(prop, _family(nc), bounds, job.timeout_s,
+                 options=Options(arrival_steps=bounds.arrival_window, exhaustive=True))
+    res = explored(job, r)
+    v = res.verdict
+    res = replace(res, verdict=replace(v, params=job.params,
+                                       detail=f"array explorer, no depth limit; {v.detail}"))
+    closed = r.stats.depth_reached if r.status == "holds" else None
+    return res, closed
+
+
 def explore_one(job: Job) -> JobResult:
     """One rung by the array explorer (see `explore_many`)."""
     return explore_many([job])[0][0]
@@ -295,12 +324,16 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "a
            confirm: bool = True, checker: Callable[[Job], JobResult] = run,
            many: Callable[[Sequence[Job]], tuple[list[JobResult], int | None]] | None = None,
            least: Callable[[Job, JobResult, Callable[[Job], JobResult]], JobResult]
-           = confirm_least) -> WorstResult:
+           = confirm_least,
+           unbounded: Callable[[Job], tuple[JobResult, int | None]] | None = None
+           ) -> WorstResult:
     """The worst value of `metric` on `nc` within its bounds; see the module docstring.
     `timeout_s` is per check (per shared search for the `explore` ladder). `checker` runs
     one job (the job function by default: BMC, or the reference explorer); `many` runs the
     array explorer's jobs (`explore_many` by default, used only where it applies); `least`
-    has BMC check the explore ladder's witness (`confirm_least`)."""
+    has BMC check the explore ladder's witness (`confirm_least`); `unbounded` searches the
+    bound's rung with no depth limit (`explore_unbounded` with the real array explorer;
+    with a given `many`, only if given too)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}")
     start = time.monotonic()
@@ -313,12 +346,14 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "a
     use_array = many is not None or not note
     if many is None:
         many = explore_many
+        unbounded = unbounded or explore_unbounded
     if strategy == "auto":
         strategy = "explore" if use_array else "scan"
     if strategy == "explore" and not use_array:
         raise ValueError(f"strategy explore needs the array explorer: {note}")
     explorer = ARRAY if use_array else REFERENCE
     closed: int | None = None
+    beyond: JobResult | None = None
 
     def job(value: int, method: str) -> Job:
         return Job(nc.engine, metric.property, metric.params(value), nc, None, timeout_s,
@@ -338,9 +373,9 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "a
         return cache[value, method]
 
     def ask_all(values: Sequence[int]) -> None:
-        nonlocal searches, closed
+        nonlocal searches
         t = time.monotonic()
-        results, closed = many([job(v, "explore") for v in values])
+        results = many([job(v, "explore") for v in values])[0]
         searches += 1
         seconds = time.monotonic() - t
         for v, res in zip(values, results, strict=True):
@@ -357,7 +392,7 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "a
                            witness_x, reason,
                            metric.depth_bounded and value is not None and value >= depth,
                            strategy, tuple(rungs), time.monotonic() - start, explorer, note,
-                           closed if status == DECIDED else None)
+                           closed if status == DECIDED else None, beyond)
 
     # The ladder: `low` is the largest value known violated (0: none asked), `high` the
     # least known to hold fully; a rung that is neither stops the search.
@@ -445,4 +480,10 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "a
             return result(UNDECIDED, low, None, f"{metric.rung(high)}: {_said(res)}, only "
                           f"up to depth {res.verdict.depth} of {depth}", bound, bound_x,
                           witness_x)
+    if use_array and unbounded is not None and _bounds(nc).arrival_window > 0:
+        t = time.monotonic()
+        res, closed = unbounded(job(high, "explore"))
+        rungs.append(Rung(high, UNBOUNDED, res, time.monotonic() - t))
+        if res.verdict.verdict == VIOLATED:
+            beyond = res
     return result(DECIDED, low, low, "", bound, bound_x, witness_x)
