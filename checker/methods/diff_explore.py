@@ -141,10 +141,10 @@ class PairExplorer:
         for depth in range(1, self.bounds.depth + 1):
             nxt: dict[Hashable, _PairNode] = {}
             best: _Found | None = None
-            for node in sorted(layer, key=lambda n: n.path.sort_key()):
-                bound = None if best is None else (best.node.path.num_requests,
-                                                   _spec_vector(best.node.path))
-                children = self._successors(node, depth, bound)
+            for node, size in self._tasks(layer, depth):
+                if best is not None and _after(node, size, best.node.path):
+                    continue  # every child of this task sorts after the best difference
+                children = self._successors(node, depth, size)
                 while True:
                     try:
                         child = next(children)
@@ -210,51 +210,60 @@ class PairExplorer:
 
     # ---- one layer ------------------------------------------------------------------------
 
-    def _successors(self, node: _PairNode, depth: int,
-                    bound: tuple[int, list[int]] | None = None) -> Iterator[_PairNode]:
-        """Every environment choice of one step (arrivals, then EOS and the speculative
-        choices), applied to both sides; with `bound` (the request count and spec vector
-        of the best difference found in this layer), only those that may sort before it."""
-        arrivals_allowed = depth <= self.bounds.last_arrival()
-        room = self.bounds.slots - node.path.num_requests if arrivals_allowed else 0
+    def _tasks(self, layer: Sequence[_PairNode], depth: int
+               ) -> list[tuple[_PairNode, int]]:
+        """Each node of the layer with each number of requests that may arrive, in the
+        order their children sort: fewest requests in all first, then (as a request that
+        arrives now sorts after one that arrived before) the nodes holding more of them,
+        then the nodes' own order. So the first differences found are near the least, and
+        the tasks after it are skipped."""
+        allowed = depth <= self.bounds.last_arrival()
+        tasks = []
+        for node in layer:
+            n = node.path.num_requests
+            room = self.bounds.slots - n if allowed else 0
+            tasks += [(node, size) for size in range(room + 1)]
+        tasks.sort(key=lambda t: (t[0].path.num_requests + t[1], -t[0].path.num_requests,
+                                  t[0].path.sort_key()))
+        return tasks
+
+    def _successors(self, node: _PairNode, depth: int, size: int) -> Iterator[_PairNode]:
+        """Every environment choice of one step with `size` arrivals (the arrivals, then
+        EOS and the speculative choices), applied to both sides."""
         n = node.path.num_requests
-        prefix = _spec_vector(node.path)
-        for size in range(room + 1):
-            if bound is not None and (n + size, prefix) > (bound[0], bound[1][:len(prefix)]):
-                return  # every child from here on sorts after the best difference found
-            for kinds in itertools.product(self.kinds, repeat=size):
-                arrived_a = (node.a.scheduler, kinds, n, depth)
-                arrived_b = (node.b.scheduler, kinds, n, depth)
-                arrivals = (*node.path.arrivals, kinds)
-                cache_a: dict[Hashable, tuple[ReferenceScheduler, StepRecord]] = {}
-                cache_b: dict[Hashable, tuple[ReferenceScheduler, StepRecord]] = {}
-                probe_a = _stepped(arrived_a, frozenset(), {}, cache_a)
-                probe_b = _stepped(arrived_b, frozenset(), {}, cache_b)
-                probe_path = self._path(node.path, arrivals, (), _NO_CHOICE)
-                ids_now = [f"r{i}" for i in range(probe_path.num_requests)]
-                if record_differences(probe_a[1], probe_b[1], ids_now):
-                    # No EOS and no other choice sorts first among this step's choices,
-                    # and this layer now decides: the other choices need not be run.
-                    yield self._child(node, probe_path, probe_a, probe_b, frozenset(),
-                                      frozenset(), {}, {}, depth)
-                    continue
-                sampled_a = self._sampled(self.a, self.engine_a, node.a, probe_a[1],
-                                          probe_path, depth)
-                sampled_b = self._sampled(self.b, self.engine_b, node.b, probe_b[1],
-                                          probe_path, depth)
-                sampled = sorted(sampled_a | sampled_b, key=lambda r: int(r[1:]))
-                if self.bounds.no_eos:
-                    sampled = []
-                for choice, kw_a, kw_b in self._choices(probe_a[0], probe_b[0]):
-                    for k in range(len(sampled) + 1):
-                        for ids in itertools.combinations(sampled, k):
-                            eos_a = frozenset(ids) & sampled_a
-                            eos_b = frozenset(ids) & sampled_b
-                            yield self._child(
-                                node, self._path(node.path, arrivals, ids, choice),
-                                _stepped(arrived_a, eos_a, kw_a, cache_a),
-                                _stepped(arrived_b, eos_b, kw_b, cache_b),
-                                eos_a, eos_b, kw_a, kw_b, depth)
+        for kinds in itertools.product(self.kinds, repeat=size):
+            arrived_a = (node.a.scheduler, kinds, n, depth)
+            arrived_b = (node.b.scheduler, kinds, n, depth)
+            arrivals = (*node.path.arrivals, kinds)
+            cache_a: dict[Hashable, tuple[ReferenceScheduler, StepRecord]] = {}
+            cache_b: dict[Hashable, tuple[ReferenceScheduler, StepRecord]] = {}
+            probe_a = _stepped(arrived_a, frozenset(), {}, cache_a)
+            probe_b = _stepped(arrived_b, frozenset(), {}, cache_b)
+            probe_path = self._path(node.path, arrivals, (), _NO_CHOICE)
+            ids_now = [f"r{i}" for i in range(probe_path.num_requests)]
+            if record_differences(probe_a[1], probe_b[1], ids_now):
+                # No EOS and no other choice sorts first among this step's choices,
+                # and this layer now decides: the other choices need not be run.
+                yield self._child(node, probe_path, probe_a, probe_b, frozenset(),
+                                  frozenset(), {}, {}, depth)
+                continue
+            sampled_a = self._sampled(self.a, self.engine_a, node.a, probe_a[1],
+                                      probe_path, depth)
+            sampled_b = self._sampled(self.b, self.engine_b, node.b, probe_b[1],
+                                      probe_path, depth)
+            sampled = sorted(sampled_a | sampled_b, key=lambda r: int(r[1:]))
+            if self.bounds.no_eos:
+                sampled = []
+            for choice, kw_a, kw_b in self._choices(probe_a[0], probe_b[0]):
+                for k in range(len(sampled) + 1):
+                    for ids in itertools.combinations(sampled, k):
+                        eos_a = frozenset(ids) & sampled_a
+                        eos_b = frozenset(ids) & sampled_b
+                        yield self._child(
+                            node, self._path(node.path, arrivals, ids, choice),
+                            _stepped(arrived_a, eos_a, kw_a, cache_a),
+                            _stepped(arrived_b, eos_b, kw_b, cache_b),
+                            eos_a, eos_b, kw_a, kw_b, depth)
 
     def _child(self, node: _PairNode, path: _Path,
                stepped_a: tuple[ReferenceScheduler, StepRecord],
@@ -402,6 +411,14 @@ def _stepped(arrived: _Arrival, eos: frozenset[str], kwargs: Mapping[str, Any],
             sched.add_request(k.spec(f"r{n + j}", depth))
         cache[key] = (sched, sched.step(eos, **kwargs))
     return cache[key]
+
+
+def _after(node: _PairNode, size: int, best: _Path) -> bool:
+    """Every child of `node` with `size` arrivals sorts after `best` (more requests, or
+    a request part whose prefix, the node's own, already sorts after best's)."""
+    prefix = _spec_vector(node.path)
+    return (node.path.num_requests + size, prefix) > (best.num_requests,
+                                                       _spec_vector(best)[:len(prefix)])
 
 
 def _spec_vector(path: _Path) -> list[int]:
