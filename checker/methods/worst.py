@@ -315,11 +315,6 @@ def explore_unbounded(job: Job) -> tuple[JobResult, int | None]:
     return res, closed
 
 
-def explore_one(job: Job) -> JobResult:
-    """One rung by the array explorer (see `explore_many`)."""
-    return explore_many([job])[0][0]
-
-
 def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "auto",
            confirm: bool = True, checker: Callable[[Job], JobResult] = run,
            many: Callable[[Sequence[Job]], tuple[list[JobResult], int | None]] | None = None,
