@@ -96,7 +96,7 @@ def main() -> int:
                 other = runs[method][2]["switches"][i]
                 ratio = other["seconds"] / sw["seconds"] if sw["seconds"] else float("inf")
                 same = "-"
-                if "differ" in (sw["status"], other["status"]):
+                if sw["status"] == other["status"] == "differ":
                     same = "yes" if _least(sw) == _least(other) else "NO"
                 cells += [cell(other), f"{other['seconds']:.1f}", f"{ratio:.1f}x", same]
             switch_rows.append(cells)
