@@ -183,3 +183,17 @@ def test_the_ablations_change_decisions_with_a_minimal_workload(switch, step):
     result = diff.compare(a, b, Bounds(slots=3, depth=2, max_prompt_len=3, max_max_tokens=2),
                           120, prove=False)
     assert (result.status, result.depth) == (diff.DIFFER, step)
+
+
+def test_bmc_diff_refuses_speculative_decoding_and_the_explicit_search_answers():
+    # the symbolic product has EOS choices only; with drafts accepted fixed at 0 a
+    # "no difference" would not cover the acceptance the environment chooses
+    from checker.methods import diff_explore
+    a = vllm_side("tiny_spec")
+    b = vllm_side("tiny_spec", {"victim_latest": False})
+    small = Bounds(slots=2, depth=2, max_prompt_len=2, max_max_tokens=2)
+    by_bmc = diff.compare(a, b, small, 60)
+    assert by_bmc.status == diff.UNKNOWN and "speculative" in by_bmc.reason
+    assert diff.prove_equivalent(a, b, 2, 30) is None
+    assert diff_explore.decide(a, b, small, 120, method="explore").status in (
+        diff.DIFFER, diff.SAME)

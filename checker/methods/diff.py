@@ -266,6 +266,8 @@ def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = Tr
     unread = unread_switch(a, b)
     if unread is not None:
         return unread
+    if _other_choices(a, b):
+        return DiffResult(UNKNOWN, 0, time.monotonic() - start, reason=NO_SPEC_CHOICES)
     if prove:
         proof = prove_equivalent(a, b, bounds.slots, timeout_s)
         if proof is True:
@@ -376,12 +378,28 @@ def _names(found: Sequence[Difference]) -> str:
     return ", ".join(f"{f.request} {f.observable}".strip() for f in found) or "nothing"
 
 
+# The symbolic product feeds both sides EOS choices only: a rule config with speculative
+# decoding also has drafts accepted and proposed, which it would fix at their defaults.
+NO_SPEC_CHOICES = ("BMC's difference search gives both sides EOS choices only, not "
+                   "speculative decoding's drafts accepted and proposed; --method explore "
+                   "searches those")
+
+
+def _other_choices(a: Side, b: Side) -> bool:
+    """Either side's rules take environment choices besides EOS (speculative decoding)."""
+    return any(getattr(engines.get(s.engine).rule_config(s.config), "num_spec_tokens", 0)
+               for s in (a, b))
+
+
 def prove_equivalent(a: Side, b: Side, slots: int, timeout_s: float) -> bool | None:
     """True when the two rule sets agree from every state: the initial states are equal,
     and from any one state, any requests (unbounded lengths) and EOS choices, both steps
     give the same observables and equal next states (a one-step induction on the
     product). False when some state tells them apart (they may still agree on every
-    reachable one), None on a solver limit."""
+    reachable one), None on a solver limit or where the product lacks the sides' other
+    environment choices (NO_SPEC_CHOICES)."""
+    if _other_choices(a, b):
+        return None
     ea, eb = engines.get(a.engine), engines.get(b.engine)
     cfg_a = ea.rule_config(a.config)
     cfg_b = eb.rule_config(b.config)
