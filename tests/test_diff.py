@@ -197,3 +197,15 @@ def test_bmc_diff_refuses_speculative_decoding_and_the_explicit_search_answers()
     assert diff.prove_equivalent(a, b, 2, 30) is None
     assert diff_explore.decide(a, b, small, 120, method="explore").status in (
         diff.DIFFER, diff.SAME)
+
+
+def test_the_gate_ablated_under_async_skips_a_victim_with_stale_output_as_upstream():
+    # scheduler.py:934-939: with the gate off (S:900) a victim preempted with output in
+    # flight meets the waiting loop of the same step, which skips it (S:904-910, 1394-1395);
+    # the reference and the rules both skip, so the comparison is decided, not UNKNOWN
+    from checker.methods import diff_explore
+    a = vllm_side("tiny_async")
+    b = vllm_side("tiny_async", {"preemption_gate": False})
+    result = diff_explore.decide(a, b, Bounds(slots=2, depth=4, max_prompt_len=4,
+                                              max_max_tokens=3), 120, method="explore")
+    assert result.status == diff.SAME and result.depth == 4

@@ -699,7 +699,17 @@ class VllmV1Scheduler:
 
     def _schedule_waiting(self, out: _StepOutput, threshold: int) -> None:
         """The WAITING loop (S:912-1369). Every failure to admit the head breaks the loop
-        (strict head-of-line); in scope nothing is ever skipped."""
+        (strict head-of-line); in scope the only skip is of a request whose stale output is
+        still in flight, reachable only with the preemption gate ablated."""
+        skipped: list[Request] = []
+        self._admit_waiting(out, threshold, skipped)
+        for request in reversed(skipped):  # S:1394-1395: back in front, in their order
+            self.waiting.prepend_request(request)
+
+    def _admit_waiting(self, out: _StepOutput, threshold: int, skipped: list[Request]
+                       ) -> None:
+        """The WAITING loop's admissions (S:912-1369); `skipped` collects the requests
+        skipped for stale output in flight."""
         while out.token_budget > 0:  # S:912
             if not self.waiting or out.input_budget <= self.cfg.draft_slots:  # S:918-919
                 break
@@ -710,10 +720,14 @@ class VllmV1Scheduler:
             if len(self.running) >= seats:
                 break
             request = self.waiting.peek_request()
-            # S:934-939 skips a request whose stale output is still in flight. With a batch
-            # queue of two it cannot happen: a victim of schedule(k) is stale for step k-1
-            # only, delivered before schedule(k+1), and schedule(k) admits nothing (S:900).
-            assert request.num_stale_output_tokens == 0
+            # S:934-939 skips a request whose stale output is still in flight (S:904-910),
+            # putting it back in order after the loop (S:1394-1395). With a batch queue of
+            # two only the gate's ablation reaches it: a victim of schedule(k) is stale for
+            # step k-1 only, delivered before schedule(k+1), and schedule(k) admits nothing
+            # (S:900) unless the gate is off.
+            if request.num_stale_output_tokens > 0:
+                skipped.append(self.waiting.pop_request())
+                continue
             # S:960-967: a request with nothing computed (new, or preempted and reset to 0)
             # looks its prefix up; in scope every waiting request has nothing computed.
             hit: list[KVBlock] = []

@@ -294,6 +294,8 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
     for _ in range(n_slots):
         in_waiting = [ops.or_(w.status[i] == WAITING, w.status[i] == PREEMPTED)
                       for i in range(n_slots)]
+        if w.stale is not None:  # 934-939: skipped while its stale output is in flight
+            in_waiting = [ops.and_(q, w.stale[i] == 0) for i, q in enumerate(in_waiting)]
         if cfg.policy_priority:
             keys = [(specs[i].priority, i) for i in range(n_slots)]
         else:
