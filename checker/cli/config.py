@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 
 from checker.config.flags import (
@@ -32,6 +31,7 @@ from checker.config.hazards import (
 from checker.config.report import print_invalid, print_reasons, print_report
 from checker.config.resolve import Request, check_config
 from checker.config.rule_reasons import explain_rules
+from checker.config.serve_args import device_of, positive_number
 from checker.config.spec_args import spec_decode
 from model.core.errors import InputError
 from model.vllm.config import Config
@@ -51,8 +51,6 @@ from model.vllm.engine_args import (
     USAGES,
     Device,
     EngineArgs,
-    device_named,
-    device_with_memory,
 )
 from model.vllm.serve_yaml import (
     IGNORED_BOOL_FLAGS,
@@ -136,21 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_serve_vocabulary(parser)
 
 
-def _positive_number(unit: str) -> Callable[[str], float]:
-    """An argparse type: a number in (0, 1e6) of `unit`, errors naming the unit."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit}") from None
-        if not 0 < value < 1e6:
-            raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of {unit}")
-        return value
-    return parse
-
-
-_gib = _positive_number("GiB")
-_seconds = _positive_number("seconds")
+_gib = positive_number("GiB")
+_seconds = positive_number("seconds")
 
 
 class _FileParser(argparse.ArgumentParser):
@@ -223,21 +208,11 @@ def parse_request(args: argparse.Namespace) -> Request:
         scheduler_reserve_full_isl=given["scheduler_reserve_full_isl"],
         max_num_active_seqs=given["max_num_active_seqs"],
         max_num_scheduled_tokens=given["max_num_scheduled_tokens"])
-    device, spec = _device(args), spec_decode(args)
+    device, spec = device_of(args), spec_decode(args)
     return Request(engine_args=ea, device=device, spec=spec, lora=bool(args.enable_lora),
                    model=_model(args), ignored=_ignored(args), envelope=_envelope(args),
                    deployment=_deployment(args, device, spec),
                    async_flag=args.config_async_scheduling)
-
-
-def _device(args: argparse.Namespace) -> Device | None:
-    if args.device and args.gpu_memory_gib:
-        raise InputError("give --device or --gpu-memory-gib, not both")
-    if args.device:
-        return device_named(args.device)
-    if args.gpu_memory_gib:
-        return device_with_memory(args.gpu_memory_gib)
-    return None
 
 
 # Ignored value flags that, when given, turn on a scheduling feature the model leaves out.

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
@@ -101,14 +101,20 @@ def add_machine_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup)
                         help="device memory in GiB instead of --device")
 
 
-def _gib(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB") from None
-    if not 0 < value < 1e6:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of GiB")
-    return value
+def positive_number(unit: str) -> Callable[[str], float]:
+    """An argparse type: a number in (0, 1e6) of `unit`, errors naming the unit."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit}") from None
+        if not 0 < value < 1e6:
+            raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of {unit}")
+        return value
+    return parse
+
+
+_gib = positive_number("GiB")
 
 
 def split_config_option(args: argparse.Namespace, manifest_names: Sequence[str]) -> None:
@@ -273,7 +279,8 @@ def print_notes(lines: Sequence[str | None], stream: TextIO) -> None:
 # --- the configuration ------------------------------------------------------------------
 
 
-def _device(args: argparse.Namespace) -> Device | None:
+def device_of(args: argparse.Namespace) -> Device | None:
+    """The device --device or --gpu-memory-gib names (one of them at most), or None."""
     name, gib = getattr(args, "device", None), getattr(args, "gpu_memory_gib", None)
     if name and gib:
         raise InputError("give --device or --gpu-memory-gib, not both")
@@ -296,7 +303,7 @@ def serve_config(args: argparse.Namespace, command: str) -> tuple[Config, list[s
         model_len = Config().max_model_len
         notes.append(f"assumed: max_model_len {model_len} (vLLM reads it from the model's "
                      "config.json, which batchproof does not read; give --max-model-len N)")
-    device = _device(args)
+    device = device_of(args)
     pp = getattr(args, "pipeline_parallel_size", None) or 1
     tp = getattr(args, "tensor_parallel_size", None) or 1
     ea = EngineArgs(
