@@ -166,7 +166,7 @@ def _delivered(req: RequestSpec, outputs: int, accepted: int, max_model_len: int
     tokens = 1 + accepted
     if finished:
         tokens = min(tokens, req.max_tokens - outputs,
-                     max_model_len - req.prompt_len - outputs) or 1
+                     max_model_len - req.prompt_len - outputs)
     return max(tokens, 1)
 
 
