@@ -45,7 +45,7 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -92,7 +92,8 @@ class EngineTimeout(Exception):
 class Harness:
     """How audit drives one engine's real scheduler.
 
-    `run(workload)` returns the real run (its `records`, `effective_eos(workload)`);
+    `run(workload)` returns the real run (its `records`, `effective(workload)`: the workload
+    as the run applied it);
     `compare(workload, run)` the first divergence from the reference (an object with
     `step`, `fields`, `real`, `reference`, `error`, `workload`, `summary()` and
     `render()`), or None; `generate(mode, seed, steps)` a random workload; `shrink(w,
@@ -560,7 +561,7 @@ def audit_workload(h: Harness, aw: AuditWorkload, props: Sequence[Property],
     except Exception as exc:  # noqa: BLE001 - any failure of the real engine is a finding
         return Outcome(aw, crash=crash_of(h, exc), engine_seconds=time.monotonic() - start)
     ran = time.monotonic()
-    compared = replace(aw.workload, eos=run.effective_eos(aw.workload))
+    compared = run.effective(aw.workload)
     divergence = h.compare(aw.workload, run)
     note, verdicts = "", ()
     try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 from checker.conformance.vllm_real import RealRun
 from model.core.types import StepRecord, Workload
@@ -150,8 +150,10 @@ def compare(workload: Workload) -> Divergence | None:
 
 
 def compare_run(workload: Workload, run: RealRun) -> Divergence | None:
-    """`compare` on a real run already made of `workload` (its engine is not run again)."""
-    compared = replace(workload, eos=run.effective_eos(workload))
+    """`compare` on a real run already made of `workload` (its engine is not run again),
+    against the workload as the run applied it (`RealRun.effective`: EOS where the request
+    sampled, accepted counts at most the drafts scheduled, drafts where it was scheduled)."""
+    compared = run.effective(workload)
     reference: list[StepRecord] = []
     try:
         for record in _reference_records(compared):

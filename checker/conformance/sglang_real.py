@@ -724,6 +724,10 @@ class RealRun:
         return tuple(e for e in workload.eos
                      if 1 <= e.step <= len(self.sampled) and e.id in self.sampled[e.step - 1])
 
+    def effective(self, workload: Workload) -> Workload:
+        """`workload` with only the EOS entries that took effect in this run."""
+        return replace(workload, eos=self.effective_eos(workload))
+
 
 def run_real_sglang(workload: Workload) -> tuple[StepRecord, ...]:
     """The StepRecords of SGLang's real scheduler on `workload` (see the module doc)."""
@@ -873,7 +877,7 @@ def compare_detailed(workload: Workload) -> tuple[Divergence | None, RealRun]:
 def _against_reference(workload: Workload, run: RealRun) -> Divergence | None:
     from model.run import iter_records
 
-    compared = replace(workload, eos=run.effective_eos(workload))
+    compared = run.effective(workload)
     reference: list[StepRecord] = []
     try:
         for _, record in iter_records(compared):
