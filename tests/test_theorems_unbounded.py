@@ -1,0 +1,171 @@
+"""The for-every-number-of-requests theorems of vLLM V1 (docs/parameterised_proofs.md):
+each is proved in seconds, each premise rejects a family outside its argument (the job
+then falls back to k-induction/BMC), and each proof fails on a deliberately wrong body."""
+
+import functools
+from dataclasses import replace
+
+import pytest
+
+from checker.methods.jobs import Job, run
+from checker.methods.symbolic import Family
+from checker.methods.theorems import for_engine
+from checker.methods.theorems import vllm_v1 as theorems
+from model import registry
+from model.core.rule_parts import arrive_at_tail
+from model.vllm.config import Config, VllmRules
+from model.vllm.state import ABSENT, RUNNING, RuleConfig
+from properties.manifest import custom_config, with_bounds
+
+TINY = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, block_size=2,
+              num_gpu_blocks=5)
+PROOFS = {
+    "budget_respected": theorems.budget_respected_unbounded,
+    "running_within_max_num_seqs": theorems.running_within_max_num_seqs_unbounded,
+    "kv_blocks_conserved": theorems.kv_blocks_conserved_unbounded,
+    "no_admission_after_preemption": theorems.no_admission_after_preemption_unbounded,
+}
+
+
+def _theorem(prop):
+    return for_engine(registry.get("vllm-v1"))[prop]
+
+
+@pytest.mark.parametrize("prop", sorted(PROOFS))
+def test_each_theorem_is_proved_for_every_number_of_requests_in_seconds(prop):
+    assert _theorem(prop).prove is PROOFS[prop]
+    result = PROOFS[prop](30)
+    assert result.proved, result.detail
+    assert result.seconds < 10
+    assert result.detail.startswith("for every number of requests: ")
+    assert "base, step, conclusion valid" in result.detail
+
+
+@pytest.mark.parametrize("prop", sorted(PROOFS))
+@pytest.mark.parametrize("base", [TINY, replace(TINY, policy="priority")])
+def test_each_theorem_applies_to_the_plain_synchronous_scheduler(prop, base):
+    assert _theorem(prop).broken(Family(base=base)) == ()
+
+
+OUTSIDE = [
+    (replace(TINY, enable_prefix_caching=True), "plain_synchronous_scheduler"),
+    (replace(TINY, async_scheduling=True), "plain_synchronous_scheduler"),
+    (replace(TINY, speculative_method="ngram", num_speculative_tokens=2),
+     "plain_synchronous_scheduler"),
+]
+
+
+@pytest.mark.parametrize("prop", sorted(PROOFS))
+@pytest.mark.parametrize(("base", "premise"), OUTSIDE)
+def test_caching_async_and_speculative_families_are_outside_every_theorem(prop, base,
+                                                                          premise):
+    assert premise in [p.name for p in _theorem(prop).broken(Family(base=base))]
+
+
+@pytest.mark.parametrize(("prop", "family", "premise"), [
+    ("budget_respected", Family(replace(TINY, max_num_scheduled_tokens=-1), validated=False),
+     "token_budget_nonnegative"),
+    ("budget_respected", Family(TINY, ranges=(("max_num_batched_tokens", -2, 4),),
+                                validated=False), "token_budget_nonnegative"),
+    ("running_within_max_num_seqs", Family(replace(TINY, max_num_active_seqs=8),
+                                           validated=False),
+     "max_num_active_seqs_le_max_num_seqs"),
+    ("running_within_max_num_seqs", Family(TINY, ranges=(("max_num_seqs", -1, 4),),
+                                           validated=False), "max_num_seqs_nonnegative"),
+    ("kv_blocks_conserved", Family(replace(TINY, num_gpu_blocks=0), validated=False),
+     "num_gpu_blocks_positive"),
+    ("kv_blocks_conserved", Family(replace(TINY, watermark=-0.5), validated=False),
+     "watermark_nonnegative"),
+    ("no_admission_after_preemption",
+     Family(replace(TINY, rules=VllmRules(preemption_gate=False))), "preemption_gate_on"),
+])
+def test_each_premise_rejects_a_family_outside_its_argument(prop, family, premise):
+    assert [p.name for p in _theorem(prop).broken(family)] == [premise]
+
+
+def _job(prop, cfg):
+    nc = with_bounds(custom_config("premise", cfg), slots=2, depth=3, max_prompt_len=3,
+                     max_max_tokens=2)
+    return Job(engine="vllm-v1", property=prop, params=(), config=nc, expected=None,
+               timeout_s=120)
+
+
+def test_a_job_on_tiny_is_proved_by_the_theorem():
+    res = run(_job("kv_blocks_conserved", TINY))
+    assert res.verdict.verdict == "PROVED" and res.verdict.method == "theorem"
+    assert res.verdict.detail.startswith("for every number of requests")
+
+
+def test_the_ablated_preemption_gate_falls_back_to_the_slot_model():
+    # On 2 slots the ablation is harmless (a victim and a waiting request need 3), and the
+    # slot model's induction says so; the theorem must not answer for it.
+    ablated = replace(TINY, rules=VllmRules(preemption_gate=False))
+    res = run(_job("no_admission_after_preemption", ablated))
+    assert res.verdict.method == "induction" and res.verdict.verdict == "PROVED"
+
+
+# Mutations: the same proofs over deliberately wrong bodies must not go through.
+
+def test_budget_proof_fails_when_running_requests_ignore_the_budget(monkeypatch):
+    monkeypatch.setattr(theorems, "running_tokens",
+                        lambda ops, cfg, remaining, ncomp, thr, budget, ib: remaining)
+    assert not theorems.budget_respected_unbounded(30).proved
+
+
+def test_budget_proof_fails_when_serving_undercharges_the_budget(monkeypatch):
+    serve = theorems._serve
+
+    def cheap(ops, cfg, w, sel, do, n, need, added=None):
+        serve(ops, cfg, w, sel, do, n, need, added)
+        w.token_budget = ops.ite(do, w.token_budget + 1, w.token_budget)
+    monkeypatch.setattr(theorems, "_serve", cheap)
+    result = theorems.budget_respected_unbounded(30)
+    assert not result.proved and "iteration" in result.detail
+
+
+def test_running_proof_fails_when_arrivals_join_running(monkeypatch):
+    monkeypatch.setattr(theorems, "_arrive", lambda ops, specs, state, t: arrive_at_tail(
+        ops, specs, state, t, ABSENT, RUNNING))
+    result = theorems.running_within_max_num_seqs_unbounded(30)
+    assert not result.proved and result.detail.startswith("arrival iteration")
+
+
+def test_kv_proof_fails_when_preemption_keeps_the_victims_blocks(monkeypatch):
+    preempt = theorems._preempt
+
+    def leaky(ops, cfg, w, victim, do):
+        kept = list(w.blocks)
+        preempt(ops, cfg, w, victim, do)
+        w.blocks = kept  # freed, yet still held
+    monkeypatch.setattr(theorems, "_preempt", leaky)
+    result = theorems.kv_blocks_conserved_unbounded(30)
+    assert not result.proved and result.detail.startswith("allocate-or-preempt iteration")
+
+
+def test_kv_proof_fails_when_the_release_frees_nothing(monkeypatch):
+    update = theorems._update
+
+    def hoarding(ops, cfg, specs, state, before, ntok, held, w, eos, spec=None):
+        nxt, step = update(ops, cfg, specs, state, before, ntok, held, w, eos, spec)
+        return replace(nxt, free_blocks=w.free), step  # blocks dropped, none freed
+    monkeypatch.setattr(theorems, "_update", hoarding)
+    result = theorems.kv_blocks_conserved_unbounded(30)
+    assert not result.proved and result.detail.startswith("release iteration")
+
+
+def test_no_admission_proof_fails_without_the_preemption_gate(monkeypatch):
+    monkeypatch.setattr(theorems, "RuleConfig",
+                        functools.partial(RuleConfig, preemption_gate=False))
+    result = theorems.no_admission_after_preemption_unbounded(30)
+    assert not result.proved and result.detail.startswith("waiting loop starts")
+
+
+def test_no_admission_proof_fails_when_serving_runs_a_waiting_request(monkeypatch):
+    serve = theorems._serve
+
+    def admitting(ops, cfg, w, sel, do, n, need, added=None):
+        serve(ops, cfg, w, sel, do, n, need, added)
+        w.status = [ops.ite(do, RUNNING, s) for s in w.status]  # every slot joins running
+    monkeypatch.setattr(theorems, "_serve", admitting)
+    result = theorems.no_admission_after_preemption_unbounded(30)
+    assert not result.proved and result.detail.startswith("running-loop iteration ends")
