@@ -171,7 +171,7 @@ ACTIVE_WITHIN_SEATS = Premise(
 
 _FRESH = itertools.count()
 # The FCFS victim rule, its ablation (running[0]) and PRIORITY: _preempt gives a victim's
-# tokens back under the last two only (rules.py:155-162, scheduler.py:796-832).
+# tokens back under the last two only (rules.py:149-156, scheduler.py:796-832).
 _VICTIM_RULES = ((False, True), (False, False), (True, True))  # (priority, victim_latest)
 
 
@@ -206,7 +206,7 @@ class _Acc:
 
 @dataclass(frozen=True, slots=True)
 class _Iter:
-    """One RUNNING-loop iteration's locals (rules.py:237-265): num_computed_tokens picked
+    """One RUNNING-loop iteration's locals (rules.py:218-263): num_computed_tokens picked
     at its start, the tokens offered, active, wants, fits, done, and the loop's stopped."""
 
     ncomp: Any
@@ -351,7 +351,7 @@ class _Loops:
 
     def pick(self, acc: _Acc, sel: _Req, stopped: Any, eligible: Any
              ) -> tuple[_Iter, list[z3.BoolRef]]:
-        """A RUNNING-loop iteration starts (rules.py:233-248; scheduler.py:658-661,
+        """A RUNNING-loop iteration starts (rules.py:218-231; scheduler.py:658-661,
         703-721): `sel` is the next RUNNING request not yet visited, if `eligible`."""
         ops, cfg = self.ops, self.cfg
         active = ops.and_(ops.not_(stopped), acc.token_budget > 0, eligible,
@@ -364,7 +364,7 @@ class _Loops:
 
     def attempt(self, acc: _Acc, sel: _Req, vic: _Req, it: _Iter, hit_sel: Any, hit_vic: Any
                 ) -> tuple[_Acc, _Req, _Iter, list[z3.BoolRef], list[_Req]]:
-        """One iteration of the inner allocate-or-preempt loop (rules.py:251-265,
+        """One iteration of the inner allocate-or-preempt loop (rules.py:236-251,
         scheduler.py:777-844): allocation succeeds or the victim, a RUNNING request (the
         selected one or `vic`; which one the victim rule picks is left arbitrary, so every
         victim rule is covered), is preempted by the rules' `_preempt`."""
@@ -385,7 +385,7 @@ class _Loops:
 
     def serve(self, acc: _Acc, sel: _Req, other: _Req, it: _Iter
               ) -> tuple[_Acc, Any, list[_Req]]:
-        """The RUNNING-loop iteration ends (rules.py:266-285, scheduler.py:846-858): the
+        """The RUNNING-loop iteration ends (rules.py:252-263, scheduler.py:846-858): the
         rules' `_serve` records the tokens when the allocation fitted; the loop stops
         after a failure or when inactive. Returns the accumulators and stopped."""
         ops, cfg = self.ops, self.cfg
@@ -398,14 +398,14 @@ class _Loops:
         return _regather(acc, [sel, other], new, w), stopped, new
 
     def waiting_start(self, acc: _Acc) -> Any:
-        """The WAITING loop's initial stopped (rules.py:292, scheduler.py:900)."""
+        """The WAITING loop's initial stopped (rules.py:293, scheduler.py:900)."""
         return acc.any_preempted if self.cfg.preemption_gate else False
 
     def admit(self, acc: _Acc, sel: _Req, other: _Req, stopped: Any, eligible: Any
               ) -> tuple[_Acc, Any, list[z3.BoolRef], list[_Req]]:
-        """One WAITING-loop iteration (rules.py:293-359; scheduler.py:912-924, 1118-1170,
+        """One WAITING-loop iteration (rules.py:294-352; scheduler.py:912-924, 1118-1170,
         1259-1282, 1343-1369) without prefix caching or speculative decoding. The token
-        and admission arithmetic is hand-written, a copy of rules.py:303-326 with
+        and admission arithmetic is hand-written, a copy of rules.py:304-333 with
         `hit_blocks = evictable = computed = 0` (no prefix cache) and no padding
         (`_padding` gives (False, False) when num_spec_tokens is 0; crash stays False);
         the blocks come from the rules' `blocks_needed`, the accounting from the rules'
