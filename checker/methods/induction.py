@@ -63,12 +63,15 @@ def _complement_lemmas(ites: list[tuple[Any, Any, Any, Any]]) -> list[z3.BoolRef
     proving a sum of n such terms conserved takes 2^n conflicts."""
     by_cond: dict[int, dict[int, list[tuple[Any, Any]]]] = {}
     lemmas: list[z3.BoolRef] = []
+    alive: list[Any] = []  # an AST's id is reused once it is freed: keep the keys alive
     for cond, then, other, term in ites:
         delta = z3.simplify(z3.IntVal(0) + then - other)
         if z3.is_int_value(delta):
             continue  # a constant change has no complement worth a lemma
+        opposite = z3.simplify(-delta)
+        alive += [cond, delta, opposite]
         seen = by_cond.setdefault(cond.get_id(), {})
-        for other2, term2 in seen.get(z3.simplify(-delta).get_id(), ()):
+        for other2, term2 in seen.get(opposite.get_id(), ()):
             lemmas.append(term + term2 == other + other2)
         seen.setdefault(delta.get_id(), []).append((other, term))
     return lemmas
