@@ -16,7 +16,7 @@ from checker.methods import induction
 from checker.methods.symbolic import Bounds, Family, family_config, fresh_state, slot_specs
 from model import registry as engines
 from model.core.ops import SymbolicOps
-from model.core.types import Step
+from model.core.types import DEFAULT_ENGINE, Step
 from properties import catalogue
 from properties.catalogue import Property
 from properties.manifest import load
@@ -117,14 +117,15 @@ def test_every_complement_lemma_is_valid(config: str, slots: int) -> None:
 def _patched(monkeypatch: pytest.MonkeyPatch, **fields: Any) -> None:
     """engines.get returns vLLM V1's model with some fields replaced."""
     real = engines.get
-    changed = dataclasses.replace(real("vllm"), **fields)
-    monkeypatch.setattr(engines, "get", lambda name: changed if name == "vllm" else real(name))
+    changed = dataclasses.replace(real(DEFAULT_ENGINE), **fields)
+    monkeypatch.setattr(engines, "get",
+                        lambda name: changed if name == DEFAULT_ENGINE else real(name))
 
 
 def test_an_invariant_conjunct_a_step_breaks_is_not_proved(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """No output token yet: true initially, false once a request samples."""
-    real = engines.get("vllm").well_formed
+    real = engines.get(DEFAULT_ENGINE).well_formed
     assert real is not None
 
     def broken(ops: Any, cfg: Any, specs: Any, s: Any) -> Any:
@@ -141,7 +142,7 @@ def test_an_invariant_conjunct_a_step_breaks_is_not_proved(
 def test_a_step_that_leaks_a_block_is_not_proved(monkeypatch: pytest.MonkeyPatch) -> None:
     """The step loses a free block whenever one is free: the pool is no longer conserved,
     which only the conservation conjunct (the one the lemmas help with) catches."""
-    real = engines.get("vllm").step
+    real = engines.get(DEFAULT_ENGINE).step
 
     def leaky(ops: Any, cfg: Any, specs: Any, state: Any, eos: Any,
               **kw: Any) -> tuple[Any, Step]:
