@@ -370,3 +370,108 @@ def test_an_engine_whose_rules_branch_on_a_value_is_not_supported(monkeypatch):
     assert why is not None and "truth value of an array" in why
     monkeypatch.undo()
     assert ax.supports(Family(TINY)) is None
+
+
+# ---- behind `batchproof check --method explore` ------------------------------------------
+
+def _explore_json(capsys, *flags):
+    from checker.cli.main import main
+
+    code = main(["check", "--method", "explore", "--json", "-q", *flags])
+    import json
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_check_explore_runs_the_array_explorer_where_it_applies_and_repays(capsys):
+    # tiny_fcfs: 3 requests of 12 kinds; budget_grid: 2 requests of 8 kinds.
+    flags = ("--property", "budget_respected")
+    code, doc = _explore_json(capsys, "--manifest-config", "tiny_fcfs", *flags)
+    (row,) = doc["verdicts"]
+    assert code == 0 and row["method"] == "explore"
+    assert row["detail"].startswith("array explorer;"), row["detail"]
+    code, doc = _explore_json(capsys, "--manifest-config", "tiny_fcfs", *flags,
+                              "--explorer", "reference")
+    assert doc["verdicts"][0]["detail"].startswith("reference explorer;")
+    code, doc = _explore_json(capsys, "--manifest-config", "budget_grid", *flags)
+    assert doc["verdicts"][0]["detail"].startswith(
+        "reference explorer (a small environment, 2 request(s) of 8 kinds:")
+    code, doc = _explore_json(capsys, "--manifest-config", "budget_grid", *flags,
+                              "--explorer", "array")
+    assert doc["verdicts"][0]["detail"].startswith("array explorer;")
+
+
+def test_where_it_does_not_apply_auto_says_why_and_array_is_unknown(capsys):
+    code, doc = _explore_json(capsys, "--manifest-config", "tiny_cached",
+                              "--property", "no_admission_after_preemption")
+    assert code == 0
+    assert doc["verdicts"][0]["detail"].startswith(
+        "reference explorer (the array explorer does not model prefix caching);")
+    code, doc = _explore_json(capsys, "--manifest-config", "tiny_cached",
+                              "--property", "no_admission_after_preemption",
+                              "--explorer", "array")
+    (row,) = doc["verdicts"]
+    assert code == 3 and row["verdict"] == "UNKNOWN"
+    assert "the array explorer does not apply: the array explorer does not model prefix " \
+           "caching" in row["detail"]
+
+
+def test_without_numpy_auto_falls_back_to_the_reference_explorer():
+    code = ("import sys; sys.modules['numpy'] = None\n"
+            "from checker.methods.jobs import Job, explorer_of\n"
+            "from properties import manifest\n"
+            "nc = manifest.load().configs['budget_grid']\n"
+            "print(explorer_of(Job('vllm-v1', 'budget_respected', (), nc, 'HOLDS', 60,"
+            " method='explore')))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == "('reference', \"the array explorer needs numpy; install the array " \
+                  "extra: pip install -e '.[fast]'\")"
+
+
+def test_a_violation_found_by_the_array_explorer_is_the_stored_counterexample(capsys):
+    import json
+
+    from checker.methods.jobs import run
+    from model.workload import parse_workload
+
+    code, doc = _explore_json(capsys, "--manifest-config", "tiny_fcfs",
+                              "--property", "head_of_line_blocking")
+    (row,) = doc["verdicts"]
+    assert code == 0 and row["verdict"] == "VIOLATED"
+    assert row["detail"].startswith("array explorer;")
+    stored = json.loads((ROOT / row["counterexample"]).read_text())
+    m = manifest.load()
+    entry = next(e for e in m.entries
+                 if e.property == "head_of_line_blocking" and e.config == "tiny_fcfs")
+    nc = manifest.with_bounds(m.configs["tiny_fcfs"], **dict(entry.bounds))
+    found = run(Job("vllm-v1", "head_of_line_blocking", entry.params, nc, "VIOLATED", 60,
+                    method="explore"))
+    assert found.counterexample is not None
+    assert found.counterexample.workload == parse_workload(stored["#meta"]["workload"])
+
+
+def test_both_methods_keep_the_reference_explorer_beside_bmc_unless_asked(capsys):
+    # BMC runs the rules on z3: the second opinion of --method both is the reference's.
+    import json
+
+    from checker.cli.main import main
+
+    flags = ["check", "--method", "both", "--json", "-q", "--manifest-config", "budget_grid",
+             "--property", "budget_respected"]
+    assert main(flags) == 0
+    rows = json.loads(capsys.readouterr().out)["verdicts"]
+    (explored_row,) = [r for r in rows if r["method"] == "explore"]
+    assert explored_row["detail"].startswith("reference explorer;")
+    assert main([*flags, "--explorer", "array"]) == 0
+    rows = json.loads(capsys.readouterr().out)["verdicts"]
+    (explored_row,) = [r for r in rows if r["method"] == "explore"]
+    assert explored_row["detail"].startswith("array explorer;")
+
+
+def test_explorer_without_an_explorer_method_is_a_one_line_error(capsys):
+    from checker.cli.main import main
+
+    assert main(["check", "--explorer", "array", "--manifest-config", "tiny_fcfs"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("batchproof: error: --explorer array picks the explorer of --method "
+                   "explore or both; add --method explore, or drop --explorer")

@@ -44,7 +44,7 @@ from checker.config.serve_args import (
 )
 from checker.methods import agreement
 from checker.methods.agreement import Agreement
-from checker.methods.jobs import Job, JobResult, run_batch
+from checker.methods.jobs import EXPLORERS, REFERENCE, Job, JobResult, run_batch
 from checker.methods.symbolic import Bounds, Family, extend, new_unrolling
 from checker.methods.verdict import (
     ANSWERED,
@@ -128,8 +128,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "for every engine's manifest (default vllm-v1)")
     parser.add_argument("--method", choices=METHODS, default="bmc",
                         help="bmc: theorem, k-induction, then bounded model checking (z3); "
-                        "explore: explicit-state exploration of the reference (networkx); "
+                        "explore: explicit-state exploration (--explorer); "
                         "both: run the two and require the same verdicts (default bmc)")
+    parser.add_argument("--explorer", choices=EXPLORERS,
+                        help="which explorer: auto runs, with --method explore, the array "
+                        "explorer (numpy, over the rules) where it searches the config and "
+                        "bounds exactly and repays its set-up (3+ requests, 1000+ orders of "
+                        "arrival kinds), else the reference explorer, and with --method both "
+                        "the reference explorer, so that the second opinion runs the other "
+                        "semantics; array or reference forces one (default auto)")
     parser.add_argument("--dot", metavar="FILE",
                         help="with one check and --method explore: write the explored graph "
                         "as Graphviz DOT")
@@ -708,8 +715,14 @@ def run(args: argparse.Namespace) -> int:
         return export_graph(args, rows)
     note = _not_validated(rows)
     methods = ("bmc", "explore") if args.method == "both" else (args.method,)
+    if getattr(args, "explorer", None) is not None and args.method == "bmc":
+        raise InputError(f"--explorer {args.explorer} picks the explorer of --method explore "
+                         "or both; add --method explore, or drop --explorer")
+    # BMC runs the rules; beside it, `both` asks the reference for the independent view.
+    explorer = getattr(args, "explorer", None) or (REFERENCE if args.method == "both" else "auto")
     planned = [(Job(e.engine if e else nc.engine, prop, params, nc,
-                    e.expected if e else None, args.timeout, method=method), e)
+                    e.expected if e else None, args.timeout, method=method,
+                    explorer=explorer), e)
                for method in methods for e, nc, prop, params in rows
                if e is None or method in e.methods]
     jobs = [job for job, _ in planned]

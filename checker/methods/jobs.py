@@ -28,6 +28,21 @@ class Job:
     timeout_s: float
     max_k: int = 2
     method: str = "bmc"  # "bmc" (theorem, induction, then BMC) | "explore"
+    explorer: str = "auto"  # with "explore": one of EXPLORERS
+
+
+#: Which explorer an explore job runs: `auto` the array explorer where it searches the
+#: job's config and bounds exactly (`checker.methods.array.unsupported`), numpy is
+#: installed and the environment is large enough to repay its set-up (`_small`), else the
+#: reference explorer; `array` only the array explorer (UNKNOWN, with why, where it does
+#: not apply); `reference` only the reference explorer.
+EXPLORERS = ("auto", "array", "reference")
+ARRAY, REFERENCE = "array", "reference"
+# The array explorer spends 1.5-2 s per config proving its reductions with z3 before it
+# searches; measured on the vLLM manifest's 15 explore groups (closing note of stop 25),
+# the reference explorer was faster on every group below 3 requests or 1000 orders of
+# arrival kinds (kinds ** requests), the array explorer on every group above (1.3x-5x).
+ARRAY_MIN_SLOTS, ARRAY_MIN_ARRIVALS = 3, 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,24 +84,76 @@ def run(job: Job) -> JobResult:
     return replace(result, verdict=replace(result.verdict, params=job.params))
 
 
+def array_unsupported(nc: NamedConfig) -> str | None:
+    """None when the array explorer searches `nc`'s config and bounds exactly (the same
+    environment, verdicts and least counterexamples as the reference explorer), else why
+    not: numpy missing, or what `checker.methods.array.unsupported` names."""
+    try:
+        from checker.methods import array as ax
+    except ImportError as exc:
+        return str(exc)
+    return ax.unsupported(_family(nc), _bounds(nc))
+
+
+def explorer_of(job: Job) -> tuple[str, str]:
+    """(the explorer `job` runs, why the reference one when `auto` cannot use the array
+    one); raises ValueError for an explorer not in EXPLORERS."""
+    if job.explorer not in EXPLORERS:
+        raise ValueError(f"explorer {job.explorer!r}: choose one of {', '.join(EXPLORERS)}")
+    if job.explorer == REFERENCE:
+        return REFERENCE, ""
+    why = array_unsupported(job.config)
+    if job.explorer == ARRAY:
+        return ARRAY, why or ""
+    if why is None:
+        why = _small(job.config)
+    return (REFERENCE, why) if why else (ARRAY, "")
+
+
+def _small(nc: NamedConfig) -> str:
+    """Why the reference explorer is the faster one on `nc`'s environment ("" if not)."""
+    bounds = _bounds(nc)
+    kinds = len(explore.menu(bounds, engines.get(nc.engine).rule_config(nc.config)))
+    if bounds.slots >= ARRAY_MIN_SLOTS and kinds ** bounds.slots >= ARRAY_MIN_ARRIVALS:
+        return ""
+    return (f"a small environment, {bounds.slots} request(s) of {kinds} kinds: the array "
+            "explorer's set-up proofs would cost more than the search")
+
+
 def run_explore(job: Job) -> JobResult:
-    """Explicit-state exploration of the reference to the bounds: VIOLATED (shortest, the
-    least workload seen, replayed) or HOLDS up to the depth; UNKNOWN on a limit."""
-    prop = catalogue.get(job.property, **dict(job.params))
-    result = explore.check(prop, _family(job.config), _bounds(job.config), job.timeout_s)
-    return explored(job, result)
+    """Explicit-state exploration to the bounds (`explorer_of`: the array explorer over
+    the rules, or the reference explorer): VIOLATED (shortest, the least workload,
+    replayed on the reference) or HOLDS up to the depth; UNKNOWN on a limit."""
+    return run_explore_shared([job])[0]
 
 
 def run_explore_shared(jobs: list[Job]) -> list[JobResult]:
-    """Explore jobs of step properties on one config and bounds in one exploration."""
+    """Explore jobs of one config and bounds in one exploration (step properties; a
+    single job of any kind)."""
     props = [catalogue.get(j.property, **dict(j.params)) for j in jobs]
     first = jobs[0]
-    results = explore.check_many(props, _family(first.config), _bounds(first.config),
-                                 first.timeout_s)
+    family, bounds = _family(first.config), _bounds(first.config)
+    which, why = explorer_of(first)
+    if which == ARRAY and why:
+        none = explore.ExploreStats(0, 0, 0, 0.0, 0)
+        results = tuple(explore.ExploreResult("unknown", 0, none, reason="the array explorer "
+                                              f"does not apply: {why}") for _ in props)
+    elif which == ARRAY:
+        from checker.methods import array as ax
+
+        results = ax.check_many(props, family, bounds, first.timeout_s)
+    elif len(props) == 1:
+        results = (explore.check(props[0], family, bounds, first.timeout_s),)
+    else:
+        results = explore.check_many(props, family, bounds, first.timeout_s)
+    label = ("array explorer" if which == ARRAY else
+             f"reference explorer ({why})" if why else "reference explorer")
     out = []
     for job, result in zip(jobs, results, strict=True):
         res = explored(job, result)
-        out.append(replace(res, verdict=replace(res.verdict, params=job.params)))
+        v = res.verdict
+        detail = f"{label}; {v.detail}" if v.detail else label
+        out.append(replace(res, verdict=replace(v, params=job.params, detail=detail)))
     return out
 
 

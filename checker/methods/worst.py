@@ -57,7 +57,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from checker.methods import agreement
-from checker.methods.jobs import Job, JobResult, _bounds, _family, explored, run
+from checker.methods.jobs import (
+    Job,
+    JobResult,
+    _bounds,
+    _family,
+    array_unsupported,
+    explored,
+    run,
+)
 from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED, Verdict
 from model.core.types import Workload
 from properties import catalogue
@@ -158,11 +166,7 @@ def _said(res: JobResult) -> str:
 def array_reason(nc: NamedConfig) -> str | None:
     """None when the array explorer searches `nc`'s config and bounds exactly, else why
     not (then the reference explorer confirms)."""
-    try:
-        from checker.methods import array as ax
-    except ImportError as exc:
-        return str(exc)
-    return ax.unsupported(_family(nc), _bounds(nc))
+    return array_unsupported(nc)
 
 
 def explore_many(jobs: Sequence[Job]) -> tuple[list[JobResult], int | None]:
@@ -351,8 +355,9 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "a
     beyond: JobResult | None = None
 
     def job(value: int, method: str) -> Job:
+        # The explorer's rungs go through `many` when the array explorer applies.
         return Job(nc.engine, metric.property, metric.params(value), nc, None, timeout_s,
-                   method=method)
+                   method=method, explorer="reference")
 
     def ask(value: int, method: str) -> JobResult:
         if (value, method) not in cache:
