@@ -313,3 +313,13 @@ def test_a_queue_cell_counts_what_it_leaves_out():
     assert render.queue(()) == "-"
     assert render.queue(("a", "b")) == "a b"
     assert render.queue(tuple(f"r{i}" for i in range(9))) == "r0 r1 r2 r3 r4 r5 +3"
+
+
+def test_a_time_limit_spent_before_bmc_is_stated_as_the_users_limit(capsys):
+    # k-induction at 6 slots takes the whole limit; BMC then starts with nothing left, and
+    # the verdict states the --timeout given, not what the induction left (a negative).
+    code, out, _ = run(capsys, "--manifest-config", "tiny_fcfs", "--property",
+                       "computed_within_tokens", "--requests", "6", "--timeout", "3", "--json")
+    (row,) = json.loads(out)["verdicts"]
+    assert code == 3 and row["verdict"] == "UNKNOWN"
+    assert re.search(r"time limit of 3 s reached at depth \d", row["detail"]), row["detail"]

@@ -85,9 +85,13 @@ def gave_up(z3_reason: str | None, timeout_s: float, depth: int,
     return f"z3 returned unknown at depth {depth} ({z3_reason}; {done})"
 
 
-def check(prop: Property, family: Family, bounds: Bounds, timeout_s: float) -> BmcResult:
-    """Search depths 1..bounds.depth for a violation of `prop`."""
+def check(prop: Property, family: Family, bounds: Bounds, timeout_s: float,
+          stated_limit_s: float | None = None) -> BmcResult:
+    """Search depths 1..bounds.depth for a violation of `prop` within `timeout_s`; a time
+    limit is reported as `stated_limit_s` (the user's whole limit, of which `timeout_s` is
+    what an earlier method left) when given."""
     start = time.monotonic()
+    limit = timeout_s if stated_limit_s is None else stated_limit_s
     u = new_unrolling(family, bounds)
     solver = z3.Solver()
     solver.set(random_seed=Z3_SEED)
@@ -97,13 +101,13 @@ def check(prop: Property, family: Family, bounds: Bounds, timeout_s: float) -> B
         remaining = timeout_s - (time.monotonic() - start)
         if remaining <= 0:
             return BmcResult("unknown", d - 1, time.monotonic() - start,
-                             reason=gave_up(None, timeout_s, d))
+                             reason=gave_up(None, limit, d))
         solver.set(timeout=max(1, int(remaining * 1000)))
         violation = violation_at(prop, u, d)
         result = solver.check(violation)
         if result == z3.unknown:
             return BmcResult("unknown", d, time.monotonic() - start,
-                             reason=gave_up(solver.reason_unknown(), timeout_s, d))
+                             reason=gave_up(solver.reason_unknown(), limit, d))
         if result == z3.sat:
             remaining = timeout_s - (time.monotonic() - start)
             first = solver.model()

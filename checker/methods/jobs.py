@@ -224,7 +224,7 @@ def run_bmc(job: Job) -> JobResult:
     if carried is not None:
         return carried
     remaining = job.timeout_s - (time.monotonic() - start)
-    result = bmc.check(prop, family, bounds, remaining)
+    result = bmc.check(prop, family, bounds, remaining, stated_limit_s=job.timeout_s)
     detail = "; ".join(notes)
     if result.status == "holds":
         return JobResult(verdict(HOLDS, result.depth, detail, "bmc"))
