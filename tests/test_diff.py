@@ -209,3 +209,18 @@ def test_the_gate_ablated_under_async_skips_a_victim_with_stale_output_as_upstre
     result = diff_explore.decide(a, b, Bounds(slots=2, depth=4, max_prompt_len=4,
                                               max_max_tokens=3), 120, method="explore")
     assert result.status == diff.SAME and result.depth == 4
+
+
+def test_bmcs_least_difference_is_the_explicit_searchs_on_tiny_cached():
+    # z3's lex Optimize once returned this difference with an EOS of r0 at step 1 it did
+    # not need (docs/bench_diff.md); the least workload by minimize.py's order has none.
+    from checker.methods import diff_explore
+    m = load()
+    bounds = Bounds(**dict(m.configs["tiny_cached"].bounds))
+    a = vllm_side("tiny_cached")
+    b = vllm_side("tiny_cached", {"full_sequence_check": False})
+    by_bmc = diff.compare(a, b, bounds, 120, prove=False)
+    by_search = diff_explore.decide(a, b, bounds, 120, method="explore")
+    assert (by_bmc.status, by_bmc.depth) == (diff.DIFFER, 1)
+    assert by_bmc.workload is not None and by_bmc.workload.eos == ()
+    assert by_bmc.workload == by_search.workload

@@ -10,6 +10,7 @@ import z3
 
 from checker.methods.minimize import minimal_model, workload_of
 from checker.methods.symbolic import (
+    Z3_SEED,
     Bounds,
     Family,
     Unrolling,
@@ -20,8 +21,6 @@ from checker.methods.symbolic import (
 from model.core.ops import SYMBOLIC, Bool
 from model.core.types import Workload
 from properties.catalogue import Property
-
-Z3_SEED = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ import z3
 from checker.methods.bmc import gave_up
 from checker.methods.minimize import minimal_model, workload_of
 from checker.methods.symbolic import (
+    Z3_SEED,
     Bounds,
     Family,
     Unrolling,
@@ -49,7 +50,6 @@ from model.core.ops import Bool, Ops, SymbolicOps
 from model.core.types import EosEvent, SlotObs, Step, StepRecord, Workload
 from model.run import simulate, without_unsampled_eos
 
-Z3_SEED = 0
 OBSERVABLES = ("scheduled", "admitted", "resumed", "preempted", "finished", "finished_stop")
 STEP_OBSERVABLES = ("free_blocks",)
 

@@ -15,6 +15,9 @@ from model.core.engine import EngineModel
 from model.core.ops import Bool, SymbolicOps
 from model.core.types import DEFAULT_ENGINE, SlotSpec, Step
 
+#: z3's random seed in every query: same command, same result.
+Z3_SEED = 0
+
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
