@@ -336,6 +336,7 @@ def _after_crash_vacuous(prop: Property) -> Property:
         if crashed is False:  # engines and configs without assertions: no extra term
             return inner(ops, steps, t)
         return ops.or_(crashed, inner(ops, steps, t))
+    holds.__wrapped__ = inner  # type: ignore[attr-defined]  # inspect.unwrap finds the definition
     return replace(prop, holds=holds)
 
 

@@ -169,3 +169,29 @@ def test_no_admission_proof_fails_when_serving_runs_a_waiting_request(monkeypatc
     monkeypatch.setattr(theorems, "_serve", admitting)
     result = theorems.no_admission_after_preemption_unbounded(30)
     assert not result.proved and result.detail.startswith("running-loop iteration ends")
+
+
+def test_every_theorem_speaks_of_the_catalogues_current_definition():
+    # Fails when a property's definition is edited: re-read its theorem, then pin the new
+    # fingerprint (checker.methods.theorems.definition) in THEOREMS.
+    from checker.methods.theorems import definition, for_engine
+    from model import registry
+    from properties import catalogue
+
+    for engine in ("vllm-v1", "sglang"):
+        for name, theorem in for_engine(registry.get(engine)).items():
+            prop = catalogue.get(name)
+            assert theorem.speaks_of(prop), (engine, name, definition(prop))
+
+
+def test_a_theorem_does_not_decide_a_property_defined_otherwise():
+    from dataclasses import replace
+
+    from checker.methods.theorems import for_engine
+    from model import registry
+    from properties import catalogue
+
+    theorem = for_engine(registry.get("vllm-v1"))["budget_respected"]
+    real = catalogue.get("budget_respected")
+    other = replace(real, holds=lambda ops, steps, t: True)
+    assert theorem.speaks_of(real) and not theorem.speaks_of(other)

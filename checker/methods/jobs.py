@@ -195,6 +195,10 @@ def run_bmc(job: Job) -> JobResult:
     notes = []
     engine = engines.get(job.engine)
     theorem = theorems.for_engine(engine).get(job.property)
+    if theorem is not None and not theorem.speaks_of(prop):
+        notes.append("theorem does not apply: the property's definition is not the one it "
+                     "proves")
+        theorem = None
     broken = theorem.broken(family) if theorem is not None else ()
     if theorem is not None and broken:
         notes.append("theorem does not apply: " + "; ".join(p.text for p in broken))

@@ -7,12 +7,15 @@ any other the job says which premise fails and goes on to the other methods.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from checker.methods.symbolic import Family
 from model.core.engine import EngineModel
+from properties.catalogue import Property
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +36,32 @@ class Premise:
     holds: Callable[[Family], bool]
 
 
+def definition(prop: Property) -> str:
+    """A fingerprint of what `prop` states: its kind, parameters and the source of its
+    evaluation function (under the catalogue's after-crash wrapper)."""
+    holds = inspect.unwrap(prop.holds)
+    try:
+        source = inspect.getsource(holds)
+    except (OSError, TypeError):  # defined where no source is kept
+        source = repr(getattr(holds, "__code__", holds))
+    text = f"{prop.kind}|{prop.window}|{prop.params}|{source}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True, slots=True)
 class Theorem:
-    """A proof attempt (taking a time limit in seconds) and its premises."""
+    """A proof attempt (taking a time limit in seconds), its premises and `states`, the
+    `definition` of the property it was written against: a theorem's claim is its own
+    formula, so it decides a check only while the property says what it said then (an
+    edited definition needs its theorem re-read, then the new fingerprint pinned)."""
 
     prove: Callable[[float], TheoremResult]
     premises: tuple[Premise, ...] = ()
+    states: str = ""
+
+    def speaks_of(self, prop: Property) -> bool:
+        """Whether `prop` is the definition this theorem proves."""
+        return definition(prop) == self.states
 
     def broken(self, family: Family) -> tuple[Premise, ...]:
         """The premises the family does not meet (empty: the theorem applies)."""

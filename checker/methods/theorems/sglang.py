@@ -88,6 +88,8 @@ CHUNKED_PREFILL_ON = Premise(
     "managers/scheduler.py:1335-1336)", lambda f: f.base.chunking)
 
 THEOREMS: dict[str, Theorem] = {
+    # `states`: the property's definition it proves (see vllm_v1.py's THEOREMS).
     "decode_stall_ceil_l_over_c": Theorem(decode_stall_unbounded,
-                                          (MIXED_CHUNK_OFF, CHUNKED_PREFILL_ON)),
+                                          (MIXED_CHUNK_OFF, CHUNKED_PREFILL_ON),
+                                          states="07e1f10ef5677ab5"),
 }
