@@ -206,14 +206,17 @@ def _base_case(prop: Property, family: Family, bounds: Bounds, k: int,
 
 def _inductive_step(prop: Property, family: Family, bounds: Bounds, k: int,
                     timeout_s: float) -> tuple[bool, str]:
-    """From a well-formed state, k steps of which the first k-1 satisfy the property: the
-    k-th does too. The first step is the cached relation."""
+    """From k well-formed states in a row, k steps of which the first k-1 satisfy the
+    property: the k-th does too. The first step is the cached relation."""
     engine = engines.get(family.engine)
     rel = _relation(family, bounds)
     defs: list = []
     assumptions = [_well_formed(engine, rel.cfg, rel.specs, rel.before, defs)]
     state, steps = rel.after, [rel.observed]
     for j in range(1, k):
+        # Every state of a reachable window is well-formed (the invariant is inductive):
+        # assuming it of the later states too cut the 2-inductive step 8x at 4 slots.
+        assumptions.append(_well_formed(engine, rel.cfg, rel.specs, state, defs))
         state, observed = _transition(engine, rel.cfg, rel.specs, state, f"k{k}s{j}", defs)
         steps.append(observed)
     ops = SymbolicOps()
