@@ -20,8 +20,14 @@ from typing import Any
 
 import z3
 
-from checker.methods.bmc import Z3_SEED
-from checker.methods.symbolic import Bounds, Family, family_config, fresh_state, slot_specs
+from checker.methods.symbolic import (
+    Z3_SEED,
+    Bounds,
+    Family,
+    family_config,
+    fresh_state,
+    slot_specs,
+)
 from model import registry as engines
 from model.core.engine import EngineModel
 from model.core.ops import SymbolicOps
