@@ -24,6 +24,8 @@ PROOFS = {
     "running_within_max_num_seqs": theorems.running_within_max_num_seqs_unbounded,
     "kv_blocks_conserved": theorems.kv_blocks_conserved_unbounded,
     "no_admission_after_preemption": theorems.no_admission_after_preemption_unbounded,
+    "computed_within_tokens": theorems.computed_within_tokens_unbounded,
+    "whole_prompt_without_chunking": theorems.whole_prompt_without_chunking_unbounded,
 }
 
 
@@ -78,6 +80,15 @@ def test_caching_async_and_speculative_families_are_outside_every_theorem(prop, 
      "watermark_nonnegative"),
     ("no_admission_after_preemption",
      Family(replace(TINY, rules=VllmRules(preemption_gate=False))), "preemption_gate_on"),
+    ("computed_within_tokens",
+     Family(replace(TINY, rules=VllmRules(preemption_gate=False))), "preemption_gate_on"),
+    ("whole_prompt_without_chunking",
+     Family(replace(TINY, enable_chunked_prefill=False, long_prefill_token_threshold=4)),
+     "no_long_prefill_threshold_without_chunking"),
+    ("whole_prompt_without_chunking",
+     Family(replace(TINY, enable_chunked_prefill=False),
+            ranges=(("long_prefill_token_threshold", 0, 2),)),
+     "no_long_prefill_threshold_without_chunking"),
 ])
 def test_each_premise_rejects_a_family_outside_its_argument(prop, family, premise):
     assert [p.name for p in _theorem(prop).broken(family)] == [premise]
@@ -169,6 +180,80 @@ def test_no_admission_proof_fails_when_serving_runs_a_waiting_request(monkeypatc
     monkeypatch.setattr(theorems, "_serve", admitting)
     result = theorems.no_admission_after_preemption_unbounded(30)
     assert not result.proved and result.detail.startswith("running-loop iteration ends")
+
+
+def test_computed_proof_needs_the_fcfs_victim_to_be_the_rules_choice(monkeypatch):
+    # Under FCFS `_preempt` keeps a victim's scheduled tokens (rules.py:149): sound only
+    # because running[-1] is never served yet. With any RUNNING request as the victim, a
+    # served one would be preempted with tokens scheduled, so the proof must not go through.
+    monkeypatch.setattr(theorems, "_victim", lambda ops, cfg, w, specs: [True] * len(w.status))
+    result = theorems.computed_within_tokens_unbounded(30)
+    assert not result.proved
+    assert result.detail == "allocate-or-preempt iteration (FCFS victim rule): sat"
+
+
+def test_computed_proof_fails_when_preemption_keeps_num_computed_tokens(monkeypatch):
+    preempt = theorems._preempt
+
+    def keeping(ops, cfg, w, victim, do):
+        kept = list(w.ncomp)
+        preempt(ops, cfg, w, victim, do)
+        w.ncomp = kept
+    monkeypatch.setattr(theorems, "_preempt", keeping)
+    result = theorems.computed_within_tokens_unbounded(30)
+    assert not result.proved and result.detail.startswith("allocate-or-preempt iteration")
+
+
+def test_computed_proof_fails_without_the_preemption_gate(monkeypatch):
+    # A request preempted and re-admitted in one step is scheduled its whole sequence,
+    # more than num_tokens - num_computed_tokens at the step's start.
+    monkeypatch.setattr(theorems, "RuleConfig",
+                        functools.partial(RuleConfig, preemption_gate=False))
+    result = theorems.computed_within_tokens_unbounded(30)
+    assert not result.proved and result.detail.startswith("waiting loop starts")
+
+
+def test_computed_proof_concludes_the_catalogues_property(monkeypatch):
+    # The conclusion is the catalogue's definition evaluated on the rules' observation:
+    # a stronger (false) statement in its place is not proved.
+    from properties import catalogue
+
+    real = catalogue.get
+
+    def stricter(name, **params):
+        prop = real(name, **params)
+        if name != "computed_within_tokens":
+            return prop
+        return replace(prop, holds=lambda ops, steps, t: ops.and_(*[
+            o.num_computed_tokens < o.num_tokens for o in steps[t].slots]))
+    monkeypatch.setattr(theorems.catalogue, "get", stricter)
+    result = theorems.computed_within_tokens_unbounded(30)
+    assert not result.proved and result.detail.startswith("conclusion")
+
+
+def test_whole_prompt_theorem_applies_with_chunking_off_and_no_threshold():
+    no_chunking = replace(TINY, enable_chunked_prefill=False, max_num_batched_tokens=16)
+    assert _theorem("whole_prompt_without_chunking").broken(Family(no_chunking)) == ()
+
+
+def test_whole_prompt_proof_fails_with_a_threshold():
+    # no_chunking_threshold's finding: a threshold cuts a prompt before the
+    # chunked-prefill-off check, so without its premise the argument does not go through.
+    argument = replace(theorems._whole_prompt_argument(), hyps=lambda loops: [])
+    result = theorems._prove(argument, 30, "mutated")
+    assert not result.proved and result.detail.startswith("waiting-loop iteration")
+
+
+def test_whole_prompt_proof_fails_when_serving_records_less(monkeypatch):
+    serve = theorems._serve
+
+    def short(ops, cfg, w, sel, do, n, need, added=None):
+        serve(ops, cfg, w, sel, do, n, need, added)
+        w.scheduled = [ops.ite(ops.and_(do, s), n - 1, x)
+                       for s, x in zip(sel, w.scheduled, strict=True)]
+    monkeypatch.setattr(theorems, "_serve", short)
+    result = theorems.whole_prompt_without_chunking_unbounded(30)
+    assert not result.proved and result.detail.startswith("waiting-loop iteration")
 
 
 def test_every_theorem_speaks_of_the_catalogues_current_definition():

@@ -20,12 +20,16 @@ import z3
 from checker.methods.symbolic import Family
 from checker.methods.theorems import Premise, Theorem, TheoremResult, field_range
 from model.core.ops import SymbolicOps
-from model.core.types import SlotSpec
+from model.core.rule_parts import select_min
+from model.core.types import SlotSpec, Step
 from model.vllm.rules import (
     _arrive,
     _preempt,
+    _queue_key,
     _serve,
+    _threshold,
     _update,
+    _victim,
     _Work,
     blocks_needed,
     num_tokens,
@@ -41,6 +45,7 @@ from model.vllm.state import (
     SchedState,
     SlotState,
 )
+from properties import catalogue
 
 
 def _rule_cfg(mml: z3.ArithRef, budget: z3.ArithRef, batched: z3.ArithRef,
@@ -175,24 +180,55 @@ _FRESH = itertools.count()
 _VICTIM_RULES = ((False, True), (False, False), (True, True))  # (priority, victim_latest)
 
 
+_REQ_INTS = ("status", "before", "ncomp", "blocks", "scheduled", "prompt", "out", "ncomp0",
+             "rank", "wkey", "rkey", "prio", "idx")
+_REQ_BOOLS = ("pre", "vis", "upd")
+
+
 @dataclass(frozen=True, slots=True)
 class _Req:
     """One request as an iteration sees it: its status now and at the step's start, its
-    num_computed_tokens, blocks held, tokens scheduled in this step and num_tokens."""
+    num_computed_tokens, blocks held, tokens scheduled in this step, prompt_len and
+    num_output_tokens (num_tokens is their sum), num_computed_tokens at the step's start,
+    serve_rank, wait_key, run_key, priority, arrival index (its slot index, arrival_time),
+    preempted and visited in this step, and (a ghost) whether update_from_output has
+    processed it yet."""
 
     status: Any
     before: Any
     ncomp: Any
     blocks: Any
     scheduled: Any
-    ntok: Any
+    prompt: Any
+    out: Any
+    ncomp0: Any
+    rank: Any
+    wkey: Any
+    rkey: Any
+    prio: Any
+    idx: Any
+    pre: Any
+    vis: Any
+    upd: Any
+
+    @property
+    def ntok(self) -> Any:
+        """num_tokens, by the rules' `num_tokens`."""
+        return num_tokens(self.spec(0, 0), SlotState(num_output_tokens=self.out))
+
+    def spec(self, max_tokens: Any, arrival_step: Any) -> SlotSpec:
+        """The request's fixed parameters."""
+        return SlotSpec(self.prompt, max_tokens, arrival_step, self.prio)
 
 
 @dataclass(frozen=True, slots=True)
 class _Acc:
     """The loops' accumulators over every request: token and input budget left, free
     blocks, preempted-in-this-step, and over all requests the tokens scheduled, the blocks
-    held, the number RUNNING and the number admitted or resumed in this step (joined)."""
+    held, the number RUNNING and the number admitted or resumed in this step (joined); the
+    rules' counters served, wait_head, wait_tail and next_run_key; and three ghosts:
+    wait_head at the step's start (head0), served when the WAITING loop starts (mark), and
+    the run_key of the RUNNING loop's current request (cut)."""
 
     token_budget: Any
     input_budget: Any
@@ -202,6 +238,13 @@ class _Acc:
     blocks: Any
     running: Any
     joined: Any
+    served: Any = 0
+    head: Any = 0
+    tail: Any = 1
+    nrk: Any = 0
+    head0: Any = 0
+    mark: Any = 0
+    cut: Any = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,15 +267,18 @@ def _tag(kind: str) -> str:
 
 def _fresh_req() -> _Req:
     t = _tag("req")
-    return _Req(*z3.Ints(" ".join(f"{t}.{f}" for f in _Req.__slots__)))
+    return _Req(**{f: z3.Int(f"{t}.{f}") for f in _REQ_INTS},
+                **{f: z3.Bool(f"{t}.{f}") for f in _REQ_BOOLS})
+
+
+_ACC_INTS = ("token_budget", "input_budget", "free", "scheduled", "blocks", "running",
+             "joined", "served", "head", "tail", "nrk", "head0", "mark", "cut")
 
 
 def _fresh_acc() -> _Acc:
     t = _tag("acc")
-    tb, ib, free, sched, blocks, running, joined = z3.Ints(
-        " ".join(f"{t}.{f}" for f in ("tb", "ib", "free", "sched", "blocks", "running",
-                                      "joined")))
-    return _Acc(tb, ib, free, z3.Bool(f"{t}.pre"), sched, blocks, running, joined)
+    return _Acc(any_preempted=z3.Bool(f"{t}.pre"),
+                **{f: z3.Int(f"{t}.{f}") for f in _ACC_INTS})
 
 
 def _fresh_iter() -> _Iter:
@@ -259,7 +305,7 @@ def _wf(r: _Req) -> list[z3.BoolRef]:
     """Per-request facts: blocks and scheduled tokens are never negative (each obligation
     re-proves them for the requests it changes), status codes are the five of state.py,
     and num_tokens >= 1 (prompt_len >= 1, symbolic.slot_specs; outputs only grow)."""
-    return [r.blocks >= 0, r.scheduled >= 0, r.ntok >= 1,
+    return [r.blocks >= 0, r.scheduled >= 0, r.ntok >= 1, r.prompt >= 1,
             _is(r.status, ABSENT, WAITING, RUNNING, PREEMPTED, FINISHED),
             _is(r.before, ABSENT, WAITING, RUNNING, PREEMPTED, FINISHED)]
 
@@ -282,11 +328,24 @@ def _regather(acc: _Acc, old: Sequence[_Req], new: Sequence[_Req], w: _Work) -> 
     """The accumulators after an iteration changed `old` into `new` (the rest unchanged)."""
     def moved(f: Callable[[_Req], Any]) -> Any:
         return sum(f(r) for r in new) - sum(f(r) for r in old)
-    return _Acc(w.token_budget, w.input_budget, w.free, w.any_preempted,
-                acc.scheduled + moved(lambda r: r.scheduled),
-                acc.blocks + moved(lambda r: r.blocks),
-                acc.running + moved(lambda r: z3.If(_running(r), 1, 0)),
-                acc.joined + moved(lambda r: z3.If(_joined(r), 1, 0)))
+    return replace(acc, token_budget=w.token_budget, input_budget=w.input_budget,
+                   free=w.free, any_preempted=w.any_preempted,
+                   scheduled=acc.scheduled + moved(lambda r: r.scheduled),
+                   blocks=acc.blocks + moved(lambda r: r.blocks),
+                   running=acc.running + moved(lambda r: z3.If(_running(r), 1, 0)),
+                   joined=acc.joined + moved(lambda r: z3.If(_joined(r), 1, 0)),
+                   served=w.served, head=w.wait_head, nrk=w.next_run_key)
+
+
+class _ByIndex:
+    """Request specs looked up by a request's symbolic arrival index, for the rules'
+    `_queue_key` (which reads `specs[i]` for slot index i)."""
+
+    def __init__(self, pairs: Sequence[tuple[Any, SlotSpec]]) -> None:
+        self.pairs = list(pairs)
+
+    def __getitem__(self, i: Any) -> SlotSpec:
+        return next(spec for idx, spec in self.pairs if idx.eq(i))
 
 
 class _Loops:
@@ -323,21 +382,21 @@ class _Loops:
             return [z3.Int(f"{t}.{name}{i}") for i in range(n)]
         return _Work(
             status=[r.status for r in reqs], ncomp=[r.ncomp for r in reqs],
-            blocks=[r.blocks for r in reqs], run_key=ints("run_key"),
-            wait_key=ints("wait_key"), num_preemptions=ints("num_preemptions"),
-            scheduled=[r.scheduled for r in reqs], serve_rank=ints("serve_rank"),
-            preempted=[z3.Bool(f"{t}.preempted{i}") for i in range(n)],
-            visited=[z3.Bool(f"{t}.visited{i}") for i in range(n)], free=acc.free,
+            blocks=[r.blocks for r in reqs], run_key=[r.rkey for r in reqs],
+            wait_key=[r.wkey for r in reqs], num_preemptions=ints("num_preemptions"),
+            scheduled=[r.scheduled for r in reqs], serve_rank=[r.rank for r in reqs],
+            preempted=[r.pre for r in reqs], visited=[r.vis for r in reqs], free=acc.free,
             token_budget=acc.token_budget, input_budget=acc.input_budget,
-            next_run_key=z3.Int(f"{t}.next_run_key"), wait_head=z3.Int(f"{t}.wait_head"),
-            served=z3.Int(f"{t}.served"), any_preempted=acc.any_preempted,
-            prefix_hit=[0] * n)
+            next_run_key=acc.nrk, wait_head=acc.head, served=acc.served,
+            any_preempted=acc.any_preempted, prefix_hit=[0] * n)
 
     @staticmethod
     def after(w: _Work, reqs: Sequence[_Req]) -> list[_Req]:
         """The touched requests as the iteration left them."""
         return [replace(r, status=w.status[i], ncomp=w.ncomp[i], blocks=w.blocks[i],
-                        scheduled=w.scheduled[i]) for i, r in enumerate(reqs)]
+                        scheduled=w.scheduled[i], rank=w.serve_rank[i], wkey=w.wait_key[i],
+                        rkey=w.run_key[i], pre=w.preempted[i], vis=w.visited[i])
+                for i, r in enumerate(reqs)]
 
     def step_start(self, state: _Acc) -> _Acc:
         """The accumulators when schedule() starts (rules.py step, scheduler.py:611-614):
@@ -347,28 +406,48 @@ class _Loops:
         return replace(state, token_budget=cfg.token_budget,
                        input_budget=(cfg.max_num_batched_tokens if cfg.separate_input_budget
                                      else cfg.token_budget),
-                       any_preempted=False, scheduled=0, joined=0)
+                       any_preempted=False, scheduled=0, joined=0, served=0,
+                       head0=state.head, cut=0)
 
-    def pick(self, acc: _Acc, sel: _Req, stopped: Any, eligible: Any
-             ) -> tuple[_Iter, list[z3.BoolRef]]:
+    @staticmethod
+    def start(r: _Req) -> _Req:
+        """A request when schedule() starts (rules.py step, the `_Work` it builds): its
+        status and num_computed_tokens are the step's `before`, nothing scheduled,
+        preempted or visited, serve_rank 0."""
+        return replace(r, before=r.status, ncomp0=r.ncomp, scheduled=0, rank=0, pre=False,
+                       vis=False, upd=False)
+
+    def pick(self, acc: _Acc, sel: _Req, stopped: Any, eligible: Any,
+             others: Sequence[_Req] = ()) -> tuple[_Acc, _Iter, list[z3.BoolRef]]:
         """A RUNNING-loop iteration starts (rules.py:218-231; scheduler.py:658-661,
-        703-721): `sel` is the next RUNNING request not yet visited, if `eligible`."""
+        703-721): `sel` is the next RUNNING request not yet visited, if `eligible`: by the
+        rules' `select_min`, no other unvisited RUNNING request (of `others`) has a smaller
+        run_key. The ghost `cut` becomes its run_key."""
         ops, cfg = self.ops, self.cfg
         active = ops.and_(ops.not_(stopped), acc.token_budget > 0, eligible,
                           acc.input_budget > cfg.draft_slots)
         n = running_tokens(ops, cfg, sel.ntok - sel.ncomp, sel.ncomp, self.thr,
                            acc.token_budget, acc.input_budget)
         wants = ops.and_(active, n > 0)
-        return (_Iter(sel.ncomp, n, active, wants, False, False, stopped),
-                [z3.Implies(eligible, _running(sel))])
+        unvisited = [z3.And(_running(r), z3.Not(r.vis)) for r in (sel, *others)]
+        first = select_min(ops, unvisited, [(r.rkey,) for r in (sel, *others)])[0]
+        return (replace(acc, cut=z3.If(active, sel.rkey, acc.cut)),
+                _Iter(sel.ncomp, n, active, wants, False, False, stopped),
+                [z3.Implies(eligible, z3.And(unvisited[0], first))])
 
-    def attempt(self, acc: _Acc, sel: _Req, vic: _Req, it: _Iter, hit_sel: Any, hit_vic: Any
+    def attempt(self, acc: _Acc, sel: _Req, vic: _Req, it: _Iter, hit_sel: Any, hit_vic: Any,
+                others: Sequence[_Req] = ()
                 ) -> tuple[_Acc, _Req, _Iter, list[z3.BoolRef], list[_Req]]:
         """One iteration of the inner allocate-or-preempt loop (rules.py:236-251,
         scheduler.py:777-844): allocation succeeds or the victim, a RUNNING request (the
-        selected one or `vic`; which one the victim rule picks is left arbitrary, so every
-        victim rule is covered), is preempted by the rules' `_preempt`."""
+        selected one or `vic`), is preempted by the rules' `_preempt`. Under PRIORITY which
+        one is left arbitrary; under FCFS and its running[0] ablation the victim is the
+        one the rules' `_victim` picks among these requests and `others` (the last or
+        first run_key), as it is among all requests."""
         ops, cfg = self.ops, self.cfg
+        among = self.work(acc, [sel, vic, *others])
+        chosen = ([True, True] if cfg.policy_priority
+                  else _victim(ops, cfg, among, [])[:2])
         w = self.work(acc, [sel, vic])
         need = blocks_needed(ops, cfg, it.ncomp + it.n + cfg.num_lookahead_tokens, w.blocks[0])
         trying = ops.and_(it.wants, ops.not_(it.done))
@@ -379,7 +458,8 @@ class _Loops:
         done = ops.or_(done, ops.and_(evict, hit_sel))
         new = self.after(w, [sel, vic])
         hyps = [z3.Not(z3.And(hit_sel, hit_vic)), z3.Implies(hit_sel, _running(sel)),
-                z3.Implies(hit_vic, _running(vic))]
+                z3.Implies(hit_vic, _running(vic)), z3.Implies(hit_sel, chosen[0]),
+                z3.Implies(hit_vic, chosen[1])]
         return (_regather(acc, [sel, vic], new, w), new[0], replace(it, fits=fits, done=done),
                 hyps, new)
 
@@ -394,6 +474,7 @@ class _Loops:
         _serve(ops, cfg, w, [True, False], it.fits, it.n, need)
         stopped = ops.or_(it.stopped, ops.and_(it.wants, ops.not_(it.fits)),
                           ops.not_(it.active))
+        w.visited[0] = ops.or_(w.visited[0], it.active)  # rules.py:264-265
         new = self.after(w, [sel, other])
         return _regather(acc, [sel, other], new, w), stopped, new
 
@@ -429,6 +510,8 @@ class _Loops:
         ok = ops.and_(active, ops.not_(too_long), full_ok, need + wm <= w.free)
         _serve(ops, cfg, w, [True, False], ok, n, need, need)
         w.status[0] = ops.ite(ok, RUNNING, w.status[0])  # 1343-1369: RUNNING, appended
+        w.run_key[0] = ops.ite(ok, w.next_run_key, w.run_key[0])  # rules.py:348, 352
+        w.next_run_key = ops.ite(ok, w.next_run_key + 1, w.next_run_key)
         stopped = ops.or_(stopped, ops.not_(ok))  # every failure ends the loop
         new = self.after(w, [sel, other])
         hyps = [z3.Implies(eligible, _is(sel.status, WAITING, PREEMPTED))]
@@ -437,44 +520,67 @@ class _Loops:
     def arrive(self, acc: _Acc, req: _Req) -> tuple[_Acc, _Req]:
         """One request's arrival, by the rules' `_arrive` on a one-slot state
         (rules.py _arrive, scheduler.py:2616-2634)."""
-        spec, t = self.spec(), z3.Int(_tag("t"))
-        slot = SlotState(status=req.status, num_computed_tokens=req.ncomp, blocks=req.blocks)
-        state = SchedState(slots=(slot,), free_blocks=acc.free)
-        after = _arrive(self.ops, [spec], state, t)
+        t = z3.Int(_tag("t"))
+        slot = SlotState(status=req.status, num_computed_tokens=req.ncomp, blocks=req.blocks,
+                         wait_key=req.wkey, run_key=req.rkey)
+        state = SchedState(slots=(slot,), free_blocks=acc.free, wait_tail=acc.tail)
+        after = _arrive(self.ops, [req.spec(*z3.Ints(f"{t}.max_tokens {t}.arrival"))], state,
+                        t)
         s = after.slots[0]
         new = replace(req, status=s.status, before=s.status, ncomp=s.num_computed_tokens,
-                      blocks=s.blocks)
+                      blocks=s.blocks, wkey=s.wait_key)
         w = self.work(acc, [req])
         w.free = after.free_blocks
-        return _regather(acc, [req], [new], w), new
+        return replace(_regather(acc, [req], [new], w), tail=after.wait_tail), new
+
+    def _one_step(self, acc: _Acc, reqs: Sequence[_Req], eos: Sequence[Any]
+                  ) -> tuple[SchedState, Step, _Work]:
+        """The rules' `_update` on a step of these requests, as schedule() left them."""
+        t = _tag("upd")
+        specs = [r.spec(z3.Int(f"{t}.max_tokens{i}"), z3.Int(f"{t}.arrival{i}"))
+                 for i, r in enumerate(reqs)]
+        before = tuple(SlotState(status=r.before, num_computed_tokens=r.ncomp0,
+                                 num_output_tokens=r.out, blocks=r.blocks, run_key=r.rkey,
+                                 wait_key=r.wkey) for r in reqs)
+        state = SchedState(slots=before, free_blocks=acc.free, next_run_key=acc.nrk,
+                           wait_head=acc.head, wait_tail=acc.tail)
+        w = self.work(acc, reqs)
+        nxt, step = _update(self.ops, self.cfg, specs, state, before,
+                            [num_tokens(sp, b) for sp, b in zip(specs, before, strict=True)],
+                            [z3.Bool(f"{t}.held{i}") for i in range(len(reqs))], w, eos)
+        return nxt, step, w
 
     def release(self, acc: _Acc, req: _Req, eos: Any) -> tuple[_Acc, _Req]:
         """One request's turn in update_from_output, by the rules' `_update` on a one-slot
         step whose free blocks are the release loop's running total (rules.py _update:
         free_end accumulates each finished request's blocks; scheduler.py:2220-2240)."""
-        ops, cfg = self.ops, self.cfg
-        spec = self.spec()
-        slot = SlotState(status=req.before, num_computed_tokens=req.ncomp,
-                         num_output_tokens=z3.Int(_tag("out")), blocks=req.blocks)
-        state = SchedState(slots=(slot,), free_blocks=acc.free)
-        w = self.work(acc, [req])
-        nxt, _ = _update(ops, cfg, [spec], state, state.slots, [num_tokens(spec, slot)],
-                         [z3.Bool(_tag("held"))], w, [eos])
+        nxt, _, w = self._one_step(acc, [req], [eos])
         s = nxt.slots[0]
-        new = replace(req, status=s.status, ncomp=s.num_computed_tokens, blocks=s.blocks)
+        new = replace(req, status=s.status, ncomp=s.num_computed_tokens, blocks=s.blocks,
+                      out=s.num_output_tokens, rkey=s.run_key, wkey=s.wait_key, upd=True)
         w.free = nxt.free_blocks
         return _regather(acc, [req], [new], w), new
 
-    @staticmethod
-    def spec() -> SlotSpec:
-        """An arbitrary request's fixed parameters."""
-        t = _tag("spec")
-        return SlotSpec(*z3.Ints(f"{t}.prompt_len {t}.max_tokens {t}.arrival_step "
-                                 f"{t}.priority"))
+    def observe(self, acc: _Acc, reqs: Sequence[_Req], num_requests: Any) -> Step:
+        """The step's observation of these requests (rules.py `_update`, `_slot_obs`).
+        Under PRIORITY their queue keys are the rules' `_queue_key` over `num_requests`
+        slots, each request at its arrival index."""
+        _, step, w = self._one_step(acc, reqs, [z3.Bool(_tag("eos")) for _ in reqs])
+        slots = [replace(o, arrival_time=r.idx) for o, r in zip(step.slots, reqs, strict=True)]
+        if self.cfg.policy_priority:
+            specs = _ByIndex([(r.idx, r.spec(0, 0)) for r in reqs])
+            slots = [replace(o, queue_key=_queue_key(self.cfg, specs, w, r.idx, num_requests))
+                     for o, r in zip(slots, reqs, strict=True)]
+        return replace(step, slots=tuple(slots))
 
 
 Invariant = Callable[[_Loops, _Acc], Any]
 InnerInvariant = Callable[[_Loops, _Acc, _Req, _Iter], Any]
+# A per-request invariant (loops, accumulators, request, stage). The stage is "running"
+# (the RUNNING loop and its inner loop), "waiting" (the WAITING loop, and schedule() has
+# ended) or "between" (update_from_output has processed the request; the arrivals).
+Each = Callable[[_Loops, _Acc, _Req, str], Any]
+Pair = Callable[[_Loops, _Acc, _Req, _Req], Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,7 +590,14 @@ class _Argument:
     allocate-or-preempt loop), `waiting` over the WAITING loop (given its stopped flag;
     default `inv`), the `claim` at the step's observation point (after both loops), and,
     for an induction over steps, `between` over the state between steps (kept by the
-    release and arrival loops) and `state_claim` after update_from_output."""
+    release and arrival loops) and `state_claim` after update_from_output.
+
+    With `each`, a per-request invariant, and `pair`, one over two distinct requests:
+    every iteration is checked on the requests it touches and two bystanders (which it
+    leaves unchanged while the accumulators move), so they hold for every request and
+    every two; `observed` names the catalogue property then evaluated, as the conclusion,
+    on the rules' observation of two arbitrary requests (the four properties so proved
+    are conjunctions over one request or over two distinct requests)."""
 
     inv: Invariant
     inner: InnerInvariant
@@ -493,6 +606,21 @@ class _Argument:
     waiting: Callable[[_Loops, _Acc, Any], Any] | None = None
     between: Invariant | None = None
     state_claim: Invariant | None = None
+    each: Each | None = None
+    pair: Pair | None = None
+    observed: str | None = None
+    side: Callable[[_Loops], list[tuple[str, Callable[[], z3.BoolRef]]]] | None = None
+
+
+def _bool(x: Any) -> z3.BoolRef:
+    return x if isinstance(x, z3.BoolRef) else z3.BoolVal(bool(x))
+
+
+def _initial_req() -> _Req:
+    """A request slot in the initial state (rules' `SchedState.initial`: `SlotState()`)."""
+    s = SlotState()
+    return replace(_fresh_req(), status=s.status, ncomp=s.num_computed_tokens,
+                   out=s.num_output_tokens, blocks=s.blocks, rkey=s.run_key, wkey=s.wait_key)
 
 
 def _obligations(a: _Argument, loops: _Loops) -> list[tuple[str, Callable[[], z3.BoolRef]]]:
@@ -508,11 +636,37 @@ def _obligations(a: _Argument, loops: _Loops) -> list[tuple[str, Callable[[], z3
     def fresh_pair() -> tuple[_Acc, _Req, _Req, z3.BoolRef, z3.BoolRef]:
         return _fresh_acc(), _fresh_req(), _fresh_req(), z3.Bool(_tag("s")), z3.Bool(_tag("e"))
 
+    def bystanders() -> list[_Req]:
+        return [_fresh_req() for _ in range(2 if a.each is not None else 0)]
+
+    def form(acc: _Acc, r: _Req, stage: str) -> Any:
+        assert a.each is not None
+        if stage == "update":  # update_from_output processes the requests one by one
+            return z3.If(r.upd, _bool(a.each(loops, acc, r, "between")),
+                         _bool(a.each(loops, acc, r, "waiting")))
+        if stage == "between":
+            return a.each(loops, acc, r, stage)
+        return z3.And(z3.Not(r.upd), _bool(a.each(loops, acc, r, stage)))
+
+    def each(acc: _Acc, reqs: Sequence[_Req], stage: str) -> list[Any]:
+        if a.each is None:
+            return []
+        out = [form(acc, r, stage) for r in reqs]
+        if a.pair is not None:
+            out += [a.pair(loops, acc, p, q) for p in reqs for q in reqs if p is not q]
+        return out
+
+    def rest(acc: _Acc, reqs: Sequence[_Req]) -> list[z3.BoolRef]:
+        return _rest(acc, reqs) if reqs else []
+
     def step_start() -> z3.BoolRef:
-        state = _fresh_acc()
+        state, reqs = _fresh_acc(), bystanders()
+        acc = loops.step_start(state)
         pre = [a.between(loops, state)] if a.between else []
-        return valid([*pre, state.blocks >= 0, state.running >= 0],
-                     a.inv(loops, loops.step_start(state)))
+        return valid([*pre, state.blocks >= 0, state.running >= 0, *rest(state, reqs),
+                      *each(state, reqs, "between")],
+                     [a.inv(loops, acc), *each(acc, [loops.start(r) for r in reqs],
+                                               "running")])
 
     def inner(l_: _Loops, acc: _Acc, sel: _Req, it: _Iter) -> Any:
         # Every argument's: an allocation fits only for a request that wants tokens,
@@ -522,38 +676,62 @@ def _obligations(a: _Argument, loops: _Loops) -> list[tuple[str, Callable[[], z3
 
     def pick() -> z3.BoolRef:
         acc, sel, _, stopped, eligible = fresh_pair()
-        it, hyps = loops.pick(acc, sel, stopped, eligible)
-        return valid([a.inv(loops, acc), *_rest(acc, [sel]), *hyps],
-                     inner(loops, acc, sel, it))
+        others = bystanders()
+        acc2, it, hyps = loops.pick(acc, sel, stopped, eligible, others)
+        return valid([a.inv(loops, acc), *_rest(acc, [sel, *others]), *hyps,
+                      *each(acc, [sel, *others], "running")],
+                     [inner(loops, acc2, sel, it), *each(acc2, [sel, *others], "running")])
 
     def attempt() -> z3.BoolRef:
         acc, sel, vic, it = _fresh_acc(), _fresh_req(), _fresh_req(), _fresh_iter()
+        others = bystanders()
         t = _tag("victim")
         hs, hv = z3.Bools(f"{t}.sel {t}.vic")
-        acc2, sel2, it2, hyps, new = loops.attempt(acc, sel, vic, it, hs, hv)
-        return valid([a.inv(loops, acc), inner(loops, acc, sel, it), *_rest(acc, [sel, vic]),
-                      *hyps],
-                     [a.inv(loops, acc2), inner(loops, acc2, sel2, it2), *_wf_kept(new)])
+        acc2, sel2, it2, hyps, new = loops.attempt(acc, sel, vic, it, hs, hv, others)
+        return valid([a.inv(loops, acc), inner(loops, acc, sel, it),
+                      *_rest(acc, [sel, vic, *others]), *hyps,
+                      *each(acc, [sel, vic, *others], "running")],
+                     [a.inv(loops, acc2), inner(loops, acc2, sel2, it2), *_wf_kept(new),
+                      *each(acc2, [*new, *others], "running")])
 
     def serve() -> z3.BoolRef:
         acc, sel, other, it = _fresh_acc(), _fresh_req(), _fresh_req(), _fresh_iter()
+        others = bystanders()
         acc2, _, new = loops.serve(acc, sel, other, it)
         return valid([a.inv(loops, acc), inner(loops, acc, sel, it),
-                      *_rest(acc, [sel, other])], [a.inv(loops, acc2), *_wf_kept(new)])
+                      *_rest(acc, [sel, other, *others]),
+                      *each(acc, [sel, other, *others], "running")],
+                     [a.inv(loops, acc2), *_wf_kept(new),
+                      *each(acc2, [*new, *others], "running")])
 
     def waiting_base() -> z3.BoolRef:
-        acc = _fresh_acc()
-        return valid([a.inv(loops, acc)], wait_inv(loops, acc, loops.waiting_start(acc)))
+        acc, reqs = _fresh_acc(), bystanders()
+        acc2 = replace(acc, mark=acc.served)  # the ghost: served when the loop starts
+        return valid([a.inv(loops, acc), *rest(acc, reqs), *each(acc, reqs, "running")],
+                     [wait_inv(loops, acc2, loops.waiting_start(acc)),
+                      *each(acc2, reqs, "waiting")])
 
     def admit() -> z3.BoolRef:
         acc, sel, other, stopped, eligible = fresh_pair()
+        others = bystanders()
         acc2, stopped2, hyps, new = loops.admit(acc, sel, other, stopped, eligible)
-        return valid([wait_inv(loops, acc, stopped), *_rest(acc, [sel, other]), *hyps],
-                     [wait_inv(loops, acc2, stopped2), *_wf_kept(new)])
+        return valid([wait_inv(loops, acc, stopped), *_rest(acc, [sel, other, *others]),
+                      *hyps, *each(acc, [sel, other, *others], "waiting")],
+                     [wait_inv(loops, acc2, stopped2), *_wf_kept(new),
+                      *each(acc2, [*new, *others], "waiting")])
 
     def claim() -> z3.BoolRef:
-        acc, stopped = _fresh_acc(), z3.Bool(_tag("s"))
-        return valid([wait_inv(loops, acc, stopped), *_rest(acc, [])], a.claim(loops, acc))
+        acc, stopped, reqs = _fresh_acc(), z3.Bool(_tag("s")), bystanders()
+        hyps = [wait_inv(loops, acc, stopped), *_rest(acc, reqs), *each(acc, reqs, "waiting")]
+        concl = [a.claim(loops, acc)]
+        if a.observed is not None:
+            # Any number of requests, these two at distinct arrival indices among them.
+            n = z3.Int(_tag("num_requests"))
+            hyps += [z3.Distinct(*[r.idx for r in reqs]),
+                     *[z3.And(r.idx >= 0, r.idx < n) for r in reqs]]
+            step = loops.observe(acc, reqs, n)
+            concl.append(catalogue.get(a.observed).holds(loops.ops, [step], 0))
+        return valid(hyps, concl)
 
     out: list[tuple[str, Callable[[], z3.BoolRef]]] = [
         ("base (schedule() starts)", step_start), ("running-loop iteration starts", pick),
@@ -561,31 +739,45 @@ def _obligations(a: _Argument, loops: _Loops) -> list[tuple[str, Callable[[], z3
         ("waiting loop starts", waiting_base), ("waiting-loop iteration", admit),
         ("conclusion", claim)]
     if a.between is None:
-        return out
+        return out + (a.side(loops) if a.side is not None else [])
     between = a.between
 
     def initial() -> z3.BoolRef:
-        return valid([], between(loops, _Acc(0, 0, loops.cfg.usable_blocks, False, 0, 0, 0,
-                                             0)))
+        init = SchedState(slots=(), free_blocks=loops.cfg.usable_blocks)
+        acc = _Acc(0, 0, init.free_blocks, False, 0, 0, 0, 0, head=init.wait_head,
+                   tail=init.wait_tail, nrk=init.next_run_key)
+        reqs = [_initial_req() for _ in bystanders()]
+        return valid([c for r in reqs for c in _wf(r)],
+                     [between(loops, acc), *each(acc, reqs, "between")])
 
     def scheduled() -> z3.BoolRef:
-        acc, stopped = _fresh_acc(), z3.Bool(_tag("s"))
-        return valid([wait_inv(loops, acc, stopped), *_rest(acc, [])], between(loops, acc))
+        acc, stopped, reqs = _fresh_acc(), z3.Bool(_tag("s")), bystanders()
+        return valid([wait_inv(loops, acc, stopped), *_rest(acc, reqs),
+                      *each(acc, reqs, "waiting")],
+                     [between(loops, acc), *each(acc, reqs, "update")])
 
     def release() -> z3.BoolRef:
         acc, req, eos = _fresh_acc(), _fresh_req(), z3.Bool(_tag("eos"))
+        others = bystanders()
         acc2, new = loops.release(acc, req, eos)
-        return valid([between(loops, acc), *_rest(acc, [req])],
-                     [between(loops, acc2), new.blocks >= 0])
+        return valid([between(loops, acc), *_rest(acc, [req, *others]),
+                      *each(acc, [req, *others], "update"),
+                      *([z3.Not(req.upd)] if others else [])],
+                     [between(loops, acc2), new.blocks >= 0,
+                      *each(acc2, [new, *others], "update")])
 
     def arrive() -> z3.BoolRef:
         acc, req = _fresh_acc(), _fresh_req()
+        others = bystanders()
         acc2, new = loops.arrive(acc, req)
-        return valid([between(loops, acc), *_rest(acc, [req])],
-                     [between(loops, acc2), new.blocks >= 0])
+        return valid([between(loops, acc), *_rest(acc, [req, *others]),
+                      *each(acc, [req, *others], "between")],
+                     [between(loops, acc2), new.blocks >= 0,
+                      *each(acc2, [new, *others], "between")])
 
     out += [("initial state", initial), ("schedule() ends", scheduled),
             ("release iteration", release), ("arrival iteration", arrive)]
+    out += a.side(loops) if a.side is not None else []
     if a.state_claim is not None:
         state_claim = a.state_claim
 
@@ -735,6 +927,141 @@ def no_admission_after_preemption_unbounded(timeout_s: float) -> TheoremResult:
                   "(base, step, conclusion valid)")
 
 
+# --- per-request invariants (for every number of requests) ------------------------------
+
+def _queued(r: _Req) -> z3.BoolRef:
+    return _is(r.status, WAITING, PREEMPTED)
+
+
+def _unstarted(r: _Req) -> z3.BoolRef:
+    return _is(r.status, ABSENT, WAITING, PREEMPTED)
+
+
+def _run_order(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> list[Any]:
+    """The RUNNING loop's order, per request: run keys are >= 0 and below next_run_key;
+    within the RUNNING loop, with `cut` the current request's run_key, a visited RUNNING
+    request's key is <= cut, an unvisited one's >= cut, and one scheduled in this step is
+    visited. With distinct run keys (`_distinct_run_keys`) this is what makes the FCFS
+    victim, the RUNNING request with the largest key (rules.py _victim,
+    scheduler.py:802), one not yet served in this step, which is why `_preempt` need not
+    give its tokens back under FCFS (rules.py:149)."""
+    facts: list[Any] = [acc.nrk >= 0,
+                        z3.Implies(_running(r), z3.And(r.rkey >= 0, r.rkey < acc.nrk))]
+    if stage == "running":
+        facts += [z3.Implies(z3.And(_running(r), z3.Not(r.vis)), r.rkey >= acc.cut),
+                  z3.Implies(z3.And(_running(r), r.vis), r.rkey <= acc.cut),
+                  z3.Implies(z3.And(_running(r), r.scheduled > 0), r.vis)]
+    return facts
+
+
+def _distinct_run_keys(l_: _Loops, acc: _Acc, p: _Req, q: _Req) -> Any:
+    """Two RUNNING requests have distinct run keys (each is next_run_key when admitted,
+    rules.py:348, 352)."""
+    return z3.Implies(z3.And(_running(p), _running(q)), p.rkey != q.rkey)
+
+
+def _order_inner(l_: _Loops, acc: _Acc, sel: _Req, it: _Iter) -> Any:
+    """Within a RUNNING-loop iteration: the current request's key is `cut`; while it is
+    being allocated it is RUNNING and unvisited; a fitted one is RUNNING; its offered
+    tokens are at most what it lacks (`running_tokens` caps at `remaining`)."""
+    return z3.And(z3.Implies(it.wants, it.active), z3.Implies(it.active, sel.rkey == acc.cut),
+                  z3.Implies(z3.And(it.wants, z3.Not(it.done)),
+                             z3.And(_running(sel), z3.Not(sel.vis))),
+                  z3.Implies(it.fits, _running(sel)), it.n <= sel.ntok - it.ncomp)
+
+
+def _gated(l_: _Loops, acc: _Acc, stopped: Any) -> Any:
+    # The WAITING loop starts stopped after a preemption (scheduler.py:900, rules.py:293).
+    return z3.Implies(acc.any_preempted, stopped)
+
+
+def _computed_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
+    common = [r.ncomp >= 0, r.out >= 0, *_run_order(l_, acc, r, stage)]
+    if stage == "between":
+        return z3.And(*common, z3.Implies(_unstarted(r), r.ncomp == 0), r.ncomp <= r.ntok)
+    return z3.And(
+        *common, r.ncomp0 >= 0, r.ncomp + r.scheduled <= r.ntok,
+        r.scheduled <= r.ntok - r.ncomp0,
+        z3.Implies(_unstarted(r), z3.And(r.ncomp == 0, r.scheduled == 0)),
+        z3.Implies(_running(r), r.ncomp == r.ncomp0),
+        z3.Implies(z3.And(_queued(r), z3.Not(r.pre)), r.ncomp0 == 0),
+        z3.Implies(r.pre, acc.any_preempted))
+
+
+def _computed_argument() -> _Argument:
+    def inner(l_: _Loops, acc: _Acc, sel: _Req, it: _Iter) -> Any:
+        return z3.And(_order_inner(l_, acc, sel, it),
+                      z3.Implies(it.active, it.ncomp == sel.ncomp0))
+    return _Argument(lambda *_: True, inner, lambda *_: True, lambda l_: [],
+                     waiting=_gated, between=lambda *_: True, each=_computed_each,
+                     pair=_distinct_run_keys, observed="computed_within_tokens")
+
+
+def computed_within_tokens_unbounded(timeout_s: float) -> TheoremResult:
+    """For every number of requests: num_computed_tokens <= num_tokens, and no request is
+    scheduled more than num_tokens - num_computed_tokens (at the step's start). Per-request
+    invariant over steps: a request not started (ABSENT, WAITING, PREEMPTED) has computed
+    nothing, and num_computed_tokens <= num_tokens; within a step, a RUNNING request keeps
+    the num_computed_tokens it started with, the tokens offered are at most what it lacks,
+    a request waiting since the step's start computed nothing, and a preempted one is reset
+    and (FCFS: the victim is not yet served; PRIORITY: it gives its tokens back) has
+    nothing scheduled."""
+    return _prove(_computed_argument(), timeout_s,
+                  "induction over steps, each step a 1-induction over the arrival, running "
+                  "(with allocate-or-preempt), waiting and release loops' iterations on "
+                  "the requests each touches and two bystanders (base, step, conclusion "
+                  "valid); per-request invariant: a request not started has computed "
+                  "nothing, num_computed_tokens + scheduled <= num_tokens")
+
+
+def _whole_prompt_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
+    if stage == "running":  # nobody joins in the RUNNING loop
+        return z3.Not(_joined(r))
+    if stage == "waiting":  # prefix_hit is 0 without a prefix cache (the rules' _Work)
+        return z3.Or(l_.cfg.enable_chunked_prefill,
+                     z3.Implies(_joined(r), r.scheduled == r.ntok))
+    return True
+
+
+def _threshold_off(l_: _Loops) -> list[tuple[str, Callable[[], z3.BoolRef]]]:
+    """The premise speaks of the configured threshold, the argument of the effective one
+    (`thr`): the rules' `_threshold` keeps a configured threshold <= 0 at <= 0 under
+    every switch (its adaptive floor applies only to a threshold > 0, rules.py:117, so
+    the slot count, 4 here, does not matter)."""
+    def claim(adaptive: bool, alone: bool) -> Callable[[], z3.BoolRef]:
+        def build() -> z3.BoolRef:
+            cfg = replace(l_.cfg, long_prefill_token_threshold_adaptive=adaptive,
+                          threshold_off_when_alone=alone)
+            held = z3.Int(_tag("num_held"))
+            thr = _threshold(l_.ops, cfg, held, 4)
+            return z3.Implies(z3.And(*l_.defs(), cfg.long_prefill_token_threshold <= 0,
+                                     held >= 0), thr <= 0)
+        return build
+    return [(f"threshold <= 0 stays <= 0 (adaptive {adaptive}, off when alone {alone})",
+             claim(adaptive, alone)) for adaptive in (False, True) for alone in (False, True)]
+
+
+def _whole_prompt_argument() -> _Argument:
+    return _Argument(lambda *_: True, lambda *_: True, lambda *_: True,
+                     lambda l_: [z3.Or(l_.cfg.enable_chunked_prefill, l_.thr <= 0)],
+                     each=_whole_prompt_each, observed="whole_prompt_without_chunking",
+                     side=_threshold_off)
+
+
+def whole_prompt_without_chunking_unbounded(timeout_s: float) -> TheoremResult:
+    """For every number of requests: with chunked prefill off and no long-prefill
+    threshold, a request admitted or resumed is scheduled its whole sequence (num_tokens;
+    no prefix hit without a prefix cache). Per-request invariant: nobody joins in the
+    RUNNING loop; in the WAITING loop an admission happens only if the threshold-capped
+    chunk fits the budget (scheduler.py:1155-1167), which with no threshold is all it
+    lacks, num_tokens (num_computed_tokens 0, 1129), and nothing changes it later."""
+    return _prove(_whole_prompt_argument(), timeout_s,
+                  "1-induction over the running loop's iterations (nobody joined) and the "
+                  "waiting loop's iterations on the requests each touches and two "
+                  "bystanders (base, step, conclusion valid); per-request invariant: a "
+                  "request joined is scheduled num_tokens")
+
+
 def _plain_sync(family: Family) -> bool:
     base = family.base
     return not (base.enable_prefix_caching or base.speculative_method
@@ -763,6 +1090,13 @@ POOL_NONEMPTY = Premise(
 WATERMARK_NONNEGATIVE = Premise(
     "watermark_nonnegative", "the watermark is >= 0 (or its check is switched off)",
     lambda f: f.base.watermark >= 0 or not f.base.rules.watermark_check)
+NO_THRESHOLD_WITHOUT_CHUNKING = Premise(
+    "no_long_prefill_threshold_without_chunking",
+    "with chunked prefill off, the long-prefill threshold is 0 in every config of the "
+    "family (a threshold cuts a prompt before the chunked-prefill check, "
+    "scheduler.py:1155-1167; on no_chunking_threshold the property is VIOLATED)",
+    lambda f: (f.base.enable_chunked_prefill or not f.base.rules.long_prefill_cap
+               or field_range(f, "long_prefill_token_threshold")[1] <= 0))
 PREEMPTION_GATE = Premise(
     "preemption_gate_on", "the rule 'no admission in a step that preempted' "
     "(scheduler.py:900) is not switched off (rules.preemption_gate)",
@@ -794,4 +1128,9 @@ THEOREMS: dict[str, Theorem] = {
     "no_admission_after_preemption": Theorem(no_admission_after_preemption_unbounded,
                                              (PLAIN_SYNC, PREEMPTION_GATE),
                                              states="4801bd76f453ed0c"),
+    "computed_within_tokens": Theorem(computed_within_tokens_unbounded,
+                                      (PLAIN_SYNC, PREEMPTION_GATE), states="62fbe5613fdb2e41"),
+    "whole_prompt_without_chunking": Theorem(whole_prompt_without_chunking_unbounded,
+                                             (PLAIN_SYNC, NO_THRESHOLD_WITHOUT_CHUNKING),
+                                             states="0c20ba639b9f514b"),
 }
