@@ -26,6 +26,7 @@ PROOFS = {
     "no_admission_after_preemption": theorems.no_admission_after_preemption_unbounded,
     "computed_within_tokens": theorems.computed_within_tokens_unbounded,
     "whole_prompt_without_chunking": theorems.whole_prompt_without_chunking_unbounded,
+    "running_before_waiting": theorems.running_before_waiting_unbounded,
 }
 
 
@@ -81,6 +82,8 @@ def test_caching_async_and_speculative_families_are_outside_every_theorem(prop, 
     ("no_admission_after_preemption",
      Family(replace(TINY, rules=VllmRules(preemption_gate=False))), "preemption_gate_on"),
     ("computed_within_tokens",
+     Family(replace(TINY, rules=VllmRules(preemption_gate=False))), "preemption_gate_on"),
+    ("running_before_waiting",
      Family(replace(TINY, rules=VllmRules(preemption_gate=False))), "preemption_gate_on"),
     ("whole_prompt_without_chunking",
      Family(replace(TINY, enable_chunked_prefill=False, long_prefill_token_threshold=4)),
@@ -254,6 +257,27 @@ def test_whole_prompt_proof_fails_when_serving_records_less(monkeypatch):
     monkeypatch.setattr(theorems, "_serve", short)
     result = theorems.whole_prompt_without_chunking_unbounded(30)
     assert not result.proved and result.detail.startswith("waiting-loop iteration")
+
+
+def test_rank_proof_fails_when_serving_does_not_advance_the_rank(monkeypatch):
+    serve = theorems._serve
+
+    def unranked(ops, cfg, w, sel, do, n, need, added=None):
+        served = w.served
+        serve(ops, cfg, w, sel, do, n, need, added)
+        w.served = served  # every request served gets the same rank
+    monkeypatch.setattr(theorems, "_serve", unranked)
+    result = theorems.running_before_waiting_unbounded(30)
+    assert not result.proved and result.detail.startswith("running-loop iteration ends")
+
+
+def test_rank_proof_fails_without_the_preemption_gate(monkeypatch):
+    # Without the gate a preempted running request may be resumed after a waiting one is
+    # admitted (under PRIORITY, a waiting request of higher priority goes first).
+    monkeypatch.setattr(theorems, "RuleConfig",
+                        functools.partial(RuleConfig, preemption_gate=False))
+    result = theorems.running_before_waiting_unbounded(30)
+    assert not result.proved and result.detail.startswith("waiting loop starts")
 
 
 def test_every_theorem_speaks_of_the_catalogues_current_definition():

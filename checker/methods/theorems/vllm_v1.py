@@ -1062,6 +1062,41 @@ def whole_prompt_without_chunking_unbounded(timeout_s: float) -> TheoremResult:
                   "request joined is scheduled num_tokens")
 
 
+def _rank_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
+    # A request RUNNING at the step's start and now waiting was preempted in this step.
+    preempted = z3.Implies(z3.And(_queued(r), r.before == RUNNING), acc.any_preempted)
+    if stage == "running":
+        return z3.And(z3.Not(_joined(r)), z3.Implies(r.scheduled > 0, r.rank < acc.served),
+                      preempted)
+    if stage == "waiting":
+        return z3.And(acc.mark <= acc.served, preempted,
+                      z3.Implies(z3.And(r.before == RUNNING, r.scheduled > 0),
+                                 r.rank < acc.mark),
+                      z3.Implies(_joined(r), r.rank >= acc.mark))
+    return True
+
+
+def _rank_argument() -> _Argument:
+    return _Argument(lambda *_: True, lambda *_: True, lambda *_: True, lambda l_: [],
+                     waiting=_gated, each=_rank_each, observed="running_before_waiting")
+
+
+def running_before_waiting_unbounded(timeout_s: float) -> TheoremResult:
+    """For every number of requests: a request RUNNING at the step's start and served in
+    it is served before every request admitted or resumed in it. `_serve` ranks each
+    request served by the counter `served`; per-request invariant: in the RUNNING loop,
+    a request served has a rank below `served` and nobody has joined; in the WAITING loop
+    (mark = `served` when it starts), one served by the RUNNING loop has a rank below
+    mark and one joined a rank >= mark. A request RUNNING at the start is never admitted
+    in the WAITING loop: it is waiting only if preempted, and then the loop admits
+    nobody (scheduler.py:900)."""
+    return _prove(_rank_argument(), timeout_s,
+                  "1-induction over the running loop's iterations and the waiting loop's "
+                  "iterations on the requests each touches and two bystanders (base, step, "
+                  "conclusion valid); per-request invariant: a running request served has "
+                  "a rank below the waiting loop's first, a request joined one at or above")
+
+
 def _plain_sync(family: Family) -> bool:
     base = family.base
     return not (base.enable_prefix_caching or base.speculative_method
@@ -1133,4 +1168,6 @@ THEOREMS: dict[str, Theorem] = {
     "whole_prompt_without_chunking": Theorem(whole_prompt_without_chunking_unbounded,
                                              (PLAIN_SYNC, NO_THRESHOLD_WITHOUT_CHUNKING),
                                              states="0c20ba639b9f514b"),
+    "running_before_waiting": Theorem(running_before_waiting_unbounded,
+                                      (PLAIN_SYNC, PREEMPTION_GATE), states="2975efd1180e086c"),
 }
