@@ -27,6 +27,7 @@ PROOFS = {
     "computed_within_tokens": theorems.computed_within_tokens_unbounded,
     "whole_prompt_without_chunking": theorems.whole_prompt_without_chunking_unbounded,
     "running_before_waiting": theorems.running_before_waiting_unbounded,
+    "preempted_requeued": theorems.preempted_requeued_unbounded,
 }
 
 
@@ -84,6 +85,8 @@ def test_caching_async_and_speculative_families_are_outside_every_theorem(prop, 
     ("computed_within_tokens",
      Family(replace(TINY, rules=VllmRules(preemption_gate=False))), "preemption_gate_on"),
     ("running_before_waiting",
+     Family(replace(TINY, rules=VllmRules(preemption_gate=False))), "preemption_gate_on"),
+    ("preempted_requeued",
      Family(replace(TINY, rules=VllmRules(preemption_gate=False))), "preemption_gate_on"),
     ("whole_prompt_without_chunking",
      Family(replace(TINY, enable_chunked_prefill=False, long_prefill_token_threshold=4)),
@@ -278,6 +281,34 @@ def test_rank_proof_fails_without_the_preemption_gate(monkeypatch):
                         functools.partial(RuleConfig, preemption_gate=False))
     result = theorems.running_before_waiting_unbounded(30)
     assert not result.proved and result.detail.startswith("waiting loop starts")
+
+
+def test_requeued_proof_fails_when_preemption_appends_to_the_tail(monkeypatch):
+    preempt = theorems._preempt
+
+    def appending(ops, cfg, w, victim, do):
+        head = w.wait_head
+        preempt(ops, cfg, w, victim, do)
+        w.wait_key = [ops.ite(ops.and_(do, v), head + 1000, k)
+                      for v, k in zip(victim, w.wait_key, strict=True)]
+    monkeypatch.setattr(theorems, "_preempt", appending)
+    result = theorems.preempted_requeued_unbounded(30)
+    assert not result.proved and result.detail.startswith("allocate-or-preempt iteration")
+
+
+def test_requeued_proof_needs_the_fcfs_victim_to_be_the_rules_choice(monkeypatch):
+    monkeypatch.setattr(theorems, "_victim", lambda ops, cfg, w, specs: [True] * len(w.status))
+    result = theorems.preempted_requeued_unbounded(30)
+    assert result.detail == "allocate-or-preempt iteration (FCFS victim rule): sat"
+
+
+def test_requeued_proof_fails_when_priority_keys_do_not_scale_with_the_requests(monkeypatch):
+    # The PRIORITY order rests on _queue_key = priority * num_requests + arrival index,
+    # with num_requests symbolic: a key that ignores it is not an order by priority.
+    monkeypatch.setattr(theorems, "_queue_key",
+                        lambda cfg, specs, w, i, n_slots: specs[i].priority + i)
+    result = theorems.preempted_requeued_unbounded(30)
+    assert result.detail == "conclusion (PRIORITY victim rule): sat"
 
 
 def test_every_theorem_speaks_of_the_catalogues_current_definition():

@@ -1097,6 +1097,49 @@ def running_before_waiting_unbounded(timeout_s: float) -> TheoremResult:
                   "a rank below the waiting loop's first, a request joined one at or above")
 
 
+def _requeued_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
+    common = _run_order(l_, acc, r, stage)
+    if stage == "between":  # a waiting request's key is above the queue's head
+        return z3.And(*common, z3.Implies(_queued(r), r.wkey > acc.head))
+    return z3.And(
+        *common, acc.head <= acc.head0,
+        # _preempt: PREEMPTED, num_computed_tokens 0, nothing scheduled (FCFS: the victim
+        # was not served yet; PRIORITY and running[0]: it gives its tokens back), and
+        # the key of the head it is prepended at, which then moves down.
+        z3.Implies(r.pre, z3.And(r.status == PREEMPTED, r.ncomp == 0, r.scheduled == 0,
+                                 acc.any_preempted, acc.head < r.wkey, r.wkey <= acc.head0)),
+        z3.Implies(z3.And(_queued(r), z3.Not(r.pre)), r.wkey > acc.head0))
+
+
+def _requeued_argument() -> _Argument:
+    def queue(l_: _Loops, acc: _Acc) -> Any:
+        return z3.And(acc.head <= acc.head0, acc.head0 < acc.tail)
+
+    def waiting(l_: _Loops, acc: _Acc, stopped: Any) -> Any:
+        return z3.And(queue(l_, acc), _gated(l_, acc, stopped))
+    return _Argument(queue, _order_inner, lambda *_: True, lambda l_: [], waiting=waiting,
+                     between=lambda l_, acc: acc.head < acc.tail, each=_requeued_each,
+                     pair=_distinct_run_keys, observed="preempted_requeued")
+
+
+def preempted_requeued_unbounded(timeout_s: float) -> TheoremResult:
+    """For every number of requests: a request preempted in a step has
+    num_computed_tokens 0 and, under FCFS, a smaller queue key than every request
+    waiting after the step and not preempted in it; under PRIORITY waiting requests are
+    in (priority, arrival_time) order. Per-request invariant over steps: a waiting
+    request's key is above wait_head (arrivals take wait_tail > wait_head); within a
+    step, a preempted one is reset, has nothing scheduled (the FCFS victim is not served
+    yet: run-key order), and has a key in (wait_head, wait_head at the step's start],
+    and one waiting and not preempted a key above the latter. Under PRIORITY the rules'
+    `_queue_key` over any number of requests orders by (priority, arrival index)."""
+    return _prove(_requeued_argument(), timeout_s,
+                  "induction over steps, each step a 1-induction over the arrival, running "
+                  "(with allocate-or-preempt), waiting and release loops' iterations on "
+                  "the requests each touches and two bystanders (base, step, conclusion "
+                  "valid); per-request invariant: a preempted request is reset and keyed "
+                  "below every waiting request not preempted")
+
+
 def _plain_sync(family: Family) -> bool:
     base = family.base
     return not (base.enable_prefix_caching or base.speculative_method
@@ -1170,4 +1213,6 @@ THEOREMS: dict[str, Theorem] = {
                                              states="0c20ba639b9f514b"),
     "running_before_waiting": Theorem(running_before_waiting_unbounded,
                                       (PLAIN_SYNC, PREEMPTION_GATE), states="2975efd1180e086c"),
+    "preempted_requeued": Theorem(preempted_requeued_unbounded,
+                                  (PLAIN_SYNC, PREEMPTION_GATE), states="aae4e6bee51a6d9a"),
 }
