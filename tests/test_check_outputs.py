@@ -484,3 +484,29 @@ def test_a_write_that_fails_after_the_run_is_one_line_exit_2(monkeypatch, capsys
     assert captured.err == (f"batchproof: error: cannot write --junit {tmp_path / 'v.xml'}: "
                             "No space left on device; the verdicts above are complete, "
                             "give a path you can write\n")
+
+
+# --- SIGPIPE: quiet under `| head`, harmless in-process ------------------------------------
+
+def test_main_called_in_process_gives_the_caller_its_sigpipe_handler_back(capsys):
+    old = signal.getsignal(signal.SIGPIPE)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    try:
+        assert main(["check", "--list"]) == 0
+        # Left at SIG_DFL, a later write to a dead pool worker's pipe would end the
+        # calling process (pytest itself) without a word.
+        assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGPIPE, old)
+
+
+def test_a_pool_runs_with_sigpipe_ignored_and_the_handler_comes_back():
+    old = signal.getsignal(signal.SIGPIPE)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    try:
+        with check._stoppable():
+            assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGPIPE) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGPIPE, old)
+

@@ -927,11 +927,14 @@ def _raise_stopped(signum: int, _frame: FrameType | None) -> None:
 @contextmanager
 def _stoppable() -> Iterator[None]:
     """While jobs run in a pool: SIGINT and SIGTERM raise Stopped in the main thread, so
-    the pool is ended instead of waited for."""
+    the pool is ended instead of waited for, and SIGPIPE is ignored: when a worker dies,
+    the pool's feeder thread may still write to its pipe, and under main's SIGPIPE=SIG_DFL
+    (for `| head`) that write would end this process silently."""
     if not _in_main_thread():
         yield  # signal handlers can only be set from the main thread
         return
     old = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGINT, signal.SIGTERM)}
+    old[signal.SIGPIPE] = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     try:
         yield
     finally:

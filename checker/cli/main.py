@@ -81,7 +81,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script: run one command and return its exit code. Bad
     input is one line and exit 2; any other exception is an internal error, one line and
     exit 4 (with `--debug` before the command, the exception propagates)."""
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `batchproof ... | head` ends quietly
+    # `batchproof ... | head` ends quietly (the console script passes no argv, and its
+    # output is flushed at exit, still under SIG_DFL). Called in-process with an argv
+    # (tests, a library user), the caller's handler comes back afterwards, so that a later
+    # write to a dead worker's pipe raises in that process instead of ending it silently.
+    old_pipe = signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    try:
+        return _main(argv)
+    finally:
+        if argv is not None:
+            signal.signal(signal.SIGPIPE, old_pipe)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # Read before parsing, so that an error inside argparse is shown too.
     debug = "--debug" in argv[: next((i for i, a in enumerate(argv) if a in _COMMANDS),
