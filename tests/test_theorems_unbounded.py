@@ -113,6 +113,29 @@ def test_a_job_on_tiny_is_proved_by_the_theorem():
     assert res.verdict.detail.startswith("for every number of requests")
 
 
+@pytest.mark.parametrize(("prop", "cfg"), [
+    ("computed_within_tokens", TINY),
+    ("computed_within_tokens", replace(TINY, policy="priority")),
+    ("preempted_requeued", replace(TINY, policy="priority")),
+    ("running_before_waiting", TINY),
+    ("whole_prompt_without_chunking",
+     replace(TINY, enable_chunked_prefill=False, max_num_batched_tokens=16)),
+])
+def test_jobs_on_the_per_request_properties_are_proved_by_their_theorems(prop, cfg):
+    res = run(_job(prop, cfg))
+    assert res.verdict.verdict == "PROVED" and res.verdict.method == "theorem"
+
+
+def test_a_threshold_without_chunking_falls_back_to_a_counterexample():
+    # no_chunking_threshold's config: outside the theorem's premise, and BMC finds the
+    # prompt split by the threshold.
+    cfg = replace(TINY, enable_chunked_prefill=False, max_num_batched_tokens=16,
+                  long_prefill_token_threshold=2)
+    res = run(_job("whole_prompt_without_chunking", cfg))
+    assert res.verdict.verdict == "VIOLATED" and res.verdict.method == "bmc"
+    assert "theorem does not apply" in res.verdict.detail
+
+
 def test_the_ablated_preemption_gate_falls_back_to_the_slot_model():
     # On 2 slots the ablation is harmless (a victim and a waiting request need 3), and the
     # slot model's induction says so; the theorem must not answer for it.

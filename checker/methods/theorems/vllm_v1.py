@@ -172,7 +172,11 @@ ACTIVE_WITHIN_SEATS = Premise(
 # two-slot `_Work` whose slots are fresh requests, the rest of the requests entering only
 # through the accumulators ("the rest", constrained only by being a sum of per-request
 # values that the per-request facts `_wf` keep >= 0; each obligation proves `_wf` again
-# for the requests it touches, so those facts are inductive as well).
+# for the requests it touches, so those facts are inductive as well). Properties of each
+# request (or each two) add a per-request invariant (and a pairwise one): every iteration
+# is checked on the requests it touches and two unchanged bystanders, so the invariants
+# hold for every request (and every two), and the conclusion is the catalogue's own
+# definition on the rules' observation of two arbitrary requests.
 
 _FRESH = itertools.count()
 # The FCFS victim rule, its ablation (running[0]) and PRIORITY: _preempt gives a victim's
