@@ -221,6 +221,18 @@ def test_computed_proof_needs_the_fcfs_victim_to_be_the_rules_choice(monkeypatch
     assert result.detail == "allocate-or-preempt iteration (FCFS victim rule): sat"
 
 
+def test_computed_proof_fails_when_arrivals_share_a_queue_key(monkeypatch):
+    # Distinct queue keys are part of the argument (one request per ordered choice): an
+    # arrival that does not advance wait_tail gives the next arrival the same key.
+    arrive = theorems._arrive
+
+    def stuck(ops, specs, state, t):
+        return replace(arrive(ops, specs, state, t), wait_tail=state.wait_tail)
+    monkeypatch.setattr(theorems, "_arrive", stuck)
+    result = theorems.computed_within_tokens_unbounded(30)
+    assert not result.proved and result.detail.startswith("arrival iteration")
+
+
 def test_computed_proof_fails_when_preemption_keeps_num_computed_tokens(monkeypatch):
     preempt = theorems._preempt
 

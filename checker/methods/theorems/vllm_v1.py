@@ -941,15 +941,18 @@ def _unstarted(r: _Req) -> z3.BoolRef:
     return _is(r.status, ABSENT, WAITING, PREEMPTED)
 
 
-def _run_order(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> list[Any]:
-    """The RUNNING loop's order, per request: run keys are >= 0 and below next_run_key;
-    within the RUNNING loop, with `cut` the current request's run_key, a visited RUNNING
-    request's key is <= cut, an unvisited one's >= cut, and one scheduled in this step is
-    visited. With distinct run keys (`_distinct_run_keys`) this is what makes the FCFS
-    victim, the RUNNING request with the largest key (rules.py _victim,
-    scheduler.py:802), one not yet served in this step, which is why `_preempt` need not
-    give its tokens back under FCFS (rules.py:149)."""
-    facts: list[Any] = [acc.nrk >= 0,
+def _key_order(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> list[Any]:
+    """The queues' order, per request: a waiting request's wait_key is between wait_head
+    and wait_tail (preemption keys at the head and moves it down, arrival at the tail and
+    moves it up); a RUNNING request's run key is >= 0 and below next_run_key. Within the
+    RUNNING loop, with `cut` the current request's run_key, a visited RUNNING request's
+    key is <= cut, an unvisited one's >= cut, and one scheduled in this step is visited.
+    With distinct run keys (`_distinct_keys`) this is what makes the FCFS victim, the
+    RUNNING request with the largest key (rules.py _victim, scheduler.py:802), one not yet
+    served in this step, which is why `_preempt` need not give its tokens back under FCFS
+    (rules.py:149)."""
+    facts: list[Any] = [acc.nrk >= 0, acc.head < acc.tail,
+                        z3.Implies(_queued(r), z3.And(acc.head < r.wkey, r.wkey < acc.tail)),
                         z3.Implies(_running(r), z3.And(r.rkey >= 0, r.rkey < acc.nrk))]
     if stage == "running":
         facts += [z3.Implies(z3.And(_running(r), z3.Not(r.vis)), r.rkey >= acc.cut),
@@ -958,10 +961,12 @@ def _run_order(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> list[Any]:
     return facts
 
 
-def _distinct_run_keys(l_: _Loops, acc: _Acc, p: _Req, q: _Req) -> Any:
+def _distinct_keys(l_: _Loops, acc: _Acc, p: _Req, q: _Req) -> Any:
     """Two RUNNING requests have distinct run keys (each is next_run_key when admitted,
-    rules.py:348, 352)."""
-    return z3.Implies(z3.And(_running(p), _running(q)), p.rkey != q.rkey)
+    rules.py:348, 352) and two waiting ones distinct wait keys: the rules' ordered
+    choices (`select_min`) then pick one request, as the loop bodies proved assume."""
+    return z3.And(z3.Implies(z3.And(_running(p), _running(q)), p.rkey != q.rkey),
+                  z3.Implies(z3.And(_queued(p), _queued(q)), p.wkey != q.wkey))
 
 
 def _order_inner(l_: _Loops, acc: _Acc, sel: _Req, it: _Iter) -> Any:
@@ -980,7 +985,7 @@ def _gated(l_: _Loops, acc: _Acc, stopped: Any) -> Any:
 
 
 def _computed_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
-    common = [r.ncomp >= 0, r.out >= 0, *_run_order(l_, acc, r, stage)]
+    common = [r.ncomp >= 0, r.out >= 0, *_key_order(l_, acc, r, stage)]
     if stage == "between":
         return z3.And(*common, z3.Implies(_unstarted(r), r.ncomp == 0), r.ncomp <= r.ntok)
     return z3.And(
@@ -998,7 +1003,7 @@ def _computed_argument() -> _Argument:
                       z3.Implies(it.active, it.ncomp == sel.ncomp0))
     return _Argument(lambda *_: True, inner, lambda *_: True, lambda l_: [],
                      waiting=_gated, between=lambda *_: True, each=_computed_each,
-                     pair=_distinct_run_keys, observed="computed_within_tokens")
+                     pair=_distinct_keys, observed="computed_within_tokens")
 
 
 def computed_within_tokens_unbounded(timeout_s: float) -> TheoremResult:
@@ -1102,7 +1107,7 @@ def running_before_waiting_unbounded(timeout_s: float) -> TheoremResult:
 
 
 def _requeued_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
-    common = _run_order(l_, acc, r, stage)
+    common = _key_order(l_, acc, r, stage)
     if stage == "between":  # a waiting request's key is above the queue's head
         return z3.And(*common, z3.Implies(_queued(r), r.wkey > acc.head))
     return z3.And(
@@ -1123,7 +1128,7 @@ def _requeued_argument() -> _Argument:
         return z3.And(queue(l_, acc), _gated(l_, acc, stopped))
     return _Argument(queue, _order_inner, lambda *_: True, lambda l_: [], waiting=waiting,
                      between=lambda l_, acc: acc.head < acc.tail, each=_requeued_each,
-                     pair=_distinct_run_keys, observed="preempted_requeued")
+                     pair=_distinct_keys, observed="preempted_requeued")
 
 
 def preempted_requeued_unbounded(timeout_s: float) -> TheoremResult:
