@@ -31,6 +31,13 @@ class NamedConfig:
     validated: bool
     bounds: tuple[tuple[str, int], ...]
     engine: str = DEFAULT_ENGINE
+    # The bounded search `check --method auto` runs on this config's entries once no
+    # proof decided them: "bmc", or "explore" where bench/suite_methods.py measured the
+    # explorer faster over the config's entries.
+    bounded_method: str = "bmc"
+
+
+BOUNDED_METHODS = ("bmc", "explore")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +71,15 @@ class Manifest:
 def _named(name: str, raw: dict[str, Any], engine: str) -> NamedConfig:
     engine = raw.get("engine", engine)
     ranges = tuple((k, int(v[0]), int(v[1])) for k, v in raw.get("ranges", {}).items())
+    bounded = raw.get("bounded_method", "bmc")
+    if bounded not in BOUNDED_METHODS:
+        raise InputError(f"manifest config {name!r}: bounded_method {bounded!r} is not one "
+                         f"of {', '.join(BOUNDED_METHODS)}")
     return NamedConfig(name=name, description=raw.get("description", ""),
                        config=engines.get(engine).parse_config(raw.get("config", {})),
                        ranges=ranges, validated=bool(raw.get("validated", True)),
-                       bounds=tuple(raw.get("bounds", {}).items()), engine=engine)
+                       bounds=tuple(raw.get("bounds", {}).items()), engine=engine,
+                       bounded_method=bounded)
 
 
 def manifest_files() -> tuple[Path, ...]:

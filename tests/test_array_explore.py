@@ -471,7 +471,8 @@ def test_both_methods_keep_the_reference_explorer_beside_bmc_unless_asked(capsys
 def test_explorer_without_an_explorer_method_is_a_one_line_error(capsys):
     from checker.cli.main import main
 
-    assert main(["check", "--explorer", "array", "--manifest-config", "tiny_fcfs"]) == 2
+    assert main(["check", "--method", "bmc", "--explorer", "array", "--manifest-config",
+                 "tiny_fcfs"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == ("batchproof: error: --explorer array picks the explorer of --method "
-                   "explore or both; add --method explore, or drop --explorer")
+                   "explore, auto or both; add --method explore, or drop --explorer")

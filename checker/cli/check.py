@@ -81,7 +81,7 @@ from properties.manifest import (
 COUNTEREXAMPLES = Path("counterexamples")
 # Where the counterexamples of a question without a manifest entry go (`--out`).
 DEFAULT_OUT = Path("batchproof-out")
-METHODS = ("bmc", "explore", "both")
+METHODS = ("auto", "bmc", "explore", "both")
 ALL = "all"
 JSON_SCHEMA = 1  # docs/schema/check.schema.json; bump it when the --json shape changes
 # Sizes a check may ask for (docs/simulation_contract.md, limits). The rules' formula
@@ -126,10 +126,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", default=ENGINE_VLLM_V1,
                         help=f"engine to check: {', '.join(engines.names())}, or {ALL!r} "
                         "for every engine's manifest (default vllm-v1)")
-    parser.add_argument("--method", choices=METHODS, default="bmc",
-                        help="bmc: theorem, k-induction, then bounded model checking (z3); "
-                        "explore: explicit-state exploration (--explorer); "
-                        "both: run the two and require the same verdicts (default bmc)")
+    parser.add_argument("--method", choices=METHODS, default="auto",
+                        help="auto: theorem, k-induction, then the bounded search the "
+                        "manifest config records as the faster one (bmc, or the explorer; "
+                        "bmc for a question); bmc: theorem, k-induction, then bounded model "
+                        "checking (z3); explore: explicit-state exploration (--explorer); "
+                        "both: run bmc and explore and require the same verdicts "
+                        "(default auto)")
     parser.add_argument("--explorer", choices=EXPLORERS,
                         help="which explorer: auto runs, with --method explore, the array "
                         "explorer (numpy, over the rules) where it searches the config and "
@@ -716,15 +719,15 @@ def run(args: argparse.Namespace) -> int:
     note = _not_validated(rows)
     methods = ("bmc", "explore") if args.method == "both" else (args.method,)
     if getattr(args, "explorer", None) is not None and args.method == "bmc":
-        raise InputError(f"--explorer {args.explorer} picks the explorer of --method explore "
-                         "or both; add --method explore, or drop --explorer")
+        raise InputError(f"--explorer {args.explorer} picks the explorer of --method explore, "
+                         "auto or both; add --method explore, or drop --explorer")
     # BMC runs the rules; beside it, `both` asks the reference for the independent view.
     explorer = getattr(args, "explorer", None) or (REFERENCE if args.method == "both" else "auto")
     planned = [(Job(e.engine if e else nc.engine, prop, params, nc,
                     e.expected if e else None, args.timeout, method=method,
-                    explorer=explorer), e)
+                    explorer=explorer, search=_search(e, nc)), e)
                for method in methods for e, nc, prop, params in rows
-               if e is None or method in e.methods]
+               if e is None or _checked_by(e, method)]
     jobs = [job for job, _ in planned]
     try:
         with Progress(len(jobs), sys.stderr, show=not args.quiet) as progress:
@@ -751,7 +754,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 slug = f"{res.counterexample.property}__{res.counterexample.config_name}"
                 itf_path, txt_path = _paths(res.verdict.engine, slug)
-                if args.write and res.verdict.method == methods[0]:
+                if args.write and job.method == methods[0]:
                     _write(res, itf_path, txt_path)
                 # Only a file that exists is named (--write writes it; the manifest's
                 # corpus holds the stored ones).
@@ -998,6 +1001,19 @@ def _in_main_thread() -> bool:
 
 def _label(jobs: list[Job]) -> str:
     return f"{jobs[0].engine} {jobs[0].config.name} ({len(jobs)} checks)"
+
+
+def _checked_by(entry: Entry, method: str) -> bool:
+    """Whether the entry is checked by `method` ("auto" runs the bmc pipeline's proofs)."""
+    return method in entry.methods or (method == "auto" and "bmc" in entry.methods)
+
+
+def _search(entry: Entry | None, nc: NamedConfig) -> str:
+    """The bounded search of an "auto" job: the config's measured faster one for a
+    manifest entry checked by both methods, BMC for a question."""
+    if entry is not None and "explore" in entry.methods and nc.bounded_method == "explore":
+        return "explore"
+    return "bmc"
 
 
 def _execute(jobs: list[Job], workers: int, progress: Progress | None = None) -> list[JobResult]:

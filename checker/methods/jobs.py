@@ -27,8 +27,9 @@ class Job:
     expected: str | None
     timeout_s: float
     max_k: int = 2
-    method: str = "bmc"  # "bmc" (theorem, induction, then BMC) | "explore"
-    explorer: str = "auto"  # with "explore": one of EXPLORERS
+    method: str = "bmc"  # "bmc" (theorem, induction, then BMC) | "explore" | "auto"
+    explorer: str = "auto"  # with "explore" (or "auto" searching by it): one of EXPLORERS
+    search: str = "bmc"  # with "auto": the bounded search after the proofs, one of SEARCHES
 
 
 #: Which explorer an explore job runs: `auto` the array explorer where it searches the
@@ -43,6 +44,14 @@ ARRAY, REFERENCE = "array", "reference"
 # the reference explorer was faster on every group below 3 requests or 1000 orders of
 # arrival kinds (kinds ** requests), the array explorer on every group above (1.3x-5x).
 ARRAY_MIN_SLOTS, ARRAY_MIN_ARRIVALS = 3, 1000
+
+#: The bounded searches a job of method "auto" may run once no unbounded proof decided
+#: it: BMC, or the explorer where the manifest config records it as the faster one
+#: (`bounded_method`, measured by bench/suite_methods.py). Both are sound and reach the
+#: same verdicts, depths and least counterexamples (`check --method both` enforces it).
+SEARCHES = ("bmc", "explore")
+SEARCH_NOTE = ("searched by the explorer: the faster bounded search on this config "
+               "(the manifest's bounded_method, bench/suite_methods.py)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,24 +73,56 @@ def _bounds(nc: NamedConfig) -> Bounds:
 
 def run_batch(jobs: list[Job]) -> list[JobResult]:
     """Run jobs in this process, results in job order. Jobs of one config share the
-    invariant proof; explore jobs of step properties on one config share one exploration."""
+    invariant proof; explore jobs of step properties on one config share one exploration,
+    and so do the "auto" jobs that no proof decided and that search by the explorer."""
     out: list[JobResult | None] = [None] * len(jobs)
-    shared: dict[tuple[object, ...], list[int]] = {}
+    explore_jobs: dict[int, Job] = {}
+    proof_notes: dict[int, tuple[list[str], float]] = {}
     for i, job in enumerate(jobs):
-        if job.method == "explore" and catalogue.get(job.property,
-                                                     **dict(job.params)).kind == "step":
-            shared.setdefault((job.engine, job.config, job.timeout_s), []).append(i)
+        if job.method == "explore":
+            explore_jobs[i] = job
+        elif job.method == "auto":
+            start = time.monotonic()
+            proved, notes = _proofs(job, start)
+            if proved is not None:
+                out[i] = _with_params(proved, job)
+            elif job.search == "explore":
+                explore_jobs[i] = replace(job, method="explore")
+                proof_notes[i] = ([SEARCH_NOTE, *notes], time.monotonic() - start)
+            else:
+                out[i] = _with_params(_bmc_search(job, notes, start), job)
+    shared: dict[tuple[object, ...], list[int]] = {}
+    for i, job in explore_jobs.items():
+        step = catalogue.get(job.property, **dict(job.params)).kind == "step"
+        # One exploration serves every step property of a config; any other kind its own.
+        shared.setdefault((job.engine, job.config, job.timeout_s) if step else (i,),
+                          []).append(i)
     for indices in shared.values():
-        for i, res in zip(indices, run_explore_shared([jobs[i] for i in indices]),
+        for i, res in zip(indices, run_explore_shared([explore_jobs[i] for i in indices]),
                           strict=True):
-            out[i] = res
+            out[i] = _after_proofs(res, *proof_notes[i]) if i in proof_notes else res
     return [res if res is not None else run(job) for job, res in zip(jobs, out, strict=True)]
 
 
 def run(job: Job) -> JobResult:
-    """Decide one property with the job's method (see `run_bmc`, `run_explore`)."""
+    """Decide one property with the job's method: "bmc" `run_bmc`, "explore"
+    `run_explore`, "auto" the proofs of `run_bmc`, then the job's `search`."""
+    if job.method == "auto":
+        return run_batch([job])[0]
     result = run_explore(job) if job.method == "explore" else run_bmc(job)
+    return _with_params(result, job)
+
+
+def _with_params(result: JobResult, job: Job) -> JobResult:
     return replace(result, verdict=replace(result.verdict, params=job.params))
+
+
+def _after_proofs(result: JobResult, notes: list[str], seconds: float) -> JobResult:
+    """An exploration's result after the proofs that did not decide its job: their time
+    added, their notes said."""
+    v = result.verdict
+    detail = "; ".join([v.detail, *notes]) if v.detail else "; ".join(notes)
+    return replace(result, verdict=replace(v, seconds=v.seconds + seconds, detail=detail))
 
 
 def array_unsupported(nc: NamedConfig) -> str | None:
@@ -184,14 +225,21 @@ def run_bmc(job: Job) -> JobResult:
     """Decide one property: a closed-form theorem or k-induction gives PROVED; otherwise
     BMC gives VIOLATED (minimal, replayed) or HOLDS up to its depth; UNKNOWN otherwise."""
     start = time.monotonic()
+    proved, notes = _proofs(job, start)
+    return proved if proved is not None else _bmc_search(job, notes, start)
+
+
+def _verdict(job: Job, start: float, v: str, depth: int, detail: str, method: str
+             ) -> Verdict:
+    return Verdict(job.engine, job.property, job.config.name, method, v, depth,
+                   time.monotonic() - start, job.expected, None, detail)
+
+
+def _proofs(job: Job, start: float) -> tuple[JobResult | None, list[str]]:
+    """PROVED by the engine's closed-form theorem or by k-induction, or None with why
+    each did not decide (the notes the bounded search's verdict carries)."""
     prop = catalogue.get(job.property, **dict(job.params))
     family, bounds = _family(job.config), _bounds(job.config)
-
-    def verdict(v: str, depth: int, detail: str, method: str, path: str | None = None
-                ) -> Verdict:
-        return Verdict(job.engine, job.property, job.config.name, method, v, depth,
-                       time.monotonic() - start, job.expected, path, detail)
-
     notes = []
     engine = engines.get(job.engine)
     theorem = theorems.for_engine(engine).get(job.property)
@@ -205,25 +253,38 @@ def run_bmc(job: Job) -> JobResult:
     elif theorem is not None:
         th = theorem.prove(job.timeout_s)
         if th.proved:
-            return JobResult(verdict(PROVED, 0, th.detail, "theorem"))
+            return JobResult(_verdict(job, start, PROVED, 0, th.detail, "theorem")), notes
         notes.append(f"theorem not proved ({th.detail})")
-    too_big = beyond_symbolic(family, bounds)
-    if too_big is not None:
-        carried = _carried_over(job, prop, family, bounds, start, share=1.0)
-        return carried or JobResult(verdict(UNKNOWN, 0, "; ".join([too_big, *notes]), "bmc"))
-    if prop.kind == "step" and engine.well_formed is not None:
+    if beyond_symbolic(family, bounds) is None and prop.kind == "step" \
+            and engine.well_formed is not None:
         # The full timeout, not what is left, so the cached proof is shared across jobs.
         wf = induction.prove_well_formed(family, bounds, job.timeout_s)
         if wf.proved:
             remaining = job.timeout_s - (time.monotonic() - start)
             ind = induction.prove(prop, family, bounds, job.max_k, remaining)
             if ind.proved:
-                return JobResult(verdict(
-                    PROVED, ind.k, f"{ind.k}-induction on {bounds.slots} slots, all request "
-                    "lengths", "induction"))
+                return JobResult(_verdict(
+                    job, start, PROVED, ind.k, f"{ind.k}-induction on {bounds.slots} slots, "
+                    "all request lengths", "induction")), notes
             notes.append(f"induction: {ind.reason}")
         else:
             notes.append(f"invariant: {wf.reason}")
+    return None, notes
+
+
+def _bmc_search(job: Job, notes: list[str], start: float) -> JobResult:
+    """BMC after the proofs: VIOLATED (minimal, replayed; or carried over from the
+    engine's cheaper witness config), HOLDS up to its depth, or UNKNOWN."""
+    prop = catalogue.get(job.property, **dict(job.params))
+    family, bounds = _family(job.config), _bounds(job.config)
+
+    def verdict(v: str, depth: int, detail: str) -> Verdict:
+        return _verdict(job, start, v, depth, detail, "bmc")
+
+    too_big = beyond_symbolic(family, bounds)
+    if too_big is not None:
+        carried = _carried_over(job, prop, family, bounds, start, share=1.0)
+        return carried or JobResult(verdict(UNKNOWN, 0, "; ".join([too_big, *notes])))
     carried = _carried_over(job, prop, family, bounds, start)
     if carried is not None:
         return carried
@@ -231,20 +292,20 @@ def run_bmc(job: Job) -> JobResult:
     result = bmc.check(prop, family, bounds, remaining, stated_limit_s=job.timeout_s)
     detail = "; ".join(notes)
     if result.status == "holds":
-        return JobResult(verdict(HOLDS, result.depth, detail, "bmc"))
+        return JobResult(verdict(HOLDS, result.depth, detail))
     if result.status == "unknown":
-        return JobResult(verdict(UNKNOWN, result.depth, result.reason, "bmc"))
+        return JobResult(verdict(UNKNOWN, result.depth, result.reason))
     assert result.workload is not None
     cex = _counterexample(job, result.workload, "bmc", result.depth, result.loop,
                           result.minimal)
     try:
         replayed = replay(cex)
     except DivergenceError as exc:
-        return JobResult(verdict(UNKNOWN, result.depth, f"divergence: {exc}", "bmc"), cex)
+        return JobResult(verdict(UNKNOWN, result.depth, f"divergence: {exc}"), cex)
     note = "" if result.minimal else "; not minimised (minimisation hit the time limit)"
     note += "".join("; " + n for n in notes)
-    return JobResult(verdict(VIOLATED, result.depth, "replayed on the reference" + note,
-                             "bmc"), cex, replayed)
+    return JobResult(verdict(VIOLATED, result.depth, "replayed on the reference" + note),
+                     cex, replayed)
 
 
 def _carried_over(job: Job, prop: catalogue.Property, family: Family, bounds: Bounds,

@@ -1,0 +1,74 @@
+"""`check --method auto`, the default: the unbounded proofs first, then the bounded search
+the manifest config records as the faster one (bench/suite_methods.py)."""
+
+import json
+
+import pytest
+
+from checker.cli.main import main
+from checker.methods import jobs
+from checker.methods.jobs import Job, run_batch
+from model.core.errors import InputError
+from properties import manifest
+from properties.manifest import load, with_bounds
+
+
+def _check_json(capsys, *argv):
+    code = main(["check", "--json", "--quiet", *argv])
+    return code, json.loads(capsys.readouterr().out)["verdicts"]
+
+
+def _entry_job(prop: str, config: str, search: str) -> Job:
+    m = load()
+    (e,) = [e for e in m.entries if e.property == prop and e.config == config
+            and e.suite == "default"]
+    return Job(e.engine, e.property, e.params, with_bounds(m.configs[config], **dict(e.bounds)),
+               e.expected, 120.0, method="auto", search=search)
+
+
+def test_the_default_searches_a_config_by_its_recorded_method_with_bmcs_verdicts(capsys):
+    assert load().configs["tiny_spec_eagle"].bounded_method == "explore"
+    code, auto = _check_json(capsys, "--manifest-config", "tiny_spec_eagle")
+    assert code == 0 and auto
+    assert {v["method"] for v in auto} == {"explore"}
+    for v in auto:
+        # The proofs ran first and said why they did not decide.
+        assert jobs.SEARCH_NOTE in v["detail"], v["detail"]
+        assert "invariant:" in v["detail"] or "theorem does not apply" in v["detail"]
+    code, by_bmc = _check_json(capsys, "--manifest-config", "tiny_spec_eagle", "--method", "bmc")
+    assert code == 0 and {v["method"] for v in by_bmc} == {"bmc"}
+    assert [(v["property"], v["label"], v["depth"]) for v in auto] == \
+        [(v["property"], v["label"], v["depth"]) for v in by_bmc]
+
+
+def test_a_proof_goes_first_and_a_violation_found_by_the_explorer_is_bmcs_least_one():
+    proved, violated = run_batch([_entry_job("budget_respected", "tiny_fcfs", "explore"),
+                                  _entry_job("starvation", "tiny_fcfs", "explore")])
+    assert (proved.verdict.method, proved.verdict.verdict) == ("theorem", "PROVED")
+    assert (violated.verdict.method, violated.verdict.verdict) == ("explore", "VIOLATED")
+    (by_bmc,) = run_batch([_entry_job("starvation", "tiny_fcfs", "bmc")])
+    assert by_bmc.verdict.method == "bmc"
+    assert violated.counterexample.workload == by_bmc.counterexample.workload
+    assert violated.verdict.depth == by_bmc.verdict.depth
+
+
+def test_a_question_is_searched_by_bmc_even_on_a_config_that_records_the_explorer(capsys):
+    # No manifest entry asks starvation on tiny_spec_eagle: a question, whose cost nobody
+    # measured, goes the way every question goes.
+    code, (v,) = _check_json(capsys, "--manifest-config", "tiny_spec_eagle",
+                             "--property", "starvation:k=2", "--depth", "3")
+    assert v["method"] == "bmc" and v["expected"] is None
+
+
+def test_a_bounded_method_other_than_bmc_or_explore_is_a_one_line_error(tmp_path):
+    path = tmp_path / "m.toml"
+    path.write_text('[configs.c]\nconfig = {}\nbounded_method = "spin"\n')
+    with pytest.raises(InputError, match="config 'c': bounded_method 'spin' is not one of "
+                                         "bmc, explore"):
+        manifest.load(path)
+
+
+def test_bmc_alone_and_explore_alone_are_as_they_were(capsys):
+    code, (v,) = _check_json(capsys, "--manifest-config", "tiny_spec_eagle", "--property",
+                             "budget_respected", "--method", "explore")
+    assert v["method"] == "explore" and jobs.SEARCH_NOTE not in v["detail"]
