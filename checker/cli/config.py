@@ -31,15 +31,12 @@ from checker.config.hazards import (
 from checker.config.report import print_invalid, print_reasons, print_report
 from checker.config.resolve import Request, check_config
 from checker.config.rule_reasons import explain_rules
-from checker.config.serve_args import device_of, positive_number
+from checker.config.serve_args import FEATURE_FLAGS, device_of, positive_number
 from checker.config.spec_args import spec_decode
 from model.core.errors import InputError
 from model.vllm.config import Config
 from model.vllm.deployment import (
-    CUSTOM_SCHEDULER,
-    KV_CONNECTOR,
     PREFILL_INTERVAL,
-    QUEUE_LIMITS,
     Deployment,
     Feature,
     serve_deployment,
@@ -215,18 +212,12 @@ def parse_request(args: argparse.Namespace) -> Request:
                    async_flag=args.config_async_scheduling)
 
 
-# Ignored value flags that, when given, turn on a scheduling feature the model leaves out.
-_FEATURE_FLAGS: tuple[tuple[str, Feature], ...] = (
-    ("kv_transfer_config", KV_CONNECTOR), ("max_num_queued_reqs", QUEUE_LIMITS),
-    ("max_num_queued_tokens", QUEUE_LIMITS), ("scheduler_cls", CUSTOM_SCHEDULER))
-
-
 def _deployment(args: argparse.Namespace, device: Device | None,
                 spec: SpecDecode | None) -> Deployment:
     """The features `vllm serve` runs with these flags. Without --device the platform is
     taken to be a GPU's, where vLLM serves with the AsyncScheduler."""
     others: list[Feature] = []
-    for flag, feature in _FEATURE_FLAGS:
+    for flag, feature in FEATURE_FLAGS:
         if getattr(args, _IGNORED + flag) is not None and feature not in others:
             others.append(feature)
     interval = getattr(args, _IGNORED + "prefill_schedule_interval")

@@ -34,7 +34,13 @@ from checker.config.flags import (
 from checker.config.spec_args import spec_decode
 from model.core.errors import InputError
 from model.vllm.config import Config
-from model.vllm.deployment import serve_deployment
+from model.vllm.deployment import (
+    CUSTOM_SCHEDULER,
+    KV_CONNECTOR,
+    QUEUE_LIMITS,
+    Feature,
+    serve_deployment,
+)
 from model.vllm.engine_args import (
     DEVICE_KEYS,
     PLATFORM_CPU,
@@ -53,11 +59,11 @@ SERVE_DEST = "serve"  # the positional words of a pasted `vllm serve MODEL` line
 
 # Ignored value flags that turn on a scheduling feature the model leaves out
 # (model/vllm/deployment.py): a verdict on the configuration would not be about what
-# `vllm serve` runs, so the commands that run the model refuse them.
-_FEATURE_FLAGS = {
-    "kv_transfer_config": "a KV connector", "max_num_queued_reqs": "queue limits",
-    "max_num_queued_tokens": "queue limits", "scheduler_cls": "a custom scheduler class",
-}
+# `vllm serve` runs, so the commands that run the model refuse them, and `config` lists
+# the feature in the deployment it reports.
+FEATURE_FLAGS: tuple[tuple[str, Feature], ...] = (
+    ("kv_transfer_config", KV_CONNECTOR), ("max_num_queued_reqs", QUEUE_LIMITS),
+    ("max_num_queued_tokens", QUEUE_LIMITS), ("scheduler_cls", CUSTOM_SCHEDULER))
 
 
 # --- the options ---------------------------------------------------------------------------
@@ -229,9 +235,9 @@ def refuse_unmodelled(args: argparse.Namespace, command: str) -> None:
     elif (getattr(args, "pipeline_parallel_size", None) or 1) > 1:
         why = "--pipeline-parallel-size above 1 runs several batches at once"
     else:
-        for name, feature in _FEATURE_FLAGS.items():
+        for name, feature in FEATURE_FLAGS:
             if getattr(args, IGNORED_PREFIX + name, None) is not None:
-                why = f"--{name.replace('_', '-')} turns on {feature}"
+                why = f"--{name.replace('_', '-')} turns on {feature.name} ({feature.effect})"
                 break
         interval = getattr(args, IGNORED_PREFIX + "prefill_schedule_interval", None)
         if why is None and interval is not None and interval != ["1"]:
