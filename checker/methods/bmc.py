@@ -8,9 +8,8 @@ from dataclasses import dataclass
 
 import z3
 
-from checker.methods.minimize import minimal_model, workload_of
+from checker.methods.minimize import check_with, minimal_model, new_solver, workload_of
 from checker.methods.symbolic import (
-    Z3_SEED,
     Bounds,
     Family,
     Unrolling,
@@ -92,29 +91,27 @@ def check(prop: Property, family: Family, bounds: Bounds, timeout_s: float,
     start = time.monotonic()
     limit = timeout_s if stated_limit_s is None else stated_limit_s
     u = new_unrolling(family, bounds)
-    solver = z3.Solver()
-    solver.set(random_seed=Z3_SEED)
+    solver = new_solver()
     solver.add(*u.constraints)
     for d in range(1, bounds.depth + 1):
         solver.add(*extend(u))
-        remaining = timeout_s - (time.monotonic() - start)
-        if remaining <= 0:
+        if time.monotonic() - start >= timeout_s:
             return BmcResult("unknown", d - 1, time.monotonic() - start,
                              reason=gave_up(None, limit, d))
-        solver.set(timeout=max(1, int(remaining * 1000)))
         violation = violation_at(prop, u, d)
-        result = solver.check(violation)
-        if result == z3.unknown:
+        answer = check_with(solver, start + timeout_s, violation)
+        if answer.result == z3.unknown:
             return BmcResult("unknown", d, time.monotonic() - start,
-                             reason=gave_up(solver.reason_unknown(), limit, d))
-        if result == z3.sat:
+                             reason=gave_up(answer.reason, limit, d))
+        if answer.model is not None:
+            first = answer.model
             remaining = timeout_s - (time.monotonic() - start)
-            first = solver.model()
-            model = minimal_model(u, violation, max(1, int(remaining * 1000)))
+            model = minimal_model(u, violation, max(1, int(remaining * 1000)), first)
             minimal = model is not None
             # A witness the solver found is still a witness when minimising runs out of
             # time: report it, replayed like any other, marked as not minimal.
             model = model if model is not None else first
+            assert model is not None
             loop = _loop_index(u, model, d) if prop.kind == "lasso" else None
             workload = workload_of(u, model, family.base, d)
             return BmcResult("violated", d, time.monotonic() - start, workload, loop,
