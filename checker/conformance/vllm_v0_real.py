@@ -293,9 +293,6 @@ def random_workload(seed: int, steps: int = 30, chunked: bool = False) -> Worklo
             max_model_len = max(max_model_len, p + 1)
             if not chunked:
                 budget = max(budget, max_model_len)
-    cfg = Config(max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
-                 max_model_len=max_model_len, block_size=block_size,
-                 num_gpu_blocks=max(1, blocks), enable_chunked_prefill=chunked)
     last_arrival = max(1, (2 * steps) // 3)
     requests = []
     for i, (p, mt) in enumerate(zip(prompts, max_tokens, strict=True)):
@@ -305,6 +302,24 @@ def random_workload(seed: int, steps: int = 30, chunked: bool = False) -> Worklo
             arrival = 1 if rng.random() < 0.5 else rng.randint(1, last_arrival)
         requests.append(RequestSpec(id=f"r{i}", prompt_len=p, max_tokens=mt,
                                     arrival_step=arrival))
+    if big_pool and rng.random() < 0.5:
+        # A prompt at the watermark's edge: after the first wave is admitted it leaves 0
+        # blocks free (refused, LATER: BM:144-147) or exactly the watermark (admitted).
+        wave = [r.prompt_len for r in requests if r.arrival_step == 1
+                and r.prompt_len <= max_model_len
+                and cdiv(r.prompt_len, block_size) <= blocks - blocks // 100]
+        room = blocks - sum(cdiv(p, block_size) for p in wave) - rng.choice(
+            (0, blocks // 100))
+        if room >= 1:
+            p = room * block_size - rng.randint(0, block_size - 1)
+            requests.append(RequestSpec(id=f"r{len(requests)}", prompt_len=p,
+                                        max_tokens=rng.randint(1, 4), arrival_step=1))
+            max_model_len = max(max_model_len, p + 1)
+            if not chunked:
+                budget = max(budget, max_model_len, sum(wave) + p)
+    cfg = Config(max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
+                 max_model_len=max_model_len, block_size=block_size,
+                 num_gpu_blocks=max(1, blocks), enable_chunked_prefill=chunked)
     eos = _draw_eos(rng, cfg, tuple(requests), steps)
     return Workload(config=cfg, requests=tuple(requests), eos=eos, steps=steps,
                     engine=ENGINE_VLLM_V0)
@@ -326,7 +341,8 @@ def _draw_eos(rng: random.Random, cfg: Config, requests: tuple[RequestSpec, ...]
             sched.add_request(spec)
         trial = copy.deepcopy(sched)
         trial.step()
-        chosen = frozenset(rid for rid in trial.last_sampled if rng.random() < chance[rid])
+        chosen = frozenset(rid for rid in sorted(trial.last_sampled)
+                           if rng.random() < chance[rid])
         eos.extend(EosEvent(id=rid, step=step) for rid in sorted(chosen))
         sched.step(chosen)
     return tuple(eos)
@@ -370,7 +386,27 @@ def run_features(workload: Workload, records: Sequence[StepRecord]) -> frozenset
     cfg: Config = workload.config
     if cfg.watermark_blocks:
         out.add("watermark>0")
+    prompt = {r.id: r.prompt_len for r in workload.requests}
+    ran: set[str] = set()
     for r in records:
+        scheduled = dict(r.scheduled)
+        fresh = [rid for rid in r.waiting if rid not in ran]
+        if fresh and fresh[0] == r.waiting[0] and (
+                r.admitted or cfg.enable_chunked_prefill or not r.scheduled):
+            # The head of waiting was checked last against these free blocks.
+            need = cdiv(prompt[fresh[0]], cfg.block_size)
+            if need <= r.free_blocks < need + cfg.watermark_blocks:
+                out.add("watermark-refusal")
+        if r.waiting and len(r.running) == cfg.max_num_seqs:
+            out.add("max-num-seqs-full")
+        for rid, n in r.scheduled:
+            if rid not in r.admitted and rid not in r.resumed and n > 1:
+                out.add("running-prefill-chunk")
+            if prompt[rid] > cfg.max_model_len:
+                out.add("over-long-prompt-scheduled")
+        if any(scheduled.get(rid, 0) < prompt[rid] for rid in r.admitted):
+            out.add("first-chunk-cut")
+        ran.update(scheduled)
         if r.preempted:
             out.add("preemption")
             if len(r.preempted) > 1:
