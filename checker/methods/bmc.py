@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import z3
 
+from checker.methods import induction
 from checker.methods.minimize import check_with, minimal_model, new_solver, workload_of
 from checker.methods.symbolic import (
     Bounds,
@@ -17,7 +19,8 @@ from checker.methods.symbolic import (
     new_unrolling,
     same_behaviour,
 )
-from model.core.ops import SYMBOLIC, Bool
+from model import registry as engines
+from model.core.ops import SYMBOLIC, Bool, SymbolicOps
 from model.core.types import Workload
 from properties.catalogue import Property
 
@@ -83,37 +86,80 @@ def gave_up(z3_reason: str | None, timeout_s: float, depth: int,
     return f"z3 returned unknown at depth {depth} ({z3_reason}; {done})"
 
 
+#: a depth's check that took this long (wall seconds) turns the invariant on (`_strengthen`)
+STRENGTHEN_AFTER_S = 0.5
+
+
+def _invariant(u: Unrolling, state: Any) -> list[Bool]:
+    """The engine's `well_formed` on one state, with its definitions."""
+    assert u.engine.well_formed is not None
+    ops = SymbolicOps()
+    inv = u.engine.well_formed(ops, u.cfg, u.specs, state)
+    return [*ops.take_definitions(), _as_z3(inv)]
+
+
+def _strengthen(family: Family, bounds: Bounds, limit_s: float) -> bool:
+    """Whether the engine's invariant is proved inductive for the family (induction.py's
+    proof, cached per process and shared with the k-induction of step properties; keyed
+    by the user's whole time limit for that). Every reachable state satisfies a proved
+    invariant, so asserting it on the unrolling's states removes no run: verdicts, depths
+    and least counterexamples stay the same, and deeper unsat checks get 2-3x faster
+    (docs/bench_bmc_starvation.md)."""
+    if engines.get(family.engine).well_formed is None:
+        return False
+    # The proof is over the family's rule config; `within_bounds` changes that config only
+    # under prefix caching, which vLLM's invariant does not cover (the proof says so).
+    return induction.prove_well_formed(family, bounds, limit_s).proved
+
+
 def check(prop: Property, family: Family, bounds: Bounds, timeout_s: float,
           stated_limit_s: float | None = None) -> BmcResult:
     """Search depths 1..bounds.depth for a violation of `prop` within `timeout_s`; a time
     limit is reported as `stated_limit_s` (the user's whole limit, of which `timeout_s` is
-    what an earlier method left) when given."""
+    what an earlier method left) when given. Once a depth's check takes
+    STRENGTHEN_AFTER_S, every state also asserts the engine's proved invariant (the cheap
+    queries of the first depths do not repay its proof)."""
     start = time.monotonic()
     limit = timeout_s if stated_limit_s is None else stated_limit_s
     u = new_unrolling(family, bounds)
     solver = new_solver()
     solver.add(*u.constraints)
+    strengthened = False
     for d in range(1, bounds.depth + 1):
         solver.add(*extend(u))
+        if strengthened:
+            solver.add(*_invariant(u, u.states[-1]))
         if time.monotonic() - start >= timeout_s:
             return BmcResult("unknown", d - 1, time.monotonic() - start,
                              reason=gave_up(None, limit, d))
         violation = violation_at(prop, u, d)
+        asked = time.monotonic()
         answer = check_with(solver, start + timeout_s, violation)
         if answer.result == z3.unknown:
             return BmcResult("unknown", d, time.monotonic() - start,
                              reason=gave_up(answer.reason, limit, d))
         if answer.model is not None:
-            first = answer.model
-            remaining = timeout_s - (time.monotonic() - start)
-            model = minimal_model(u, violation, max(1, int(remaining * 1000)), first)
-            minimal = model is not None
-            # A witness the solver found is still a witness when minimising runs out of
-            # time: report it, replayed like any other, marked as not minimal.
-            model = model if model is not None else first
-            assert model is not None
-            loop = _loop_index(u, model, d) if prop.kind == "lasso" else None
-            workload = workload_of(u, model, family.base, d)
-            return BmcResult("violated", d, time.monotonic() - start, workload, loop,
-                             minimal=minimal)
+            return _violated(prop, family, u, violation, answer.model, d,
+                             start, timeout_s)
+        if not strengthened and time.monotonic() - asked >= STRENGTHEN_AFTER_S \
+                and d < bounds.depth and _strengthen(family, bounds, limit):
+            strengthened = True
+            for state in u.states[1:]:
+                solver.add(*_invariant(u, state))
     return BmcResult("holds", bounds.depth, time.monotonic() - start)
+
+
+def _violated(prop: Property, family: Family, u: Unrolling, violation: Bool,
+              first: z3.ModelRef, d: int, start: float, timeout_s: float) -> BmcResult:
+    """VIOLATED at depth d: the least counterexample, or the first witness (marked not
+    minimal) when minimising runs out of time."""
+    remaining = timeout_s - (time.monotonic() - start)
+    model = minimal_model(u, violation, max(1, int(remaining * 1000)), first)
+    minimal = model is not None
+    # A witness the solver found is still a witness when minimising runs out of
+    # time: report it, replayed like any other, marked as not minimal.
+    model = model if model is not None else first
+    loop = _loop_index(u, model, d) if prop.kind == "lasso" else None
+    workload = workload_of(u, model, family.base, d)
+    return BmcResult("violated", d, time.monotonic() - start, workload, loop,
+                     minimal=minimal)
