@@ -11,6 +11,7 @@ from checker.methods.jobs import Job, run
 from checker.methods.symbolic import Family
 from checker.methods.theorems import for_engine
 from checker.methods.theorems import vllm_v1 as theorems
+from checker.methods.theorems import vllm_v1_loops as loops
 from model import registry
 from model.core.rule_parts import arrive_at_tail
 from model.vllm.config import Config, VllmRules
@@ -147,66 +148,66 @@ def test_the_ablated_preemption_gate_falls_back_to_the_slot_model():
 # Mutations: the same proofs over deliberately wrong bodies must not go through.
 
 def test_budget_proof_fails_when_running_requests_ignore_the_budget(monkeypatch):
-    monkeypatch.setattr(theorems, "running_tokens",
+    monkeypatch.setattr(loops, "running_tokens",
                         lambda ops, cfg, remaining, ncomp, thr, budget, ib: remaining)
     assert not theorems.budget_respected_unbounded(30).proved
 
 
 def test_budget_proof_fails_when_serving_undercharges_the_budget(monkeypatch):
-    serve = theorems._serve
+    serve = loops._serve
 
     def cheap(ops, cfg, w, sel, do, n, need, added=None):
         serve(ops, cfg, w, sel, do, n, need, added)
         w.token_budget = ops.ite(do, w.token_budget + 1, w.token_budget)
-    monkeypatch.setattr(theorems, "_serve", cheap)
+    monkeypatch.setattr(loops, "_serve", cheap)
     result = theorems.budget_respected_unbounded(30)
     assert not result.proved and "iteration" in result.detail
 
 
 def test_running_proof_fails_when_arrivals_join_running(monkeypatch):
-    monkeypatch.setattr(theorems, "_arrive", lambda ops, specs, state, t: arrive_at_tail(
+    monkeypatch.setattr(loops, "_arrive", lambda ops, specs, state, t: arrive_at_tail(
         ops, specs, state, t, ABSENT, RUNNING))
     result = theorems.running_within_max_num_seqs_unbounded(30)
     assert not result.proved and result.detail.startswith("arrival iteration")
 
 
 def test_kv_proof_fails_when_preemption_keeps_the_victims_blocks(monkeypatch):
-    preempt = theorems._preempt
+    preempt = loops._preempt
 
     def leaky(ops, cfg, w, victim, do):
         kept = list(w.blocks)
         preempt(ops, cfg, w, victim, do)
         w.blocks = kept  # freed, yet still held
-    monkeypatch.setattr(theorems, "_preempt", leaky)
+    monkeypatch.setattr(loops, "_preempt", leaky)
     result = theorems.kv_blocks_conserved_unbounded(30)
     assert not result.proved and result.detail.startswith("allocate-or-preempt iteration")
 
 
 def test_kv_proof_fails_when_the_release_frees_nothing(monkeypatch):
-    update = theorems._update
+    update = loops._update
 
     def hoarding(ops, cfg, specs, state, before, ntok, held, w, eos, spec=None):
         nxt, step = update(ops, cfg, specs, state, before, ntok, held, w, eos, spec)
         return replace(nxt, free_blocks=w.free), step  # blocks dropped, none freed
-    monkeypatch.setattr(theorems, "_update", hoarding)
+    monkeypatch.setattr(loops, "_update", hoarding)
     result = theorems.kv_blocks_conserved_unbounded(30)
     assert not result.proved and result.detail.startswith("release iteration")
 
 
 def test_no_admission_proof_fails_without_the_preemption_gate(monkeypatch):
-    monkeypatch.setattr(theorems, "RuleConfig",
+    monkeypatch.setattr(loops, "RuleConfig",
                         functools.partial(RuleConfig, preemption_gate=False))
     result = theorems.no_admission_after_preemption_unbounded(30)
     assert not result.proved and result.detail.startswith("waiting loop starts")
 
 
 def test_no_admission_proof_fails_when_serving_runs_a_waiting_request(monkeypatch):
-    serve = theorems._serve
+    serve = loops._serve
 
     def admitting(ops, cfg, w, sel, do, n, need, added=None):
         serve(ops, cfg, w, sel, do, n, need, added)
         w.status = [ops.ite(do, RUNNING, s) for s in w.status]  # every slot joins running
-    monkeypatch.setattr(theorems, "_serve", admitting)
+    monkeypatch.setattr(loops, "_serve", admitting)
     result = theorems.no_admission_after_preemption_unbounded(30)
     assert not result.proved and result.detail.startswith("running-loop iteration ends")
 
@@ -215,7 +216,7 @@ def test_computed_proof_needs_the_fcfs_victim_to_be_the_rules_choice(monkeypatch
     # Under FCFS `_preempt` keeps a victim's scheduled tokens (rules.py:149): sound only
     # because running[-1] is never served yet. With any RUNNING request as the victim, a
     # served one would be preempted with tokens scheduled, so the proof must not go through.
-    monkeypatch.setattr(theorems, "_victim", lambda ops, cfg, w, specs: [True] * len(w.status))
+    monkeypatch.setattr(loops, "_victim", lambda ops, cfg, w, specs: [True] * len(w.status))
     result = theorems.computed_within_tokens_unbounded(30)
     assert not result.proved
     assert result.detail == "allocate-or-preempt iteration (FCFS victim rule): sat"
@@ -224,23 +225,23 @@ def test_computed_proof_needs_the_fcfs_victim_to_be_the_rules_choice(monkeypatch
 def test_computed_proof_fails_when_arrivals_share_a_queue_key(monkeypatch):
     # Distinct queue keys are part of the argument (one request per ordered choice): an
     # arrival that does not advance wait_tail gives the next arrival the same key.
-    arrive = theorems._arrive
+    arrive = loops._arrive
 
     def stuck(ops, specs, state, t):
         return replace(arrive(ops, specs, state, t), wait_tail=state.wait_tail)
-    monkeypatch.setattr(theorems, "_arrive", stuck)
+    monkeypatch.setattr(loops, "_arrive", stuck)
     result = theorems.computed_within_tokens_unbounded(30)
     assert not result.proved and result.detail.startswith("arrival iteration")
 
 
 def test_computed_proof_fails_when_preemption_keeps_num_computed_tokens(monkeypatch):
-    preempt = theorems._preempt
+    preempt = loops._preempt
 
     def keeping(ops, cfg, w, victim, do):
         kept = list(w.ncomp)
         preempt(ops, cfg, w, victim, do)
         w.ncomp = kept
-    monkeypatch.setattr(theorems, "_preempt", keeping)
+    monkeypatch.setattr(loops, "_preempt", keeping)
     result = theorems.computed_within_tokens_unbounded(30)
     assert not result.proved and result.detail.startswith("allocate-or-preempt iteration")
 
@@ -248,7 +249,7 @@ def test_computed_proof_fails_when_preemption_keeps_num_computed_tokens(monkeypa
 def test_computed_proof_fails_without_the_preemption_gate(monkeypatch):
     # A request preempted and re-admitted in one step is scheduled its whole sequence,
     # more than num_tokens - num_computed_tokens at the step's start.
-    monkeypatch.setattr(theorems, "RuleConfig",
+    monkeypatch.setattr(loops, "RuleConfig",
                         functools.partial(RuleConfig, preemption_gate=False))
     result = theorems.computed_within_tokens_unbounded(30)
     assert not result.proved and result.detail.startswith("waiting loop starts")
@@ -267,7 +268,7 @@ def test_computed_proof_concludes_the_catalogues_property(monkeypatch):
             return prop
         return replace(prop, holds=lambda ops, steps, t: ops.and_(*[
             o.num_computed_tokens < o.num_tokens for o in steps[t].slots]))
-    monkeypatch.setattr(theorems.catalogue, "get", stricter)
+    monkeypatch.setattr(loops.catalogue, "get", stricter)
     result = theorems.computed_within_tokens_unbounded(30)
     assert not result.proved and result.detail.startswith("conclusion")
 
@@ -286,25 +287,25 @@ def test_whole_prompt_proof_fails_with_a_threshold():
 
 
 def test_whole_prompt_proof_fails_when_serving_records_less(monkeypatch):
-    serve = theorems._serve
+    serve = loops._serve
 
     def short(ops, cfg, w, sel, do, n, need, added=None):
         serve(ops, cfg, w, sel, do, n, need, added)
         w.scheduled = [ops.ite(ops.and_(do, s), n - 1, x)
                        for s, x in zip(sel, w.scheduled, strict=True)]
-    monkeypatch.setattr(theorems, "_serve", short)
+    monkeypatch.setattr(loops, "_serve", short)
     result = theorems.whole_prompt_without_chunking_unbounded(30)
     assert not result.proved and result.detail.startswith("waiting-loop iteration")
 
 
 def test_rank_proof_fails_when_serving_does_not_advance_the_rank(monkeypatch):
-    serve = theorems._serve
+    serve = loops._serve
 
     def unranked(ops, cfg, w, sel, do, n, need, added=None):
         served = w.served
         serve(ops, cfg, w, sel, do, n, need, added)
         w.served = served  # every request served gets the same rank
-    monkeypatch.setattr(theorems, "_serve", unranked)
+    monkeypatch.setattr(loops, "_serve", unranked)
     result = theorems.running_before_waiting_unbounded(30)
     assert not result.proved and result.detail.startswith("running-loop iteration ends")
 
@@ -312,27 +313,27 @@ def test_rank_proof_fails_when_serving_does_not_advance_the_rank(monkeypatch):
 def test_rank_proof_fails_without_the_preemption_gate(monkeypatch):
     # Without the gate a preempted running request may be resumed after a waiting one is
     # admitted (under PRIORITY, a waiting request of higher priority goes first).
-    monkeypatch.setattr(theorems, "RuleConfig",
+    monkeypatch.setattr(loops, "RuleConfig",
                         functools.partial(RuleConfig, preemption_gate=False))
     result = theorems.running_before_waiting_unbounded(30)
     assert not result.proved and result.detail.startswith("waiting loop starts")
 
 
 def test_requeued_proof_fails_when_preemption_appends_to_the_tail(monkeypatch):
-    preempt = theorems._preempt
+    preempt = loops._preempt
 
     def appending(ops, cfg, w, victim, do):
         head = w.wait_head
         preempt(ops, cfg, w, victim, do)
         w.wait_key = [ops.ite(ops.and_(do, v), head + 1000, k)
                       for v, k in zip(victim, w.wait_key, strict=True)]
-    monkeypatch.setattr(theorems, "_preempt", appending)
+    monkeypatch.setattr(loops, "_preempt", appending)
     result = theorems.preempted_requeued_unbounded(30)
     assert not result.proved and result.detail.startswith("allocate-or-preempt iteration")
 
 
 def test_requeued_proof_needs_the_fcfs_victim_to_be_the_rules_choice(monkeypatch):
-    monkeypatch.setattr(theorems, "_victim", lambda ops, cfg, w, specs: [True] * len(w.status))
+    monkeypatch.setattr(loops, "_victim", lambda ops, cfg, w, specs: [True] * len(w.status))
     result = theorems.preempted_requeued_unbounded(30)
     assert result.detail == "allocate-or-preempt iteration (FCFS victim rule): sat"
 
@@ -340,7 +341,7 @@ def test_requeued_proof_needs_the_fcfs_victim_to_be_the_rules_choice(monkeypatch
 def test_requeued_proof_fails_when_priority_keys_do_not_scale_with_the_requests(monkeypatch):
     # The PRIORITY order rests on _queue_key = priority * num_requests + arrival index,
     # with num_requests symbolic: a key that ignores it is not an order by priority.
-    monkeypatch.setattr(theorems, "_queue_key",
+    monkeypatch.setattr(loops, "_queue_key",
                         lambda cfg, specs, w, i, n_slots: specs[i].priority + i)
     result = theorems.preempted_requeued_unbounded(30)
     assert result.detail == "conclusion (PRIORITY victim rule): sat"
