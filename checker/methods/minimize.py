@@ -46,9 +46,9 @@ def objectives(u: Unrolling) -> list[z3.ArithRef]:
 def new_solver() -> z3.Solver:
     """A solver that preprocesses its assertions on every check (named definitions
     substituted away, fixed values propagated, if-then-else terms lifted) before the SMT
-    core with the legacy arithmetic solver, as induction.py's `_solver` does. On BMC's
-    queries it measured 3-5x faster than z3's incremental default solver
-    (docs/bench_bmc_starvation.md); push/pop keep the preprocessing per check."""
+    core with the legacy arithmetic solver, as induction.py's `_solver` does. On issue
+    17's SPIN setting it measured 2-4x faster than z3's incremental default solver
+    (docs/bench_bmc_starvation.md); push/pop scope each check's extra assertions."""
     tactic = z3.Then("simplify", "propagate-values", "solve-eqs", "elim-term-ite",
                      z3.With("smt", **{"arith.solver": 2, "random_seed": Z3_SEED}))
     return tactic.solver()
