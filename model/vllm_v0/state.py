@@ -1,0 +1,84 @@
+"""Fixed-slot state of vLLM V0's rules (model/vllm_v0/rules.py). Every field is a Python
+int/bool OR a z3 term, so one rule serves as simulator and as transition relation; the
+scheduling path (default or chunked) and the block size are concrete."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from model.vllm_v0.config import Config
+
+# Slot status codes. A preempted request is WAITING again (S:1795-1805 of core/scheduler.py
+# sets SequenceStatus.WAITING); `num_preemptions > 0` tells a resumption from an admission.
+# FINISHED covers FINISHED_STOPPED, FINISHED_LENGTH_CAPPED and FINISHED_IGNORED.
+ABSENT, WAITING, RUNNING, FINISHED = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class RuleConfig:
+    """The configuration as the rules read it: each number fixed (an int) or a z3 term.
+
+    `enable_chunked_prefill` picks the step function's shape (S:1467-1472) and
+    `block_size` keeps block arithmetic linear, so both are concrete. `watermark_blocks`
+    is `int(0.01 * num_gpu_blocks)` (BM:93), a constant of the config.
+    """
+
+    max_num_batched_tokens: object
+    max_num_seqs: object
+    max_model_len: object
+    num_gpu_blocks: object
+    watermark_blocks: object
+    block_size: int
+    enable_chunked_prefill: bool
+
+    @staticmethod
+    def from_config(cfg: Config) -> RuleConfig:
+        """The concrete RuleConfig of a Config."""
+        return RuleConfig(
+            max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
+            max_model_len=cfg.max_model_len, num_gpu_blocks=cfg.num_gpu_blocks,
+            watermark_blocks=cfg.watermark_blocks, block_size=cfg.block_size,
+            enable_chunked_prefill=cfg.enable_chunked_prefill)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotState:
+    """One request slot between two steps.
+
+    `table_tokens` is the tokens its block table holds (0: no table), so it holds
+    `cdiv(table_tokens, block_size)` blocks. `decode_stage` is SequenceStage.DECODE
+    (SQ:347-354): set once an update computes every token, cleared by a preemption.
+    `run_key` orders `running`, `wait_key` the `waiting` deque (smaller is nearer the
+    front); only their relative order matters.
+    """
+
+    status: object = ABSENT
+    num_computed_tokens: object = 0
+    num_output_tokens: object = 0
+    decode_stage: object = False
+    table_tokens: object = 0
+    run_key: object = 0
+    wait_key: object = 0
+    num_preemptions: object = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SchedState:
+    """The scheduler between two steps: slots, the GPU allocator's free blocks and the
+    queue-key counters (`wait_head` is the key the next request pushed to the waiting
+    front gets, `wait_tail` the next arrival's; `next_run_key` is the number of running
+    requests, whose keys are renumbered 0.. after every step)."""
+
+    slots: tuple[SlotState, ...]
+    free_blocks: object
+    next_run_key: object = 0
+    wait_head: object = 0
+    wait_tail: object = 1
+    step: int = 0
+
+    @staticmethod
+    def initial(num_slots: int, cfg: RuleConfig) -> SchedState:
+        """No request has arrived; every block is free (the naive allocator has no null
+        block)."""
+        return SchedState(slots=tuple(SlotState() for _ in range(num_slots)),
+                          free_blocks=cfg.num_gpu_blocks)
