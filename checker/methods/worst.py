@@ -232,9 +232,9 @@ def confirm_least(job: Job, found: JobResult,
     the comparison shows where they differ; UNKNOWN on a solver limit."""
     import z3
 
-    from checker.methods.bmc import Z3_SEED, gave_up, violation_at
+    from checker.methods.bmc import gave_up, violation_at
     from checker.methods.minimize import objectives
-    from checker.methods.symbolic import beyond_symbolic, extend, new_unrolling
+    from checker.methods.symbolic import Z3_SEED, beyond_symbolic, extend, new_unrolling
 
     start = time.monotonic()
     bmc_job = replace(job, method="bmc")
