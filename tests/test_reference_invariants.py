@@ -6,9 +6,10 @@ import copy
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from model.core.arith import cdiv
 from model.core.types import RequestSpec
 from model.vllm.config import POLICY_FCFS, POLICY_PRIORITY, Config
-from model.vllm.reference import VllmV1Scheduler, cdiv
+from model.vllm.reference import VllmV1Scheduler
 from model.vllm.validation import is_valid
 
 

@@ -3,6 +3,7 @@ rule it pins; line numbers are in model/vllm/reference.py."""
 
 import pytest
 
+from model.core.arith import cdiv
 from model.core.errors import InputError
 from model.core.types import EosEvent, RequestSpec, Workload
 from model.vllm.config import POLICY_PRIORITY, Config
@@ -12,7 +13,6 @@ from model.vllm.reference import (
     Request,
     RequestView,
     VllmV1Scheduler,
-    cdiv,
     chunk_phase,
     effective_long_prefill_threshold,
     running_num_new_tokens,

@@ -63,6 +63,7 @@ from dataclasses import dataclass, fields
 from types import ModuleType
 from typing import Any
 
+from model.core.arith import cdiv
 from model.core.types import FINISH_LENGTH, FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
 from model.vllm_v0.config import (
     DEFAULT_WATERMARK,
@@ -71,7 +72,7 @@ from model.vllm_v0.config import (
     Config,
     parse_config,
 )
-from model.vllm_v0.reference import VllmV0Scheduler, cdiv, simulate
+from model.vllm_v0.reference import VllmV0Scheduler, simulate
 
 OVERLAY_ENV = "BATCHPROOF_VLLM_V0_OVERLAY"
 EOS_TOKEN_ID = 2

@@ -14,15 +14,12 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 from model.baselines.config import LAUNCH_FULL, BaselineConfig
+from model.core.arith import cdiv
 from model.core.errors import InputError
 from model.core.types import FINISH_LENGTH, FINISH_STOP, RequestSpec, StepRecord
 
 KIND_IDLE, KIND_PREFILL, KIND_DECODE = "idle", "prefill", "decode"
 
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division."""
-    return -(-a // b)
 
 
 def reservation(cfg: BaselineConfig, prompt_len: int, max_tokens: int) -> int:

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
+from model.core.arith import cdiv
 from model.core.errors import InputError
 from model.core.types import FINISH_LENGTH, FINISH_STOP, RequestSpec, StepRecord
 from model.mistralrs.config import MistralrsConfig
@@ -30,10 +31,6 @@ KIND_DECODE = "decode"
 
 WAITING, PROMPT, DECODE, FINISHED = "waiting", "prompt", "decode", "finished"
 
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division (`usize::div_ceil`)."""
-    return -(-a // b)
 
 
 @dataclass(slots=True, eq=False)

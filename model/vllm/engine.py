@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import cache, partial
 
+from model.core.arith import cdiv
 from model.core.engine import EngineModel
 from model.core.observe import observed_step
 from model.core.ops import Bool, Ops
@@ -26,7 +27,7 @@ from model.vllm.config import (
     with_switches,
 )
 from model.vllm.invariant import well_formed
-from model.vllm.reference import VllmV1Scheduler, cdiv
+from model.vllm.reference import VllmV1Scheduler
 from model.vllm.state import (
     PREEMPTED,
     RANGED_FIELDS,

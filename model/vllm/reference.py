@@ -58,11 +58,6 @@ from model.vllm.kv_cache import BlockPool, BlockTable, KVBlock
 from model.vllm.validation import check_field_types
 
 
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division, as vLLM's `cdiv`."""
-    return -(-a // b)
-
-
 class Status(Enum):
     """The `RequestStatus` values reachable in scope (R:370-386)."""
 

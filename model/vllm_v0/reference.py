@@ -61,15 +61,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
+from model.core.arith import cdiv
 from model.core.checks import check_eos_steps
 from model.core.errors import InputError
 from model.core.types import FINISH_LENGTH, FINISH_STOP, RequestSpec, StepRecord, Workload
 from model.vllm_v0.config import Config, check_config
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division, as vLLM's `cdiv` (also `math.ceil(a / b)` for the ints here)."""
-    return -(-a // b)
 
 
 class Status(Enum):
