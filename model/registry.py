@@ -19,6 +19,7 @@ from model.core.errors import InputError
 # name -> module that defines ENGINE: EngineModel
 _MODULES: dict[str, str] = {
     "vllm-v1": "model.vllm.engine",
+    "vllm-v0": "model.vllm_v0.engine",
     "sglang": "model.sglang.engine",
     "mistralrs": "model.mistralrs.engine",
     "static": "model.baselines.static",

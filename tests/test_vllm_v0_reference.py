@@ -8,7 +8,7 @@ import pytest
 
 from model.core.errors import ConfigError, InputError
 from model.core.types import EosEvent, RequestSpec, Workload
-from model.vllm_v0.config import Config, parse_config
+from model.vllm_v0.config import Config, check_config, parse_config, rejection
 from model.vllm_v0.reference import BlockManager, SeqGroup, simulate
 
 
@@ -161,10 +161,18 @@ def test_blocks_touched_is_worst_case() -> None:
 
 
 def test_config_errors_are_one_line() -> None:
-    with pytest.raises(ConfigError, match="smaller than max_model_len"):
-        parse_config({"max_num_batched_tokens": 8, "max_model_len": 16})
+    # SchedulerConfig's own rules are the engine's rejection, which the CLI applies.
+    rejected = rejection(parse_config({"max_num_batched_tokens": 8, "max_model_len": 16}))
+    assert rejected is not None and "smaller than max_model_len" in str(rejected)
+    assert rejected.rule == "batched_tokens_ge_model_len_without_chunking"
+    rejected = rejection(parse_config({"max_num_batched_tokens": 8, "max_model_len": 8,
+                                       "max_num_seqs": 9}))
+    assert rejected is not None and rejected.rule == "batched_tokens_ge_num_seqs"
     with pytest.raises(ConfigError, match="max_num_seqs"):
-        parse_config({"max_num_batched_tokens": 8, "max_model_len": 8, "max_num_seqs": 9})
+        check_config(parse_config({"max_num_batched_tokens": 8, "max_model_len": 8,
+                                   "max_num_seqs": 9}))
+    assert rejection(parse_config({"max_model_len": 16, "max_num_batched_tokens": 8,
+                                   "max_num_seqs": 4, "enable_chunked_prefill": True})) is None
     with pytest.raises(InputError, match="unknown vllm-v0 config field"):
         parse_config({"swap_space": 4})
     with pytest.raises(InputError, match="only 'fcfs'"):

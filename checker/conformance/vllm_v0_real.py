@@ -38,6 +38,8 @@ How each StepRecord field is read:
 - `finished`: the scheduled groups whose sequence turned finished in this step, in order
   ("stop" for FINISHED_STOPPED, "length" for FINISHED_LENGTH_CAPPED), then
   `ignored_seq_groups` ("length"); `extra["ignored"]` lists the latter;
+- `extra["blocks"]`: the blocks of each group's block table (`block_tables`, none for a
+  group without one), `running` then `waiting`, read before the finished groups are freed;
 - `free_blocks`: `block_manager.get_num_free_gpu_blocks()` right after `schedule()`;
 - `num_computed_tokens`: every group in `running` then `waiting`, after the engine's
   update; `running`, `waiting`: the deques right after `schedule()`;
@@ -208,6 +210,10 @@ def run_real(workload: Workload, m: V0Modules) -> tuple[StepRecord, ...]:
         finished.extend((rid, FINISH_LENGTH) for rid in ignored)
         computed = tuple((g.request_id, g.first_seq.get_num_computed_tokens())
                          for g in (*sched.running, *sched.waiting))
+        tables = sched.block_manager.block_tables
+        blocks = tuple((g.request_id, len(tables[g.first_seq.seq_id].physical_block_ids)
+                        if g.first_seq.seq_id in tables else 0)
+                       for g in (*sched.running, *sched.waiting))
         new = [rid for rid, _ in scheduled if rid in was_waiting]
         records.append(StepRecord(
             step=step,
@@ -221,7 +227,7 @@ def run_real(workload: Workload, m: V0Modules) -> tuple[StepRecord, ...]:
             running=running,
             waiting=waiting,
             token_budget_left=cfg.max_num_batched_tokens - sum(n for _, n in scheduled),
-            extra=(("ignored", ignored),),
+            extra=(("ignored", ignored), ("blocks", blocks)),
         ))
         preempted_ever.update(victims)
         sched.free_finished_seq_groups()

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields, replace
 import networkx as nx
 
 from checker.methods.minimize import group_fields
-from checker.methods.symbolic import Bounds, Family
+from checker.methods.symbolic import Bounds, Family, longest_prompt
 from model import registry as engines
 from model.core.engine import EngineModel, ReferenceScheduler
 from model.core.ops import CONCRETE
@@ -144,7 +144,7 @@ def menu(bounds: Bounds, rule_cfg: object) -> tuple[Kind, ...]:
     """The request kinds BMC's slot constraints allow (checker/symbolic.slot_specs)."""
     priorities = range(bounds.max_priority + 1) if rule_cfg.policy_priority else (0,)
     kinds = []
-    for p in range(1, min(bounds.max_prompt_len, rule_cfg.max_model_len - 1) + 1):
+    for p in range(1, min(bounds.max_prompt_len, longest_prompt(rule_cfg)) + 1):
         for m in range(1, bounds.max_max_tokens + 1):
             for pr in priorities:
                 for c in range(min(bounds.max_cached_prefix_len, p) + 1):

@@ -101,6 +101,14 @@ def family_config(family: Family) -> tuple[Any, dict[str, z3.ArithRef], list[Boo
     return cfg, vars_, cons
 
 
+def longest_prompt(cfg: Any) -> Any:
+    """The longest prompt the engine's input checks let reach its scheduler: the rule
+    config's `longest_prompt` where it has one (vLLM V0 accepts max_model_len itself),
+    else max_model_len - 1 (vLLM V1's input processor rejects prompt_len >= max_model_len,
+    input_processor.py:574-602)."""
+    return getattr(cfg, "longest_prompt", cfg.max_model_len - 1)
+
+
 def slot_specs(num_slots: int, cfg: Any, bounds: Bounds | None = None
                ) -> tuple[tuple[SlotSpec, ...], list[Bool]]:
     """Symbolic request slots and their constraints. With `bounds`, lengths, arrivals and
@@ -111,8 +119,7 @@ def slot_specs(num_slots: int, cfg: Any, bounds: Bounds | None = None
         p, m = z3.Int(f"r{i}.prompt_len"), z3.Int(f"r{i}.max_tokens")
         a = z3.Int(f"r{i}.arrival_step")
         pr = z3.Int(f"r{i}.priority") if cfg.policy_priority else 0
-        # vLLM's input processor rejects prompt_len >= max_model_len.
-        cons += [p >= 1, m >= 1, a >= 0, z3.Implies(a > 0, p < cfg.max_model_len)]
+        cons += [p >= 1, m >= 1, a >= 0, z3.Implies(a > 0, p <= longest_prompt(cfg))]
         if bounds is not None:
             cons += [p <= bounds.max_prompt_len, m <= bounds.max_max_tokens,
                      a <= bounds.last_arrival()]

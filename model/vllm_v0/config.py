@@ -69,10 +69,9 @@ _INT_FIELDS = ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "block
                "num_gpu_blocks", "max_num_partial_prefills")
 
 
-def check_config(cfg: Config) -> None:
-    """Field types and ranges the reference needs, then SchedulerConfig's own checks
-    (SC:251-302). Each problem is a one-line InputError (a ConfigError for a rule vLLM
-    applies) naming the value and the fix."""
+def check_fields(cfg: Config) -> None:
+    """Field types and ranges the reference needs, and the scope it models: each problem a
+    one-line InputError naming the value and the fix."""
     for name in _INT_FIELDS:
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -94,19 +93,33 @@ def check_config(cfg: Config) -> None:
         raise InputError(f"config field 'max_num_partial_prefills' is "
                          f"{cfg.max_num_partial_prefills}; the V0 reference models only 1 "
                          "(concurrent partial prefills are not built)")
+
+
+def rejection(cfg: Config) -> ConfigError | None:
+    """The rule of SchedulerConfig's own checks (SC:251-302) that rejects `cfg`, or None."""
     if cfg.max_num_batched_tokens < cfg.max_model_len and not cfg.enable_chunked_prefill:
-        raise ConfigError(
+        return ConfigError(
             "batched_tokens_ge_model_len_without_chunking",
             f"max_num_batched_tokens ({cfg.max_num_batched_tokens}) is smaller than "
             f"max_model_len ({cfg.max_model_len}) with chunked prefill off "
             "(config/scheduler.py:253-261); raise max_num_batched_tokens or enable chunked "
             "prefill")
     if cfg.max_num_batched_tokens < cfg.max_num_seqs:
-        raise ConfigError(
+        return ConfigError(
             "batched_tokens_ge_num_seqs",
             f"max_num_batched_tokens ({cfg.max_num_batched_tokens}) is smaller than "
             f"max_num_seqs ({cfg.max_num_seqs}) (config/scheduler.py:263-267); raise "
             "max_num_batched_tokens or lower max_num_seqs")
+    return None
+
+
+def check_config(cfg: Config) -> None:
+    """`check_fields`, then SchedulerConfig's own checks as a ConfigError (an InputError
+    naming the rule)."""
+    check_fields(cfg)
+    rejected = rejection(cfg)
+    if rejected is not None:
+        raise rejected
 
 
 def parse_config(raw: Any) -> Config:
@@ -128,5 +141,5 @@ def parse_config(raw: Any) -> Config:
         elif isinstance(model_len, int) and not isinstance(model_len, bool):
             values["max_num_batched_tokens"] = max(model_len, 2048)
     cfg = Config(**values)
-    check_config(cfg)
+    check_fields(cfg)  # SchedulerConfig's own rules are `rejection`'s, applied by the CLI
     return cfg

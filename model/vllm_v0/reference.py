@@ -50,6 +50,8 @@ The StepRecord, as the V1 reference fills it:
 - `free_blocks`: the GPU allocator's free blocks right after `schedule()` (no null block in
   V0); `running`, `waiting`: the deques right after `schedule()`.
 - `token_budget_left`: `max_num_batched_tokens` less the tokens scheduled.
+- `extra["blocks"]`: the blocks each group's table holds after the update (the finished
+  ones not yet freed), `running` order then `waiting` order.
 
 The code is our own; loops, `break` and `continue` sit where upstream has them.
 """
@@ -57,7 +59,7 @@ The code is our own; loops, `break` and `continue` sit where upstream has them.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -65,7 +67,7 @@ from model.core.arith import cdiv
 from model.core.checks import check_eos_steps
 from model.core.errors import InputError
 from model.core.types import FINISH_LENGTH, FINISH_STOP, RequestSpec, StepRecord, Workload
-from model.vllm_v0.config import Config, check_config
+from model.vllm_v0.config import Config, check_fields
 
 
 class Status(Enum):
@@ -257,7 +259,7 @@ class VllmV0Scheduler:
     output, the stop checks and `free_finished_seq_groups()`."""
 
     def __init__(self, cfg: Config) -> None:
-        check_config(cfg)
+        check_fields(cfg)  # a config vLLM rejects still runs here, for what-if runs
         self.cfg = cfg
         self.bm = BlockManager(cfg)
         self.waiting: deque[SeqGroup] = deque()  # S:460
@@ -453,6 +455,8 @@ class VllmV0Scheduler:
                 "prefill chunk); move the entry to a step where it samples")
         computed = tuple((g.request_id, g.num_computed_tokens)
                          for g in (*self.running, *self.waiting))
+        blocks = tuple((g.request_id, self.bm.blocks_of(g))
+                       for g in (*self.running, *self.waiting))
         finished.extend((g.request_id, FINISH_LENGTH) for g in out.ignored)
         for g in out.ignored:
             del self.groups[g.request_id]
@@ -470,8 +474,25 @@ class VllmV0Scheduler:
             running=running,
             waiting=waiting,
             token_budget_left=self.cfg.max_num_batched_tokens - used,
-            extra=(("ignored", [g.request_id for g in out.ignored]),),
+            extra=(("ignored", [g.request_id for g in out.ignored]),
+                   ("blocks", blocks)),
         )
+
+    def state_key(self, extra: Mapping[str, Hashable] | None = None) -> Hashable:
+        """Requests named by position (running order, then waiting order), with the free
+        blocks. Nothing orders requests but the two deques (victims are the running tail,
+        FCFS admits the waiting head), so arrival numbers and the step counter are left
+        out; `num_preemptions` only tells a resumption from an admission, so it counts as
+        `> 0`. `extra[id]` is appended to a request's entry (the explorer's per-request
+        property history)."""
+        extra = extra or {}
+
+        def one(g: SeqGroup) -> tuple[object, ...]:
+            return (g.num_prompt_tokens, g.max_tokens, g.num_output_tokens,
+                    g.num_computed_tokens, g.decode_stage, g.table_tokens,
+                    g.num_preemptions > 0, extra.get(g.request_id))
+        return (self.bm.num_free, tuple(one(g) for g in self.running),
+                tuple(one(g) for g in self.waiting))
 
     def _free_finished(self) -> None:
         """S:1696-1715: finished groups leave `running` and free their blocks."""

@@ -427,5 +427,7 @@ def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
                                   for i in (*running, *waiting)),
         running=tuple(ids[i] for i in running), waiting=tuple(ids[i] for i in waiting),
         token_budget_left=observed.token_budget_left,
-        extra=(("ignored", [ids[i] for i in finished if observed.slots[i].scheduled == 0]),),
+        extra=(("ignored", [ids[i] for i in finished if observed.slots[i].scheduled == 0]),
+               ("blocks", tuple((ids[i], observed.slots[i].blocks)
+                                for i in (*running, *waiting)))),
     )

@@ -4,8 +4,11 @@ scheduling path (default or chunked) and the block size are concrete."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
+from model.core.ops import Bool, Ops
 from model.vllm_v0.config import Config
 
 # Slot status codes. A preempted request is WAITING again (S:1795-1805 of core/scheduler.py
@@ -30,6 +33,29 @@ class RuleConfig:
     watermark_blocks: object
     block_size: int
     enable_chunked_prefill: bool
+
+    @property
+    def token_budget(self) -> object:
+        """The tokens one step may schedule (SchedulingBudget.token_budget, S:1227, 1360)."""
+        return self.max_num_batched_tokens
+
+    @property
+    def usable_blocks(self) -> object:
+        """Every GPU block: the naive allocator over `num_gpu_blocks` keeps no null block
+        (BM:95-100; the reference and the real pool agree on free blocks at every step)."""
+        return self.num_gpu_blocks
+
+    @property
+    def policy_priority(self) -> bool:
+        """FCFS only (model/vllm_v0/config.py)."""
+        return False
+
+    @property
+    def longest_prompt(self) -> object:
+        """The longest prompt LLMEngine lets reach the scheduler: `max_model_len` itself
+        is accepted (E:1768-1769 of engine/llm_engine.py refuses only longer ones), unlike
+        V1, which refuses `prompt_len >= max_model_len`."""
+        return self.max_model_len
 
     @staticmethod
     def from_config(cfg: Config) -> RuleConfig:
@@ -82,3 +108,35 @@ class SchedState:
         block)."""
         return SchedState(slots=tuple(SlotState() for _ in range(num_slots)),
                           free_blocks=cfg.num_gpu_blocks)
+
+
+# The Config fields a query may range over (the pool's watermark follows the pool).
+RANGED_FIELDS = ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "num_gpu_blocks")
+
+
+def ranged_rule_config(ops: Ops, base: Config, values: Mapping[str, object]) -> RuleConfig:
+    """The RuleConfig of `base` with the RANGED_FIELDS taken from `values` (ints or z3
+    terms). The watermark is `int(watermark * num_gpu_blocks)` (BM:93), with a ranged pool
+    the floor of the exact rational product: 0.01 as a double lies above 1/100, so for a
+    whole number of blocks the double product never falls below the rational one's floor."""
+    blocks = values["num_gpu_blocks"]
+    watermark: object = base.watermark_blocks
+    if not isinstance(blocks, int):
+        w = Fraction(str(base.watermark))
+        watermark = ops.floordiv(blocks * w.numerator, w.denominator)
+    return RuleConfig(
+        max_num_batched_tokens=values["max_num_batched_tokens"],
+        max_num_seqs=values["max_num_seqs"], max_model_len=values["max_model_len"],
+        num_gpu_blocks=blocks, watermark_blocks=watermark, block_size=base.block_size,
+        enable_chunked_prefill=base.enable_chunked_prefill)
+
+
+def family_constraints(base: Config, values: Mapping[str, object]) -> list[Bool]:
+    """SchedulerConfig's two checks (SC:253-267, model/vllm_v0/config.py `rejection`) over
+    ranged values: the family's configs that vLLM accepts."""
+    batched, seqs, model_len = (values["max_num_batched_tokens"], values["max_num_seqs"],
+                                values["max_model_len"])
+    cons: list[Bool] = [batched >= seqs]  # type: ignore[list-item, operator]
+    if not base.enable_chunked_prefill:
+        cons.append(batched >= model_len)  # type: ignore[arg-type, operator]
+    return cons

@@ -1,0 +1,138 @@
+"""vLLM V0 (0.10.2, the last release with `vllm/core/`) as an EngineModel: the rules of
+model/vllm_v0/rules.py, the reference of model/vllm_v0/reference.py, and the Step
+observables of a reference run. It is an engine of its own, not a version of vLLM V1:
+its scheduler is another program (docs/vllm_versions.md, "vLLM V0")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from model.core.engine import EngineModel
+from model.core.errors import InputError
+from model.core.observe import observed_step
+from model.core.types import FINISH_STOP, SlotObs, Step, StepRecord, Workload
+from model.vllm_v0 import rules
+from model.vllm_v0.config import (
+    ENGINE_VLLM_V0,
+    VLLM_V0_VERSION,
+    Config,
+    parse_config,
+    rejection,
+)
+from model.vllm_v0.invariant import well_formed
+from model.vllm_v0.reference import VllmV0Scheduler
+from model.vllm_v0.state import (
+    RANGED_FIELDS,
+    RuleConfig,
+    family_constraints,
+    ranged_rule_config,
+)
+from model.vllm_v0.v1_bridge import V1_BRIDGE
+
+
+def check_admissible(workload: Workload) -> None:
+    """LLMEngine refuses a prompt longer than max_model_len before the scheduler sees it
+    (engine/llm_engine.py:1768-1769); refuse it as bad input. A prompt of exactly
+    max_model_len tokens is accepted, and finishes by length at its first token."""
+    cfg: Config = workload.config
+    for r in workload.requests:
+        if r.prompt_len > cfg.max_model_len:
+            raise InputError(
+                f"request {r.id!r}: prompt_len {r.prompt_len} is above max_model_len "
+                f"{cfg.max_model_len} (vLLM V0 refuses it before scheduling, "
+                "engine/llm_engine.py:1768-1769); shorten the prompt or raise max_model_len")
+
+
+def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ...]:
+    """Step observables of a reference run (slot i = i-th request in arrival order). Blocks
+    per request are the record's `blocks` extra (each table's blocks, which conformance
+    compares with the real block manager's); a request finished in the step gives its
+    blocks back after it (S:1696-1715)."""
+    cfg: Config = workload.config
+    rcfg = RuleConfig.from_config(cfg)
+    ordered = workload.arrival_order()
+    outputs = {r.id: 0 for r in ordered}
+    ncomp = {r.id: 0 for r in ordered}
+    preemptions = {r.id: 0 for r in ordered}
+    running: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    steps = []
+    for rec in records:
+        extra = dict(rec.extra)
+        blocks = dict(extra["blocks"])
+        arrived = {r.id for r in ordered if r.arrival_step == rec.step}
+        was_waiting = set(waiting) | arrived
+        sched = dict(rec.scheduled)
+        rank = {rid: k for k, (rid, _) in enumerate(rec.scheduled)}
+        finish_rank = {rid: k for k, (rid, _) in enumerate(rec.finished)}
+        after = dict(rec.num_computed_tokens)
+        finished = dict(rec.finished)
+        slots = []
+        for i, spec in enumerate(ordered):
+            rid = spec.id
+            ntok = spec.prompt_len + outputs[rid]
+            n = sched.get(rid, 0)
+            now = after.get(rid, 0 if rid in rec.preempted else ncomp[rid])
+            sampled = n > 0 and now >= ntok  # a prefill chunk short of the end samples nothing
+            preemptions[rid] += rec.preempted.count(rid)
+            slots.append(SlotObs(
+                held=rid in running or rid in was_waiting, was_running=rid in running,
+                was_waiting=rid in was_waiting, scheduled=n, serve_rank=rank.get(rid, 0),
+                admitted=rid in rec.admitted, resumed=rid in rec.resumed,
+                preempted=rid in rec.preempted, finished=rid in finished,
+                finished_stop=finished.get(rid) == FINISH_STOP, sampled=sampled,
+                num_tokens=ntok, num_computed_tokens_before=ncomp[rid], num_computed_tokens=now,
+                num_output_tokens=outputs[rid] + int(sampled), blocks=blocks.get(rid, 0),
+                num_preemptions=preemptions[rid], running_after=rid in rec.running,
+                waiting_after=rid in rec.waiting,
+                queue_key=rec.waiting.index(rid) if rid in rec.waiting else 0,
+                run_key=rec.running.index(rid) if rid in rec.running else 0,
+                prompt_len=spec.prompt_len, max_tokens=spec.max_tokens, priority=spec.priority,
+                arrival_time=i, finish_rank=finish_rank.get(rid, 0)))
+            outputs[rid] += int(sampled)
+            ncomp[rid] = now
+        released = sum(o.blocks for o in slots if o.finished and o.running_after)
+        steps.append(observed_step(rec, slots, rcfg, released))
+        running = tuple(r for r in rec.running if r not in finished)
+        waiting = rec.waiting
+    return tuple(steps)
+
+
+def describe_step(record: StepRecord) -> str:
+    """One line of V0 facts for `batchproof simulate`: the requests the waiting loop ignored
+    (FINISHED_IGNORED: a prompt above the limit, or one the pool can never hold)."""
+    ignored = dict(record.extra).get("ignored") or []
+    return f"ignored {', '.join(ignored)}" if ignored else ""
+
+
+RULES_TABLE: tuple[tuple[str, str, str], ...] = (
+    ("vllm/core/scheduler.py:1467-1472 (default or chunked-prefill path)",
+     "VllmV0Scheduler._schedule", "step"),
+    ("vllm/core/scheduler.py:1217-1343 (default: prefills first, decodes only without one)",
+     "VllmV0Scheduler._schedule_default", "step"),
+    ("vllm/core/scheduler.py:1345-1450 (chunked: running first, admission after preemption)",
+     "VllmV0Scheduler._schedule_chunked_prefill", "step"),
+    ("vllm/core/scheduler.py:1027-1215 (waiting loop: LATER breaks, NEVER ignored)",
+     "VllmV0Scheduler._schedule_prefills", "_waiting_loop"),
+    ("vllm/core/scheduler.py:640-810 (running loop: the unvisited tail is the victim)",
+     "VllmV0Scheduler._schedule_running", "_running_loop"),
+    ("vllm/core/block_manager.py:110-147 (whole sequence against free less the watermark)",
+     "BlockManager.can_allocate", "_waiting_loop"),
+    ("vllm/core/block_manager.py:207-234 (worst-case append check)",
+     "BlockManager.can_append_slots", "blocks_touched"),
+    ("vllm/core/scheduler.py:1750-1805 (recompute preemption, waiting front reversed)",
+     "VllmV0Scheduler._preempt", "_preempt"),
+)
+
+
+ENGINE = EngineModel(
+    name=ENGINE_VLLM_V0, folder="vllm_v0", title="vLLM V0", version=VLLM_V0_VERSION,
+    parse_config=parse_config, config_to_dict=Config.to_dict, rejection=rejection,
+    check_admissible=check_admissible, rule_config=RuleConfig.from_config,
+    initial_state=rules.initial_state, step=rules.step, same_behaviour=rules.same_behaviour,
+    scheduler=VllmV0Scheduler, observe=observe, describe_step=describe_step,
+    ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
+    family_constraints=family_constraints, rules_table=RULES_TABLE,
+    well_formed=well_formed,
+    # `batchproof diff vllm-v0 vllm-v1`: how one config reaches both (model/vllm_v0/v1_bridge.py)
+    extra={"bridges": {V1_BRIDGE.engines[1]: V1_BRIDGE}})
