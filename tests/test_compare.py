@@ -19,12 +19,12 @@ def _json(capsys, *extra):
     return code, json.loads(capsys.readouterr().out)
 
 
-def test_compare_runs_the_five_engines_on_one_workload(capsys):
+def test_compare_runs_the_six_engines_on_one_workload(capsys):
     code, doc = _json(capsys)
     assert code == 0
     ran = set(doc["engines"]) | set(doc["skipped"])
-    assert ran == {"vllm-v1", "sglang", "mistralrs", "static", "dynamic"}
-    assert set(doc["engines"]) >= {"vllm-v1", "mistralrs", "static", "dynamic"}
+    assert ran == {"vllm-v1", "vllm-v0", "sglang", "mistralrs", "static", "dynamic"}
+    assert set(doc["engines"]) >= {"vllm-v1", "vllm-v0", "mistralrs", "static", "dynamic"}
     for run in doc["engines"].values():
         assert set(run["requests"]) == {"long", "short", "mid", "late"}
 

@@ -1,4 +1,4 @@
-"""`batchproof compare WORKLOAD.json --engines vllm-v1,sglang,mistralrs,static,dynamic`: run
+"""`batchproof compare WORKLOAD.json --engines vllm-v1,vllm-v0,sglang,...`: run
 one workload through several engines' reference schedulers, each under the workload's
 engine-neutral config mapped to the engine (docs/compare.md), and print per engine the steps
 to finish each request, time to first token in steps, decode stalls, idle slot-steps and
@@ -21,7 +21,7 @@ from model.core.types import Step, Workload
 from model.run import simulate
 from model.workload import config_rejection, parse_workload, read_json
 
-DEFAULT_ENGINES = ("vllm-v1", "sglang", "mistralrs", "static", "dynamic")
+DEFAULT_ENGINES = ("vllm-v1", "vllm-v0", "sglang", "mistralrs", "static", "dynamic")
 # compare observes every request in every step under each engine (the Step observables),
 # a cost per request-step some fifty times the reference's: 10^5 takes seconds.
 MAX_COMPARE_REQUEST_STEPS = 100_000
@@ -48,6 +48,15 @@ def _vllm(n: NeutralConfig) -> dict[str, object]:
             "max_model_len": n.kv_tokens}
 
 
+def _vllm_v0(n: NeutralConfig) -> dict[str, object]:
+    # V0's chunked-prefill path: its default path needs max_num_batched_tokens >=
+    # max_model_len (config/scheduler.py:253-261), which a small budget over a long context
+    # breaks. The naive allocator has no null block; the 1 % watermark is the engine's own.
+    return {"max_num_batched_tokens": n.token_budget, "max_num_seqs": n.max_seqs,
+            "block_size": n.block_size, "num_gpu_blocks": n.kv_tokens // n.block_size,
+            "max_model_len": n.kv_tokens, "enable_chunked_prefill": True}
+
+
 def _sglang(n: NeutralConfig) -> dict[str, object]:
     # SGLang's pool is in tokens (page size 1): block_size does not apply. The budget caps
     # both a prefill batch's input and a chunk; the radix cache is off like the others'.
@@ -68,7 +77,7 @@ def _baseline(n: NeutralConfig) -> dict[str, object]:
 
 
 MAPPINGS: dict[str, Callable[[NeutralConfig], dict[str, object]]] = {
-    "vllm-v1": _vllm, "sglang": _sglang, "mistralrs": _mistralrs,
+    "vllm-v1": _vllm, "vllm-v0": _vllm_v0, "sglang": _sglang, "mistralrs": _mistralrs,
     "static": _baseline, "dynamic": _baseline,
 }
 
