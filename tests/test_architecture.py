@@ -13,7 +13,7 @@ from model import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("model", "properties", "checker")
-ROOMS = ("vllm", "sglang", "mistralrs", "baselines")
+ROOMS = ("vllm", "vllm_v0", "sglang", "mistralrs", "baselines")
 
 
 def _module_name(path: Path) -> str:

@@ -5,12 +5,23 @@ differently (checker/methods/diff.py), drawn as two timelines side by side.
     batchproof diff mistralrs@v0.9.0 --ablate bucket_by_length --manifest-config mr_tiny
     batchproof diff mistralrs --ablate-all --manifest-config mr_escape
 
+    batchproof diff vllm-v0 vllm-v1 --manifest-config v0_tiny
+
 A and B are engine names with a version (`NAME@VERSION`; the bare name is the pinned
 version), or one engine and `--ablate SWITCH` (the same version with that rule switch
 toggled). `--ablate-all` toggles each switch in turn. The configuration is a manifest
 config (`--manifest-config`, whose bounds are the defaults), a workload JSON's config
 (`--config-file`), or the engine's defaults (vLLM: with vLLM's flags and `--config FILE`'s
 YAML, as `check` takes them); each side parses it with its own version's rules.
+
+A and B may also be two engines that a config bridge joins (checker/methods/diff.py
+`bridge_of`; vLLM V0 and V1, model/vllm_v0/v1_bridge.py). The config is then either
+engine's (a manifest config of either, a workload JSON of either, vLLM V1's flags, or A's
+defaults); the other side gets its fields through the bridge, which refuses a field the
+other side would silently drop while it is set (exit 2). Across engines only the decisions
+are compared, and the step observables the bridge names (for V0/V1 none: free_blocks
+counts the pool differently); the one-step equivalence proof is not tried (the two states
+have different shapes), so agreement is "no difference within these bounds".
 
 `--method` chooses the search (checker/methods/diff_explore.py `decide`): BMC over both
 rule systems, the explicit-state search over both reference schedulers, both (which must
@@ -31,7 +42,7 @@ import json
 import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from itertools import zip_longest
 from typing import Any
 
@@ -59,6 +70,10 @@ from checker.methods.diff import (
     UNKNOWN,
     DiffResult,
     Side,
+    bridge_of,
+    compared_step_observables,
+    engines_joinable,
+    one_rule_system,
     sides_compatible,
 )
 from checker.methods.diff_explore import METHODS, arrival_choices, decide
@@ -134,22 +149,35 @@ def _versions(name: str) -> engines.Versioned:
     return modelled
 
 
-def _raw_config(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], str, dict[str, int],
-                                                               bool]:
-    """The config both sides parse (JSON field names), its name, its bounds, validated."""
-    base = engines.base_name(name)
+@dataclass(frozen=True, slots=True)
+class Source:
+    """The config both sides run: its fields (JSON names) as `engine` spells them (a base
+    engine name: the engine whose config it is), its name, its bounds, validated."""
+
+    raw: dict[str, Any]
+    engine: str
+    name: str
+    bounds: dict[str, int]
+    validated: bool
+
+
+def _raw_config(args: argparse.Namespace, names: list[str]) -> Source:
+    """The config both sides parse: a manifest config, a workload JSON's or the defaults
+    of one of the engines compared (the first one's, or vLLM V1's with its flags)."""
+    bases = list(dict.fromkeys(engines.base_name(n) for n in names))
+    allowed = " or ".join(f"{b}'s" for b in bases)
     if args.manifest_config:
         manifest = load()
         if args.manifest_config not in manifest.configs:
             raise InputError(f"unknown config {args.manifest_config!r}; manifest configs: "
                              f"{', '.join(manifest.configs)}")
         nc = manifest.configs[args.manifest_config]
-        if engines.base_name(nc.engine) != base:
+        if engines.base_name(nc.engine) not in bases:
             raise InputError(f"config {args.manifest_config} is a {nc.engine} config, not "
-                             f"{base}'s; "
-                             "pick one of its engine's configs")
+                             f"{allowed}; pick one of its engine's configs")
         raw = engines.get(nc.engine).config_to_dict(nc.config)
-        return dict(raw), nc.name, dict(nc.bounds), nc.validated
+        return Source(dict(raw), engines.base_name(nc.engine), nc.name, dict(nc.bounds),
+                      nc.validated)
     if args.config_file:
         doc = read_json(args.config_file, "pass a workload JSON file with a 'config'",
                         "config file")
@@ -157,19 +185,39 @@ def _raw_config(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], st
             raise InputError(f"{args.config_file} has no 'config'; give a workload JSON whose "
                              "'config' holds the engine's fields (docs/simulation_contract.md)")
         engine = doc.get("engine", ENGINE_VLLM_V1)
-        if not isinstance(engine, str) or engines.base_name(engine) != base:
-            raise InputError(f"{args.config_file} is a {engine} workload, not {base}'s; "
-                             f"give a {base} workload")
+        if not isinstance(engine, str) or engines.base_name(engine) not in bases:
+            raise InputError(f"{args.config_file} is a {engine} workload, not {allowed}; "
+                             f"give a {' or '.join(bases)} workload")
         if not isinstance(doc["config"], dict):
             raise InputError(f"{args.config_file}: 'config' must be a JSON object")
-        return dict(doc["config"]), "custom", {}, not args.no_validate
-    if base == ENGINE_VLLM_V1:
+        return Source(dict(doc["config"]), engines.base_name(engine), "custom", {},
+                      not args.no_validate)
+    if bases[0] == ENGINE_VLLM_V1 or (_flags_given(args) and ENGINE_VLLM_V1 in bases):
         # vllm serve flags (command line over --config FILE), resolved as `check` resolves
         # them (checker/config/serve_args.py); what it assumed is printed.
         cfg, notes = serve_config(args, "diff")
         args.serve_notes = [*getattr(args, "serve_notes", []), *notes]
-        return cfg.to_dict(), "custom", {}, not args.no_validate
-    return {}, "defaults", {}, not args.no_validate
+        return Source(cfg.to_dict(), ENGINE_VLLM_V1, "custom", {}, not args.no_validate)
+    return Source({}, bases[0], "defaults", {}, not args.no_validate)
+
+
+def _raw_for(name: str, source: Source, names: list[str]) -> dict[str, Any]:
+    """The config dict side `name` parses: the source's own for its engine; for the other
+    engine of a bridge, the bridge's translation of the source's whole config (every
+    field at its value), checked back: the target's config, translated into the source's
+    engine, must hold no field the source would drop (its defaults are neutral)."""
+    if engines.base_name(name) == source.engine:
+        return source.raw
+    bridge = bridge_of(name, source.engine)
+    if bridge is None:  # run() refuses an unjoined pair first
+        raise InputError(engines_joinable(name, source.engine))
+    own = next(n for n in names if engines.base_name(n) == source.engine)
+    source_engine = engines.get(own)
+    whole = source_engine.config_to_dict(source_engine.parse_config(source.raw))
+    raw = bridge.into[engines.base_name(name)](whole)
+    target = engines.get(name)
+    bridge.into[source.engine](target.config_to_dict(target.parse_config(raw)))
+    return raw
 
 
 def _flags_given(args: argparse.Namespace) -> bool:
@@ -252,10 +300,21 @@ def _side_by_side(left: str, right: str, titles: tuple[str, str]) -> str:
                      for x, y in zip_longest(a, b, fillvalue="")) + "\n"
 
 
+def compared_line(a: Side, b: Side) -> str:
+    """Across engines: one line naming what is compared and why the rest is not ('' for
+    two versions of one engine, which compare every observable)."""
+    if one_rule_system(a.engine, b.engine):
+        return ""
+    bridge = bridge_of(a.engine, b.engine)
+    why = bridge.not_compared if bridge is not None else ""
+    compared = ", ".join([*OBSERVABLES, *compared_step_observables(a, b)])
+    return f"compared: {compared} ({why})" if why else f"compared: {compared}"
+
+
 def text_report(a: Side, b: Side, config: str, bounds: Bounds, r: DiffResult) -> str:
     """What `diff` prints: the headline, the workload, what differs, the two timelines."""
     lines = [f"diff A = {a.label}, B = {b.label} on {config}", f"bounds: {_bounds_line(bounds)}",
-             _headline(r), _method_line(r)]
+             *[line for line in [compared_line(a, b)] if line], _headline(r), _method_line(r)]
     if r.workload is None or not r.runs:
         return "\n".join(lines) + "\n"
     (wa, ra), (wb, rb) = r.runs
@@ -380,30 +439,37 @@ def run(args: argparse.Namespace) -> int:
                          f"{len(names)}")
     if args.json and args.format == "svg":
         raise InputError("--json and --format svg both choose the output; give one")
+    if not one:
+        why = engines_joinable(names[0], names[1])
+        if why:
+            raise InputError(why)
     args = prepare(args, "diff")
-    if _flags_given(args) and engines.base_name(names[0]) != ENGINE_VLLM_V1:
+    if _flags_given(args) and ENGINE_VLLM_V1 not in {engines.base_name(n) for n in names}:
         raise InputError(f"the vLLM flags configure vllm-v1, not {names[0]}; give the config "
                          "with --manifest-config NAME or --config-file WORKLOAD.json")
-    raw, config, defaults, validated = _raw_config(args, names[0])
+    source = _raw_config(args, names)
+    config = source.name
     # The ignored vllm serve flags and the assumptions, on stderr (stdout is the answer).
     print_notes([ignored_line(args), *args.serve_notes], sys.stderr)
-    bounds = _bounds(args, defaults)
+    bounds = _bounds(args, source.bounds)
     manifest = bool(args.manifest_config)
-    a = _side(names[0], raw, validated, manifest)
+    a = _side(names[0], _raw_for(names[0], source, names), source.validated, manifest)
     if args.ablate_all:
         if args.format == "svg":
             raise InputError("--format svg draws one difference; use --ablate SWITCH")
         return _ablate_all(args, a, config, bounds)
-    b = _toggled(a, args.ablate) if args.ablate else _side(names[1], raw, validated, manifest)
+    b = (_toggled(a, args.ablate) if args.ablate
+         else _side(names[1], _raw_for(names[1], source, names), source.validated, manifest))
     why = sides_compatible(a, b)
     if why:
         raise InputError(why)
-    _check_method(args, a, bounds)
+    _check_method(args, a, bounds, b)
     result = decide(a, b, bounds, args.timeout, prove=not args.no_prove, method=args.method)
     code = exit_code([result])
     if args.json:
         doc = {"schema": JSON_SCHEMA, "a": _side_json(a), "b": _side_json(b), "config": config,
-               "bounds": _bounds_json(bounds), "observables": _observables(),
+               "config_engine": source.engine, "bounds": _bounds_json(bounds),
+               "observables": _observables(a, b), **_not_compared(a, b),
                **result_json(a, b, result), "method_asked": args.method, "exit_code": code}
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -419,8 +485,18 @@ def _bounds_json(b: Bounds) -> dict[str, int]:
             "max_tokens": b.max_max_tokens, "prefix_groups": b.prefix_groups}
 
 
-def _observables() -> list[str]:
-    return [*OBSERVABLES, *STEP_OBSERVABLES]
+def _observables(a: Side | None = None, b: Side | None = None) -> list[str]:
+    """The observables compared: every one within an engine, across engines the
+    decisions and the step observables the bridge names."""
+    if a is None or b is None:
+        return [*OBSERVABLES, *STEP_OBSERVABLES]
+    return [*OBSERVABLES, *compared_step_observables(a, b)]
+
+
+def _not_compared(a: Side, b: Side) -> dict[str, str]:
+    """Across engines, {"not_compared": why}: what the bridge says is counted apart."""
+    bridge = None if one_rule_system(a.engine, b.engine) else bridge_of(a.engine, b.engine)
+    return {"not_compared": bridge.not_compared} if bridge is not None else {}
 
 
 def _one_ablation(a: Side, switch: str, bounds: Bounds, timeout_s: float, prove: bool,
@@ -432,12 +508,13 @@ def _one_ablation(a: Side, switch: str, bounds: Bounds, timeout_s: float, prove:
 MAX_EXPLORE_ARRIVALS = 2_000_000
 
 
-def _check_method(args: argparse.Namespace, a: Side, bounds: Bounds) -> None:
+def _check_method(args: argparse.Namespace, a: Side, bounds: Bounds,
+                  b: Side | None = None) -> None:
     """--method explore/both on bounds whose first step alone is too many arrival
     choices to enumerate: one InputError."""
     if args.method not in ("explore", "both"):
         return
-    n = arrival_choices(a, bounds)
+    n = arrival_choices(a, bounds, b)
     if n > MAX_EXPLORE_ARRIVALS:
         raise InputError(f"--method {args.method}: the explicit search would try {n} arrival "
                          f"choices in its first step alone (prompts <= {bounds.max_prompt_len}, "

@@ -33,7 +33,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "check-trace": ("checker.cli.check_trace", "check catalogue properties on a given trace"),
     "audit": ("checker.cli.audit", "audit the real scheduler installed here against the model"),
     "sweep": ("checker.cli.sweep", "check a grid of configurations, locally or on Ray"),
-    "diff": ("checker.cli.diff", "the shortest workload on which two engine versions differ"),
+    "diff": ("checker.cli.diff",
+             "the shortest workload on which two engine versions (or bridged engines) differ"),
     "worst": ("checker.cli.worst",
               "the worst value of a metric within the bounds, its witness and its bound"),
 }

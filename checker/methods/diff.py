@@ -3,14 +3,20 @@ systems fed one environment, and a proof of equivalence where one step shows it.
 
 A *side* is an engine (a version, `mistralrs@v0.8.22`) with its configuration; the two
 sides of a comparison are two versions of one engine over one configuration, or one
-version and the same with a rule switch toggled (`ablate`). Both sides are unrolled over
-the same symbolic request slots (`slot_specs`) and the same EOS choices, each with its own
-state (`fresh_state`, tagged a.* and b.*) and its own rules (`EngineModel.step`).
+version and the same with a rule switch toggled (`ablate`), or two engines joined by a
+config bridge (`bridge_of`: one engine's `EngineModel.extra["bridges"]` says how one
+config reaches both, e.g. vLLM V0 and V1). Both sides are unrolled over the same symbolic
+request slots (`pair_specs`: each prompt admissible to both, at most the smaller of the
+two `longest_prompt`s) and the same EOS choices, each with its own state (`fresh_state`,
+tagged a.* and b.*) and its own rules (`EngineModel.step`).
 
 The observables compared are the decisions of the StepRecord contract: per request, the
-tokens scheduled, admitted, resumed, preempted, finished (and finished by EOS); per step,
-the free KV blocks right after scheduling (OBSERVABLES). Orders inside a step (who is
-served first, queue positions) are not decisions a request sees and are not compared.
+tokens scheduled, admitted, resumed, preempted, finished (and finished by EOS)
+(OBSERVABLES); per step, the free KV blocks right after scheduling (STEP_OBSERVABLES),
+between two versions of one engine only: across engines the bridge names the step
+observables both count alike (`compared_step_observables`; V0 and V1 count free blocks
+differently). Orders inside a step (who is served first, queue positions) are not
+decisions a request sees and are not compared.
 
 The first depth at which some workload makes the sides differ gives the shortest one;
 it is then minimised by checker/methods/minimize.py's order (fewest requests, then the
@@ -19,17 +25,19 @@ must differ at the same step and agree before it; otherwise the result is a dive
 never a difference. Where the two rule sets compute the same step from every state (the
 switch is not read in this configuration), a one-step induction on the product proves
 them equivalent for every depth and request length: from identical states, the two steps
-give the same observables and identical next states.
+give the same observables and identical next states. The induction needs one state for
+both sides, so it is tried for two versions of one engine only; two engines that agree
+within the bounds are SAME, never PROVED.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import z3
 
@@ -42,12 +50,13 @@ from checker.methods.symbolic import (
     Unrolling,
     family_config,
     fresh_state,
+    longest_prompt,
     slot_specs,
 )
 from model import registry as engines
 from model.core.engine import EngineModel
 from model.core.ops import Bool, Ops, SymbolicOps
-from model.core.types import EosEvent, SlotObs, Step, StepRecord, Workload
+from model.core.types import EosEvent, SlotObs, SlotSpec, Step, StepRecord, Workload
 from model.run import simulate, without_unsampled_eos
 
 OBSERVABLES = ("scheduled", "admitted", "resumed", "preempted", "finished", "finished_stop")
@@ -106,12 +115,80 @@ class DiffResult:
     states: int = 0  # pair states the explicit search visited (0 for BMC)
 
 
+class ConfigBridge(Protocol):
+    """How one configuration reaches two engines (an engine's `extra["bridges"]`, keyed
+    by the other engine's name; e.g. model/vllm_v0/v1_bridge.py)."""
+
+    @property
+    def engines(self) -> tuple[str, str]:
+        """The two engines' registry names."""
+
+    @property
+    def into(self) -> Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]:
+        """Target engine name -> its config dict made from the other engine's config dict
+        (InputError for a field the target would silently drop)."""
+
+    @property
+    def shared(self) -> tuple[str, ...]:
+        """The config fields both engines take alike."""
+
+    @property
+    def step_observables(self) -> tuple[str, ...]:
+        """The STEP_OBSERVABLES both engines count alike."""
+
+    @property
+    def not_compared(self) -> str:
+        """One line: why the other step observables are not compared."""
+
+
+def one_rule_system(a: str, b: str) -> bool:
+    """The two registry names are versions of one engine (one room, one state shape)."""
+    return engines.get(a).folder == engines.get(b).folder
+
+
+def bridge_of(a: str, b: str) -> ConfigBridge | None:
+    """The bridge that joins two different engines, declared by either, or None."""
+    for own, other in ((a, b), (b, a)):
+        found = (engines.get(own).extra or {}).get("bridges")
+        if isinstance(found, Mapping) and engines.base_name(other) in found:
+            return cast(ConfigBridge, found[engines.base_name(other)])
+    return None
+
+
+def bridged_pairs() -> list[str]:
+    """Every pair of engines a bridge joins, as `A and B`."""
+    out = []
+    for name in engines.names():
+        for other in (engines.get(name).extra or {}).get("bridges") or {}:
+            out.append(f"{name} and {other}")
+    return out
+
+
+def engines_joinable(a: str, b: str) -> str:
+    """Why two registry names cannot be compared at all, or ''."""
+    if one_rule_system(a, b) or bridge_of(a, b) is not None:
+        return ""
+    pairs = bridged_pairs()
+    return (f"{a} and {b} are different engines and no config bridge joins them; diff "
+            "compares versions of one engine (or one version with a rule switched)"
+            + (f", or bridged engines ({'; '.join(pairs)})" if pairs else ""))
+
+
+def compared_step_observables(a: Side, b: Side) -> tuple[str, ...]:
+    """The step observables compared: all of STEP_OBSERVABLES for one engine, the ones
+    the bridge says both count alike across engines."""
+    if one_rule_system(a.engine, b.engine):
+        return STEP_OBSERVABLES
+    bridge = bridge_of(a.engine, b.engine)
+    return tuple(bridge.step_observables) if bridge is not None else ()
+
+
 def sides_compatible(a: Side, b: Side) -> str:
     """Why two sides cannot be compared on one environment, or ''."""
+    why = engines_joinable(a.engine, b.engine)
+    if why:
+        return why
     ea, eb = engines.get(a.engine), engines.get(b.engine)
-    if ea.folder != eb.folder:
-        return (f"{a.label} and {b.label} are different engines; diff compares versions of "
-                "one engine (or one version with a rule switched)")
     ca, cb = ea.rule_config(a.config), eb.rule_config(b.config)
     for name in ("max_model_len", "policy_priority"):
         if getattr(ca, name) != getattr(cb, name):
@@ -129,13 +206,14 @@ def _term(value: object) -> object:
     return value
 
 
-def differs(ops: Ops, a: Step, b: Step) -> Bool:
+def differs(ops: Ops, a: Step, b: Step, step_observables: Sequence[str] = STEP_OBSERVABLES
+            ) -> Bool:
     """The two sides' observables of one step differ (over ints or z3 terms)."""
     terms: list[Bool] = []
     for x, y in zip(a.slots, b.slots, strict=True):
         for name in OBSERVABLES:
             terms.append(ops.not_(_eq(ops, getattr(x, name), getattr(y, name))))
-    for name in STEP_OBSERVABLES:
+    for name in step_observables:
         terms.append(ops.not_(_eq(ops, getattr(a, name), getattr(b, name))))
     return ops.or_(*terms)
 
@@ -146,7 +224,9 @@ def _eq(ops: Ops, x: object, y: object) -> Bool:
     return x == y
 
 
-def differences(a: Step, b: Step, ids: Sequence[str]) -> tuple[Difference, ...]:
+def differences(a: Step, b: Step, ids: Sequence[str],
+                step_observables: Sequence[str] = STEP_OBSERVABLES
+                ) -> tuple[Difference, ...]:
     """Every observable that differs between two concrete Steps (slot i = ids[i])."""
     out: list[Difference] = []
     for i, (x, y) in enumerate(zip(a.slots, b.slots, strict=True)):
@@ -156,7 +236,7 @@ def differences(a: Step, b: Step, ids: Sequence[str]) -> tuple[Difference, ...]:
             if getattr(x, name) != getattr(y, name):
                 out.append(Difference(a.step, ids[i], name, _value(x, name),
                                       _value(y, name)))
-    for name in STEP_OBSERVABLES:
+    for name in step_observables:
         if getattr(a, name) != getattr(b, name):
             out.append(Difference(a.step, "", name, getattr(a, name), getattr(b, name)))
     return tuple(out)
@@ -187,17 +267,31 @@ class _Pair:
     joint: Unrolling
     states_b: list[Any] = field(default_factory=list)
     steps_b: list[Step] = field(default_factory=list)
+    step_observables: tuple[str, ...] = STEP_OBSERVABLES
+    one_system: bool = True  # one engine's versions: one state shape, states may merge
+
+
+def pair_specs(slots: int, cfg_a: Any, cfg_b: Any, bounds: Bounds | None = None
+               ) -> tuple[tuple[SlotSpec, ...], list[Bool]]:
+    """The request slots both sides are fed: side A's slot_specs, each prompt also at
+    most side B's longest_prompt (the environment must be admissible to both)."""
+    specs, cons = slot_specs(slots, cfg_a, bounds)
+    cons += [z3.Implies(s.arrival_step > 0, s.prompt_len <= longest_prompt(cfg_b))
+             for s in specs]
+    return specs, cons
 
 
 def _pair(a: Side, b: Side, bounds: Bounds) -> _Pair:
     ea, eb = engines.get(a.engine), engines.get(b.engine)
     cfg_a, _, cons_a = family_config(Family(base=a.config, engine=a.engine))
     cfg_b, _, cons_b = family_config(Family(base=b.config, engine=b.engine))
-    specs, spec_cons = slot_specs(bounds.slots, cfg_a, bounds)
+    specs, spec_cons = pair_specs(bounds.slots, cfg_a, cfg_b, bounds)
     joint = Unrolling(engine=ea, cfg=cfg_a, cfg_vars={}, specs=specs,
                       states=[ea.initial_state(bounds.slots, cfg_a)],
                       constraints=cons_a + cons_b + spec_cons, eos_allowed=not bounds.no_eos)
-    return _Pair(ea, eb, cfg_a, cfg_b, joint, states_b=[eb.initial_state(bounds.slots, cfg_b)])
+    return _Pair(ea, eb, cfg_a, cfg_b, joint, states_b=[eb.initial_state(bounds.slots, cfg_b)],
+                 step_observables=compared_step_observables(a, b),
+                 one_system=one_rule_system(a.engine, b.engine))
 
 
 def _bind(fresh: Any, value: Any) -> list[Bool]:
@@ -287,7 +381,7 @@ def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = Tr
         solver.set(timeout=max(1, int(remaining * 1000)))
         # Every workload agreed on steps 1..d-1 (no shallower depth differed), so a model
         # here differs first at step d.
-        differ = differs(SymbolicOps(), p.joint.steps[-1], p.steps_b[-1])
+        differ = differs(SymbolicOps(), p.joint.steps[-1], p.steps_b[-1], p.step_observables)
         result = solver.check(differ)
         if result == z3.unknown:
             return DiffResult(UNKNOWN, d, time.monotonic() - start,
@@ -302,7 +396,8 @@ def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = Tr
                              minimal)
         # No workload differs at step d: a fact, which the deeper queries may use.
         solver.add(z3.Not(_as_bool(differ)))
-        _merge_states(p, solver)
+        if p.one_system:  # two engines' states have different shapes: never merged
+            _merge_states(p, solver)
     return DiffResult(SAME, bounds.depth, time.monotonic() - start)
 
 
@@ -339,7 +434,7 @@ def _replayed(a: Side, b: Side, p: _Pair, model: z3.ModelRef, d: int, start: flo
     sa = engines.get(a.engine).observe(wa, ra)
     sb = engines.get(b.engine).observe(wb, rb)
     ids = [r.id for r in wa.arrival_order()]
-    found = [differences(x, y, ids) for x, y in zip(sa, sb, strict=True)]
+    found = [differences(x, y, ids, p.step_observables) for x, y in zip(sa, sb, strict=True)]
     seconds = time.monotonic() - start
     first = next((t for t, f in enumerate(found) if f), None)
     runs = ((wa, ra), (wb, rb))
@@ -371,7 +466,8 @@ def _rules_differences(p: _Pair, model: z3.ModelRef, d: int, ids: Sequence[str]
                       for o in s.slots)
         return replace(s, slots=slots, **{n: val(getattr(s, n)) for n in STEP_OBSERVABLES})
 
-    return differences(concrete(p.joint.steps[d - 1]), concrete(p.steps_b[d - 1]), ids)
+    return differences(concrete(p.joint.steps[d - 1]), concrete(p.steps_b[d - 1]), ids,
+                       p.step_observables)
 
 
 def _names(found: Sequence[Difference]) -> str:
@@ -396,15 +492,17 @@ def prove_equivalent(a: Side, b: Side, slots: int, timeout_s: float) -> bool | N
     and from any one state, any requests (unbounded lengths) and EOS choices, both steps
     give the same observables and equal next states (a one-step induction on the
     product). False when some state tells them apart (they may still agree on every
-    reachable one), None on a solver limit or where the product lacks the sides' other
-    environment choices (NO_SPEC_CHOICES)."""
-    if _other_choices(a, b):
+    reachable one), None on a solver limit, where the product lacks the sides' other
+    environment choices (NO_SPEC_CHOICES), or for two engines: their states have different
+    shapes, so "one state" and "equal next states" mean nothing without a state
+    correspondence, which no engine pair declares."""
+    if _other_choices(a, b) or not one_rule_system(a.engine, b.engine):
         return None
     ea, eb = engines.get(a.engine), engines.get(b.engine)
     cfg_a = ea.rule_config(a.config)
     cfg_b = eb.rule_config(b.config)
     init_a, init_b = ea.initial_state(slots, cfg_a), eb.initial_state(slots, cfg_b)
-    specs, spec_cons = slot_specs(slots, cfg_a)
+    specs, spec_cons = pair_specs(slots, cfg_a, cfg_b)
     t = z3.Int("t")
     state = fresh_state("s", init_a, t)
     eos = tuple(z3.Bool(f"eos.{i}") for i in range(slots))
@@ -440,12 +538,15 @@ def concrete_differences(a: Side, b: Side, workload: Workload
     sa = engines.get(a.engine).observe(wa, simulate(wa))
     sb = engines.get(b.engine).observe(wb, simulate(wb))
     ids = [r.id for r in wa.arrival_order()]
+    observables = compared_step_observables(a, b)
     for x, y in zip(sa, sb, strict=True):
-        out.append(differences(x, y, ids))
+        out.append(differences(x, y, ids, observables))
     return tuple(out)
 
 
 __all__ = ["DIFFER", "DIVERGENCE", "OBSERVABLES", "PROVED", "SAME",
-           "STEP_OBSERVABLES", "UNKNOWN", "DiffResult", "Difference", "Side", "compare",
-           "concrete_differences", "differences", "differs", "prove_equivalent",
-           "sides_compatible", "unread_switch"]
+           "STEP_OBSERVABLES", "UNKNOWN", "ConfigBridge", "DiffResult", "Difference", "Side",
+           "bridge_of", "bridged_pairs", "compare", "compared_step_observables",
+           "concrete_differences", "differences", "differs", "engines_joinable",
+           "one_rule_system", "pair_specs", "prove_equivalent", "sides_compatible",
+           "unread_switch"]

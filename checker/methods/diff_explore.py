@@ -3,11 +3,12 @@ their reference schedulers: the second method of `batchproof diff` beside BMC
 (checker/methods/diff.py), independent of the z3 encoding.
 
 Both sides' reference schedulers (`EngineModel.scheduler`) are fed one environment, the
-one BMC's product unrolling ranges over at the same bounds (checker/methods/explore.py's
-menu): at each step of the arrival window any sequence of requests of the menu's kinds
-may arrive, at most `slots` in all; after scheduling, any subset of the requests that
-sample a token on either side may sample EOS (each side is given the ones it samples, as
-BMC's shared EOS vector matters to a side only where it samples); with speculative
+one BMC's product unrolling ranges over at the same bounds (`pair_menu`: explore.py's
+menu for side A, cut to the prompts side B admits too, as diff.pair_specs): at each step
+of the arrival window any sequence of requests of the menu's kinds may arrive, at most
+`slots` in all; after scheduling, any subset of the requests that sample a token on
+either side may sample EOS (each side is given the ones it samples, as BMC's shared EOS
+vector matters to a side only where it samples); with speculative
 decoding (`EngineModel.step_choices`), any choice of drafts accepted and proposed that
 either side could take, each side getting it cut to its own drafts scheduled (as the
 rules cut the shared choice, model/vllm/rules.py `step`).
@@ -15,7 +16,8 @@ rules cut the shared choice, model/vllm/rules.py `step`).
 Each step's observables are compared as BMC compares them. BMC's `differs` reads the
 Step fields OBSERVABLES (per request) and STEP_OBSERVABLES; every engine's `observe`
 takes exactly those from the StepRecord (scheduled tokens, admitted, resumed, preempted,
-finished, finished with reason "stop", free_blocks right after scheduling), so the search
+finished, finished with reason "stop", free_blocks right after scheduling; across engines
+only the step observables the bridge names, diff.compared_step_observables), so the search
 compares the two StepRecords field by field (`record_differences`, no Steps built), and
 the replay of the answer checks that `diff.differences` over the observed Steps finds the
 same (else DIVERGENCE). Speculative choices are not in BMC's diff (its product passes
@@ -58,11 +60,12 @@ from checker.methods.diff import (
     Difference,
     DiffResult,
     Side,
+    compared_step_observables,
     differences,
     unread_switch,
 )
 from checker.methods.explore import Kind, _Path, menu
-from checker.methods.symbolic import Bounds
+from checker.methods.symbolic import Bounds, longest_prompt
 from model import registry as engines
 from model.core.engine import EngineModel, ReferenceScheduler
 from model.core.types import (
@@ -120,7 +123,8 @@ class PairExplorer:
         self.a, self.b, self.bounds = a, b, bounds
         self.engine_a: EngineModel = engines.get(a.engine)
         self.engine_b: EngineModel = engines.get(b.engine)
-        self.kinds: tuple[Kind, ...] = menu(bounds, self.engine_a.rule_config(a.config))
+        self.kinds: tuple[Kind, ...] = pair_menu(bounds, a, b)
+        self.step_observables = compared_step_observables(a, b)
         self.start = time.monotonic()
         self.deadline = self.start + timeout_s
         self.symmetric, self.max_states = symmetric, max_states
@@ -182,7 +186,8 @@ class PairExplorer:
 
     def _differs(self, child: _PairNode, depth: int) -> tuple[Difference, ...]:
         ids = [f"r{i}" for i in range(child.path.num_requests)]
-        return record_differences(child.a.records[-1], child.b.records[-1], ids)
+        return record_differences(child.a.records[-1], child.b.records[-1], ids,
+                                  self.step_observables)
 
     def _observe(self, side: Side, engine: EngineModel, run: _Run, path: _Path,
                  depth: int) -> tuple[Step, ...]:
@@ -241,7 +246,7 @@ class PairExplorer:
             probe_b = _stepped(arrived_b, frozenset(), {}, cache_b)
             probe_path = self._path(node.path, arrivals, (), _NO_CHOICE)
             ids_now = [f"r{i}" for i in range(probe_path.num_requests)]
-            if record_differences(probe_a[1], probe_b[1], ids_now):
+            if record_differences(probe_a[1], probe_b[1], ids_now, self.step_observables):
                 # No EOS and no other choice sorts first among this step's choices,
                 # and this layer now decides: the other choices need not be run.
                 yield self._child(node, probe_path, probe_a, probe_b, frozenset(),
@@ -338,7 +343,8 @@ class PairExplorer:
         ids = [f"r{i}" for i in range(node.path.num_requests)]
         steps = [self.engine_a.observe(wa, node.a.records),
                  self.engine_b.observe(wb, node.b.records)]
-        on_steps = [differences(x, y, ids) for x, y in zip(*steps, strict=True)]
+        on_steps = [differences(x, y, ids, self.step_observables)
+                    for x, y in zip(*steps, strict=True)]
         if any(on_steps[:-1]) or on_steps[-1] != best.found:
             return self._result(DIVERGENCE, depth, common, runs, best.found,
                                 reason="the observed Steps and the StepRecords differ in "
@@ -428,12 +434,15 @@ def _spec_vector(path: _Path) -> list[int]:
     return key
 
 
-def record_differences(a: StepRecord, b: StepRecord, ids: Sequence[str]
+def record_differences(a: StepRecord, b: StepRecord, ids: Sequence[str],
+                       step_observables: Sequence[str] = diff.STEP_OBSERVABLES
                        ) -> tuple[Difference, ...]:
     """`diff.differences` read off two StepRecords: every engine's `observe` takes the
     compared observables straight from the record (scheduled tokens, admitted, resumed,
     preempted, finished and its reason, free_blocks right after scheduling), so this is
-    the same comparison without building the Steps; the replay checks it on the Steps."""
+    the same comparison without building the Steps; the replay checks it on the Steps.
+    `step_observables`: the StepRecord fields compared per step (none across engines
+    that count them differently)."""
     out: list[Difference] = []
     sa, sb = dict(a.scheduled), dict(b.scheduled)
     fa, fb = dict(a.finished), dict(b.finished)
@@ -449,8 +458,10 @@ def record_differences(a: StepRecord, b: StepRecord, ids: Sequence[str]
             x, y = values[name]
             if x != y:
                 out.append(Difference(a.step, rid, name, x, y))
-    if a.free_blocks != b.free_blocks:
-        out.append(Difference(a.step, "", "free_blocks", a.free_blocks, b.free_blocks))
+    for name in step_observables:
+        x, y = getattr(a, name), getattr(b, name)
+        if x != y:
+            out.append(Difference(a.step, "", name, x, y))
     return tuple(out)
 
 
@@ -510,9 +521,19 @@ METHODS = ("auto", "bmc", "explore", "both")
 AUTO_MAX_ARRIVALS = 50_000
 
 
-def arrival_choices(a: Side, bounds: Bounds) -> int:
+def pair_menu(bounds: Bounds, a: Side, b: Side | None = None) -> tuple[Kind, ...]:
+    """The request kinds both sides are fed: side A's menu (explore.menu, BMC's slot
+    constraints), cut to the prompts side B admits too (diff.pair_specs)."""
+    kinds = menu(bounds, engines.get(a.engine).rule_config(a.config))
+    if b is None:
+        return kinds
+    longest = longest_prompt(engines.get(b.engine).rule_config(b.config))
+    return tuple(k for k in kinds if k.prompt_len <= longest)
+
+
+def arrival_choices(a: Side, bounds: Bounds, b: Side | None = None) -> int:
     """How many arrival choices the explicit search enumerates from the empty state."""
-    kinds = len(menu(bounds, engines.get(a.engine).rule_config(a.config)))
+    kinds = len(pair_menu(bounds, a, b))
     return sum(kinds ** k for k in range(bounds.slots + 1))
 
 
@@ -543,7 +564,7 @@ def decide(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = Tru
         return compare(a, b, bounds, timeout_s)
     if method == "both":
         return _both(a, b, bounds, timeout_s, prove)
-    if arrival_choices(a, bounds) > AUTO_MAX_ARRIVALS:
+    if arrival_choices(a, bounds, b) > AUTO_MAX_ARRIVALS:
         return diff.compare(a, b, bounds, timeout_s, prove=prove)
     found = compare(a, b, bounds, timeout_s)
     left = timeout_s - (time.monotonic() - start)
@@ -615,4 +636,4 @@ def _shown_workload(w: Workload | None) -> str:
 
 
 __all__ = ["AUTO_MAX_ARRIVALS", "MAX_STATES", "METHODS", "PairExplorer", "arrival_choices",
-           "compare", "decide", "disagreement", "record_differences"]
+           "compare", "decide", "disagreement", "pair_menu", "record_differences"]
