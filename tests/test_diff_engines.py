@@ -147,8 +147,8 @@ def test_the_bridge_places_every_field_of_both_configs():
     v1 = registry.get("vllm-v1").config_to_dict(registry.get("vllm-v1").parse_config({}))
     assert set(v0) <= set(v1_bridge.SHARED) | set(v1_bridge.V0_ONLY)
     assert set(v1) <= set(v1_bridge.SHARED) | set(v1_bridge.V1_ONLY)
-    assert {k: v0[k] for k in v1_bridge.V0_ONLY} == {
-        k: o.neutral for k, o in v1_bridge.V0_ONLY.items()}
+    assert {k: v0[k] for k in v1_bridge.V0_ONLY if k in v0} == {
+        k: o.neutral for k, o in v1_bridge.V0_ONLY.items() if k in v0}
     assert {k: v1[k] for k in v1_bridge.V1_ONLY if k in v1} == {
         k: o.neutral for k, o in v1_bridge.V1_ONLY.items() if k in v1}
 
