@@ -65,7 +65,7 @@ def _harness(*argv: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=1200)
 
 
-@pytest.mark.parametrize("mode", ["default", "chunked"])
+@pytest.mark.parametrize("mode", ["default", "chunked", "swap", "swap-chunked"])
 def test_random_workloads_agree(mode: str) -> None:
     done = _harness("--count", "100", "--seed", "0", "--mode", mode)
     assert done.returncode == 0, done.stdout + done.stderr

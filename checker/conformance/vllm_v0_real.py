@@ -15,11 +15,12 @@ imported lazily, so this module imports without it.
 
 The driver, as tests/core/test_scheduler.py of 0.10.2 drives the scheduler (no model):
 - `SchedulerConfig(max_num_batched_tokens, max_num_seqs, max_model_len,
-  enable_chunked_prefill, policy="fcfs")`, `CacheConfig(block_size, swap_space=0,
-  enable_prefix_caching=False)` with `num_gpu_blocks` set and `num_cpu_blocks = 0`;
-  `Scheduler(scheduler_config, cache_config, None)`. The block manager is built with its
-  default watermark 0.01 (core/scheduler.py:448-455 passes none), so a workload whose
-  config has another watermark is refused;
+  enable_chunked_prefill, policy="fcfs")`, with `preemption_mode="swap"` when the config
+  says so (else unset, which is RECOMPUTE for one sequence), `CacheConfig(block_size,
+  swap_space=0, enable_prefix_caching=False)` with `num_gpu_blocks` and `num_cpu_blocks`
+  set from the config; `Scheduler(scheduler_config, cache_config, None)`. The block
+  manager is built with its default watermark 0.01 (core/scheduler.py:448-455 passes
+  none), so a workload whose config has another watermark is refused;
 - steps count from 1; step s = add the requests with `arrival_step == s` (workload list
   order) as SequenceGroups of one Sequence of `prompt_len` tokens (id 7), `arrival_time` =
   position in `Workload.arrival_order()`, `SamplingParams(max_tokens=...)`, EOS id 2; then
@@ -34,7 +35,14 @@ How each StepRecord field is read:
 - `admitted` / `resumed`: the scheduled groups that were in `waiting` before
   `schedule()`, split by whether the driver saw them preempted before;
 - `preempted`: a wrapper around this instance's `_preempt` records each victim's id in
-  call order (`SchedulerOutputs.preempted` is only a count);
+  call order (`SchedulerOutputs.preempted` is only a count), and checks the mode it took;
+- swap mode: `resumed` also lists the scheduled groups that were in `swapped` before
+  `schedule()`; `num_computed_tokens` adds the `swapped` deque after `waiting`;
+  `extra["swapped"]` is that deque, `extra["cpu_blocks"]` its groups' block tables and
+  `extra["free_cpu_blocks"]` `get_num_free_cpu_blocks()`; a RuntimeError "Aborted due to
+  the lack of CPU swap space" out of `schedule()` is recorded as the reference records it
+  (`extra["assertion"]` naming the victim, nothing else, the GPU's free blocks as they
+  stood), and so is every later step;
 - `finished`: the scheduled groups whose sequence turned finished in this step, in order
   ("stop" for FINISHED_STOPPED, "length" for FINISHED_LENGTH_CAPPED), then
   `ignored_seq_groups` ("length"); `extra["ignored"]` lists the latter;
@@ -45,7 +53,8 @@ How each StepRecord field is read:
   update; `running`, `waiting`: the deques right after `schedule()`;
 - `token_budget_left`: `max_num_batched_tokens` less the tokens scheduled.
 
-CLI: `python -m checker.conformance.vllm_v0_real --count N --seed S [--mode default|chunked]
+CLI: `python -m checker.conformance.vllm_v0_real --count N --seed S [--mode
+default|chunked|swap|swap-chunked]
 [--steps 30] [--vllm-overlay DIR]` prints the workloads and steps agreeing, and the first
 divergence in full.
 """
@@ -74,7 +83,7 @@ from model.vllm_v0.config import (
     Config,
     parse_config,
 )
-from model.vllm_v0.reference import VllmV0Scheduler, simulate
+from model.vllm_v0.reference import VllmV0Scheduler, simulate, swap_space_message
 
 OVERLAY_ENV = "BATCHPROOF_VLLM_V0_OVERLAY"
 EOS_TOKEN_ID = 2
@@ -142,11 +151,12 @@ def new_scheduler(m: V0Modules, cfg: Config) -> Any:
     sched_cfg = m.config.SchedulerConfig(
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
         max_model_len=cfg.max_model_len, enable_chunked_prefill=cfg.enable_chunked_prefill,
-        policy=cfg.policy, max_num_partial_prefills=cfg.max_num_partial_prefills)
+        policy=cfg.policy, max_num_partial_prefills=cfg.max_num_partial_prefills,
+        **({"preemption_mode": "swap"} if cfg.swaps else {}))
     cache_cfg = m.config.CacheConfig(block_size=cfg.block_size, swap_space=0,
                                      enable_prefix_caching=False)
     cache_cfg.num_gpu_blocks = cfg.num_gpu_blocks
-    cache_cfg.num_cpu_blocks = 0
+    cache_cfg.num_cpu_blocks = cfg.num_cpu_blocks
     sched = m.scheduler.Scheduler(sched_cfg, cache_cfg, None)
     assert sched.block_manager.watermark_blocks == cfg.watermark_blocks
     return sched
@@ -159,10 +169,13 @@ def run_real(workload: Workload, m: V0Modules) -> tuple[StepRecord, ...]:
     victims: list[str] = []
     original = sched._preempt
 
+    expected_mode = (m.scheduler.PreemptionMode.SWAP if cfg.swaps
+                     else m.scheduler.PreemptionMode.RECOMPUTE)
+
     def preempt(seq_group: Any, blocks_to_swap_out: Any) -> Any:
         victims.append(seq_group.request_id)
         mode = original(seq_group, blocks_to_swap_out)
-        assert mode == m.scheduler.PreemptionMode.RECOMPUTE, mode
+        assert mode == expected_mode, mode
         return mode
 
     sched._preempt = preempt
@@ -173,6 +186,7 @@ def run_real(workload: Workload, m: V0Modules) -> tuple[StepRecord, ...]:
     records: list[StepRecord] = []
     seq_id = 0
     arrival_time = 0
+    crashed = ""
     for step in range(1, workload.steps + 1):
         for spec in arrivals.get(step, ()):
             seq = m.sequence.Sequence(seq_id, m.inputs.token_inputs(
@@ -184,11 +198,26 @@ def run_real(workload: Workload, m: V0Modules) -> tuple[StepRecord, ...]:
             seq_id += 1
             arrival_time += 1
         was_waiting = {g.request_id for g in sched.waiting}
+        was_swapped = {g.request_id for g in sched.swapped}
         victims.clear()
-        metas, out, _ = sched.schedule()
+        if not crashed:
+            try:
+                metas, out, _ = sched.schedule()
+            except RuntimeError as exc:  # core/scheduler.py:1829-1835
+                if "lack of CPU swap space" not in str(exc):
+                    raise
+                crashed = swap_space_message(victims[-1])
+        if crashed:  # the engine is dead from here on
+            records.append(StepRecord(
+                step=step, scheduled=(), admitted=(), resumed=(), preempted=(), finished=(),
+                free_blocks=sched.block_manager.get_num_free_gpu_blocks(),
+                num_computed_tokens=(), extra=(("assertion", crashed),)))
+            continue
         free_blocks = sched.block_manager.get_num_free_gpu_blocks()
+        free_cpu = sched.block_manager.get_num_free_cpu_blocks()
         running = tuple(g.request_id for g in sched.running)
         waiting = tuple(g.request_id for g in sched.waiting)
+        swapped = tuple(g.request_id for g in sched.swapped)
         step_eos = eos.get(step, frozenset())
         finished: list[tuple[str, str]] = []
         scheduled: list[tuple[str, int]] = []
@@ -209,17 +238,25 @@ def run_real(workload: Workload, m: V0Modules) -> tuple[StepRecord, ...]:
         ignored = [g.request_id for g in out.ignored_seq_groups]
         finished.extend((rid, FINISH_LENGTH) for rid in ignored)
         computed = tuple((g.request_id, g.first_seq.get_num_computed_tokens())
-                         for g in (*sched.running, *sched.waiting))
+                         for g in (*sched.running, *sched.waiting, *sched.swapped))
         tables = sched.block_manager.block_tables
-        blocks = tuple((g.request_id, len(tables[g.first_seq.seq_id].physical_block_ids)
-                        if g.first_seq.seq_id in tables else 0)
-                       for g in (*sched.running, *sched.waiting))
+
+        def held(group: Any, tables: Any = tables) -> int:
+            seq_id = group.first_seq.seq_id
+            return len(tables[seq_id].physical_block_ids) if seq_id in tables else 0
+        blocks = tuple((g.request_id, held(g)) for g in (*sched.running, *sched.waiting))
+        extra: tuple[tuple[str, object], ...] = (("ignored", ignored), ("blocks", blocks))
+        if cfg.swaps:
+            extra += (("swapped", swapped),
+                      ("cpu_blocks", tuple((g.request_id, held(g)) for g in sched.swapped)),
+                      ("free_cpu_blocks", free_cpu))
         new = [rid for rid, _ in scheduled if rid in was_waiting]
+        back = {r for r in new if r in preempted_ever} | was_swapped
         records.append(StepRecord(
             step=step,
             scheduled=tuple(scheduled),
             admitted=tuple(r for r in new if r not in preempted_ever),
-            resumed=tuple(r for r in new if r in preempted_ever),
+            resumed=tuple(rid for rid, _ in scheduled if rid in back),
             preempted=tuple(victims),
             finished=tuple(finished),
             free_blocks=free_blocks,
@@ -227,7 +264,7 @@ def run_real(workload: Workload, m: V0Modules) -> tuple[StepRecord, ...]:
             running=running,
             waiting=waiting,
             token_budget_left=cfg.max_num_batched_tokens - sum(n for _, n in scheduled),
-            extra=(("ignored", ignored), ("blocks", blocks)),
+            extra=extra,
         ))
         preempted_ever.update(victims)
         sched.free_finished_seq_groups()
@@ -237,7 +274,8 @@ def run_real(workload: Workload, m: V0Modules) -> tuple[StepRecord, ...]:
 # ---- random workloads -----------------------------------------------------------------
 
 
-def random_workload(seed: int, steps: int = 30, chunked: bool = False) -> Workload:
+def random_workload(seed: int, steps: int = 30, chunked: bool = False,
+                    swap: bool = False) -> Workload:
     """A V0 workload drawn from `seed` alone, valid for SchedulerConfig.
 
     Like the V1 harness's generator (checker/conformance/generate.py), about 40% of seeds
@@ -248,6 +286,12 @@ def random_workload(seed: int, steps: int = 30, chunked: bool = False) -> Worklo
     than max_model_len (ignored, S:1101-1117) or one the pool less the watermark can never
     hold (NEVER, BM:141-143). EOS entries are drawn only where the reference samples, so
     every workload is valid.
+
+    With `swap`, the config takes `preemption_mode="swap"` and a CPU pool drawn after
+    everything else (so the other modes' workloads are unchanged): in about 15% of seeds
+    one of 0-2 blocks (the first swap-out of a longer sequence crashes the engine,
+    S:1829-1835), in 35% up to half the GPU pool (some swap-outs fit), else the GPU pool
+    or more (every swap-out fits; swap-ins wait for the GPU).
     """
     rng = random.Random(seed)
     batch = rng.random() < 0.4
@@ -324,9 +368,20 @@ def random_workload(seed: int, steps: int = 30, chunked: bool = False) -> Worklo
             max_model_len = max(max_model_len, p + 1)
             if not chunked:
                 budget = max(budget, max_model_len, sum(wave) + p)
+    swap_fields: dict[str, Any] = {}
+    if swap:
+        cpu = rng.random()
+        if cpu < 0.15:
+            num_cpu = rng.randint(0, 2)
+        elif cpu < 0.5:
+            num_cpu = rng.randint(1, max(1, blocks // 2))
+        else:
+            num_cpu = max(1, blocks) + rng.randint(0, 4)
+        swap_fields = {"preemption_mode": "swap", "num_cpu_blocks": num_cpu}
     cfg = Config(max_num_batched_tokens=budget, max_num_seqs=max_num_seqs,
                  max_model_len=max_model_len, block_size=block_size,
-                 num_gpu_blocks=max(1, blocks), enable_chunked_prefill=chunked)
+                 num_gpu_blocks=max(1, blocks), enable_chunked_prefill=chunked,
+                 **swap_fields)
     eos = _draw_eos(rng, cfg, tuple(requests), steps)
     return Workload(config=cfg, requests=tuple(requests), eos=eos, steps=steps,
                     engine=ENGINE_VLLM_V0)
@@ -395,6 +450,7 @@ def run_features(workload: Workload, records: Sequence[StepRecord]) -> frozenset
         out.add("watermark>0")
     prompt = {r.id: r.prompt_len for r in workload.requests}
     ran: set[str] = set()
+    swapped_prev: tuple[str, ...] = ()
     for r in records:
         scheduled = dict(r.scheduled)
         fresh = [rid for rid in r.waiting if rid not in ran]
@@ -428,6 +484,33 @@ def run_features(workload: Workload, records: Sequence[StepRecord]) -> frozenset
             out.add("idle-step-with-waiting")
         if any(reason == FINISH_STOP for _, reason in r.finished):
             out.add("eos")
+        facts = dict(r.extra)
+        if "assertion" in facts:  # the engine died (lack of CPU swap space)
+            out.add("swap-space-crash")
+            break
+        if not cfg.swaps:
+            continue
+        before = set(swapped_prev)
+        swapped_prev = tuple(facts["swapped"])  # type: ignore[arg-type]
+        swapped_in = [rid for rid in r.resumed if rid in before]
+        if r.preempted:
+            out.add("swap-out")
+        if swapped_in:
+            out.add("swap-in")
+        if len(swapped_in) > 1:
+            out.add("multi-swap-in")
+        if any(scheduled[rid] > 1 for rid in swapped_in):  # a prefill comes back whole
+            out.add("swap-in-prefill")
+        if set(facts.get("ignored") or ()) & before:  # can_swap_in NEVER
+            out.add("swap-in-never")
+        if before and r.waiting and not cfg.enable_chunked_prefill:
+            out.add("prefills-held-by-swapped")
+        if before and r.admitted:
+            out.add("admit-beside-swapped")
+        if before and r.scheduled and not swapped_in and not r.preempted:
+            out.add("swap-in-refused")
+        if "swap-out" in out and "swap-in" in out:
+            out.add("swap-out-and-in")
     return frozenset(out)
 
 
@@ -443,6 +526,10 @@ def load_v0_workload(path: str) -> Workload:
                     steps=doc.get("steps", 20), engine=ENGINE_VLLM_V0)
 
 
+#: The harness's modes: the scheduling path, and whether victims are swapped out.
+MODES = ("default", "chunked", "swap", "swap-chunked")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Compare the V0 reference with 0.10.2's real Scheduler on random workloads."""
     parser = argparse.ArgumentParser(prog="python -m checker.conformance.vllm_v0_real",
@@ -451,9 +538,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--mode", choices=("default", "chunked"), default="default",
+    parser.add_argument("--mode", choices=MODES, default="default",
                         help="default: chunked prefill off (_schedule_default); chunked: "
-                             "_schedule_chunked_prefill")
+                             "_schedule_chunked_prefill; swap, swap-chunked: the same with "
+                             "preemption_mode='swap' and a CPU pool")
     parser.add_argument("--vllm-overlay", help=f"the 0.10.2 overlay directory (or ${OVERLAY_ENV})")
     parser.add_argument("--show", type=int, default=1, help="divergences to print in full")
     parser.add_argument("--workload", action="append", default=[],
@@ -475,7 +563,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     workloads_ok = steps_ok = steps_all = shown = 0
     features: Counter[str] = Counter()
     for i in range(args.count):
-        w = random_workload(args.seed + i, args.steps, args.mode == "chunked")
+        w = random_workload(args.seed + i, args.steps, args.mode in ("chunked", "swap-chunked"),
+                            args.mode.startswith("swap"))
         o = compare(w, m)
         steps_all += o.steps
         steps_ok += o.agreeing

@@ -11,6 +11,12 @@ Defaults: `max_model_len` 8192 (SC:182-183); `max_num_seqs` 256, the V0 engine's
 BM's constructor default 0.01 (BM:67, 93): 0.10.2's CacheConfig has no watermark field
 and the Scheduler builds the block manager without one, so 0.01 is the only value the
 real engine runs; the field exists for what-if runs of the reference only.
+
+Preemption: `preemption_mode` "recompute" (the default: SchedulerConfig's None picks
+RECOMPUTE for a one-sequence group, core/scheduler.py:1763-1765) or "swap" (SC:110, chosen at
+core/scheduler.py:1769-1770). `num_cpu_blocks` is the CPU swap pool; upstream CacheConfig
+derives it from `swap_space` GiB at profiling time, here it is given directly, as
+`num_gpu_blocks` is; 0 (no swap space) unless given.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ ENGINE_VLLM_V0 = "vllm-v0"
 VLLM_V0_VERSION = "0.10.2"
 
 POLICY_FCFS = "fcfs"
+PREEMPT_RECOMPUTE, PREEMPT_SWAP = "recompute", "swap"
+PREEMPTION_MODES = (PREEMPT_RECOMPUTE, PREEMPT_SWAP)
 DEFAULT_WATERMARK = 0.01  # BM:67
 
 
@@ -33,9 +41,10 @@ DEFAULT_WATERMARK = 0.01  # BM:67
 class Config:
     """The V0 scheduler's configuration, in SchedulerConfig's and CacheConfig's names.
 
-    In scope: FCFS, preemption by recomputation, one partial prefill at a time
-    (`max_num_partial_prefills` 1, SC:54), `delay_factor` 0 (SC:85), no prefix caching,
-    no swap space (model/vllm_v0/reference.py says why)."""
+    In scope: FCFS, preemption by recomputation or by swapping to a CPU pool of
+    `num_cpu_blocks` (with `preemption_mode` "swap"), one partial prefill at a time
+    (`max_num_partial_prefills` 1, SC:54), `delay_factor` 0 (SC:85), no prefix caching
+    (model/vllm_v0/reference.py says why)."""
 
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
@@ -46,6 +55,13 @@ class Config:
     policy: str = POLICY_FCFS
     watermark: float = DEFAULT_WATERMARK
     max_num_partial_prefills: int = 1
+    preemption_mode: str = PREEMPT_RECOMPUTE
+    num_cpu_blocks: int = 0
+
+    @property
+    def swaps(self) -> bool:
+        """Victims are swapped out to the CPU pool rather than recomputed."""
+        return self.preemption_mode == PREEMPT_SWAP
 
     @property
     def watermark_blocks(self) -> int:
@@ -93,6 +109,13 @@ def check_fields(cfg: Config) -> None:
         raise InputError(f"config field 'max_num_partial_prefills' is "
                          f"{cfg.max_num_partial_prefills}; the V0 reference models only 1 "
                          "(concurrent partial prefills are not built)")
+    if cfg.preemption_mode not in PREEMPTION_MODES:
+        raise InputError(f"config field 'preemption_mode' is {shown(cfg.preemption_mode)}; "
+                         "give 'recompute' (the default) or 'swap'")
+    n = cfg.num_cpu_blocks
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_INT:
+        raise InputError(f"config field 'num_cpu_blocks' is {shown(n)}; give an integer "
+                         f"from 0 to {MAX_INT} (the CPU swap pool's blocks)")
 
 
 def rejection(cfg: Config) -> ConfigError | None:

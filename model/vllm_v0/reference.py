@@ -12,9 +12,21 @@ Scope:
   is 1 while it runs (SQ:796-801) and `_preempt` picks RECOMPUTE (S:1763-1765 with
   `preemption_mode` unset; S:1771-1772 when it is "recompute"). A victim is freed, its
   computed count reset, and it goes back to the head of `waiting` (S:1795-1805, 1273).
-- No swapping. With n = 1 swap is reached only by `preemption_mode="swap"` (S:1769-1770);
-  the swapped queue stays empty, so `_schedule_swapped` (S:812-930) schedules nothing and
-  is left out, and so are the CPU pool and the "lack of CPU swap space" error (S:1828-1835).
+- Swapping, with `preemption_mode="swap"` (S:1769-1770): a victim's table moves to the CPU
+  pool (`num_cpu_blocks`) with its computed tokens kept (S:1807-1838) and the group joins
+  the tail of `swapped` (S:1285, 1425). `_schedule_swapped` (S:812-930) brings groups back
+  from its head ahead of new prefills: in default mode the waiting loop does not run at
+  all while `swapped` is non-empty (S:1244-1247) and swap-in runs only in a step that
+  scheduled no prefill and preempted nothing (S:1256-1270); in chunked mode swap-in runs
+  after the running loop unless it preempted (S:1383-1387), unchunked (S:1387 passes no
+  `enable_chunking`), and the waiting loop runs after it regardless (S:1389-1394). Both
+  pools are block counts (BM:349-452, BM:454-500): a swap touches the table's full blocks
+  plus the blocks its unseen tokens touch (`_can_swap`), against the GPU less the
+  watermark to come in and the whole CPU pool to go out. When the CPU pool cannot take a
+  victim, `_swap_out` raises RuntimeError "Aborted due to the lack of CPU swap space"
+  (S:1829-1835), which kills the engine: the step's record carries `extra["assertion"]`
+  with nothing scheduled, and every later step records the same (as the V1 reference
+  records an engine assertion).
 - FCFS (`policy="fcfs"`): no `_schedule_priority_preemption` (S:1249-1251).
 - `delay_factor` 0, the default: `_passed_delay` is always true (S:1840-1853).
 - No LoRA, prompt adapters, prompt embeddings, encoder-decoder or sliding window; no prefix
@@ -50,8 +62,13 @@ The StepRecord, as the V1 reference fills it:
 - `free_blocks`: the GPU allocator's free blocks right after `schedule()` (no null block in
   V0); `running`, `waiting`: the deques right after `schedule()`.
 - `token_budget_left`: `max_num_batched_tokens` less the tokens scheduled.
-- `extra["blocks"]`: the blocks each group's table holds after the update (the finished
-  ones not yet freed), `running` order then `waiting` order.
+- `extra["blocks"]`: the GPU blocks each group's table holds after the update (the
+  finished ones not yet freed), `running` order then `waiting` order.
+- With `preemption_mode="swap"` only: `preempted` lists the swapped-out victims in
+  preemption order; `resumed` also lists the swap-ins (in `scheduled` order);
+  `num_computed_tokens` adds the `swapped` groups after `waiting`; `extra["swapped"]` is the
+  swapped deque after `schedule()`, in order, `extra["cpu_blocks"]` each swapped group's
+  CPU blocks and `extra["free_cpu_blocks"]` the CPU pool's free blocks after `schedule()`.
 
 The code is our own; loops, `break` and `continue` sit where upstream has them.
 """
@@ -75,6 +92,7 @@ class Status(Enum):
 
     WAITING = "WAITING"
     RUNNING = "RUNNING"
+    SWAPPED = "SWAPPED"
     FINISHED_STOPPED = "FINISHED_STOPPED"
     FINISHED_LENGTH_CAPPED = "FINISHED_LENGTH_CAPPED"
     FINISHED_IGNORED = "FINISHED_IGNORED"
@@ -120,7 +138,7 @@ class SeqGroup:
     @property
     def is_finished(self) -> bool:
         """A finished status (SQ:55-56)."""
-        return self.status not in (Status.WAITING, Status.RUNNING)
+        return self.status not in (Status.WAITING, Status.RUNNING, Status.SWAPPED)
 
 
 class BlockManager:
@@ -133,6 +151,8 @@ class BlockManager:
         self.num_total_gpu_blocks = cfg.num_gpu_blocks
         self.watermark_blocks = cfg.watermark_blocks  # BM:93
         self.num_free = cfg.num_gpu_blocks  # the naive allocator has no null block
+        self.num_total_cpu_blocks = cfg.num_cpu_blocks  # BM:72, S:445-455
+        self.num_free_cpu = cfg.num_cpu_blocks
 
     def blocks_of(self, g: SeqGroup) -> int:
         """Blocks the group's table holds."""
@@ -181,6 +201,42 @@ class BlockManager:
         """BM:254-271: the table's blocks go back to the pool."""
         self.num_free += self.blocks_of(g)
         g.table_tokens = None
+
+    def _can_swap(self, g: SeqGroup, to_gpu: bool) -> Alloc:
+        """BM:454-500 `_can_swap`: the blocks the unseen tokens touch (BT:361-379, no
+        lookahead) plus the table's full blocks (the naive allocator counts only full ones,
+        naive_block.py:288-307), against the destination pool: NEVER above its size, else
+        OK when its free blocks less the watermark (GPU only; 0 for the CPU) can hold them."""
+        assert g.table_tokens is not None
+        touched = self.blocks_touched(g) + g.table_tokens // self.block_size
+        total, free, keep = ((self.num_total_gpu_blocks, self.num_free, self.watermark_blocks)
+                             if to_gpu else (self.num_total_cpu_blocks, self.num_free_cpu, 0))
+        if total < touched:
+            return Alloc.NEVER
+        if free - touched >= keep:
+            return Alloc.OK
+        return Alloc.LATER
+
+    def can_swap_in(self, g: SeqGroup) -> Alloc:
+        """BM:349-362."""
+        return self._can_swap(g, to_gpu=True)
+
+    def can_swap_out(self, g: SeqGroup) -> bool:
+        """BM:400-411: only OK lets the victim go out (LATER and NEVER alike refuse)."""
+        return self._can_swap(g, to_gpu=False) is Alloc.OK
+
+    def swap_in(self, g: SeqGroup) -> None:
+        """BM:364-398: every block of the table, full or not, moves back to the GPU
+        (cpu_gpu_block_allocator.py:257-283, naive_block.py:309-330)."""
+        n = self.blocks_of(g)
+        self.num_free_cpu += n
+        self.num_free -= n
+
+    def swap_out(self, g: SeqGroup) -> None:
+        """BM:413-446: every block of the table moves to the CPU pool."""
+        n = self.blocks_of(g)
+        self.num_free += n
+        self.num_free_cpu -= n
 
 
 @dataclass(slots=True)
@@ -243,7 +299,20 @@ class Scheduled:
 class _RunningOut:
     prefills: list[Scheduled] = field(default_factory=list)
     decodes: list[Scheduled] = field(default_factory=list)
-    preempted: list[SeqGroup] = field(default_factory=list)
+    preempted: list[SeqGroup] = field(default_factory=list)  # recomputed victims
+    swapped_out: list[SeqGroup] = field(default_factory=list)  # swapped victims
+
+    @property
+    def victims(self) -> list[SeqGroup]:
+        """Every victim in preemption order (one mode per config, so one list is empty)."""
+        return self.preempted or self.swapped_out
+
+
+@dataclass(slots=True)
+class _SwappedIn:
+    prefills: list[Scheduled] = field(default_factory=list)
+    decodes: list[Scheduled] = field(default_factory=list)
+    infeasible: list[SeqGroup] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -252,6 +321,18 @@ class _Schedule:
     admitted: list[SeqGroup]
     preempted: list[SeqGroup]
     ignored: list[SeqGroup]
+    swapped_in: list[SeqGroup] = field(default_factory=list)
+
+
+class SwapSpaceExhausted(Exception):
+    """`_swap_out` found no room in the CPU pool (S:1829-1835): the engine dies."""
+
+
+def swap_space_message(request_id: str) -> str:
+    """The engine assertion recorded when swapping `request_id` out finds the CPU pool
+    too small (the harness builds the same text from the real RuntimeError)."""
+    return ("scheduler.py:1829 RuntimeError: Aborted due to the lack of CPU swap space "
+            f"(swapping out {request_id})")
 
 
 class VllmV0Scheduler:
@@ -264,6 +345,8 @@ class VllmV0Scheduler:
         self.bm = BlockManager(cfg)
         self.waiting: deque[SeqGroup] = deque()  # S:460
         self.running: deque[SeqGroup] = deque()  # S:463
+        self.swapped: deque[SeqGroup] = deque()  # S:466
+        self.crashed = ""  # the engine assertion it died at ("" while it runs)
         self.groups: dict[str, SeqGroup] = {}
         self.current_step = 0
         self._num_arrived = 0
@@ -294,7 +377,16 @@ class VllmV0Scheduler:
         return n
 
     def _preempt(self, victim: SeqGroup) -> None:
-        """RECOMPUTE (S:1750-1805): WAITING, blocks freed, computed count and stage reset."""
+        """RECOMPUTE (S:1750-1805): WAITING, blocks freed, computed count and stage reset.
+        SWAP when the config asks for it (S:1769-1770, 1807-1812, 1824-1838): the table
+        moves to the CPU pool, computed tokens and stage kept; no room there raises."""
+        if self.cfg.swaps:
+            if not self.bm.can_swap_out(victim):  # S:1829-1835
+                raise SwapSpaceExhausted(swap_space_message(victim.request_id))
+            self.bm.swap_out(victim)
+            victim.status = Status.SWAPPED
+            victim.num_preemptions += 1
+            return
         victim.status = Status.WAITING
         self.bm.free(victim)
         victim.num_computed_tokens = 0
@@ -322,7 +414,8 @@ class VllmV0Scheduler:
                 else:
                     victim, keep_going = g, False  # S:745-751
                 self._preempt(victim)
-                out.preempted.append(victim)
+                # S:773-777: the mode `_preempt` took sorts the victim
+                (out.swapped_out if self.cfg.swaps else out.preempted).append(victim)
                 if not keep_going:
                     break
             else:
@@ -334,6 +427,40 @@ class VllmV0Scheduler:
                 budget.add_tokens(g.request_id, n)
                 if chunking:  # S:801-803; default mode counted running up front (S:1232)
                     budget.add_seqs(g.request_id, 1)
+        return out
+
+    def _schedule_swapped(self, budget: Budget) -> _SwappedIn:
+        """S:812-930: swap in from the head of `swapped` while the GPU (less the
+        watermark) and the budget take the group; a group the whole GPU can never hold is
+        ignored (FINISHED_IGNORED) and the loop goes on. Both callers pass no
+        `enable_chunking` (S:1268-1269, 1387), so a prefill comes back whole."""
+        out = _SwappedIn()
+        while self.swapped:
+            g = self.swapped[0]
+            was_prefill = g.is_prefill  # S:851
+            can = self.bm.can_swap_in(g)  # S:852-854, lookahead 0
+            if can is Alloc.LATER:
+                break
+            if can is Alloc.NEVER:  # S:857-867
+                # Its CPU blocks are never given back: nothing frees an ignored group's
+                # table (free_finished_seq_groups walks `running` only, S:1696-1715).
+                g.status = Status.FINISHED_IGNORED
+                out.infeasible.append(g)
+                self.swapped.popleft()
+                continue
+            n = self._num_new_tokens(g, budget, False)  # S:884-888
+            if n == 0 or not budget.can_schedule(n, 1):  # S:890-896
+                break
+            self.swapped.popleft()
+            self.bm.swap_in(g)  # S:902, 1807-1822
+            g.status = Status.RUNNING
+            self.bm.append_slots(g)  # S:903
+            if was_prefill:
+                out.prefills.append(Scheduled(g, n, True))
+            else:
+                out.decodes.append(Scheduled(g, 1, False))
+            budget.add_tokens(g.request_id, n)  # S:913-918
+            budget.add_seqs(g.request_id, 1)
         return out
 
     def _schedule_prefills(self, budget: Budget, chunking: bool,
@@ -378,16 +505,26 @@ class VllmV0Scheduler:
         for g in self.running:  # S:1232-1234
             budget.add_seqs(g.request_id, 1)
         ignored: list[SeqGroup] = []
-        prefills = self._schedule_prefills(budget, False, ignored)  # S:1244-1247
+        prefills: list[Scheduled] = []
+        if not self.swapped:  # S:1243-1247: swapped groups first, no prefill beside them
+            prefills = self._schedule_prefills(budget, False, ignored)
         running = _RunningOut()
+        swapped_in = _SwappedIn()
         if not prefills:  # S:1256-1259
             running = self._schedule_running(budget, False)
+            if not running.victims:  # S:1261-1269: a victim means no room to swap in
+                swapped_in = self._schedule_swapped(budget)
         assert not running.prefills  # S:1291: no chunked prefills in this mode
+        assert not swapped_in.prefills  # S:1292: nor swapped-out ones
         self.waiting.extendleft(running.preempted)  # S:1273 (extendleft reverses them)
         self.running.extend(s.group for s in prefills)  # S:1275-1276
         self.running.extend(s.group for s in running.decodes)  # S:1278
-        return _Schedule(prefills + running.decodes, [s.group for s in prefills],
-                         running.preempted, ignored)
+        self.running.extend(s.group for s in swapped_in.decodes)  # S:1280-1282
+        self.swapped.extend(running.swapped_out)  # S:1285, in preemption order
+        ignored.extend(swapped_in.infeasible)  # S:1326-1328
+        return _Schedule(prefills + running.decodes + swapped_in.decodes,  # S:1297-1320
+                         [s.group for s in prefills], running.victims, ignored,
+                         [s.group for s in swapped_in.decodes])
 
     def _schedule_chunked_prefill(self) -> _Schedule:
         """S:1345-1450: running first (decodes and prefill chunks), then new prefills in
@@ -395,9 +532,14 @@ class VllmV0Scheduler:
         only after the waiting loop ran (S:1401)."""
         budget = Budget(self.cfg.max_num_batched_tokens, self.cfg.max_num_seqs)
         running = self._schedule_running(budget, True)  # S:1376-1381
+        swapped_in = _SwappedIn()
+        if not running.victims:  # S:1383-1387: swap in only when nothing was preempted
+            swapped_in = self._schedule_swapped(budget)
         ignored: list[SeqGroup] = []
         prefills = self._schedule_prefills(budget, True, ignored)  # S:1389-1394
         self.waiting.extendleft(running.preempted)  # S:1401
+        self.running.extend(s.group for s in swapped_in.decodes)  # S:1407-1408
+        self.running.extend(s.group for s in swapped_in.prefills)  # S:1409-1410
         self.running.extend(s.group for s in running.decodes)  # S:1411-1412
         # S:1419-1421, 1452-1465: running prefill chunks that finish their prefill first.
         finishing = [s for s in running.prefills
@@ -405,8 +547,12 @@ class VllmV0Scheduler:
         rest = [s for s in running.prefills if s not in finishing]
         self.running.extend(s.group for s in finishing + rest)
         self.running.extend(s.group for s in prefills)  # S:1422
-        scheduled = prefills + running.prefills + running.decodes  # S:1427-1431
-        return _Schedule(scheduled, [s.group for s in prefills], running.preempted, ignored)
+        self.swapped.extend(running.swapped_out)  # S:1425
+        ignored.extend(swapped_in.infeasible)  # S:1446-1447, after the waiting loop's
+        scheduled = (prefills + running.prefills + swapped_in.prefills  # S:1427-1431
+                     + running.decodes + swapped_in.decodes)
+        return _Schedule(scheduled, [s.group for s in prefills], running.victims, ignored,
+                         [s.group for s in swapped_in.prefills + swapped_in.decodes])
 
     def _schedule(self) -> _Schedule:
         """S:1467-1472."""
@@ -420,10 +566,21 @@ class VllmV0Scheduler:
         """Run one iteration. `eos_ids` are the requests whose token sampled in this step
         is EOS; each must sample in this step, else InputError."""
         self.current_step += 1
-        out = self._schedule()
+        if self.crashed:  # the engine is dead: every later step records the same
+            self.last_sampled = frozenset()
+            return self._crash_record()
+        try:
+            out = self._schedule()
+        except SwapSpaceExhausted as exc:
+            self.crashed = str(exc)
+            self.last_sampled = frozenset()  # nothing sampled; EOS entries go unread
+            return self._crash_record()
         free_blocks = self.bm.num_free
+        free_cpu = self.bm.num_free_cpu
         running = tuple(g.request_id for g in self.running)
         waiting = tuple(g.request_id for g in self.waiting)
+        swapped = tuple(g.request_id for g in self.swapped)
+        cpu_blocks = tuple((g.request_id, self.bm.blocks_of(g)) for g in self.swapped)
         sampled: set[str] = set()
         finished: list[tuple[str, str]] = []
         for s in out.scheduled:
@@ -454,7 +611,7 @@ class VllmV0Scheduler:
                 "samples no token in that step (not held, not scheduled, or a partial "
                 "prefill chunk); move the entry to a step where it samples")
         computed = tuple((g.request_id, g.num_computed_tokens)
-                         for g in (*self.running, *self.waiting))
+                         for g in (*self.running, *self.waiting, *self.swapped))
         blocks = tuple((g.request_id, self.bm.blocks_of(g))
                        for g in (*self.running, *self.waiting))
         finished.extend((g.request_id, FINISH_LENGTH) for g in out.ignored)
@@ -462,11 +619,19 @@ class VllmV0Scheduler:
             del self.groups[g.request_id]
         self._free_finished()
         used = sum(s.chunk for s in out.scheduled)
+        back = {g.request_id for g in out.admitted if g.num_preemptions > 0}
+        back.update(g.request_id for g in out.swapped_in)
+        extra: tuple[tuple[str, object], ...] = (
+            ("ignored", [g.request_id for g in out.ignored]), ("blocks", blocks))
+        if self.cfg.swaps:
+            extra += (("swapped", swapped), ("cpu_blocks", cpu_blocks),
+                      ("free_cpu_blocks", free_cpu))
         return StepRecord(
             step=self.current_step,
             scheduled=tuple((s.group.request_id, s.chunk) for s in out.scheduled),
             admitted=tuple(g.request_id for g in out.admitted if g.num_preemptions == 0),
-            resumed=tuple(g.request_id for g in out.admitted if g.num_preemptions > 0),
+            resumed=tuple(s.group.request_id for s in out.scheduled
+                          if s.group.request_id in back),
             preempted=tuple(g.request_id for g in out.preempted),
             finished=tuple(finished),
             free_blocks=free_blocks,
@@ -474,17 +639,25 @@ class VllmV0Scheduler:
             running=running,
             waiting=waiting,
             token_budget_left=self.cfg.max_num_batched_tokens - used,
-            extra=(("ignored", [g.request_id for g in out.ignored]),
-                   ("blocks", blocks)),
+            extra=extra,
         )
 
+    def _crash_record(self) -> StepRecord:
+        """A step of an engine that died at `self.crashed` (in this step or before):
+        nothing scheduled, admitted, preempted or finished, no queues listed, the GPU pool
+        as it stood at the RuntimeError; `extra["assertion"]` says where it died."""
+        return StepRecord(step=self.current_step, scheduled=(), admitted=(), resumed=(),
+                          preempted=(), finished=(), free_blocks=self.bm.num_free,
+                          num_computed_tokens=(), extra=(("assertion", self.crashed),))
+
     def state_key(self, extra: Mapping[str, Hashable] | None = None) -> Hashable:
-        """Requests named by position (running order, then waiting order), with the free
-        blocks. Nothing orders requests but the two deques (victims are the running tail,
-        FCFS admits the waiting head), so arrival numbers and the step counter are left
-        out; `num_preemptions` only tells a resumption from an admission, so it counts as
-        `> 0`. `extra[id]` is appended to a request's entry (the explorer's per-request
-        property history)."""
+        """Requests named by position (running order, then waiting order, then swapped
+        order), with the free GPU and CPU blocks and the assertion a dead engine died at.
+        Nothing orders requests but the three deques (victims are the running tail, FCFS
+        admits the waiting head, swap-in takes the swapped head), so arrival numbers and
+        the step counter are left out; `num_preemptions` only tells a resumption from an
+        admission, so it counts as `> 0`. `extra[id]` is appended to a request's entry
+        (the explorer's per-request property history)."""
         extra = extra or {}
 
         def one(g: SeqGroup) -> tuple[object, ...]:
@@ -492,7 +665,8 @@ class VllmV0Scheduler:
                     g.num_computed_tokens, g.decode_stage, g.table_tokens,
                     g.num_preemptions > 0, extra.get(g.request_id))
         return (self.bm.num_free, tuple(one(g) for g in self.running),
-                tuple(one(g) for g in self.waiting))
+                tuple(one(g) for g in self.waiting), tuple(one(g) for g in self.swapped),
+                self.bm.num_free_cpu, self.crashed)
 
     def _free_finished(self) -> None:
         """S:1696-1715: finished groups leave `running` and free their blocks."""
