@@ -6,14 +6,17 @@ its scheduler is another program (docs/vllm_versions.md, "vLLM V0")."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from model.core.engine import EngineModel
 from model.core.errors import InputError
 from model.core.observe import observed_step
-from model.core.types import FINISH_STOP, SlotObs, Step, StepRecord, Workload
+from model.core.types import FINISH_STOP, RequestSpec, SlotObs, Step, StepRecord, Workload
 from model.vllm_v0 import rules
 from model.vllm_v0.config import (
     ENGINE_VLLM_V0,
+    PREEMPT_RECOMPUTE,
+    PREEMPT_SWAP,
     VLLM_V0_VERSION,
     Config,
     parse_config,
@@ -43,25 +46,69 @@ def check_admissible(workload: Workload) -> None:
                 "engine/llm_engine.py:1768-1769); shorten the prompt or raise max_model_len")
 
 
+@dataclass(frozen=True, slots=True)
+class SwapRuleConfig(RuleConfig):
+    """The RuleConfig of a config with `preemption_mode="swap"`: the fields the rules read
+    are a RuleConfig's, and the mode is carried only so that `symbolic_limit` refuses it
+    (the rules over Ops, model/vllm_v0/rules.py, model recompute preemption only)."""
+
+    preemption_mode: str = PREEMPT_SWAP
+
+
+def rule_config(cfg: Config) -> RuleConfig:
+    """The rules' config of `cfg`; a swap config's says so (`SwapRuleConfig`)."""
+    base = RuleConfig.from_config(cfg)
+    if not cfg.swaps:
+        return base
+    return SwapRuleConfig(**{f: getattr(base, f) for f in RuleConfig.__dataclass_fields__})
+
+
+SWAP_NOT_SYMBOLIC = ("the symbolic rules model recompute preemption only; preemption_mode "
+                     "swap is decided by the explorer (--method explore)")
+
+
+def symbolic_limit(cfg: RuleConfig) -> str | None:
+    """Why BMC, k-induction and the other symbolic methods cannot take `cfg` (they answer
+    UNKNOWN with it), or None: a swap config, which the rules do not model."""
+    if getattr(cfg, "preemption_mode", PREEMPT_RECOMPUTE) == PREEMPT_SWAP:
+        return SWAP_NOT_SYMBOLIC
+    return None
+
+
 def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ...]:
     """Step observables of a reference run (slot i = i-th request in arrival order). Blocks
-    per request are the record's `blocks` extra (each table's blocks, which conformance
-    compares with the real block manager's); a request finished in the step gives its
-    blocks back after it (S:1696-1715)."""
+    per request are the record's `blocks` extra (each table's GPU blocks, which
+    conformance compares with the real block manager's); a request finished in the step
+    gives its blocks back after it (S:1696-1715).
+
+    Swap mode (the record's `swapped` extra): a swapped-out victim is `preempted` in its
+    step and keeps its computed tokens (S:1824-1838 resets nothing); while in `swapped` it
+    is held but neither was_running nor was_waiting, with no GPU blocks; at swap-in it is
+    `resumed` (S:812-930). A step whose record carries `assertion` (the engine died for
+    lack of CPU swap space, S:1829-1835) and every later one are as V1's observe gives
+    them: nothing scheduled or finished, requests as the step found them, `assertion` set.
+    """
     cfg: Config = workload.config
-    rcfg = RuleConfig.from_config(cfg)
+    rcfg = rule_config(cfg)
     ordered = workload.arrival_order()
     outputs = {r.id: 0 for r in ordered}
     ncomp = {r.id: 0 for r in ordered}
     preemptions = {r.id: 0 for r in ordered}
     running: tuple[str, ...] = ()
     waiting: tuple[str, ...] = ()
+    swapped: tuple[str, ...] = ()
+    gone: set[str] = set()
     steps = []
     for rec in records:
         extra = dict(rec.extra)
+        if "assertion" in extra:
+            steps.append(_crashed(rec, ordered, rcfg, running, waiting, swapped, ncomp,
+                                  outputs, preemptions, gone))
+            continue
         blocks = dict(extra["blocks"])
         arrived = {r.id for r in ordered if r.arrival_step == rec.step}
         was_waiting = set(waiting) | arrived
+        was_swapped = set(swapped)
         sched = dict(rec.scheduled)
         rank = {rid: k for k, (rid, _) in enumerate(rec.scheduled)}
         finish_rank = {rid: k for k, (rid, _) in enumerate(rec.finished)}
@@ -76,7 +123,8 @@ def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ..
             sampled = n > 0 and now >= ntok  # a prefill chunk short of the end samples nothing
             preemptions[rid] += rec.preempted.count(rid)
             slots.append(SlotObs(
-                held=rid in running or rid in was_waiting, was_running=rid in running,
+                held=rid in running or rid in was_waiting or rid in was_swapped,
+                was_running=rid in running,
                 was_waiting=rid in was_waiting, scheduled=n, serve_rank=rank.get(rid, 0),
                 admitted=rid in rec.admitted, resumed=rid in rec.resumed,
                 preempted=rid in rec.preempted, finished=rid in finished,
@@ -95,14 +143,47 @@ def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ..
         steps.append(observed_step(rec, slots, rcfg, released))
         running = tuple(r for r in rec.running if r not in finished)
         waiting = rec.waiting
+        swapped = tuple(extra.get("swapped", ()))  # type: ignore[arg-type]
+        gone |= set(finished)
     return tuple(steps)
+
+
+def _crashed(rec: StepRecord, ordered: Sequence[RequestSpec], rcfg: RuleConfig,
+             running: tuple[str, ...], waiting: tuple[str, ...], swapped: tuple[str, ...],
+             ncomp: dict[str, int], outputs: dict[str, int], preemptions: dict[str, int],
+             gone: set[str]) -> Step:
+    """The step in which the engine died (and every later one), as V1's observe gives it
+    (model/vllm/engine.py `_crashed`): nothing scheduled or finished; each request still
+    held stands as the step found it, running, or waiting (a swapped one as neither)."""
+    arrived = {r.id for r in ordered if r.arrival_step <= rec.step}
+    held = (set(running) | set(waiting) | set(swapped) | arrived) - gone
+    slots = [SlotObs(
+        held=r.id in held, was_running=r.id in running,
+        was_waiting=r.id in held and r.id not in running and r.id not in swapped,
+        scheduled=0, serve_rank=0, admitted=False, resumed=False, preempted=False,
+        finished=False, finished_stop=False, sampled=False,
+        num_tokens=r.prompt_len + outputs[r.id], num_computed_tokens_before=ncomp[r.id],
+        num_computed_tokens=ncomp[r.id], num_output_tokens=outputs[r.id], blocks=0,
+        num_preemptions=preemptions[r.id], running_after=False, waiting_after=False,
+        queue_key=0, run_key=0, prompt_len=r.prompt_len, max_tokens=r.max_tokens,
+        priority=r.priority, arrival_time=i) for i, r in enumerate(ordered)]
+    return replace(observed_step(rec, slots, rcfg, 0), assertion=True)
 
 
 def describe_step(record: StepRecord) -> str:
     """One line of V0 facts for `batchproof simulate`: the requests the waiting loop ignored
-    (FINISHED_IGNORED: a prompt above the limit, or one the pool can never hold)."""
-    ignored = dict(record.extra).get("ignored") or []
-    return f"ignored {', '.join(ignored)}" if ignored else ""
+    (FINISHED_IGNORED: a prompt above the limit, or one the pool can never hold); in swap
+    mode the swapped queue and the CPU pool's free blocks; the engine's death."""
+    facts = dict(record.extra)
+    if "assertion" in facts:
+        return f"engine dead: {facts['assertion']}"
+    ignored = facts.get("ignored") or []
+    parts = [f"ignored {', '.join(ignored)}"] if ignored else []
+    if "swapped" in facts:
+        swapped = facts["swapped"] or ()
+        parts.append(f"swapped [{', '.join(swapped)}], "  # type: ignore[arg-type]
+                     f"{facts['free_cpu_blocks']} CPU blocks free")
+    return "; ".join(parts)
 
 
 RULES_TABLE: tuple[tuple[str, str, str], ...] = (
@@ -128,11 +209,11 @@ RULES_TABLE: tuple[tuple[str, str, str], ...] = (
 ENGINE = EngineModel(
     name=ENGINE_VLLM_V0, folder="vllm_v0", title="vLLM V0", version=VLLM_V0_VERSION,
     parse_config=parse_config, config_to_dict=Config.to_dict, rejection=rejection,
-    check_admissible=check_admissible, rule_config=RuleConfig.from_config,
+    check_admissible=check_admissible, rule_config=rule_config,
     initial_state=rules.initial_state, step=rules.step, same_behaviour=rules.same_behaviour,
     scheduler=VllmV0Scheduler, observe=observe, describe_step=describe_step,
     ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
     family_constraints=family_constraints, rules_table=RULES_TABLE,
-    well_formed=well_formed,
+    well_formed=well_formed, symbolic_limit=symbolic_limit, sets_fields=("assertion",),
     # `batchproof diff vllm-v0 vllm-v1`: how one config reaches both (model/vllm_v0/v1_bridge.py)
     extra={"bridges": {V1_BRIDGE.engines[1]: V1_BRIDGE}})
