@@ -414,7 +414,7 @@ class VllmV0Scheduler:
                 else:
                     victim, keep_going = g, False  # S:745-751
                 self._preempt(victim)
-                # S:773-777: the mode `_preempt` took sorts the victim
+                # S:771-774: the mode `_preempt` took sorts the victim
                 (out.swapped_out if self.cfg.swaps else out.preempted).append(victim)
                 if not keep_going:
                     break
@@ -521,8 +521,8 @@ class VllmV0Scheduler:
         self.running.extend(s.group for s in running.decodes)  # S:1278
         self.running.extend(s.group for s in swapped_in.decodes)  # S:1280-1282
         self.swapped.extend(running.swapped_out)  # S:1285, in preemption order
-        ignored.extend(swapped_in.infeasible)  # S:1326-1328
-        return _Schedule(prefills + running.decodes + swapped_in.decodes,  # S:1297-1320
+        ignored.extend(swapped_in.infeasible)  # S:1327-1329
+        return _Schedule(prefills + running.decodes + swapped_in.decodes,  # S:1297-1322
                          [s.group for s in prefills], running.victims, ignored,
                          [s.group for s in swapped_in.decodes])
 
@@ -548,7 +548,7 @@ class VllmV0Scheduler:
         self.running.extend(s.group for s in finishing + rest)
         self.running.extend(s.group for s in prefills)  # S:1422
         self.swapped.extend(running.swapped_out)  # S:1425
-        ignored.extend(swapped_in.infeasible)  # S:1446-1447, after the waiting loop's
+        ignored.extend(swapped_in.infeasible)  # S:1444-1445, after the waiting loop's
         scheduled = (prefills + running.prefills + swapped_in.prefills  # S:1427-1431
                      + running.decodes + swapped_in.decodes)
         return _Schedule(scheduled, [s.group for s in prefills], running.victims, ignored,
