@@ -20,7 +20,7 @@ Scope:
   scheduled no prefill and preempted nothing (S:1256-1270); in chunked mode swap-in runs
   after the running loop unless it preempted (S:1383-1387), unchunked (S:1387 passes no
   `enable_chunking`), and the waiting loop runs after it regardless (S:1389-1394). Both
-  pools are block counts (BM:349-452, BM:454-500): a swap touches the table's full blocks
+  pools are block counts (BM:349-451, BM:465-517): a swap touches the table's full blocks
   plus the blocks its unseen tokens touch (`_can_swap`), against the GPU less the
   watermark to come in and the whole CPU pool to go out. When the CPU pool cannot take a
   victim, `_swap_out` raises RuntimeError "Aborted due to the lack of CPU swap space"
@@ -203,7 +203,7 @@ class BlockManager:
         g.table_tokens = None
 
     def _can_swap(self, g: SeqGroup, to_gpu: bool) -> Alloc:
-        """BM:454-500 `_can_swap`: the blocks the unseen tokens touch (BT:361-379, no
+        """BM:465-517 `_can_swap`: the blocks the unseen tokens touch (BT:361-379, no
         lookahead) plus the table's full blocks (the naive allocator counts only full ones,
         naive_block.py:288-307), against the destination pool: NEVER above its size, else
         OK when its free blocks less the watermark (GPU only; 0 for the CPU) can hold them."""
@@ -218,22 +218,22 @@ class BlockManager:
         return Alloc.LATER
 
     def can_swap_in(self, g: SeqGroup) -> Alloc:
-        """BM:349-362."""
+        """BM:349-363."""
         return self._can_swap(g, to_gpu=True)
 
     def can_swap_out(self, g: SeqGroup) -> bool:
-        """BM:400-411: only OK lets the victim go out (LATER and NEVER alike refuse)."""
+        """BM:402-414: only OK lets the victim go out (LATER and NEVER alike refuse)."""
         return self._can_swap(g, to_gpu=False) is Alloc.OK
 
     def swap_in(self, g: SeqGroup) -> None:
-        """BM:364-398: every block of the table, full or not, moves back to the GPU
+        """BM:365-400: every block of the table, full or not, moves back to the GPU
         (cpu_gpu_block_allocator.py:257-283, naive_block.py:309-330)."""
         n = self.blocks_of(g)
         self.num_free_cpu += n
         self.num_free -= n
 
     def swap_out(self, g: SeqGroup) -> None:
-        """BM:413-446: every block of the table moves to the CPU pool."""
+        """BM:416-451: every block of the table moves to the CPU pool."""
         n = self.blocks_of(g)
         self.num_free += n
         self.num_free_cpu -= n
