@@ -1,0 +1,155 @@
+"""vLLM V0's well-formedness invariant (model/vllm_v0/invariant.py): k-induction proves it
+inductive on both scheduling paths, for the manifest configs and for ranged families; it
+holds on every state of concrete runs that agree with the reference; it proves the
+manifest's HOLDS entries; and a wrong fact or a wrong rule makes its proof fail."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from checker.conformance.vllm_v0_real import random_workload
+from checker.methods import induction
+from checker.methods.symbolic import Bounds, Family
+from model import registry as engines
+from model.core.ops import CONCRETE
+from model.core.slots import lay_out
+from model.vllm_v0 import invariant, rules
+from model.vllm_v0.config import ENGINE_VLLM_V0, Config
+from model.vllm_v0.reference import simulate
+from model.vllm_v0.state import WAITING, RuleConfig
+from properties import catalogue
+from properties.manifest import load
+
+CONFIGS = ("v0_tiny", "v0_chunked")
+
+
+def _family(config: str) -> tuple[Family, Bounds]:
+    nc = load().configs[config]
+    family = Family(base=nc.config, ranges=nc.ranges, validated=nc.validated,
+                    engine=nc.engine)
+    return family, Bounds(**dict(nc.bounds))
+
+
+def _ranged(chunked: bool) -> Family:
+    """Every budget, max_num_seqs and max_model_len up to 64 and every pool up to 300
+    blocks (so the 1% watermark reaches 3 blocks) that SchedulerConfig accepts."""
+    base = Config(max_num_batched_tokens=8, max_num_seqs=4, max_model_len=8, block_size=2,
+                  num_gpu_blocks=4, enable_chunked_prefill=chunked)
+    return Family(base=base, ranges=(("max_num_batched_tokens", 1, 64), ("max_num_seqs", 1, 8),
+                                     ("max_model_len", 1, 64), ("num_gpu_blocks", 1, 300)),
+                  engine=ENGINE_VLLM_V0)
+
+
+@pytest.fixture
+def fresh_caches() -> Iterator[None]:
+    """The test sees the rules and invariant it patches, not a cached proof."""
+    induction.clear_caches()
+    yield
+    induction.clear_caches()
+
+
+def test_the_engine_states_the_invariant() -> None:
+    engine = engines.get(ENGINE_VLLM_V0)
+    assert engine.well_formed is invariant.well_formed
+    assert engine.invariant_covers is None  # both paths, every block size
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_the_invariant_is_inductive_on_the_manifest_configs(config: str) -> None:
+    family, bounds = _family(config)
+    result = induction.prove_well_formed(family, bounds, 120.0)
+    assert result.proved, result.reason
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["default", "chunked"])
+def test_the_invariant_is_inductive_on_ranged_families(chunked: bool) -> None:
+    result = induction.prove_well_formed(_ranged(chunked), Bounds(slots=2), 120.0)
+    assert result.proved, result.reason
+
+
+def _holds_entries() -> list[tuple[str, str]]:
+    return [(e.property, e.config) for e in load().entries
+            if e.engine == ENGINE_VLLM_V0 and e.expected == "HOLDS"]
+
+
+@pytest.mark.parametrize("prop,config", _holds_entries())
+def test_every_holds_entry_is_proved(prop: str, config: str) -> None:
+    family, bounds = _family(config)
+    assert induction.prove_well_formed(family, bounds, 120.0).proved
+    result = induction.prove(catalogue.get(prop), family, bounds, 2, 120.0)
+    assert result.proved, result.reason
+
+
+def test_a_violated_entry_is_not_proved() -> None:
+    """no_admission_after_preemption is VIOLATED on the chunked path (S:1389-1394)."""
+    family, bounds = _family("v0_chunked")
+    assert induction.prove_well_formed(family, bounds, 120.0).proved
+    result = induction.prove(catalogue.get("no_admission_after_preemption"), family,
+                             bounds, 2, 120.0)
+    assert not result.proved
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["default", "chunked"])
+def test_the_invariant_holds_on_every_state_of_concrete_runs(chunked: bool) -> None:
+    """The rules under ConcreteOps on generator workloads; each run agrees with the
+    reference record for record, so these are the reference's states."""
+    checked = 0
+    for seed in range(40):
+        w = random_workload(seed, steps=25, chunked=chunked)
+        sw = lay_out(w, RuleConfig.from_config(w.config))
+        state = rules.initial_state(len(sw.specs), sw.cfg)
+        assert invariant.well_formed(CONCRETE, sw.cfg, sw.specs, state)
+        records = []
+        for eos in sw.eos:
+            state, observed = rules.step(CONCRETE, sw.cfg, sw.specs, state, eos)
+            records.append(rules.to_record(observed, sw.ids))
+            assert invariant.well_formed(CONCRETE, sw.cfg, sw.specs, state), \
+                f"seed {seed} step {state.step}: {state}"
+            checked += 1
+        assert records == list(simulate(w)), f"seed {seed}: the rules left the reference"
+    assert checked == 40 * 25
+
+
+def _patched(monkeypatch: pytest.MonkeyPatch, **fields: Any) -> None:
+    """engines.get returns vLLM V0's model with some fields replaced."""
+    real = engines.get
+    changed = dataclasses.replace(real(ENGINE_VLLM_V0), **fields)
+    monkeypatch.setattr(engines, "get",
+                        lambda name: changed if name == ENGINE_VLLM_V0 else real(name))
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.usefixtures("fresh_caches")
+def test_a_wrong_fact_is_not_proved(monkeypatch: pytest.MonkeyPatch, config: str) -> None:
+    """A waiting request has no outputs: true until a recompute preemption sends a request
+    with outputs back to waiting (it keeps them, S:1795-1805)."""
+    def wrong(ops: Any, cfg: Any, specs: Any, s: Any) -> Any:
+        return ops.and_(invariant.well_formed(ops, cfg, specs, s),
+                        *[ops.implies(x.status == WAITING, x.num_output_tokens == 0)
+                          for x in s.slots])
+
+    _patched(monkeypatch, well_formed=wrong)
+    family, bounds = _family(config)
+    result = induction.prove_well_formed(family, bounds, 120.0)
+    assert not result.proved
+    assert result.reason.startswith("inductive step: sat")
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.usefixtures("fresh_caches")
+def test_a_wrong_rule_is_not_proved(monkeypatch: pytest.MonkeyPatch, config: str) -> None:
+    """A step that forgets to move the waiting front's key down after a preemption: the
+    next victim would share the key, so the invariant's key range breaks."""
+    def wrong_step(ops: Any, cfg: Any, specs: Any, state: Any, eos: Any) -> Any:
+        nxt, observed = rules.step(ops, cfg, specs, state, eos)
+        return dataclasses.replace(nxt, wait_head=state.wait_head), observed
+
+    _patched(monkeypatch, step=wrong_step)
+    family, bounds = _family(config)
+    result = induction.prove_well_formed(family, bounds, 120.0)
+    assert not result.proved
+    assert result.reason.startswith("inductive step: sat")
