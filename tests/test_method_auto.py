@@ -72,3 +72,18 @@ def test_bmc_alone_and_explore_alone_are_as_they_were(capsys):
     code, (v,) = _check_json(capsys, "--manifest-config", "tiny_spec_eagle", "--property",
                              "budget_respected", "--method", "explore")
     assert v["method"] == "explore" and jobs.SEARCH_NOTE not in v["detail"]
+
+
+def test_an_entry_only_the_explorer_checks_is_run_by_the_explorer(capsys):
+    # vLLM V0's swap entries: the symbolic rules model recompute only (symbolic_limit), so
+    # the manifest has the explorer check them; auto runs them by it, never skips them.
+    (entry,) = [e for e in load().entries if e.config == "v0_swap_chunked"]
+    assert entry.methods == ("explore",)
+    code, rows = _check_json(capsys, "--engine", "vllm-v0", "--property", "never_finishes",
+                             "--manifest-config", "v0_swap_chunked")
+    (row,) = rows
+    assert code == 0 and row["verdict"] == "VIOLATED" and row["method"] == "explore"
+    code = main(["check", "--engine", "vllm-v0", "--property", "never_finishes",
+                 "--manifest-config", "v0_swap_chunked", "--method", "bmc"])
+    err = capsys.readouterr().err
+    assert code == 2 and "checked by explore" in err and len(err.splitlines()) == 1

@@ -724,10 +724,15 @@ def run(args: argparse.Namespace) -> int:
     # BMC runs the rules; beside it, `both` asks the reference for the independent view.
     explorer = getattr(args, "explorer", None) or (REFERENCE if args.method == "both" else "auto")
     planned = [(Job(e.engine if e else nc.engine, prop, params, nc,
-                    e.expected if e else None, args.timeout, method=method,
+                    e.expected if e else None, args.timeout, method=_job_method(e, method),
                     explorer=explorer, search=_search(e, nc)), e)
                for method in methods for e, nc, prop, params in rows
                if e is None or _checked_by(e, method)]
+    if not planned:
+        e = next(e for e, _, _, _ in rows if e is not None)
+        raise InputError(f"--method {args.method} checks none of the selected entries: "
+                         f"{e.property} on {e.config} is checked by {', '.join(e.methods)} "
+                         f"(the manifest's methods); use --method {e.methods[0]} or auto")
     jobs = [job for job, _ in planned]
     try:
         with Progress(len(jobs), sys.stderr, show=not args.quiet) as progress:
@@ -754,7 +759,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 slug = f"{res.counterexample.property}__{res.counterexample.config_name}"
                 itf_path, txt_path = _paths(res.verdict.engine, slug)
-                if args.write and job.method == methods[0]:
+                if args.write and job.method == _job_method(entry, methods[0]):
                     _write(res, itf_path, txt_path)
                 # Only a file that exists is named (--write writes it; the manifest's
                 # corpus holds the stored ones).
@@ -1004,8 +1009,18 @@ def _label(jobs: list[Job]) -> str:
 
 
 def _checked_by(entry: Entry, method: str) -> bool:
-    """Whether the entry is checked by `method` ("auto" runs the bmc pipeline's proofs)."""
-    return method in entry.methods or (method == "auto" and "bmc" in entry.methods)
+    """Whether the entry is checked by `method` ("auto" runs the bmc pipeline's proofs, or
+    the explorer for an entry only the explorer checks)."""
+    return method in entry.methods or (method == "auto" and bool(entry.methods))
+
+
+def _job_method(entry: Entry | None, method: str) -> str:
+    """The method a job of `entry` runs when `method` is asked: "auto" runs an entry that
+    only the explorer checks (e.g. a config beyond the symbolic rules) by the explorer,
+    never through proofs over rules that do not model it."""
+    if method == "auto" and entry is not None and "bmc" not in entry.methods:
+        return "explore"
+    return method
 
 
 def _search(entry: Entry | None, nc: NamedConfig) -> str:
