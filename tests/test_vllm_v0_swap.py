@@ -201,16 +201,28 @@ CRASH_CFG = {"max_num_batched_tokens": 8, "max_num_seqs": 2, "max_model_len": 8,
 BOUNDS = ["--requests", "2", "--depth", "3", "--max-prompt-len", "4"]
 
 
-@pytest.mark.parametrize("method", ["bmc", "auto"])
-def test_symbolic_methods_answer_unknown_on_a_swap_config(tmp_path: Path, method: str,
+def test_symbolic_methods_answer_unknown_on_a_swap_config(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]
                                                           ) -> None:
-    code = main(["check", "--engine", "vllm-v0", "--method", method, "--config-file",
+    code = main(["check", "--engine", "vllm-v0", "--method", "bmc", "--config-file",
                  _config_file(tmp_path, CRASH_CFG), "--property", "kv_blocks_conserved",
                  *BOUNDS, "--out", str(tmp_path / "out")])
     out = capsys.readouterr().out
     assert code == 3, out
     assert "UNKNOWN" in out and SWAP_NOT_SYMBOLIC in out
+
+
+def test_auto_searches_a_swap_config_by_the_explorer(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    # The rules cannot take it and no cheaper witness config exists: the explorer is the
+    # one sound method left, so the default method uses it and says why.
+    code = main(["check", "--engine", "vllm-v0", "--config-file",
+                 _config_file(tmp_path, CRASH_CFG), "--property", "no_engine_assertion",
+                 *BOUNDS, "--out", str(tmp_path / "out"), "--json"])
+    (row,) = json.loads(capsys.readouterr().out)["verdicts"]
+    assert code == 1 and row["verdict"] == "VIOLATED" and row["method"] == "explore"
+    assert SWAP_NOT_SYMBOLIC in row["detail"]
 
 
 def test_the_explorer_finds_the_crash(tmp_path: Path,
