@@ -1,7 +1,8 @@
 """Text timelines: steps as columns, one row per request, tokens per cell.
 
 Cell marks: `+` admitted, `^` resumed, `!` preempted, `$` finished by EOS, `#` finished by
-length, `.` waiting with 0 tokens; a blank cell means the request is not held.
+length, `.` waiting with 0 tokens, `~` swapped out to the CPU (vLLM V0 with swap
+preemption); a blank cell means the request is not held.
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ def _cell(rec: StepRecord, rid: str) -> str:
         text += "$" if finished[rid] == "stop" else "#"
     if not text and rid in rec.waiting:
         text = "."
+    if not text and rid in _swapped(rec):
+        text = "~"
     return text
+
+
+def _swapped(rec: StepRecord) -> tuple[str, ...]:
+    """The requests an engine with swap preemption holds in its CPU pool after the step
+    (vLLM V0's `swapped` queue, the record's `swapped` extra); none elsewhere."""
+    return tuple(dict(rec.extra).get("swapped") or ())
 
 
 def timeline(workload: Workload, records: Sequence[StepRecord], highlight: int | None = None,
@@ -59,6 +68,7 @@ def timeline(workload: Workload, records: Sequence[StepRecord], highlight: int |
     lines += _spec_rows(records, label, width)
     lines.append("")
     lines.append("marks: +admitted ^resumed !preempted $EOS #length .waiting"
+                 + ("  ~swapped out" if any(_swapped(r) for r in records) else "")
                  + ("  v violated here" if highlight is not None else "")
                  + ("  L loop starts (the run repeats from here)" if loop is not None else ""))
     crash = next((dict(r.extra)["assertion"] for r in records
