@@ -55,7 +55,10 @@ def fresh_caches() -> Iterator[None]:
 def test_the_engine_states_the_invariant() -> None:
     engine = engines.get(ENGINE_VLLM_V0)
     assert engine.well_formed is invariant.well_formed
-    assert engine.invariant_covers is None  # both paths, every block size
+    # both paths, every block size; recompute preemption only
+    assert engine.invariant_covers is not None
+    assert engine.invariant_covers(RuleConfig.from_config(Config()))
+    assert not engine.invariant_covers(RuleConfig.from_config(Config(preemption_mode="swap")))
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -72,8 +75,23 @@ def test_the_invariant_is_inductive_on_ranged_families(chunked: bool) -> None:
 
 
 def _holds_entries() -> list[tuple[str, str]]:
-    return [(e.property, e.config) for e in load().entries
-            if e.engine == ENGINE_VLLM_V0 and e.expected == "HOLDS"]
+    """The HOLDS entries the symbolic methods check (not the explorer's alone) on configs
+    the invariant covers (recompute ones)."""
+    manifest = load()
+    return [(e.property, e.config) for e in manifest.entries
+            if e.engine == ENGINE_VLLM_V0 and e.expected == "HOLDS"
+            and e.methods != ("explore",)
+            and not manifest.configs[e.config].config.swaps]
+
+
+def test_a_swap_config_is_not_covered(fresh_caches: None) -> None:
+    """k-induction says the invariant does not describe a swap config (SWAPPED slots, the
+    CPU pool, a dead engine) instead of using it."""
+    family = Family(base=Config(max_num_batched_tokens=8, max_num_seqs=2, max_model_len=8,
+                                block_size=2, num_gpu_blocks=3, preemption_mode="swap",
+                                num_cpu_blocks=8), engine=ENGINE_VLLM_V0)
+    result = induction.prove_well_formed(family, Bounds(slots=2), 60.0)
+    assert not result.proved and "does not describe" in result.reason
 
 
 @pytest.mark.parametrize("prop,config", _holds_entries())

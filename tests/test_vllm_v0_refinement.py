@@ -1,9 +1,11 @@
 """The vLLM V0 reference refines its rules: both run the same workloads in both scheduling
-paths (default and chunked prefill) and every StepRecord field agrees, step by step
-(DESIGN.md, "Three semantics, kept honest"): tokens scheduled per request and their order,
-admitted, resumed, preempted and its order, finished (the ignored ones too), free blocks,
-computed tokens, both queues in order, the budget left. The rules also build under
-SymbolicOps (they are branch-free) and, pinned to constants, evaluate to the concrete run."""
+paths (default and chunked prefill), with recompute and with swap preemption, and every
+StepRecord field agrees, step by step (DESIGN.md, "Three semantics, kept honest"): tokens
+scheduled per request and their order, admitted, resumed, preempted and its order, finished
+(the ignored ones too), free blocks, computed tokens, both queues in order, the budget left;
+with swap also the `swapped` queue, its CPU blocks, the CPU pool and the engine's death for
+lack of CPU swap space. The rules also build under SymbolicOps (they are branch-free) and,
+pinned to constants, evaluate to the concrete run."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def run_rules(w: Workload) -> list[StepRecord]:
     out = []
     for eos in sw.eos:
         state, observed = rules.step(CONCRETE, sw.cfg, sw.specs, state, eos)
-        out.append(rules.to_record(observed, sw.ids))
+        out.append(rules.to_record(observed, sw.ids, state))
     return out
 
 
@@ -86,9 +88,64 @@ HAND_COMPUTED = {
 }
 
 
+_SWAP = dict(preemption_mode="swap")
+
+# The swap workloads of tests/test_vllm_v0_swap.py (computed by hand there, and run on the
+# real 0.10.2 Scheduler), and two more: a swap-in the whole GPU can never hold (NEVER) and
+# the watermark on swap-in.
+SWAP_HAND_COMPUTED = {
+    "default path swaps the tail out and back in": _workload(
+        Config(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=16, block_size=2,
+               num_gpu_blocks=4, num_cpu_blocks=8, **_SWAP),
+        ("r0", 3, 6, 1), ("r1", 3, 6, 1), steps=8),
+    "a CPU pool too small kills the engine": _workload(
+        Config(max_num_batched_tokens=8, max_num_seqs=2, max_model_len=8, block_size=2,
+               num_gpu_blocks=3, num_cpu_blocks=1, **_SWAP),
+        ("r0", 1, 2, 1), ("r1", 3, 2, 1), steps=3),
+    "chunked path swaps a prefill out and back in whole": _workload(
+        Config(max_num_batched_tokens=4, max_num_seqs=2, max_model_len=16, block_size=2,
+               num_gpu_blocks=4, enable_chunked_prefill=True, num_cpu_blocks=4, **_SWAP),
+        ("r0", 2, 3, 1), ("r1", 6, 2, 1), steps=5),
+    "chunked path never swaps back a prefill longer than the budget": _workload(
+        Config(max_num_batched_tokens=4, max_num_seqs=2, max_model_len=16, block_size=2,
+               num_gpu_blocks=5, enable_chunked_prefill=True, num_cpu_blocks=8, **_SWAP),
+        ("r0", 2, 3, 1), ("r1", 8, 2, 1), steps=8),
+    # r0 fills both blocks; its decode swaps itself out (1 touched + 2 full = 3 CPU
+    # blocks); coming back it needs 3 > the 2 GPU blocks: NEVER, ignored, its CPU blocks
+    # never returned; r1 is admitted once `swapped` is empty.
+    "a swap-in the whole GPU can never hold is ignored": _workload(
+        Config(max_num_batched_tokens=8, max_num_seqs=2, max_model_len=8, block_size=2,
+               num_gpu_blocks=2, num_cpu_blocks=8, **_SWAP),
+        ("r0", 4, 4, 1), ("r1", 2, 2, 2), steps=5),
+    # 100 blocks keep a watermark of 1 (BM:93): a swap-in needs one block more; in this
+    # run one finds exactly as many free blocks as it touches and waits (LATER).
+    "the watermark holds a swap-in back": _workload(
+        Config(max_num_batched_tokens=128, max_num_seqs=4, max_model_len=128, block_size=1,
+               num_gpu_blocks=100, num_cpu_blocks=100, **_SWAP),
+        ("r2", 23, 17, 2), ("r1", 27, 20, 3), ("r3", 25, 29, 3), ("r0", 15, 13, 6),
+        steps=40),
+}
+
+
 @pytest.mark.parametrize("name", list(HAND_COMPUTED))
 def test_rules_agree_with_the_reference_on_the_hand_computed_workloads(name):
     assert_agree(HAND_COMPUTED[name])
+
+
+@pytest.mark.parametrize("name", list(SWAP_HAND_COMPUTED))
+def test_rules_agree_with_the_reference_on_the_swap_workloads(name):
+    assert_agree(SWAP_HAND_COMPUTED[name])
+
+
+def test_rules_swap_out_in_preemption_order_and_die_without_cpu_room():
+    steps = run_rules(SWAP_HAND_COMPUTED["default path swaps the tail out and back in"])
+    assert steps[1].preempted == ("r1",) and dict(steps[1].extra)["swapped"] == ("r1",)
+    crash = run_rules(SWAP_HAND_COMPUTED["a CPU pool too small kills the engine"])
+    assert [dict(r.extra).get("assertion", "").endswith("(swapping out r1)")
+            for r in crash] == [False, True, True]
+    never = run_rules(SWAP_HAND_COMPUTED["a swap-in the whole GPU can never hold is ignored"])
+    assert any(r.finished == (("r0", "length"),) and dict(r.extra)["ignored"] == ["r0"]
+               for r in never)
 
 
 def test_rules_preempt_the_tail_and_requeue_the_victims_reversed():
@@ -115,6 +172,24 @@ def test_rules_agree_with_the_reference_on_the_conformance_generators_workloads(
         assert_agree(random_workload(seed, 30, chunked))
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["swap", "swap-chunked"])
+@pytest.mark.parametrize("block", range(4))
+def test_rules_agree_with_the_reference_on_the_generators_swap_workloads(chunked, block):
+    # The generator's swap mode (`random_workload(..., swap=True)`): 4 x 25 seeds per path.
+    for seed in range(25 * block, 25 * (block + 1)):
+        assert_agree(random_workload(seed, 30, chunked, swap=True))
+
+
+def test_rules_put_swapped_in_decodes_before_swapped_in_prefills_in_chunked_mode():
+    # Generator seed 200: at step 7 `_schedule_swapped` brings back r5 (a prefill, 5
+    # tokens) and r4 (a decode); `running` takes the decodes first (S:1407-1410), while
+    # `scheduled` lists the prefill first (S:1427-1431).
+    w = random_workload(200, 30, True, swap=True)
+    assert_agree(w)
+    step = run_rules(w)[6]
+    assert step.resumed == ("r5", "r4") and step.running[:2] == ("r4", "r5")
+
+
 def _valid_eos(w: Workload) -> Workload:
     """The workload less the EOS entries of steps where their request samples nothing."""
     kept: list[EosEvent] = []
@@ -128,7 +203,7 @@ def _valid_eos(w: Workload) -> Workload:
 
 
 @st.composite
-def workloads(draw, chunked: bool):
+def workloads(draw, chunked: bool, swap: bool = False):
     model_len = draw(st.integers(2, 16))
     seqs = draw(st.integers(1, 4))
     budget = draw(st.integers(max(seqs, 1 if chunked else model_len), model_len + 8))
@@ -137,8 +212,12 @@ def workloads(draw, chunked: bool):
     # watermark keeps one, BM:93).
     blocks = draw(st.one_of(st.integers(1, model_len // block_size + 2),
                             st.integers(100, 110)))
+    # Swap: CPU pools of a few blocks (the crash) or about the GPU's (swap-ins).
+    cpu = (dict(preemption_mode="swap", num_cpu_blocks=draw(st.one_of(
+        st.integers(0, 3), st.integers(blocks // 2, blocks + 4)))) if swap else {})
     cfg = Config(max_num_batched_tokens=budget, max_num_seqs=seqs, max_model_len=model_len,
-                 block_size=block_size, num_gpu_blocks=blocks, enable_chunked_prefill=chunked)
+                 block_size=block_size, num_gpu_blocks=blocks, enable_chunked_prefill=chunked,
+                 **cpu)
     n = draw(st.integers(1, 6))
     steps = draw(st.integers(1, 16))
     late = draw(st.integers(1, steps))
@@ -161,6 +240,16 @@ def test_rules_agree_with_the_reference_in_default_mode(w):
 
 @given(workloads(chunked=True))
 def test_rules_agree_with_the_reference_in_chunked_mode(w):
+    assert_agree(w)
+
+
+@given(workloads(chunked=False, swap=True))
+def test_rules_agree_with_the_reference_in_swap_mode(w):
+    assert_agree(w)
+
+
+@given(workloads(chunked=True, swap=True))
+def test_rules_agree_with_the_reference_in_swap_chunked_mode(w):
     assert_agree(w)
 
 
@@ -188,13 +277,57 @@ def test_rules_build_under_symbolic_ops(chunked):
     assert solver.check() == z3.sat
 
 
-@pytest.mark.parametrize("chunked", [False, True], ids=["default", "chunked"])
-def test_symbolic_rules_evaluate_to_the_concrete_ones(chunked):
+@pytest.mark.parametrize("chunked", [False, True], ids=["swap", "swap-chunked"])
+def test_swap_rules_build_under_symbolic_ops(chunked):
+    ops = SymbolicOps()
+    cfg = RuleConfig.from_config(Config(max_num_batched_tokens=4, max_num_seqs=2,
+                                        max_model_len=4, block_size=2, num_gpu_blocks=3,
+                                        enable_chunked_prefill=chunked,
+                                        preemption_mode="swap", num_cpu_blocks=2))
+    ranged = replace(cfg, max_num_batched_tokens=z3.Int("budget"), num_gpu_blocks=z3.Int("gpu"))
+    for c in (cfg, ranged):
+        state = rules.initial_state(2, c)
+        for t in range(2):
+            state, observed = rules.step(ops, c, _symbolic_specs(2), state,
+                                         [z3.Bool(f"e{t}_{i}") for i in range(2)])
+        assert isinstance(observed.slots[0].scheduled, z3.ExprRef)
+        assert isinstance(observed.assertion, z3.BoolRef)
+        assert isinstance(state.cpu[0].free_blocks, z3.ExprRef)
+        assert isinstance(rules.same_behaviour(ops, state, state), (bool, z3.BoolRef))
+    solver = z3.Solver()
+    solver.add(*ops.take_definitions())
+    assert solver.check() == z3.sat
+
+
+def test_recompute_states_carry_no_swap_fields():
+    cfg = RuleConfig.from_config(Config(max_num_batched_tokens=4, max_num_seqs=2,
+                                        max_model_len=4, block_size=2, num_gpu_blocks=3))
+    state = rules.initial_state(2, cfg)
+    assert state.cpu == () and all(s.swap_key == () for s in state.slots)
+
+
+_TWINS = {
+    "default": dict(max_num_batched_tokens=4, max_num_seqs=3, max_model_len=8, block_size=2,
+                    num_gpu_blocks=3),
+    "chunked": dict(max_num_batched_tokens=4, max_num_seqs=3, max_model_len=8, block_size=2,
+                    num_gpu_blocks=3, enable_chunked_prefill=True),
+    # a swap-out, a swap-in and (with 2 CPU blocks) the crash, on each path
+    "swap": dict(max_num_batched_tokens=8, max_num_seqs=3, max_model_len=8, block_size=2,
+                 num_gpu_blocks=3, preemption_mode="swap", num_cpu_blocks=8),
+    "swap-chunked": dict(max_num_batched_tokens=4, max_num_seqs=3, max_model_len=8,
+                         block_size=2, num_gpu_blocks=3, enable_chunked_prefill=True,
+                         preemption_mode="swap", num_cpu_blocks=8),
+    "swap-crash": dict(max_num_batched_tokens=8, max_num_seqs=3, max_model_len=8,
+                       block_size=2, num_gpu_blocks=3, preemption_mode="swap",
+                       num_cpu_blocks=1),
+}
+
+
+@pytest.mark.parametrize("mode", list(_TWINS))
+def test_symbolic_rules_evaluate_to_the_concrete_ones(mode):
     """The twin: one symbolic unrolling, pinned to a workload by constraints, gives the
     concrete run's observables (a preemption, a re-admission and a chunk among them)."""
-    cfg = RuleConfig.from_config(Config(max_num_batched_tokens=4, max_num_seqs=3,
-                                        max_model_len=8, block_size=2, num_gpu_blocks=3,
-                                        enable_chunked_prefill=chunked))
+    cfg = RuleConfig.from_config(Config(**_TWINS[mode]))
     values = [(2, 4, 1), (1, 4, 1), (3, 2, 2)]
     eos = [[False, False, False], [False, False, False], [True, False, False],
            [False, False, False], [False, False, False]]
@@ -215,7 +348,8 @@ def test_symbolic_rules_evaluate_to_the_concrete_ones(chunked):
     assert solver.check() == z3.sat
     model = solver.model()
     for s_obs, c_obs in pairs:
-        for field in ("free_blocks", "free_blocks_end", "token_budget_left", "num_running"):
+        for field in ("free_blocks", "free_blocks_end", "token_budget_left", "num_running",
+                      "assertion"):
             got = as_python(model.eval(z3.IntVal(0) + getattr(s_obs, field),
                                        model_completion=True))
             assert got == getattr(c_obs, field), field
@@ -227,3 +361,7 @@ def test_symbolic_rules_evaluate_to_the_concrete_ones(chunked):
                 if isinstance(got, z3.ExprRef):
                     got = as_python(model.eval(got, model_completion=True))
                 assert int(got) == int(getattr(co, field)), field
+    if cfg.swaps:
+        swapped = any(o.preempted for _, c in pairs for o in c.slots)
+        crashed = any(c.assertion for _, c in pairs)
+        assert swapped and crashed == (mode == "swap-crash")

@@ -6,7 +6,7 @@ its scheduler is another program (docs/vllm_versions.md, "vLLM V0")."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from model.core.engine import EngineModel
 from model.core.errors import InputError
@@ -15,8 +15,6 @@ from model.core.types import FINISH_STOP, RequestSpec, SlotObs, Step, StepRecord
 from model.vllm_v0 import rules
 from model.vllm_v0.config import (
     ENGINE_VLLM_V0,
-    PREEMPT_RECOMPUTE,
-    PREEMPT_SWAP,
     VLLM_V0_VERSION,
     Config,
     parse_config,
@@ -46,21 +44,9 @@ def check_admissible(workload: Workload) -> None:
                 "engine/llm_engine.py:1768-1769); shorten the prompt or raise max_model_len")
 
 
-@dataclass(frozen=True, slots=True)
-class SwapRuleConfig(RuleConfig):
-    """The RuleConfig of a config with `preemption_mode="swap"`: the fields the rules read
-    are a RuleConfig's, and the mode is carried only so that `symbolic_limit` refuses it
-    (the rules over Ops, model/vllm_v0/rules.py, model recompute preemption only)."""
-
-    preemption_mode: str = PREEMPT_SWAP
-
-
 def rule_config(cfg: Config) -> RuleConfig:
-    """The rules' config of `cfg`; a swap config's says so (`SwapRuleConfig`)."""
-    base = RuleConfig.from_config(cfg)
-    if not cfg.swaps:
-        return base
-    return SwapRuleConfig(**{f: getattr(base, f) for f in RuleConfig.__dataclass_fields__})
+    """The rules' config of `cfg` (a swap config's has `swaps` set and its CPU pool)."""
+    return RuleConfig.from_config(cfg)
 
 
 SWAP_NOT_SYMBOLIC = ("the symbolic rules model recompute preemption only; preemption_mode "
@@ -70,9 +56,17 @@ SWAP_NOT_SYMBOLIC = ("the symbolic rules model recompute preemption only; preemp
 def symbolic_limit(cfg: RuleConfig) -> str | None:
     """Why BMC, k-induction and the other symbolic methods cannot take `cfg` (they answer
     UNKNOWN with it), or None: a swap config, which the rules do not model."""
-    if getattr(cfg, "preemption_mode", PREEMPT_RECOMPUTE) == PREEMPT_SWAP:
+    if cfg.swaps:
         return SWAP_NOT_SYMBOLIC
     return None
+
+
+def invariant_covers(cfg: RuleConfig) -> bool:
+    """The invariant (model/vllm_v0/invariant.py) describes recompute configs only: it
+    states no SWAPPED slot, no CPU pool (whose blocks an ignored swapped group never gives
+    back, S:1696-1715) and no dead engine (whose GPU pool stays as the RuntimeError left
+    it, mid-step), so k-induction says it does not cover a swap config."""
+    return not cfg.swaps
 
 
 def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ...]:
@@ -214,6 +208,7 @@ ENGINE = EngineModel(
     scheduler=VllmV0Scheduler, observe=observe, describe_step=describe_step,
     ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
     family_constraints=family_constraints, rules_table=RULES_TABLE,
-    well_formed=well_formed, symbolic_limit=symbolic_limit, sets_fields=("assertion",),
+    well_formed=well_formed, invariant_covers=invariant_covers,
+    symbolic_limit=symbolic_limit, sets_fields=("assertion",),
     # `batchproof diff vllm-v0 vllm-v1`: how one config reaches both (model/vllm_v0/v1_bridge.py)
     extra={"bridges": {V1_BRIDGE.engines[1]: V1_BRIDGE}})
