@@ -1,5 +1,6 @@
 """vLLM V0 (0.10.2) swap preemption (`preemption_mode="swap"`): the reference on hand-computed
-workloads, observe, and the methods (the symbolic ones refuse, the explorer decides).
+workloads, observe, and the methods (BMC and the explorer both decide a swap config; the
+invariant does not cover it, so k-induction says so).
 
 Every expected number is derived below from 0.10.2's code (S = vllm/core/scheduler.py,
 BM = vllm/core/block_manager.py, BT = vllm/core/block/block_table.py). The counts used:
@@ -22,7 +23,7 @@ from checker.cli.main import main
 from model.core.errors import InputError
 from model.core.types import RequestSpec, Workload
 from model.vllm_v0.config import Config, parse_config
-from model.vllm_v0.engine import ENGINE, SWAP_NOT_SYMBOLIC, observe
+from model.vllm_v0.engine import ENGINE, observe
 from model.vllm_v0.reference import simulate
 
 SWAP = {"preemption_mode": "swap"}
@@ -183,10 +184,12 @@ def test_bad_swap_fields_are_one_line_input_errors(raw: dict[str, object],
     assert fragment in str(err.value) and "\n" not in str(err.value)
 
 
-def test_symbolic_limit_names_swap_only() -> None:
-    assert ENGINE.symbolic_limit is not None
-    assert ENGINE.symbolic_limit(ENGINE.rule_config(Config(**SWAP))) == SWAP_NOT_SYMBOLIC
-    assert ENGINE.symbolic_limit(ENGINE.rule_config(Config())) is None
+def test_the_rules_take_a_swap_config_but_the_invariant_does_not() -> None:
+    # The rules model swap preemption (tests/test_vllm_v0_refinement.py); the invariant
+    # describes recompute configs only.
+    assert ENGINE.symbolic_limit is None and ENGINE.invariant_covers is not None
+    assert not ENGINE.invariant_covers(ENGINE.rule_config(Config(**SWAP)))
+    assert ENGINE.invariant_covers(ENGINE.rule_config(Config()))
 
 
 def _config_file(tmp_path: Path, cfg: dict[str, object]) -> str:
@@ -201,28 +204,26 @@ CRASH_CFG = {"max_num_batched_tokens": 8, "max_num_seqs": 2, "max_model_len": 8,
 BOUNDS = ["--requests", "2", "--depth", "3", "--max-prompt-len", "4"]
 
 
-def test_symbolic_methods_answer_unknown_on_a_swap_config(tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]
-                                                          ) -> None:
-    code = main(["check", "--engine", "vllm-v0", "--method", "bmc", "--config-file",
-                 _config_file(tmp_path, CRASH_CFG), "--property", "kv_blocks_conserved",
-                 *BOUNDS, "--out", str(tmp_path / "out")])
-    out = capsys.readouterr().out
-    assert code == 3, out
-    assert "UNKNOWN" in out and SWAP_NOT_SYMBOLIC in out
-
-
-def test_auto_searches_a_swap_config_by_the_explorer(tmp_path: Path,
+def test_bmc_finds_the_crash_and_the_explorer_agrees(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]
                                                      ) -> None:
-    # The rules cannot take it and no cheaper witness config exists: the explorer is the
-    # one sound method left, so the default method uses it and says why.
+    code = main(["check", "--engine", "vllm-v0", "--method", "both", "--config-file",
+                 _config_file(tmp_path, CRASH_CFG), "--property", "no_engine_assertion",
+                 *BOUNDS, "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "1 of 1 checks agree" in out and out.count("VIOLATED") >= 2
+
+
+def test_auto_checks_a_swap_config_by_bmc_without_the_invariant(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # k-induction is skipped (the invariant does not describe a swap config), BMC decides.
     code = main(["check", "--engine", "vllm-v0", "--config-file",
                  _config_file(tmp_path, CRASH_CFG), "--property", "no_engine_assertion",
                  *BOUNDS, "--out", str(tmp_path / "out"), "--json"])
     (row,) = json.loads(capsys.readouterr().out)["verdicts"]
-    assert code == 1 and row["verdict"] == "VIOLATED" and row["method"] == "explore"
-    assert SWAP_NOT_SYMBOLIC in row["detail"]
+    assert code == 1 and row["verdict"] == "VIOLATED" and row["method"] == "bmc"
+    assert "does not describe" in row["detail"]
 
 
 def test_the_explorer_finds_the_crash(tmp_path: Path,

@@ -49,18 +49,6 @@ def rule_config(cfg: Config) -> RuleConfig:
     return RuleConfig.from_config(cfg)
 
 
-SWAP_NOT_SYMBOLIC = ("the symbolic rules model recompute preemption only; preemption_mode "
-                     "swap is decided by the explorer (--method explore)")
-
-
-def symbolic_limit(cfg: RuleConfig) -> str | None:
-    """Why BMC, k-induction and the other symbolic methods cannot take `cfg` (they answer
-    UNKNOWN with it), or None: a swap config, which the rules do not model."""
-    if cfg.swaps:
-        return SWAP_NOT_SYMBOLIC
-    return None
-
-
 def invariant_covers(cfg: RuleConfig) -> bool:
     """The invariant (model/vllm_v0/invariant.py) describes recompute configs only: it
     states no SWAPPED slot, no CPU pool (whose blocks an ignored swapped group never gives
@@ -208,7 +196,6 @@ ENGINE = EngineModel(
     scheduler=VllmV0Scheduler, observe=observe, describe_step=describe_step,
     ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
     family_constraints=family_constraints, rules_table=RULES_TABLE,
-    well_formed=well_formed, invariant_covers=invariant_covers,
-    symbolic_limit=symbolic_limit, sets_fields=("assertion",),
+    well_formed=well_formed, invariant_covers=invariant_covers, sets_fields=("assertion",),
     # `batchproof diff vllm-v0 vllm-v1`: how one config reaches both (model/vllm_v0/v1_bridge.py)
     extra={"bridges": {V1_BRIDGE.engines[1]: V1_BRIDGE}})
