@@ -1,5 +1,6 @@
 """vLLM V0's well-formedness invariant (model/vllm_v0/invariant.py): k-induction proves it
-inductive on both scheduling paths, for the manifest configs and for ranged families; it
+inductive on both scheduling paths, with recompute and with swap preemption, for the
+manifest configs and for ranged families; it
 holds on every state of concrete runs that agree with the reference; it proves the
 manifest's HOLDS entries; and a wrong fact or a wrong rule makes its proof fail."""
 
@@ -20,11 +21,12 @@ from model.core.slots import lay_out
 from model.vllm_v0 import invariant, rules
 from model.vllm_v0.config import ENGINE_VLLM_V0, Config
 from model.vllm_v0.reference import simulate
-from model.vllm_v0.state import WAITING, RuleConfig
+from model.vllm_v0.state import SWAPPED, WAITING, RuleConfig
 from properties import catalogue
 from properties.manifest import load
 
 CONFIGS = ("v0_tiny", "v0_chunked")
+SWAP_CONFIGS = ("v0_swap_small_cpu", "v0_swap_roomy_cpu", "v0_swap_chunked")
 
 
 def _family(config: str) -> tuple[Family, Bounds]:
@@ -34,11 +36,13 @@ def _family(config: str) -> tuple[Family, Bounds]:
     return family, Bounds(**dict(nc.bounds))
 
 
-def _ranged(chunked: bool) -> Family:
+def _ranged(chunked: bool, swap: bool = False) -> Family:
     """Every budget, max_num_seqs and max_model_len up to 64 and every pool up to 300
-    blocks (so the 1% watermark reaches 3 blocks) that SchedulerConfig accepts."""
+    blocks (so the 1% watermark reaches 3 blocks) that SchedulerConfig accepts; with
+    `swap`, swap preemption to a 4-block CPU pool."""
+    cpu: dict[str, Any] = dict(preemption_mode="swap", num_cpu_blocks=4) if swap else {}
     base = Config(max_num_batched_tokens=8, max_num_seqs=4, max_model_len=8, block_size=2,
-                  num_gpu_blocks=4, enable_chunked_prefill=chunked)
+                  num_gpu_blocks=4, enable_chunked_prefill=chunked, **cpu)
     return Family(base=base, ranges=(("max_num_batched_tokens", 1, 64), ("max_num_seqs", 1, 8),
                                      ("max_model_len", 1, 64), ("num_gpu_blocks", 1, 300)),
                   engine=ENGINE_VLLM_V0)
@@ -55,43 +59,28 @@ def fresh_caches() -> Iterator[None]:
 def test_the_engine_states_the_invariant() -> None:
     engine = engines.get(ENGINE_VLLM_V0)
     assert engine.well_formed is invariant.well_formed
-    # both paths, every block size; recompute preemption only
-    assert engine.invariant_covers is not None
-    assert engine.invariant_covers(RuleConfig.from_config(Config()))
-    assert not engine.invariant_covers(RuleConfig.from_config(Config(preemption_mode="swap")))
+    assert engine.invariant_covers is None  # both paths, both preemption modes
 
 
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", CONFIGS + SWAP_CONFIGS)
 def test_the_invariant_is_inductive_on_the_manifest_configs(config: str) -> None:
     family, bounds = _family(config)
     result = induction.prove_well_formed(family, bounds, 120.0)
     assert result.proved, result.reason
 
 
+@pytest.mark.parametrize("swap", [False, True], ids=["recompute", "swap"])
 @pytest.mark.parametrize("chunked", [False, True], ids=["default", "chunked"])
-def test_the_invariant_is_inductive_on_ranged_families(chunked: bool) -> None:
-    result = induction.prove_well_formed(_ranged(chunked), Bounds(slots=2), 120.0)
+def test_the_invariant_is_inductive_on_ranged_families(chunked: bool, swap: bool) -> None:
+    result = induction.prove_well_formed(_ranged(chunked, swap), Bounds(slots=2), 120.0)
     assert result.proved, result.reason
 
 
 def _holds_entries() -> list[tuple[str, str]]:
-    """The HOLDS entries the symbolic methods check (not the explorer's alone) on configs
-    the invariant covers (recompute ones)."""
-    manifest = load()
-    return [(e.property, e.config) for e in manifest.entries
+    """The HOLDS entries the symbolic methods check (not the explorer's alone)."""
+    return [(e.property, e.config) for e in load().entries
             if e.engine == ENGINE_VLLM_V0 and e.expected == "HOLDS"
-            and e.methods != ("explore",)
-            and not manifest.configs[e.config].config.swaps]
-
-
-def test_a_swap_config_is_not_covered(fresh_caches: None) -> None:
-    """k-induction says the invariant does not describe a swap config (SWAPPED slots, the
-    CPU pool, a dead engine) instead of using it."""
-    family = Family(base=Config(max_num_batched_tokens=8, max_num_seqs=2, max_model_len=8,
-                                block_size=2, num_gpu_blocks=3, preemption_mode="swap",
-                                num_cpu_blocks=8), engine=ENGINE_VLLM_V0)
-    result = induction.prove_well_formed(family, Bounds(slots=2), 60.0)
-    assert not result.proved and "does not describe" in result.reason
+            and e.methods != ("explore",)]
 
 
 @pytest.mark.parametrize("prop,config", _holds_entries())
@@ -111,20 +100,21 @@ def test_a_violated_entry_is_not_proved() -> None:
     assert not result.proved
 
 
+@pytest.mark.parametrize("swap", [False, True], ids=["recompute", "swap"])
 @pytest.mark.parametrize("chunked", [False, True], ids=["default", "chunked"])
-def test_the_invariant_holds_on_every_state_of_concrete_runs(chunked: bool) -> None:
+def test_the_invariant_holds_on_every_state_of_concrete_runs(chunked: bool, swap: bool) -> None:
     """The rules under ConcreteOps on generator workloads; each run agrees with the
     reference record for record, so these are the reference's states."""
     checked = 0
     for seed in range(40):
-        w = random_workload(seed, steps=25, chunked=chunked)
+        w = random_workload(seed, steps=25, chunked=chunked, swap=swap)
         sw = lay_out(w, RuleConfig.from_config(w.config))
         state = rules.initial_state(len(sw.specs), sw.cfg)
         assert invariant.well_formed(CONCRETE, sw.cfg, sw.specs, state)
         records = []
         for eos in sw.eos:
             state, observed = rules.step(CONCRETE, sw.cfg, sw.specs, state, eos)
-            records.append(rules.to_record(observed, sw.ids))
+            records.append(rules.to_record(observed, sw.ids, state))
             assert invariant.well_formed(CONCRETE, sw.cfg, sw.specs, state), \
                 f"seed {seed} step {state.step}: {state}"
             checked += 1
@@ -167,6 +157,36 @@ def test_a_wrong_rule_is_not_proved(monkeypatch: pytest.MonkeyPatch, config: str
         return dataclasses.replace(nxt, wait_head=state.wait_head), observed
 
     _patched(monkeypatch, step=wrong_step)
+    family, bounds = _family(config)
+    result = induction.prove_well_formed(family, bounds, 120.0)
+    assert not result.proved
+    assert result.reason.startswith("inductive step: sat")
+
+
+@pytest.mark.parametrize("config", SWAP_CONFIGS)
+@pytest.mark.usefixtures("fresh_caches")
+def test_a_wrong_swap_fact_is_not_proved(monkeypatch: pytest.MonkeyPatch, config: str) -> None:
+    """The CPU pool conserved exactly: true until a swapped group the whole GPU can never
+    hold is ignored, whose CPU blocks are never given back (S:1696-1715)."""
+    def wrong(ops: Any, cfg: Any, specs: Any, s: Any) -> Any:
+        swapped = [ops.ite(x.status == SWAPPED, ops.cdiv(x.table_tokens, cfg.block_size), 0)
+                   for x in s.slots]
+        return ops.and_(invariant.well_formed(ops, cfg, specs, s),
+                        s.cpu[0].free_blocks + ops.sum(swapped) == cfg.num_cpu_blocks)
+
+    _patched(monkeypatch, well_formed=wrong)
+    family, bounds = _family(config)
+    result = induction.prove_well_formed(family, bounds, 120.0)
+    assert not result.proved
+    assert result.reason.startswith("inductive step: sat")
+
+
+@pytest.mark.parametrize("config", SWAP_CONFIGS)
+@pytest.mark.usefixtures("fresh_caches")
+def test_a_wrong_swap_rule_is_not_proved(monkeypatch: pytest.MonkeyPatch, config: str) -> None:
+    """A swap that asks the pools for no blocks (`_can_swap` always OK): a swap-out can
+    take more CPU blocks than are free, so the CPU pool goes negative."""
+    monkeypatch.setattr(rules, "swap_blocks", lambda ops, cfg, tokens, table: 0)
     family, bounds = _family(config)
     result = induction.prove_well_formed(family, bounds, 120.0)
     assert not result.proved

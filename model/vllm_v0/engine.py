@@ -49,14 +49,6 @@ def rule_config(cfg: Config) -> RuleConfig:
     return RuleConfig.from_config(cfg)
 
 
-def invariant_covers(cfg: RuleConfig) -> bool:
-    """The invariant (model/vllm_v0/invariant.py) describes recompute configs only: it
-    states no SWAPPED slot, no CPU pool (whose blocks an ignored swapped group never gives
-    back, S:1696-1715) and no dead engine (whose GPU pool stays as the RuntimeError left
-    it, mid-step), so k-induction says it does not cover a swap config."""
-    return not cfg.swaps
-
-
 def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ...]:
     """Step observables of a reference run (slot i = i-th request in arrival order). Blocks
     per request are the record's `blocks` extra (each table's GPU blocks, which
@@ -196,6 +188,6 @@ ENGINE = EngineModel(
     scheduler=VllmV0Scheduler, observe=observe, describe_step=describe_step,
     ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
     family_constraints=family_constraints, rules_table=RULES_TABLE,
-    well_formed=well_formed, invariant_covers=invariant_covers, sets_fields=("assertion",),
+    well_formed=well_formed, sets_fields=("assertion",),
     # `batchproof diff vllm-v0 vllm-v1`: how one config reaches both (model/vllm_v0/v1_bridge.py)
     extra={"bridges": {V1_BRIDGE.engines[1]: V1_BRIDGE}})
