@@ -177,6 +177,12 @@ RULES_TABLE: tuple[tuple[str, str, str], ...] = (
      "BlockManager.can_append_slots", "blocks_touched"),
     ("vllm/core/scheduler.py:1750-1805 (recompute preemption, waiting front reversed)",
      "VllmV0Scheduler._preempt", "_preempt"),
+    ("vllm/core/scheduler.py:1807-1838 (swap preemption; no CPU room kills the engine)",
+     "VllmV0Scheduler._preempt", "_swap_out"),
+    ("vllm/core/scheduler.py:812-930 (swap-in from the swapped head, unchunked)",
+     "VllmV0Scheduler._schedule_swapped", "_swapped_loop"),
+    ("vllm/core/block_manager.py:465-517 (swap check: full blocks plus those touched)",
+     "BlockManager._can_swap", "swap_blocks"),
 )
 
 
