@@ -86,10 +86,9 @@ def run_batch(jobs: list[Job]) -> list[JobResult]:
             proved, notes = _proofs(job, start)
             if proved is not None:
                 out[i] = _with_params(proved, job)
-            elif job.search == "explore" or _only_explorable(job):
-                note = SEARCH_NOTE if job.search == "explore" else _only_explorable(job)
+            elif job.search == "explore":
                 explore_jobs[i] = replace(job, method="explore")
-                proof_notes[i] = ([note, *notes], time.monotonic() - start)
+                proof_notes[i] = ([SEARCH_NOTE, *notes], time.monotonic() - start)
             else:
                 out[i] = _with_params(_bmc_search(job, notes, start), job)
     shared: dict[tuple[object, ...], list[int]] = {}
@@ -103,17 +102,6 @@ def run_batch(jobs: list[Job]) -> list[JobResult]:
                           strict=True):
             out[i] = _after_proofs(res, *proof_notes[i]) if i in proof_notes else res
     return [res if res is not None else run(job) for job, res in zip(jobs, out, strict=True)]
-
-
-def _only_explorable(job: Job) -> str:
-    """Why only the explorer can search the job's config: the symbolic rules cannot take it
-    (the engine's `symbolic_limit`) and the engine has no cheaper witness config for BMC to
-    try first; '' otherwise."""
-    engine = engines.get(job.engine)
-    if engine.witness_config is not None:
-        return ""
-    too_big = beyond_symbolic(_family(job.config), _bounds(job.config))
-    return "" if too_big is None else f"searched by the explorer: {too_big}"
 
 
 def run(job: Job) -> JobResult:
