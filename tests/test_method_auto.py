@@ -1,10 +1,12 @@
 """`check --method auto`, the default: the unbounded proofs first, then the bounded search
 the manifest config records as the faster one (bench/suite_methods.py)."""
 
+import dataclasses
 import json
 
 import pytest
 
+from checker.cli import check
 from checker.cli.main import main
 from checker.methods import jobs
 from checker.methods.jobs import Job, run_batch
@@ -74,16 +76,21 @@ def test_bmc_alone_and_explore_alone_are_as_they_were(capsys):
     assert v["method"] == "explore" and jobs.SEARCH_NOTE not in v["detail"]
 
 
-def test_an_entry_only_the_explorer_checks_is_run_by_the_explorer(capsys):
-    # vLLM V0's swap entries: the symbolic rules model recompute only (symbolic_limit), so
-    # the manifest has the explorer check them; auto runs them by it, never skips them.
-    (entry,) = [e for e in load().entries if e.config == "v0_swap_chunked"]
-    assert entry.methods == ("explore",)
-    code, rows = _check_json(capsys, "--engine", "vllm-v0", "--property", "never_finishes",
-                             "--manifest-config", "v0_swap_chunked")
-    (row,) = rows
-    assert code == 0 and row["verdict"] == "VIOLATED" and row["method"] == "explore"
-    code = main(["check", "--engine", "vllm-v0", "--property", "never_finishes",
-                 "--manifest-config", "v0_swap_chunked", "--method", "bmc"])
+def test_an_entry_only_the_explorer_checks_is_run_by_the_explorer_under_auto():
+    # An entry whose manifest methods leave out BMC is searched by the explorer, never
+    # through proofs over rules it was not meant for, nor skipped.
+    m = load()
+    (e,) = [e for e in m.entries if e.property == "never_finishes"
+            and e.config == "v0_swap_chunked"]
+    only = dataclasses.replace(e, methods=("explore",))
+    assert check._checked_by(only, "auto") and check._job_method(only, "auto") == "explore"
+    assert check._job_method(e, "auto") == "auto"
+    assert not check._checked_by(only, "bmc")
+
+
+def test_a_method_that_checks_none_of_the_selected_entries_is_a_one_line_error(capsys):
+    # budget_family's entries are BMC's alone (2080 configs, too many to enumerate).
+    code = main(["check", "--property", "budget_respected", "--manifest-config",
+                 "budget_family", "--method", "explore"])
     err = capsys.readouterr().err
-    assert code == 2 and "checked by explore" in err and len(err.splitlines()) == 1
+    assert code == 2 and "checked by bmc" in err and len(err.splitlines()) == 1
