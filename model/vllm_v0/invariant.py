@@ -54,7 +54,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from model.core.ops import Bool, Ops
+from model.core.ops import Bool, Int, Ops
 from model.core.types import SlotSpec
 from model.vllm_v0.state import (
     ABSENT,
@@ -64,7 +64,34 @@ from model.vllm_v0.state import (
     WAITING,
     RuleConfig,
     SchedState,
+    SlotState,
 )
+
+
+def _live(ops: Ops, cfg: RuleConfig, spec: SlotSpec, x: SlotState, ntok: Int) -> list[Bool]:
+    """What holds of a request still held: fewer outputs than max_tokens, and once it has
+    sampled, shorter than max_model_len (the stop check, SC:31-92)."""
+    return [x.num_output_tokens >= 0, x.num_output_tokens < spec.max_tokens,
+            ops.or_(x.num_output_tokens == 0, ntok < cfg.max_model_len)]
+
+
+def _not_yet_running(ops: Ops, spec: SlotSpec, x: SlotState, s: SchedState,
+                     live: Sequence[Bool]) -> list[Bool]:
+    """The facts of both statements about an ABSENT slot (untouched, not yet arrived), an
+    arrived one, and a WAITING one (no table, nothing computed, S:1795-1805; its key
+    between the waiting queue's ends)."""
+    return [
+        x.num_preemptions >= 0,
+        ops.implies(x.status == ABSENT, ops.and_(
+            x.num_computed_tokens == 0, x.num_output_tokens == 0,
+            ops.not_(x.decode_stage), x.table_tokens == 0, x.num_preemptions == 0,
+            ops.or_(spec.arrival_step == 0, spec.arrival_step > s.step))),
+        ops.implies(x.status != ABSENT, ops.and_(spec.arrival_step >= 1,
+                                                 spec.arrival_step <= s.step)),
+        ops.implies(x.status == WAITING, ops.and_(
+            x.num_computed_tokens == 0, x.table_tokens == 0, ops.not_(x.decode_stage),
+            x.wait_key > s.wait_head, x.wait_key < s.wait_tail, *live)),
+    ]
 
 
 def well_formed(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], s: SchedState) -> Bool:
@@ -75,22 +102,12 @@ def well_formed(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], s: SchedSt
     tables = []
     for spec, x in zip(specs, s.slots, strict=True):
         ntok = spec.prompt_len + x.num_output_tokens
-        live = [x.num_output_tokens >= 0, x.num_output_tokens < spec.max_tokens,
-                ops.or_(x.num_output_tokens == 0, ntok < cfg.max_model_len)]
+        live = _live(ops, cfg, spec, x, ntok)
         running = [x.num_computed_tokens >= 1, x.num_computed_tokens <= ntok - 1,
                    x.table_tokens >= x.num_computed_tokens, x.table_tokens <= ntok,
                    x.run_key >= 0, x.run_key < s.next_run_key, *live]
         cons += [
-            x.status >= ABSENT, x.status <= FINISHED, x.num_preemptions >= 0,
-            ops.implies(x.status == ABSENT, ops.and_(
-                x.num_computed_tokens == 0, x.num_output_tokens == 0,
-                ops.not_(x.decode_stage), x.table_tokens == 0, x.num_preemptions == 0,
-                ops.or_(spec.arrival_step == 0, spec.arrival_step > s.step))),
-            ops.implies(x.status != ABSENT, ops.and_(spec.arrival_step >= 1,
-                                                     spec.arrival_step <= s.step)),
-            ops.implies(x.status == WAITING, ops.and_(
-                x.num_computed_tokens == 0, x.table_tokens == 0, ops.not_(x.decode_stage),
-                x.wait_key > s.wait_head, x.wait_key < s.wait_tail, *live)),
+            x.status >= ABSENT, x.status <= FINISHED, *_not_yet_running(ops, spec, x, s, live),
             ops.implies(x.status == RUNNING, ops.and_(*running)),
             ops.implies(x.status == FINISHED, x.table_tokens == 0),
         ]
@@ -125,22 +142,12 @@ def _swap_well_formed(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec],
     gpu, cpu = [], []
     for spec, x in zip(specs, s.slots, strict=True):
         ntok = spec.prompt_len + x.num_output_tokens
-        live = [x.num_output_tokens >= 0, x.num_output_tokens < spec.max_tokens,
-                ops.or_(x.num_output_tokens == 0, ntok < cfg.max_model_len)]
+        live = _live(ops, cfg, spec, x, ntok)
         held = [x.num_computed_tokens >= 1, x.num_computed_tokens <= ntok - 1,
                 x.table_tokens >= x.num_computed_tokens, x.table_tokens <= ntok, *live]
         key = x.swap_key[0]
         cons += [
-            x.status >= ABSENT, x.status <= SWAPPED, x.num_preemptions >= 0,
-            ops.implies(x.status == ABSENT, ops.and_(
-                x.num_computed_tokens == 0, x.num_output_tokens == 0,
-                ops.not_(x.decode_stage), x.table_tokens == 0, x.num_preemptions == 0,
-                ops.or_(spec.arrival_step == 0, spec.arrival_step > s.step))),
-            ops.implies(x.status != ABSENT, ops.and_(spec.arrival_step >= 1,
-                                                     spec.arrival_step <= s.step)),
-            ops.implies(x.status == WAITING, ops.and_(
-                x.num_computed_tokens == 0, x.table_tokens == 0, ops.not_(x.decode_stage),
-                x.wait_key > s.wait_head, x.wait_key < s.wait_tail, *live)),
+            x.status >= ABSENT, x.status <= SWAPPED, *_not_yet_running(ops, spec, x, s, live),
             ops.implies(x.status == RUNNING, ops.and_(
                 *held, x.run_key >= 0, x.run_key < s.next_run_key)),
             ops.implies(x.status == SWAPPED, ops.and_(
