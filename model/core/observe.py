@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from model.core.types import SlotObs, Step, StepRecord
+from model.core.types import FINISH_STOP, RequestSpec, SlotObs, Step, StepRecord
 
 
 def observed_step(rec: StepRecord, slots: Sequence[SlotObs], rule_cfg: object, released: int,
@@ -20,3 +20,32 @@ def observed_step(rec: StepRecord, slots: Sequence[SlotObs], rule_cfg: object, r
         num_running=len(rec.running),
         num_running_end=len(rec.running) - sum(1 for r in rec.running if r in finished),
         any_preempted=bool(rec.preempted), cfg=rule_cfg, **engine_fields)
+
+
+def queued_slot(rec: StepRecord, spec: RequestSpec, i: int, *, held: bool,
+                was_running: bool, was_waiting: bool, before: int, now: int, outputs: int,
+                blocks: int, preemptions: int, finish_rank: int = 0) -> SlotObs:
+    """The SlotObs of request `spec` (slot i) in a record of an engine whose reference
+    names its queues by id (mistral.rs, vLLM V0): tokens, service rank and events from the
+    record, queue and run keys as positions in its `waiting` and `running`; the engine
+    supplies what the record does not say (whether it held the request, its computed
+    tokens before and after the step, its outputs so far, blocks, preemptions). It samples
+    when its chunk reaches the end of its sequence."""
+    rid = spec.id
+    finished = dict(rec.finished)
+    n = dict(rec.scheduled).get(rid, 0)
+    ntok = spec.prompt_len + outputs
+    sampled = n > 0 and now >= ntok
+    return SlotObs(
+        held=held, was_running=was_running, was_waiting=was_waiting, scheduled=n,
+        serve_rank=next((k for k, (r, _) in enumerate(rec.scheduled) if r == rid), 0),
+        admitted=rid in rec.admitted, resumed=rid in rec.resumed,
+        preempted=rid in rec.preempted, finished=rid in finished,
+        finished_stop=finished.get(rid) == FINISH_STOP, sampled=sampled, num_tokens=ntok,
+        num_computed_tokens_before=before, num_computed_tokens=now,
+        num_output_tokens=outputs + int(sampled), blocks=blocks, num_preemptions=preemptions,
+        running_after=rid in rec.running, waiting_after=rid in rec.waiting,
+        queue_key=rec.waiting.index(rid) if rid in rec.waiting else 0,
+        run_key=rec.running.index(rid) if rid in rec.running else 0,
+        prompt_len=spec.prompt_len, max_tokens=spec.max_tokens, priority=spec.priority,
+        arrival_time=i, finish_rank=finish_rank)

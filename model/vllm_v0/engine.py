@@ -10,8 +10,8 @@ from dataclasses import replace
 
 from model.core.engine import EngineModel
 from model.core.errors import InputError
-from model.core.observe import observed_step
-from model.core.types import FINISH_STOP, RequestSpec, SlotObs, Step, StepRecord, Workload
+from model.core.observe import observed_step, queued_slot
+from model.core.types import RequestSpec, SlotObs, Step, StepRecord, Workload
 from model.vllm_v0 import rules
 from model.vllm_v0.config import (
     ENGINE_VLLM_V0,
@@ -83,35 +83,21 @@ def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ..
         arrived = {r.id for r in ordered if r.arrival_step == rec.step}
         was_waiting = set(waiting) | arrived
         was_swapped = set(swapped)
-        sched = dict(rec.scheduled)
-        rank = {rid: k for k, (rid, _) in enumerate(rec.scheduled)}
         finish_rank = {rid: k for k, (rid, _) in enumerate(rec.finished)}
         after = dict(rec.num_computed_tokens)
         finished = dict(rec.finished)
         slots = []
         for i, spec in enumerate(ordered):
             rid = spec.id
-            ntok = spec.prompt_len + outputs[rid]
-            n = sched.get(rid, 0)
             now = after.get(rid, 0 if rid in rec.preempted else ncomp[rid])
-            sampled = n > 0 and now >= ntok  # a prefill chunk short of the end samples nothing
             preemptions[rid] += rec.preempted.count(rid)
-            slots.append(SlotObs(
-                held=rid in running or rid in was_waiting or rid in was_swapped,
-                was_running=rid in running,
-                was_waiting=rid in was_waiting, scheduled=n, serve_rank=rank.get(rid, 0),
-                admitted=rid in rec.admitted, resumed=rid in rec.resumed,
-                preempted=rid in rec.preempted, finished=rid in finished,
-                finished_stop=finished.get(rid) == FINISH_STOP, sampled=sampled,
-                num_tokens=ntok, num_computed_tokens_before=ncomp[rid], num_computed_tokens=now,
-                num_output_tokens=outputs[rid] + int(sampled), blocks=blocks.get(rid, 0),
-                num_preemptions=preemptions[rid], running_after=rid in rec.running,
-                waiting_after=rid in rec.waiting,
-                queue_key=rec.waiting.index(rid) if rid in rec.waiting else 0,
-                run_key=rec.running.index(rid) if rid in rec.running else 0,
-                prompt_len=spec.prompt_len, max_tokens=spec.max_tokens, priority=spec.priority,
-                arrival_time=i, finish_rank=finish_rank.get(rid, 0)))
-            outputs[rid] += int(sampled)
+            obs = queued_slot(
+                rec, spec, i, held=rid in running or rid in was_waiting or rid in was_swapped,
+                was_running=rid in running, was_waiting=rid in was_waiting, before=ncomp[rid],
+                now=now, outputs=outputs[rid], blocks=blocks.get(rid, 0),
+                preemptions=preemptions[rid], finish_rank=finish_rank.get(rid, 0))
+            slots.append(obs)
+            outputs[rid] += int(obs.sampled)
             ncomp[rid] = now
         released = sum(o.blocks for o in slots if o.finished and o.running_after)
         steps.append(observed_step(rec, slots, rcfg, released))
