@@ -109,6 +109,15 @@ def _holds_entries() -> list[tuple[str, str]]:
             and catalogue.get(e.property).kind == "step"]
 
 
+def _assert_refused(config: str) -> None:
+    """The invariant proof on `config` fails in its inductive step (a patched fact or
+    rule is wrong)."""
+    family, bounds = _family(config)
+    result = induction.prove_well_formed(family, bounds, 120.0)
+    assert not result.proved
+    assert result.reason.startswith("inductive step: sat")
+
+
 @pytest.mark.parametrize("prop,config", _holds_entries())
 def test_every_holds_entry_is_proved(prop: str, config: str) -> None:
     family, bounds = _family(config)
@@ -170,10 +179,7 @@ def test_a_wrong_fact_is_not_proved(monkeypatch: pytest.MonkeyPatch, config: str
                           for x in s.slots])
 
     _patched(monkeypatch, well_formed=wrong)
-    family, bounds = _family(config)
-    result = induction.prove_well_formed(family, bounds, 120.0)
-    assert not result.proved
-    assert result.reason.startswith("inductive step: sat")
+    _assert_refused(config)
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -186,10 +192,7 @@ def test_a_wrong_rule_is_not_proved(monkeypatch: pytest.MonkeyPatch, config: str
         return dataclasses.replace(nxt, wait_head=state.wait_head), observed
 
     _patched(monkeypatch, step=wrong_step)
-    family, bounds = _family(config)
-    result = induction.prove_well_formed(family, bounds, 120.0)
-    assert not result.proved
-    assert result.reason.startswith("inductive step: sat")
+    _assert_refused(config)
 
 
 @pytest.mark.parametrize("config", SWAP_CONFIGS)
@@ -204,10 +207,7 @@ def test_a_wrong_swap_fact_is_not_proved(monkeypatch: pytest.MonkeyPatch, config
                         s.cpu[0].free_blocks + ops.sum(swapped) == cfg.num_cpu_blocks)
 
     _patched(monkeypatch, well_formed=wrong)
-    family, bounds = _family(config)
-    result = induction.prove_well_formed(family, bounds, 120.0)
-    assert not result.proved
-    assert result.reason.startswith("inductive step: sat")
+    _assert_refused(config)
 
 
 @pytest.mark.parametrize("config", SWAP_CONFIGS)
@@ -216,7 +216,4 @@ def test_a_wrong_swap_rule_is_not_proved(monkeypatch: pytest.MonkeyPatch, config
     """A swap that asks the pools for no blocks (`_can_swap` always OK): a swap-out can
     take more CPU blocks than are free, so the CPU pool goes negative."""
     monkeypatch.setattr(rules, "swap_blocks", lambda ops, cfg, tokens, table: 0)
-    family, bounds = _family(config)
-    result = induction.prove_well_formed(family, bounds, 120.0)
-    assert not result.proved
-    assert result.reason.startswith("inductive step: sat")
+    _assert_refused(config)
