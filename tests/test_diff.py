@@ -64,6 +64,7 @@ def test_a_switch_the_version_does_not_read_is_proved_equivalent(capsys):
     assert (code, doc["status"]) == (0, "proved")
 
 
+@pytest.mark.slow  # about 9 s of proofs
 def test_one_victim_or_a_loop_is_the_same_with_two_slots_but_not_provably_with_three():
     a, b = side("mistralrs@v0.9.2"), side("mistralrs@b0882bd75")
     assert diff.prove_equivalent(a, b, 2, 60) is True  # one running sequence beside the head
@@ -175,8 +176,9 @@ def test_a_switch_the_config_does_not_read_is_proved_equivalent_at_once(switch):
     assert result.seconds < 1
 
 
-@pytest.mark.parametrize(("switch", "step"), [("victim_latest", 2),
-                                               ("full_sequence_check", 2)])
+# victim_latest (6 s) in the slow suite; tests/test_diff_explore.py runs it by both methods
+@pytest.mark.parametrize(("switch", "step"), [
+    pytest.param("victim_latest", 2, marks=pytest.mark.slow), ("full_sequence_check", 2)])
 def test_the_ablations_change_decisions_with_a_minimal_workload(switch, step):
     a = vllm_side("tiny_fcfs")
     b = vllm_side("tiny_fcfs", {switch: False})

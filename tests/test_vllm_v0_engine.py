@@ -152,6 +152,7 @@ def test_the_engine_is_registered_with_its_manifest():
         registry.get("vllm-v0@0.9.0")
 
 
+@pytest.mark.slow  # about 11 s; the stored counterexample is replayed in the default suite
 def test_check_finds_the_worst_case_append_preemption(capsys, tmp_path):
     code = main(["check", "--engine", "vllm-v0", "--property", "no_spurious_preemption",
                  "--manifest-config", "v0_tiny", "--out", str(tmp_path), "--json"])

@@ -162,8 +162,12 @@ def test_rules_admit_in_a_step_that_preempted_in_chunked_mode():
     assert steps[1].running == ("a", "c") and steps[1].waiting == ("b",)
 
 
+# Block 0 runs in the default suite, blocks 1-3 (the deep part) in the slow suite.
+_BLOCKS = [0, *(pytest.param(b, marks=pytest.mark.slow) for b in range(1, 4))]
+
+
 @pytest.mark.parametrize("chunked", [False, True], ids=["default", "chunked"])
-@pytest.mark.parametrize("block", range(4))
+@pytest.mark.parametrize("block", _BLOCKS)
 def test_rules_agree_with_the_reference_on_the_conformance_generators_workloads(chunked,
                                                                                 block):
     # checker/conformance/vllm_v0_real.py's generator (it needs no vLLM): 30 steps each,
@@ -173,7 +177,7 @@ def test_rules_agree_with_the_reference_on_the_conformance_generators_workloads(
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["swap", "swap-chunked"])
-@pytest.mark.parametrize("block", range(4))
+@pytest.mark.parametrize("block", _BLOCKS)
 def test_rules_agree_with_the_reference_on_the_generators_swap_workloads(chunked, block):
     # The generator's swap mode (`random_workload(..., swap=True)`): 4 x 25 seeds per path.
     for seed in range(25 * block, 25 * (block + 1)):

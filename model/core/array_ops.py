@@ -21,7 +21,8 @@ from typing import Any
 
 Array = Any  # an array of the array module, or a Python int/bool shared by every element
 
-NUMPY_EXTRA = "install the array extra: pip install -e '.[fast]'"
+# numpy is a core dependency (pyproject.toml): without it the install is incomplete.
+NUMPY_EXTRA = "numpy is a core dependency of batchproof: reinstall it (pip install -e .)"
 
 
 def _is_const(x: object) -> bool:
