@@ -68,14 +68,14 @@ def _layer(module: str) -> str:
             return f"model.{parts[1]}"
         return "model"
     if parts[0] == "checker" and len(parts) > 1 and parts[1] in {
-            "methods", "show", "config", "sweep", "docs", "cli", "conformance"}:
+            "methods", "show", "config", "sweep", "runner", "docs", "cli", "conformance"}:
         return f"checker.{parts[1]}"
     return parts[0]
 
 
 # Which layers each layer may import (besides itself). The checker's parts are ordered
-# methods < show < config < sweep < docs < cli; conformance drives real engines and reads
-# model.
+# methods < show < config < sweep < runner < docs < cli; conformance drives real engines
+# and reads model.
 ALLOWED = {
     "model.core": set(),
     **{f"model.{room}": {"model.core"} for room in ROOMS},
@@ -84,7 +84,7 @@ ALLOWED = {
 }
 _MODEL_ALL = {"model", "model.core", *(f"model.{room}" for room in ROOMS)}
 _CHECKER_ORDER = ("checker.methods", "checker.show", "checker.config", "checker.sweep",
-                  "checker.docs", "checker.cli")
+                  "checker.runner", "checker.docs", "checker.cli")
 for i, part in enumerate(_CHECKER_ORDER):
     ALLOWED[part] = {"properties", "checker", *_MODEL_ALL, *_CHECKER_ORDER[:i]}
 ALLOWED["checker.conformance"] = {"properties", "checker", "checker.methods", *_MODEL_ALL}
@@ -136,3 +136,21 @@ def test_no_generic_method_tests_an_engine_name(path):
         assert not re.search(rf"[=!]=\s*[\"']{re.escape(name)}", text), name
         assert not re.search(rf"[\"']{re.escape(name)}[\"']\s*[=!]=", text), name
         assert not re.search(rf"\bin\s*\([^)]*[\"']{re.escape(name)}[\"']", text), name
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "checker" / "cli").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_cli_is_only_the_front_door(path):
+    # Process pools, worker start-up and signal handling live in checker/runner/ and are
+    # shared by check, worst, diff and sweep; a command only says what to run.
+    used = {name for name in _imports(path)
+            if name.split(".")[0] in {"signal", "ctypes", "multiprocessing", "threading"}
+            or name.startswith("concurrent.futures")}
+    assert used == set(), f"{path.name} imports {sorted(used)}: move it to checker/runner/"
+
+
+def test_the_front_door_check_can_fail(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import signal\nfrom concurrent.futures import ProcessPoolExecutor\n")
+    assert {n for n in _imports(bad) if n.split(".")[0] in {"signal", "concurrent"}} == {
+        "signal", "concurrent.futures", "concurrent.futures.ProcessPoolExecutor"}

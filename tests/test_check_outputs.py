@@ -24,6 +24,7 @@ from checker.cli.main import main
 from checker.methods import agreement
 from checker.methods.jobs import JobResult
 from checker.methods.verdict import HOLDS, UNKNOWN, VIOLATED, Verdict
+from checker.runner import pool, stops
 from checker.show import junit
 from checker.show.progress import Progress
 
@@ -39,8 +40,8 @@ def validate(doc):
 
 def perturb(monkeypatch, change):
     """Run the real jobs, then pass each result through `change(result)`."""
-    real = check.run_batch
-    monkeypatch.setattr(check, "run_batch", lambda jobs: [change(r) for r in real(jobs)])
+    real = pool.run_batch
+    monkeypatch.setattr(pool, "run_batch", lambda jobs: [change(r) for r in real(jobs)])
 
 
 def unknown(res):
@@ -430,7 +431,7 @@ def test_workers_die_within_10_s_of_a_sigkill_of_their_parent(started):
 def no_job(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise AssertionError("a job ran before the output paths were checked")
-    monkeypatch.setattr(check, "_execute", refuse)
+    monkeypatch.setattr(pool, "execute", refuse)
 
 
 def _unwritable(tmp_path):
@@ -504,7 +505,7 @@ def test_a_pool_runs_with_sigpipe_ignored_and_the_handler_comes_back():
     old = signal.getsignal(signal.SIGPIPE)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
-        with check._stoppable():
+        with stops.stoppable():
             assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
         assert signal.getsignal(signal.SIGPIPE) == signal.SIG_DFL
     finally:

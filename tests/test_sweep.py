@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from checker.cli import check
 from checker.cli.main import main
 from checker.methods import worst
 from checker.methods.verdict import HOLDS, UNKNOWN, VIOLATED
+from checker.runner import stops
 from checker.sweep import executors, store, work
 from checker.sweep import grid as grids
 from model.core.errors import InputError
@@ -183,6 +183,12 @@ def test_hazard_params_set_the_envelope_the_hazard_reads():
     ("properties: [budget_respected]\nplot: [max-num-seqs]", "not a swept field"),
     ("properties: [budget_respected]\nfrobnicate: 1", "unknown key 'frobnicate'"),
     ("config: {}", "nothing to check"),
+    # `config: []` (and `bounds: []`) were read as no config at all: one default config.
+    ("config: []\nproperties: [budget_respected]", "config is [], not a mapping"),
+    ("engine: sglang\nconfig: []\nproperties: [budget_respected]",
+     "config is [], not a mapping"),
+    ("config: 0\nproperties: [budget_respected]", "config is 0, not a mapping"),
+    ("properties: [budget_respected]\nbounds: []", "bounds is [], not a mapping"),
 ])
 def test_a_bad_grid_is_one_line_naming_the_problem(text, says):
     with pytest.raises(InputError) as err:
@@ -200,6 +206,16 @@ def test_the_cli_says_a_bad_grid_in_one_line_and_exits_2(tmp_path, capsys):
     path.write_text("config: [1, 2\n")
     assert run_cli("sweep", str(path)) == 2
     assert "is not valid YAML at line" in capsys.readouterr().err
+
+
+def test_the_cli_says_an_empty_config_list_in_one_line_and_exits_2(tmp_path, capsys):
+    path = tmp_path / "g.yaml"
+    path.write_text("engine: vllm-v1\nconfig: []\nproperties: [budget_respected]\n")
+    assert run_cli("sweep", str(path), "--dry-run", "--out", str(tmp_path / "o")) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"batchproof: error: {path}: config is [], not a mapping; give "
+                          "flag: value, list or range"), err
 
 
 def test_every_example_grid_parses_and_the_ci_grid_is_small():
@@ -265,7 +281,7 @@ def test_the_local_pool_accounts_for_every_job_when_tasks_raise_die_or_hang():
               "properties: [budget_respected, running_within_max_num_seqs]")
     jobs = grids.jobs(g, grids.expand(g)[0])
     got = {}
-    hooks = executors.PoolHooks(stop=check._stop_pool, initializer=check._init_worker,
+    hooks = executors.PoolHooks(stop=stops.stop_pool, initializer=stops.init_worker,
                                 initargs=(os.getpid(),))
     start = time.monotonic()
     executors.run_local(grids.batches(jobs), 2, lambda b, outs: got.update(

@@ -8,20 +8,13 @@ unknown or time limit; with `--method both` also a verdict only one method decid
 from __future__ import annotations
 
 import argparse
-import ctypes
 import hashlib
 import json
 import os
-import signal
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
-from types import FrameType
 
 from checker.config.flags import (
     add_config_flags,
@@ -44,7 +37,7 @@ from checker.config.serve_args import (
 )
 from checker.methods import agreement
 from checker.methods.agreement import Agreement
-from checker.methods.jobs import EXPLORERS, REFERENCE, Job, JobResult, run_batch
+from checker.methods.jobs import EXPLORERS, REFERENCE, Job, JobResult
 from checker.methods.symbolic import Bounds, Family, extend, new_unrolling
 from checker.methods.verdict import (
     ANSWERED,
@@ -57,6 +50,8 @@ from checker.methods.verdict import (
     VIOLATED,
     Verdict,
 )
+from checker.runner import pool
+from checker.runner.stops import Stopped
 from checker.show import itf
 from checker.show import text as render
 from checker.show.graph import export_graph
@@ -736,11 +731,11 @@ def run(args: argparse.Namespace) -> int:
     jobs = [job for job, _ in planned]
     try:
         with Progress(len(jobs), sys.stderr, show=not args.quiet) as progress:
-            results = _execute(jobs, args.jobs, progress)
+            results = pool.execute(jobs, args.jobs, progress)
     except Stopped as stop:
-        sys.stderr.write(f"batchproof: stopped by {signal.Signals(stop.signum).name}: "
+        sys.stderr.write(f"batchproof: stopped by {stop.name}: "
                          f"{stop.done} of {len(jobs)} checks done, no verdicts printed\n")
-        return 128 + stop.signum
+        return stop.exit_code
     verdicts = []
     written: set[str] = set()
     for res, (job, entry) in zip(results, planned, strict=True):
@@ -919,95 +914,6 @@ def json_document(verdicts: list[Verdict], agreements: list[Agreement], code: in
     return {"schema": JSON_SCHEMA, "verdicts": rows, "summary": summary}
 
 
-class Stopped(Exception):
-    """SIGINT or SIGTERM arrived while the jobs ran."""
-
-    def __init__(self, signum: int, done: int = 0) -> None:
-        super().__init__(signum, done)
-        self.signum = signum
-        self.done = done
-
-
-def _raise_stopped(signum: int, _frame: FrameType | None) -> None:
-    raise Stopped(signum)
-
-
-@contextmanager
-def _stoppable() -> Iterator[None]:
-    """While jobs run in a pool: SIGINT and SIGTERM raise Stopped in the main thread, so
-    the pool is ended instead of waited for, and SIGPIPE is ignored: when a worker dies,
-    the pool's feeder thread may still write to its pipe, and under main's SIGPIPE=SIG_DFL
-    (for `| head`) that write would end this process silently."""
-    if not _in_main_thread():
-        yield  # signal handlers can only be set from the main thread
-        return
-    old = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGINT, signal.SIGTERM)}
-    old[signal.SIGPIPE] = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-
-
-def _ignore_stops() -> None:
-    """A second Ctrl-C must not interrupt the ending of the pool (`_stoppable` restores
-    the handlers after)."""
-    if _in_main_thread():
-        for s in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, signal.SIG_IGN)
-
-
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def _init_worker(parent: int) -> None:
-    """In each worker process: die with the parent, and leave Ctrl-C to it."""
-    # A Ctrl-C reaches the whole process group; the parent alone decides what stops.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Forked from a parent whose SIGTERM raises Stopped: a worker must die at once.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if sys.platform.startswith("linux"):
-        # A SIGKILL of the parent runs no Python code, so only the kernel can end us then.
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
-
-
-def _stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Cancel what has not started and end the workers now (SIGTERM, then SIGKILL)."""
-    # ProcessPoolExecutor has no public way to end running workers before Python 3.14
-    # (terminate_workers); shutdown alone waits for, or abandons, the running jobs.
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    # The pool's feeder thread may still write to a dead worker's pipe; under main's
-    # SIGPIPE=SIG_DFL (for `| head`) that write would kill this process silently.
-    old_pipe = signal.signal(signal.SIGPIPE, signal.SIG_IGN) if _in_main_thread() else None
-    try:
-        for p in processes:
-            p.terminate()
-        deadline = time.monotonic() + 5.0
-        for p in processes:
-            p.join(max(0.0, deadline - time.monotonic()))
-            if p.is_alive():
-                p.kill()
-                p.join(1.0)
-        # Every worker is gone, so this no longer waits for a job: it joins the pool's
-        # threads, which see the broken pool and end.
-        pool.shutdown(wait=True, cancel_futures=True)
-    finally:
-        if old_pipe is not None:
-            signal.signal(signal.SIGPIPE, old_pipe)
-
-
-def _in_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
-def _label(jobs: list[Job]) -> str:
-    return f"{jobs[0].engine} {jobs[0].config.name} ({len(jobs)} checks)"
-
-
 def _checked_by(entry: Entry, method: str) -> bool:
     """Whether the entry is checked by `method` ("auto" runs the bmc pipeline's proofs, or
     the explorer for an entry only the explorer checks)."""
@@ -1029,63 +935,6 @@ def _search(entry: Entry | None, nc: NamedConfig) -> str:
     if entry is not None and "explore" in entry.methods and nc.bounded_method == "explore":
         return "explore"
     return "bmc"
-
-
-def _execute(jobs: list[Job], workers: int, progress: Progress | None = None) -> list[JobResult]:
-    """Run jobs grouped by config (one invariant proof per config and process), reporting
-    each finished batch to `progress`; Stopped on SIGINT / SIGTERM."""
-    progress = progress or Progress(0, sys.stderr, show=False)
-    groups: dict[str, list[int]] = {}
-    for i, job in enumerate(jobs):
-        groups.setdefault(job.config.name + repr(job.config.bounds), []).append(i)
-    batches = sorted(groups.values(), key=len, reverse=True)
-    out: list[JobResult | None] = [None] * len(jobs)
-    done = 0
-    if workers == 1 or len(batches) == 1:
-        try:
-            with progress.ticking():
-                for batch in batches:
-                    label = _label([jobs[i] for i in batch])
-                    progress.running(label)
-                    for i, res in zip(batch, run_batch([jobs[i] for i in batch]),
-                                      strict=True):
-                        out[i] = res
-                    done += len(batch)
-                    progress.finished(len(batch), label)
-        except KeyboardInterrupt:
-            raise Stopped(signal.SIGINT, done) from None
-        return [r for r in out if r is not None]
-    with _stoppable():
-        pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker,
-                                   initargs=(os.getpid(),))
-        try:
-            futures: dict[Future[list[JobResult]], list[int]] = {
-                pool.submit(run_batch, [jobs[i] for i in b]): b for b in batches}
-            order = list(futures)
-            pending = set(order)
-            while pending:
-                # Pool workers take batches in submission order: the oldest unfinished
-                # one is running.
-                progress.running(_label([jobs[i] for i in futures[next(
-                    f for f in order if f in pending)]]))
-                finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    batch = futures[fut]
-                    for i, res in zip(batch, fut.result(), strict=True):
-                        out[i] = res
-                    done += len(batch)
-                    progress.finished(len(batch), _label([jobs[i] for i in batch]))
-                progress.tick()
-        except Stopped as stop:
-            _ignore_stops()
-            _stop_pool(pool)
-            raise Stopped(stop.signum, done) from None
-        except BaseException:
-            _ignore_stops()
-            _stop_pool(pool)
-            raise
-        pool.shutdown()
-    return [r for r in out if r is not None]
 
 
 def _prop_label(prop: str, params: Sequence[tuple[str, int]]) -> str:

@@ -41,7 +41,6 @@ import argparse
 import json
 import re
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from itertools import zip_longest
 from typing import Any
@@ -78,6 +77,7 @@ from checker.methods.diff import (
 )
 from checker.methods.diff_explore import METHODS, arrival_choices, decide
 from checker.methods.symbolic import Bounds
+from checker.runner.pool import parallel_map
 from checker.show import svg, timeline
 from checker.show import text as render
 from model import registry as engines
@@ -527,12 +527,7 @@ def _ablate_all(args: argparse.Namespace, a: Side, config: str, bounds: Bounds) 
     switches = list(modelled.switches(a.config))
     _check_method(args, a, bounds)
     work = [(a, s, bounds, args.timeout, not args.no_prove, args.method) for s in switches]
-    if args.jobs == 1:
-        done = [_one_ablation(*w) for w in work]
-    else:
-        with ProcessPoolExecutor(max_workers=min(args.jobs, len(work))) as pool:
-            futures = [pool.submit(_one_ablation, *w) for w in work]
-            done = [f.result() for f in futures]
+    done = parallel_map(_one_ablation, work, args.jobs)
     results = [r for _, r in done]
     code = exit_code(results)
     current = modelled.switches(a.config)

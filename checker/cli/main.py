@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
-import signal
 import sys
 from collections.abc import Sequence
 
+from checker.runner.stops import INTERRUPTED, quiet_broken_pipe
 from model.core.errors import InputError
 
 EXIT_OK = 0
@@ -86,12 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # output is flushed at exit, still under SIG_DFL). Called in-process with an argv
     # (tests, a library user), the caller's handler comes back afterwards, so that a later
     # write to a dead worker's pipe raises in that process instead of ending it silently.
-    old_pipe = signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    try:
+    with quiet_broken_pipe(restore=argv is not None):
         return _main(argv)
-    finally:
-        if argv is not None:
-            signal.signal(signal.SIGPIPE, old_pipe)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -106,7 +102,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         sys.stderr.write("batchproof: interrupted\n")
-        return 128 + signal.SIGINT
+        return INTERRUPTED
     except Exception as exc:
         if debug:
             raise

@@ -11,10 +11,7 @@ unknown, time limit, a failed job or worker, or a `worst` metric not yet availab
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -22,16 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from checker.cli.check import (
-    MAX_JOBS,
-    Stopped,
-    _ignore_stops,
-    _init_worker,
-    _stop_pool,
-    _stoppable,
-)
+from checker.cli.check import MAX_JOBS
 from checker.config.flags import bounded_int
 from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED
+from checker.runner.pool import pool_hooks
+from checker.runner.stops import Stopped, ignore_stops, noted_stops, stoppable
 from checker.sweep import executors, pictures, store
 from checker.sweep import grid as grids
 from checker.sweep.extras import require
@@ -131,23 +123,6 @@ def _print_expansion(grid: grids.Grid, points: list[grids.Point],
         print(f"  refused {where}: rule {s.rule}")
 
 
-@contextmanager
-def _noted_stops() -> Iterator[list[int]]:
-    """While Ray runs the jobs: SIGINT and SIGTERM are noted in the list, not raised (the
-    executor polls it between its calls into Ray)."""
-    noted: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield noted
-        return
-    old = {s: signal.signal(s, lambda signum, _frame: noted.append(signum))
-           for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield noted
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-
-
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
@@ -181,19 +156,17 @@ def _sweep(args: argparse.Namespace, grid: grids.Grid, out: Path) -> int:
         batches = grids.batches(todo)
         try:
             if args.executor == "ray":
-                with _noted_stops() as signals:
+                with noted_stops() as signals:
                     executors.run_ray(batches, on_done, tick=progress.tick,
                                       stop=lambda: bool(signals))
                 if signals:
                     stopped = Stopped(signals[0])
             else:
-                with _stoppable():
-                    hooks = executors.PoolHooks(stop=_stop_pool, initializer=_init_worker,
-                                                initargs=(os.getpid(),))
-                    executors.run_local(batches, args.jobs, on_done, hooks,
+                with stoppable():
+                    executors.run_local(batches, args.jobs, on_done, pool_hooks(),
                                         tick=progress.tick)
         except Stopped as stop:
-            _ignore_stops()
+            ignore_stops()
             stopped = stop
         finally:
             journal.close()
@@ -202,10 +175,10 @@ def _sweep(args: argparse.Namespace, grid: grids.Grid, out: Path) -> int:
     parquet, csv_path = store.write_tables(out, rows)
     new = len(records) - (len(jobs) - len(todo))
     if stopped is not None:
-        sys.stderr.write(f"batchproof: stopped by {signal.Signals(stopped.signum).name}: "
+        sys.stderr.write(f"batchproof: stopped by {stopped.name}: "
                          f"{new} of {len(todo)} jobs done, kept in {out / store.JOURNAL}; run "
                          "the same command again to resume\n")
-        return 128 + stopped.signum
+        return stopped.exit_code
     counts = Counter(r["verdict"] for r in rows)
     rate = f"{new / elapsed:.2f} jobs/s" if new and elapsed > 0 else "nothing to run"
     summary = (f"{len(rows)} rows: " + ", ".join(

@@ -47,9 +47,9 @@ def _reason(exc: BaseException) -> str:
 @dataclass(frozen=True, slots=True)
 class PoolHooks:
     """How the pool's workers start and how the pool is ended at once. The sweep passes
-    `batchproof check`'s own (checker/cli/check.py: workers die with the parent and leave
-    Ctrl-C to it; ending terminates, then kills, the workers); they come in as arguments
-    because this layer may not import the command line."""
+    the runner's own (checker/runner/pool.py:pool_hooks: workers die with the parent and
+    leave Ctrl-C to it; ending terminates, then kills, the workers); they come in as
+    arguments because the runner sits above this layer."""
 
     stop: Callable[[ProcessPoolExecutor], None]
     initializer: Callable[..., None] | None = None
