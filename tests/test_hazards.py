@@ -157,7 +157,9 @@ def test_fcfs_rules_out_priority_inversion():
 # --- bounded and unknown ----------------------------------------------------------------------
 
 def test_a_pool_too_big_for_the_bound_holds_within_bounds_and_says_why():
-    big = Config(max_num_batched_tokens=8192, max_num_seqs=1024, max_model_len=32768,
+    # 16 seats: fewer than the 17 the constructed run asks (the 14 long requests the pool
+    # holds, a short one, the victim and one more), enough for the pool to run out.
+    big = Config(max_num_batched_tokens=8192, max_num_seqs=16, max_model_len=32768,
                  block_size=16, num_gpu_blocks=30000)
     r = decide(H["repeated_preemption"], big, ENV, pool_known=True)
     assert r.verdict == BOUNDED

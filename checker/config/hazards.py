@@ -5,7 +5,10 @@
   config does not have (chunked prefill off, the PRIORITY policy);
 - WITNESSED: a minimal trace from the checker (BMC through checker.jobs), replayed on
   the reference; or, for hazards that need more requests than the bound allows, a
-  constructed trace checked on the reference (said so, and not minimal);
+  constructed trace checked on the reference (said so, and not minimal). The reference
+  has no size cap: constructed runs, and witnesses the model found without the prefix
+  cache, are run on it with the deployment's own switches (prefix caching, async
+  scheduling, speculative decoding), whatever the symbolic search could carry;
 - HOLDS within bounds: no witness with at most `slots` requests and `depth` steps;
 - UNKNOWN: solver unknown, time limit, or the KV pool size was not given.
 """
@@ -19,10 +22,11 @@ from dataclasses import dataclass, replace
 import z3
 
 from checker.methods.jobs import Job, JobResult, run
-from checker.methods.replay import ReplayResult
-from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED
+from checker.methods.replay import DivergenceError, ReplayResult, replay
+from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED, Counterexample
+from model.core.errors import InputError
 from model.core.ops import CONCRETE, Ops
-from model.core.types import RequestSpec, StepRecord, Workload
+from model.core.types import EosEvent, RequestSpec, StepRecord, Workload
 from model.vllm.config import ENGINE_VLLM_V1, POLICY_PRIORITY, Config
 from model.vllm.deployment import (
     ASYNC_SCHEDULING,
@@ -34,7 +38,7 @@ from model.vllm.deployment import (
     outside_reason,
 )
 from model.vllm.engine import records_to_steps
-from model.vllm.reference import iter_steps
+from model.vllm.reference import VllmV1Scheduler, iter_steps
 from model.vllm.state import RuleConfig, cache_model_fits, within_bounds
 from properties import catalogue
 from properties.catalogue import Property
@@ -406,6 +410,120 @@ def _hol_workload(cfg: Config, env: Envelope) -> Workload | None:
     return Workload(config=cfg, requests=(*longs, small), steps=steps)
 
 
+# The constructed run stays within seconds: a step of the reference costs about the blocks
+# its requests hold (it lists a request's block hashes at each allocation), so requests x
+# steps x blocks per request is bounded (examples/configs/llama70b_tp8_h100.yaml: 33M,
+# 2-3 s to drive and as long to check).
+_REPEAT_FILLERS = 256
+_REPEAT_WORK = 100_000_000
+
+
+def _repeat_workload(cfg: Config, env: Envelope) -> Workload | None:
+    """M short requests and long ones arrive at step 1; once they all decode, long ones
+    arrive until the pool is nearly full, then one more request (the victim) sized to what
+    is left, so that it is admitted: the full-sequence check reads only its prompt
+    (kv_cache_manager.py:522-539), not the decode growth to come. The growth runs the pool
+    out and the RUNNING loop preempts running[-1], the victim, the latest admitted
+    (scheduler.py:777-844). Each time, one short request (first in running order, always
+    served) ends by EOS at its next token: its blocks let the victim, at the front of
+    waiting (scheduler.py:1613), back in (with prefix caching from its own blocks, still in
+    the free queue as evictable cached blocks, block_pool.py:774-805), last in running
+    again, until the growth preempts it again: M + 1 preemptions of one request, with no
+    cap on num_preemptions (scheduler.py:1608).
+
+    The run is driven here on the reference (the victim's size and the EOS steps depend on
+    the state it reaches) and returned as a workload; `_constructed` runs it again and
+    checks the property. None when the pool is too small or too large for it."""
+    m, bs, budget = env.max_preemptions, cfg.block_size, cfg.token_budget
+    usable = cfg.usable_blocks - cfg.watermark_blocks
+    # A running request takes at most this many blocks in one step: its token, its drafts
+    # and the lookahead slots allocate_slots reserves (kv_cache_manager.py:541-571).
+    k = cfg.num_spec_tokens
+    per_step = 1 + -(-(k + cfg.num_lookahead_tokens) // bs)
+    grow = 64
+    for _ in range(8):
+        prompt = cfg.max_model_len - 1 - grow
+        if not cfg.enable_chunked_prefill:  # a whole prompt must fit the budget
+            prompt = min(prompt, budget)
+        if prompt < bs or m > 8:
+            return None
+        each = -(-prompt // bs)
+        seats = usable // each + m + 2
+        # What the victim lacks when it is back at the front of waiting: the growth of
+        # every running request over the (at most 4) steps until a short request's blocks
+        # are free, each step at most 1 + k tokens of it (and the lookahead once); and
+        # the watermark its admission keeps free (kv_cache_manager.py:509-516).
+        short_blocks = (seats * (-(-(4 * (1 + k) + cfg.num_lookahead_tokens) // bs) + 1) + 2
+                        + cfg.watermark_blocks)
+        longs = (usable - m * short_blocks) // each
+        # Then the growth (one token per running request and step) runs the short
+        # request's blocks out again.
+        cycle = bs * (short_blocks + per_step * seats) // max(longs, 1) + 8
+        steps = (longs + 2) * (-(-prompt // budget) + 2) + (m + 1) * cycle + 16
+        if steps <= grow:
+            break
+        grow = 2 * steps
+    else:
+        return None
+    short_len = short_blocks * bs
+    if (longs < 1 or short_len + grow >= cfg.max_model_len or longs > _REPEAT_FILLERS
+            or seats > cfg.max_num_active_reqs or seats * steps * each > _REPEAT_WORK):
+        return None
+    requests = [RequestSpec(id=f"r{i}", prompt_len=short_len, max_tokens=grow, arrival_step=1)
+                for i in range(m)]
+    # One long request fewer than the pool holds at step 1: the last one could fail its
+    # full-sequence check after the others' growth and hold up everyone behind it
+    # (scheduler.py:1275-1282); the rest of the pool is filled once they all decode.
+    requests += [RequestSpec(id=f"r{m + i}", prompt_len=prompt, max_tokens=grow,
+                             arrival_step=1) for i in range(longs - 1)]
+    sched = VllmV1Scheduler(cfg)
+    eos: list[EosEvent] = []
+    victim = ""
+    released = 0  # short requests ended so far
+    pending = ""  # the short request to end at its next token
+    deadline = time.monotonic() + env.timeout_s
+    for step in range(1, steps + 1):
+        for spec in requests:
+            if spec.arrival_step == step:
+                sched.add_request(spec)
+        views = sched.views()
+        ends: frozenset[str] = frozenset()
+        if pending and any(v.request_id == pending and v.status == "RUNNING"
+                           and v.num_computed_tokens >= v.num_prompt_tokens for v in views):
+            ends, pending = frozenset((pending,)), ""
+            eos.extend(EosEvent(id=rid, step=step) for rid in ends)
+        try:
+            record = sched.step(ends)
+        except InputError:  # the short request did not sample in this step after all
+            return None
+        # Only the short requests end, by their EOS (a step later with async scheduling).
+        ended = {e.id for e in eos}
+        if time.monotonic() > deadline or any(rid not in ended for rid, _ in record.finished):
+            return None
+        held = sched.views()
+        if (not victim and len(requests) == len(held) and all(
+                v.status == "RUNNING" and v.num_computed_tokens >= v.num_prompt_tokens
+                for v in held)):
+            # Everyone decodes: a long request, or the victim sized to what is left less
+            # what the running requests can take before its admission check.
+            left = (record.free_blocks - per_step * (len(held) + 1) - 1
+                    - cfg.watermark_blocks)
+            rid = f"r{len(requests)}"
+            if left >= 1:
+                requests.append(RequestSpec(id=rid, prompt_len=min(left * bs, prompt),
+                                            max_tokens=grow, arrival_step=step + 1))
+            if left <= each:
+                victim = rid if left >= 1 else held[-1].request_id
+        view = sched.view(victim) if victim else None
+        if view is None or victim not in record.preempted:
+            continue
+        if view.num_preemptions > m:
+            return Workload(config=cfg, requests=tuple(requests), eos=tuple(eos), steps=step)
+        if released < m:
+            pending, released = f"r{released}", released + 1
+    return None
+
+
 # --- speculative decoding: hazards of the step's sizes (scheduler.py, v0.32.0) -------------
 
 def _room(cfg: Config) -> int:
@@ -579,7 +697,8 @@ HAZARDS: tuple[Hazard, ...] = (
     Hazard("repeated_preemption", "one request is preempted more than M times",
            "repeated_preemption", lambda e: (("m", e.max_preemptions),),
            "scheduler.py:777-844 preempts on every allocation failure, no cap on "
-           "num_preemptions (1608)", True, NO_PREEMPTION, kv_only=lambda cfg: True),
+           "num_preemptions (1608)", True, NO_PREEMPTION, construct=_repeat_workload,
+           kv_only=lambda cfg: True),
     Hazard("unchunked_blocking", "chunked prefill off: the waiting head is refused K "
            "steps for the budget running requests used", "unchunked_prefill_blocked",
            lambda e: (("k", e.unchunked_steps),),
@@ -606,9 +725,16 @@ def decide_all(cfg: Config, env: Envelope, pool_known: bool, only: tuple[str, ..
 def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool,
            deployment: Deployment = MODEL_SCOPE) -> HazardResult:
     """One hazard: the closed-form argument when its premises hold and it covers every
-    unmodelled feature the deployment turns on, else the checker, else a constructed run;
-    a verdict the model cannot give for this deployment is UNKNOWN with the reason."""
+    feature the deployment turns on, else the checker, else a constructed run; a witness
+    is kept only when the reference, run with the deployment's switches, fails the
+    property; a verdict the model cannot give for this deployment is UNKNOWN with the
+    reason."""
     start = time.monotonic()
+    # The reference runs what the deployment runs, at any size: its constructed runs and
+    # replays use the deployment's own switches, not the model's (which may leave the
+    # prefix cache out of a search too large for the symbolic cache, _model_of).
+    deployed = replace(cfg, enable_prefix_caching=deployment.prefix_caching,
+                       async_scheduling=deployment.async_scheduling)
     cfg, outside = _model_of(h, cfg, env, deployment)
     on = deployment.features()
     broken = h.absent.broken(cfg)
@@ -632,7 +758,7 @@ def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool,
         return HazardResult(h.name, h.title, UNKNOWN_LABEL, outside_reason(outside) + why_not,
                             seconds=time.monotonic() - start)
     if h.construct_first or h.own is not None:
-        shown = _constructed(h, cfg, env)
+        shown = _constructed(h, deployed, env)
         if shown is not None or h.own is not None:
             return replace(shown or HazardResult(
                 h.name, h.title, UNKNOWN_LABEL, "the argument that rules it out does not "
@@ -643,14 +769,14 @@ def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool,
         result = replace(result, detail=result.detail + "; " + pool_shortfall(cfg))
     if h.name == "starvation":
         result = replace(result, detail=result.detail + "; " + decode_starvation(cfg))
-    if result.verdict == BOUNDED and h.construct is not None:
-        result = _constructed(h, cfg, env) or result
+    if outside:  # prefix caching only: the model searched without the cache
+        result = _on_deployment(h, result, deployed, env)
+    if result.verdict in (BOUNDED, UNKNOWN_LABEL) and h.construct is not None:
+        result = _constructed(h, deployed, env) or result
     if not pool_known and result.verdict in (WITNESSED, BOUNDED):
         result = replace(result, detail=result.detail + f"; assuming a KV pool of "
                          f"{cfg.num_gpu_blocks} blocks that never runs out (give "
                          "--num-gpu-blocks for your pool)")
-    if outside:
-        result = _with_prefix_caching(result)
     return replace(result, detail=result.detail + why_not, seconds=time.monotonic() - start)
 
 
@@ -680,6 +806,52 @@ def _still_holds(h: Hazard, outside: tuple[Feature, ...]) -> str:
         by_reason.setdefault(reasons.get(f.name, reasons.get(ANY_FEATURE, "")), []).append(f.name)
     return "".join(f"; with {' and '.join(names)} on too: {why}"
                    for why, names in by_reason.items())
+
+
+def _switches(cfg: Config) -> str:
+    """The reference's scheduling switches a run used, for a witness's detail."""
+    text = (f"prefix caching {'on' if cfg.enable_prefix_caching else 'off'} and async "
+            f"scheduling {'on' if cfg.async_scheduling else 'off'}")
+    if cfg.num_spec_tokens:
+        text = (text.replace(" and async", ", async") + " and speculative decoding "
+                f"{cfg.speculative_method} k={cfg.num_spec_tokens}")
+    return text
+
+
+def _on_deployment(h: Hazard, result: HazardResult, deployed: Config,
+                   env: Envelope) -> HazardResult:
+    """A result of the model searched without the prefix cache, for a deployment that has
+    it on. A witness counts only when its workload, run on the reference with the
+    deployment's switches, fails the property at the same step (checker.methods.replay):
+    one that preempts nothing is kept as the model found it (_with_prefix_caching says why
+    it runs the same), one that preempts is replaced by that run (minimal only among the
+    cache-free workloads). A bound, or a witness that does not carry over, says nothing
+    of the cache: UNKNOWN (_with_prefix_caching)."""
+    w = result.witness
+    if result.verdict != WITNESSED or w is None:
+        return _with_prefix_caching(result)
+    cex = Counterexample(
+        engine=ENGINE_VLLM_V1, property=h.property, params=h.params(env),
+        config_name="deployed", workload=replace(w.workload, config=replace(
+            w.workload.config, enable_prefix_caching=deployed.enable_prefix_caching,
+            async_scheduling=deployed.async_scheduling)),
+        method="reference", bounds=result.bounds, violated_at=w.violated_at, loop=w.loop,
+        minimal=False)
+    try:
+        again = replay(cex)
+    except DivergenceError as exc:
+        return replace(result, verdict=UNKNOWN_LABEL, witness=None,
+                       detail=outside_reason((PREFIX_CACHING,)) + " (the model found a "
+                       f"witness without the cache: {result.detail}; with the deployment's "
+                       f"{_switches(deployed)} the reference differs: {exc})")
+    confirmed = (f"; run again on the reference with the deployment's {_switches(deployed)}: "
+                 f"the same violation at step {again.violated_at}")
+    kept = _with_prefix_caching(result)
+    if kept.verdict == WITNESSED:
+        return replace(kept, detail=kept.detail + confirmed)
+    return replace(result, detail=result.detail + confirmed + " (minimal among the "
+                   "workloads without the prefix cache only)",
+                   witness=replace(w, workload=cex.workload, replayed=again, minimal=False))
 
 
 def _with_prefix_caching(result: HazardResult) -> HazardResult:
@@ -768,13 +940,14 @@ def _constructed(h: Hazard, cfg: Config, env: Envelope) -> HazardResult | None:
     """Run the hazard's constructed workload on the reference and check the property
     there; a witness only if the property fails on the reference."""
     assert h.construct is not None
+    # The run is as long as the pool takes to fill: on a large pool it is bounded by the
+    # hazard's time limit like a search (a construction driven on the reference included),
+    # and a run cut short shows nothing.
+    deadline = time.monotonic() + env.timeout_s
     workload = h.construct(cfg, env)
     if workload is None:
         return None
     prop = h.prop(env)
-    # The run is as long as the pool takes to fill: on a large pool it is bounded by the
-    # hazard's time limit like a search, and a run cut short shows nothing.
-    deadline = time.monotonic() + env.timeout_s
     records = []
     for _, record in iter_steps(workload):
         records.append(record)
@@ -790,5 +963,28 @@ def _constructed(h: Hazard, cfg: Config, env: Envelope) -> HazardResult | None:
            f"{env.slots}: a constructed run" if h.own is None and not h.construct_first else
            f"{h.upstream}: a constructed run of {len(workload.requests)} request(s)")
     return HazardResult(
-        h.name, h.title, WITNESSED, how + ", checked on the reference (not minimised)", (),
-        Witness(workload, ReplayResult(tuple(records), at), at, False, first_shown=shown))
+        h.name, h.title, WITNESSED, how + f", checked on the reference with "
+        f"{_switches(workload.config)} (the deployment's switches), not minimised"
+        + _preemptions(records[:at]),
+        (), Witness(workload, ReplayResult(tuple(records), at), at, False, first_shown=shown))
+
+
+def _preemptions(records: list[StepRecord]) -> str:
+    """Who was preempted more than once in a run, when, and how it came back (with the
+    prefix cache hit it resumed from, kv_cache_manager.py:268-300), for a witness's detail."""
+    out = ""
+    for rid in dict.fromkeys(r for rec in records for r in rec.preempted):
+        at = [rec.step for rec in records if rid in rec.preempted]
+        if len(at) < 2:
+            continue
+        back = []
+        for rec in records:
+            if rid in rec.resumed:
+                hits = dict(rec.extra).get("prefix_hits")
+                hit = hits.get(rid, 0) if isinstance(hits, dict) else 0
+                back.append(f"{rec.step}" + (f" (from a prefix cache hit of {hit} tokens)"
+                                             if hit else ""))
+        out += (f"; {rid} is preempted at steps {', '.join(map(str, at))}"
+                + (f" and resumed at step{'s' if len(back) > 1 else ''} {', '.join(back)}"
+                   if back else ""))
+    return out
