@@ -129,3 +129,40 @@ def test_a_bad_rule_switch_is_one_line(tmp_path, capsys, rules, needle):
     code = main(["simulate", str(path)])
     err = capsys.readouterr().err
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+_BEYOND = ("--max-num-seqs", "4", "--max-num-batched-tokens", "64", "--max-model-len", "64",
+           "--block-size", "2", "--num-gpu-blocks", "64", "--property", "kv_blocks_conserved",
+           "--depth", "4")
+
+
+def _stderr_before_the_run(capsys, monkeypatch, tmp_path, *extra):
+    """What `check` wrote on stderr before any job ran (the run is stopped at its start)."""
+    import signal
+
+    from checker.runner import pool
+    from checker.runner.stops import Stopped
+    seen = {}
+
+    def execute(jobs, workers, progress=None):
+        seen["err"] = capsys.readouterr().err
+        raise Stopped(signal.SIGINT)
+    monkeypatch.setattr(pool, "execute", execute)
+    code = main(["check", *_BEYOND, *extra, "--out", str(tmp_path)])
+    assert code == 130
+    return seen["err"]
+
+
+def test_a_query_beyond_the_symbolic_cache_says_so_before_it_runs(capsys, monkeypatch,
+                                                                  tmp_path):
+    err = _stderr_before_the_run(capsys, monkeypatch, tmp_path)
+    assert "note: custom: beyond the symbolic prefix cache: the bounded query needs " \
+           "7-entry block tables and a 63-block pool" in err
+    assert "the answer is VIOLATED or UNKNOWN, never HOLDS" in err
+
+
+@pytest.mark.parametrize("extra", [("--method", "explore"), ("--no-enable-prefix-caching",)])
+def test_no_such_note_where_the_query_is_searched_exactly(capsys, monkeypatch, tmp_path,
+                                                          extra):
+    err = _stderr_before_the_run(capsys, monkeypatch, tmp_path, *extra)
+    assert "beyond the symbolic prefix cache" not in err

@@ -38,7 +38,7 @@ from checker.config.serve_args import (
 from checker.methods import agreement
 from checker.methods.agreement import Agreement
 from checker.methods.jobs import EXPLORERS, REFERENCE, Job, JobResult
-from checker.methods.symbolic import Bounds, Family, extend, new_unrolling
+from checker.methods.symbolic import Bounds, Family, beyond_symbolic, extend, new_unrolling
 from checker.methods.verdict import (
     ANSWERED,
     AS_EXPECTED,
@@ -729,6 +729,7 @@ def run(args: argparse.Namespace) -> int:
                          f"{e.property} on {e.config} is checked by {', '.join(e.methods)} "
                          f"(the manifest's methods); use --method {e.methods[0]} or auto")
     jobs = [job for job, _ in planned]
+    print_notes(_beyond_symbolic_notes(jobs), sys.stderr)  # before the search, not after
     try:
         with Progress(len(jobs), sys.stderr, show=not args.quiet) as progress:
             results = pool.execute(jobs, args.jobs, progress)
@@ -786,6 +787,26 @@ def run(args: argparse.Namespace) -> int:
         _writing("--junit", args.junit,
                  lambda: junit.write_junit(args.junit, verdicts, agreements))
     return code
+
+
+def _beyond_symbolic_notes(jobs: Sequence[Job]) -> list[str]:
+    """One line per config whose bounded query the symbolic rules cannot take (the
+    prefix cache's size), for the jobs that would search it by BMC: said before the run,
+    since the search can then only end VIOLATED (a witness found on the engine's cheaper
+    rules and confirmed on the exact reference) or UNKNOWN, never HOLDS."""
+    out: dict[str, str] = {}
+    for job in jobs:
+        if job.method == "explore" or (job.method == "auto" and job.search == "explore"):
+            continue
+        nc = job.config
+        why = beyond_symbolic(Family(base=nc.config, ranges=nc.ranges,
+                                     validated=nc.validated, engine=nc.engine),
+                              Bounds(**dict(nc.bounds)))
+        if why is not None and nc.name not in out:
+            out[nc.name] = (f"note: {nc.name}: {why}; BMC can only look for a witness on "
+                            "the engine's cheaper rules and confirm it on the exact "
+                            "reference: the answer is VIOLATED or UNKNOWN, never HOLDS")
+    return list(out.values())
 
 
 def _bounds_notes(verdicts: list[Verdict], planned: list[tuple[Job, Entry | None]]
