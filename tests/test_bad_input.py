@@ -4,6 +4,9 @@ One test per finding of issue 14, items 4-7 (the fuzz test, tests/test_fuzz.py, 
 for the rest)."""
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -121,6 +124,51 @@ def test_yaml_nested_deeply_is_one_line(tmp_path, capsys):
     path = write(tmp_path, "max-model-len: " + "[" * 100 + "]" * 100 + "\n", "c.yaml")
     one_line_error(capsys, "config", "--config", path, "--device", "h100",
                    needles=("nests YAML too deeply",))
+
+
+def alias_bomb():
+    """The "billion laughs": 271 bytes whose nested aliases expand to 9^8 (43 million)
+    scalars; the loader used to expand them all (config 40 s, sweep 20 s) before any cap."""
+    lines, previous = ["a: &a [x, x, x, x, x, x, x, x, x]"], "a"
+    for name in "bcdefgh":
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
+        previous = name
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("command", [["config", "--config", "c.yaml", "--device", "h100"],
+                                     ["sweep", "c.yaml", "--dry-run", "--out", "out"]])
+def test_a_yaml_alias_bomb_is_refused_while_loading_in_one_line(tmp_path, command):
+    write(tmp_path, alias_bomb(), "c.yaml")
+    # A process of its own, so that the timeout can stop it: it returns in well under a
+    # second; 10 s is room for a loaded machine, and half the time the bomb took before.
+    proc = subprocess.run([sys.executable, "-m", "checker.cli", *command], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=10)
+    assert proc.returncode == 2, proc
+    assert proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr[:500]
+    assert proc.stderr.startswith("batchproof: error: c.yaml: at alias *f at line 7 the YAML "
+                                  "holds more than 1,000,000 values"), proc.stderr[:500]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("a: &a [*a]\n", "alias *a at line 1 is inside the value it names"),
+    ("l: [" + ", ".join(f"&a{i} 1" for i in range(101)) + "]\nm: ["
+     + ", ".join(f"*a{i}" for i in range(101)) + "]\n",
+     "alias *a100 at line 2 is one more than the 100 YAML aliases"),
+])
+def test_a_recursive_alias_or_too_many_aliases_is_one_line(tmp_path, capsys, text, needle):
+    path = write(tmp_path, text, "c.yaml")
+    one_line_error(capsys, "config", "--config", path, "--device", "h100", needles=(needle,))
+
+
+def test_a_yaml_alias_within_the_limits_still_reads(tmp_path, capsys):
+    path = write(tmp_path, "max-model-len: &n 4096\nmax-num-batched-tokens: *n\n", "c.yaml")
+    code, out, err = run(capsys, "config", "--config", path, "--device", "h100", "--json",
+                         "--hazard", "priority_inversion")
+    assert code == 0, err
+    assert json.loads(out)["effective"]["max_num_batched_tokens"]["value"] == 4096
 
 
 def test_an_eos_id_that_is_a_list_is_one_line(tmp_path, capsys):
@@ -315,9 +363,12 @@ def test_compare_with_a_misspelt_engine_config_field_is_one_line(tmp_path, capsy
 
 def test_compare_still_runs_when_some_engines_refuse(tmp_path, capsys):
     doc = json.loads(COMPARE.read_text())
-    doc["engine_config"] = {"sglang": {"max_total_num_tokens": 4}}
+    # A 44-token prompt is past SGLang's max_req_input_len (48 - 6), within vLLM's 48. (An
+    # engine_config value that makes an engine refuse is bad input: test_compare.py.)
+    doc["requests"][0].update(prompt_len=44, max_tokens=1)
     code, out, _ = run(capsys, "compare", write(tmp_path, doc))
-    assert code == 0 and "note: sglang skipped" in out
+    assert code == 0 and "note: sglang skipped: request 'long'" in out
+    assert "vllm-v1" in out.split("per engine")[1]
 
 
 def test_explain_refuses_a_workload_simulate_rejects(tmp_path, capsys):

@@ -88,6 +88,40 @@ def test_bad_workload_is_one_line_exit_2(tmp_path, capsys, doc, fix):
     assert fix in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("engine, fields, needles", [
+    ("vllm-v1", {"max_num_seqs": 0}, ("max_num_seqs must be >= 1, got 0",)),
+    ("vllm-v1", {"policy": "lifo"}, ("policy 'lifo'", "use 'fcfs' or 'priority'")),
+    ("vllm-v1", {"watermark": 2.0}, ("watermark must be in [0, 1), got 2.0",)),
+    ("sglang", {"max_total_num_tokens": 4}, ("max_total_num_tokens 4", "raise them")),
+])
+def test_an_engine_config_value_the_engine_refuses_is_exit_2(tmp_path, capsys, engine,
+                                                             fields, needles):
+    # It was a skip with a note, and exit 0 on the other engines' runs.
+    doc = json.loads(EXAMPLE.read_text())
+    doc["engine_config"] = {engine: fields}
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(doc))
+    assert main(["compare", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"batchproof: error: engine_config['{engine}']: "), err
+    assert f"refuses the mapped config with {fields} over it" in err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_an_engine_config_over_a_mapped_config_the_engine_refuses_anyway_is_a_skip(
+        tmp_path, capsys):
+    # kv_tokens 50 in blocks of 4 is refused by vLLM's start-up check whatever the override.
+    doc = json.loads(EXAMPLE.read_text())
+    doc["config"]["kv_tokens"] = 50
+    doc["engine_config"] = {"vllm-v1": {"max_num_seqs": 2}}
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(doc))
+    assert main(["compare", str(path)]) == 0
+    assert "note: vllm-v1 skipped: vLLM V1 rejects the mapped config" in capsys.readouterr().out
+
+
 def test_unknown_engine_in_engines_is_exit_2(capsys):
     assert main(["compare", str(EXAMPLE), "--engines", "vllm-v1,orca"]) == 2
     assert "unknown engine 'orca' in --engines" in capsys.readouterr().err

@@ -201,6 +201,42 @@ def test_bad_yaml_is_one_line_with_exit_2(tmp_path, capsys, text, name, needle):
     one_line_error(code, err, needle)
 
 
+@pytest.mark.parametrize("line, needle", [
+    # A key with spaces became `--max num seqs`, which argparse reads as a positional word:
+    # config said "'serve' is a batchproof option", naming neither the key nor the fix;
+    # with an empty list (no tokens at all) the key was dropped without a word, exit 0.
+    ("max num seqs: 8\n", "unknown key 'max num seqs': vllm serve has no flag '--max num "
+                          "seqs'; the nearest flag is 'max-num-seqs'"),
+    ("max num seqs: []\n", "unknown key 'max num seqs': vllm serve has no flag '--max num "
+                           "seqs'; the nearest flag is 'max-num-seqs'"),
+    ("max_num_seqz: 8\n", "unknown key 'max_num_seqz': vllm serve has no flag "
+                          "'--max-num-seqz'; the nearest flag is 'max_num_seqs'"),
+    ("frobnicate: 1\n", "unknown key 'frobnicate': vllm serve has no flag '--frobnicate'; "
+                        "write vllm serve flags as keys"),
+])
+def test_an_unknown_yaml_key_is_named_with_the_nearest_flag(tmp_path, capsys, line, needle):
+    code, _, err = run_cli(capsys, "--config", write(tmp_path, "max-model-len: 64\n" + line),
+                           *H100)
+    one_line_error(code, err, needle)
+
+
+def test_the_same_key_check_applies_where_other_commands_read_the_yaml(tmp_path, capsys):
+    path = write(tmp_path, "max-model-len: 64\nmax num seqs: 8\n")
+    code = main(["check", "--config", path, "--property", "budget_respected", "-q"])
+    one_line_error(code, capsys.readouterr().err, "unknown key 'max num seqs'",
+                   "'max-num-seqs'")
+
+
+@pytest.mark.parametrize("value, shown", [("{name: x}", "{'name': 'x'}"), ("[a, b]", "['a', 'b']"),
+                                          ("7", "7"), ("true", "True")])
+def test_a_model_that_is_not_a_string_is_one_line(tmp_path, capsys, value, shown):
+    # `model: {name: x}` was taken as the model tag '{"name": "x"}' (exit 0).
+    path = write(tmp_path, f"max-model-len: 64\nmodel: {value}\n")
+    code, out, err = run_cli(capsys, "--config", path, *H100, *FAST)
+    assert out == ""
+    one_line_error(code, err, f"key 'model' is {shown}, not a model tag", "as a string")
+
+
 def test_missing_yaml_file_names_the_path(tmp_path, capsys):
     code, _, err = run_cli(capsys, "--config", str(tmp_path / "nope.yaml"), *H100)
     one_line_error(code, err, "nope.yaml")

@@ -1,6 +1,6 @@
-"""Fuzzing every command in-process (issue 14): the stored examples, workloads, YAML configs
-and ITF traces, mutated, drive `simulate`, `compare`, `check`, `replay`, `explain`,
-`config` and `seeds` through `checker.cli.main.main(argv)`.
+"""Fuzzing every command in-process (issue 14): the stored examples, workloads, YAML configs,
+sweep grids and ITF traces, mutated, drive `simulate`, `compare`, `check`, `replay`,
+`explain`, `config`, `sweep --dry-run` and `seeds` through `checker.cli.main.main(argv)`.
 
 A run fails on a traceback (an exception escaping `main`, or exit 4, the internal-error
 code), an exit code outside {0, 1, 2, 3}, a bad-input exit that is not one line on stderr,
@@ -45,6 +45,7 @@ EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.json")
 COMPARES = sorted((ROOT / "examples").glob("compare_*.json"))
 TRACES = sorted((ROOT / "counterexamples").glob("**/*.itf.json"))
 YAMLS = sorted((ROOT / "examples" / "configs").glob("*.yaml"))
+GRIDS = sorted((ROOT / "examples" / "sweeps").glob("*.yaml"))
 LIMIT_S = 20
 # Inputs the generator builds at the documented size limits take seconds by design (10
 # requests x 100,000 steps: 3-8 s alone on one core, SGLang's --json 56 MB); under a
@@ -71,7 +72,7 @@ class Hang(BaseException):
 class Generated:
     """A generated input file and what its mutation makes of it."""
 
-    kind: str  # workload | compare | trace | simulation | yaml
+    kind: str  # workload | compare | trace | simulation | yaml | sweep
     name: str  # file name, its suffix included
     data: bytes
     mutation: str
@@ -103,6 +104,10 @@ def _deep(n: int) -> object:
 # (JSON has no NaN: a file holding it is not JSON).
 NOT_AN_INT = ["abc", "", [], {}, [1, 2], {"a": 1}, 1.5, True, None, 2**64, -(2**64),
               10**30, _deep(DEEP)]
+# engine_config values of the right type that the engine's rules refuse.
+ENGINE_CONFIG_REFUSED = [("vllm-v1", {"max_num_seqs": 0}), ("vllm-v1", {"policy": "lifo"}),
+                         ("vllm-v1", {"watermark": 2.0}),
+                         ("sglang", {"max_total_num_tokens": 4})]
 # Values no config field takes at all.
 NO_CONFIG_VALUE = ["abc-no-such-value", [], {}, [1], {"a": 1}, 2**64, _deep(DEEP)]
 SMALL_INTS = [0, 1, 2, 3, 5, 8, 17, 64, 1000, -1]
@@ -140,7 +145,8 @@ def json_mutation(draw: st.DrawFn, kind: str, doc: dict, large: bool = False
         if kind == "workload" and w.get("engine", "vllm-v1") == "vllm-v1":
             choices += ["tiny_pool"]
     if kind == "compare":
-        choices += ["engine_config_typo", "engine_config_bad_type", "neutral_bad"]
+        choices += ["engine_config_typo", "engine_config_bad_type", "engine_config_refused",
+                    "neutral_bad"]
     if kind == "trace":
         choices += ["forge_state", "meta_bad", "drop_trace_part", "forge_violated_at"]
     if kind == "simulation":
@@ -263,6 +269,12 @@ def json_mutation(draw: st.DrawFn, kind: str, doc: dict, large: bool = False
     elif choice == "engine_config_bad_type":
         doc["engine_config"] = {"vllm-v1": {"max_num_seqs": "four"}}
         label = "engine_config value of the wrong type"
+    elif choice == "engine_config_refused":
+        # Of the right type, refused by the engine's rules over the mapped config (the
+        # engine was skipped, exit 0, even when it was the only one asked for).
+        engine, fields = draw(st.sampled_from(ENGINE_CONFIG_REFUSED))
+        doc["engine_config"] = {engine: fields}
+        label = f"engine_config[{engine}]={_show(fields)} refused"
     elif choice == "neutral_bad":
         key = draw(st.sampled_from(["token_budget", "max_seqs", "kv_tokens", "block_size"]))
         new = draw(st.sampled_from([0, -1, "8", 2**64, 1.5, [], True]))
@@ -398,14 +410,34 @@ YAML_BAD: list[tuple[str, str]] = [
     ("max-num-seqs: -4\n", "a negative seat count"),
     ("max-num-batched-tokens: 1e400k\n", "a budget too large for a float"),
     ("tensor-parallel-size: 0\n", "tensor-parallel-size 0"),
+    ("max num seqs: 8\n", "a flag name with spaces"),
+    ("max num seqs: []\n", "a flag name with spaces and no value"),
+    ("max_num_seqz: 8\n", "a misspelt flag in underscores"),
+    ("model: {name: x}\n", "a model that is a mapping"),
+    ("model: [a, b]\n", "a model that is a list"),
 ]
+
+
+def alias_bomb(indent: str = "") -> bytes:
+    """The "billion laughs": some 270 bytes of nested aliases (9 of the level above at each
+    of 8 levels) that expand to 9^8 scalars; the loaders took 20-40 s to expand them."""
+    lines, previous = [f"{indent}a: &a [x, x, x, x, x, x, x, x, x]"], "a"
+    for name in "bcdefgh":
+        lines.append(f"{indent}{name}: &{name} [" + ", ".join([f"*{previous}"] * 9) + "]")
+        previous = name
+    return ("\n".join(lines) + "\n").encode()
 
 
 @st.composite
 def yaml_mutation(draw: st.DrawFn, data: bytes) -> tuple[bytes, str, str | None]:
     """A mutated `vllm serve --config` file: a bad line appended (later keys win in
     YAML, and a repeated key is a new value), its bytes broken, or a value perturbed."""
-    choice = draw(st.sampled_from(["bad_line", "bad_line", "not_utf8", "perturb", "deep"]))
+    choice = draw(st.sampled_from(["bad_line", "bad_line", "not_utf8", "perturb", "deep",
+                                   "alias_bomb"]))
+    if choice == "alias_bomb":
+        # Under a flag the model ignores, whose mapping would be accepted as its JSON.
+        return (data + b"additional-config:\n" + alias_bomb("  "),
+                "an alias bomb in additional-config", BAD)
     if choice == "bad_line":
         line, label = draw(st.sampled_from(YAML_BAD))
         key = line.split(":")[0]
@@ -425,6 +457,30 @@ def yaml_mutation(draw: st.DrawFn, data: bytes) -> tuple[bytes, str, str | None]
     key = draw(st.sampled_from(keys))
     doc[key] = draw(st.sampled_from([1, 2, 16, 4096, 10**6]))
     return yaml.safe_dump(doc).encode(), f"{key}={doc[key]}", None
+
+
+# ---- sweep grids ------------------------------------------------------------------------
+
+# What a grid's `config` or `bounds` may not be: only an absent one means the defaults
+# (`config: []` was read as one default config).
+GRID_NOT_A_MAPPING = ["[]", "[1]", "0", "''", "x", "false"]
+
+
+@st.composite
+def grid_mutation(draw: st.DrawFn, data: bytes) -> tuple[bytes, str, str | None]:
+    """A mutated sweep grid (examples/sweeps): `config` or `bounds` that is not a mapping,
+    an alias bomb, or the grid unchanged (run with --dry-run: expanded, not checked)."""
+    choice = draw(st.sampled_from(["not_a_mapping", "not_a_mapping", "alias_bomb",
+                                   "unchanged"]))
+    if choice == "unchanged":
+        return data, "unchanged", None
+    if choice == "alias_bomb":
+        return data + alias_bomb(), "an alias bomb", BAD
+    key = draw(st.sampled_from(["config", "bounds"]))
+    value = draw(st.sampled_from(GRID_NOT_A_MAPPING))
+    doc = yaml.safe_load(data)
+    doc[key] = yaml.safe_load(value)
+    return yaml.safe_dump(doc).encode(), f"{key}: {value}", BAD
 
 
 # ---- flags ----------------------------------------------------------------------------
@@ -471,7 +527,11 @@ CHECK_BAD = [("--slots", "0"), ("--slots", "17"), ("--slots", "10000000000000000
 def cases(draw: st.DrawFn, large: bool = False) -> Generated:
     """An input file of any kind, mutated (`large`: see json_mutation)."""
     kind = draw(st.sampled_from(["workload", "workload", "compare", "trace", "trace",
-                                 "simulation", "yaml"]))
+                                 "simulation", "yaml", "sweep"]))
+    if kind == "sweep":
+        path = draw(st.sampled_from(GRIDS))
+        data, label, expect = draw(grid_mutation(path.read_bytes()))
+        return Generated(kind, "grid.yaml", data, f"{path.name}: {label}", expect)
     if kind == "yaml":
         path = draw(st.sampled_from(YAMLS))
         data, label, expect = draw(yaml_mutation(path.read_bytes()))
@@ -546,6 +606,8 @@ def invocations(draw: st.DrawFn, case: Generated, file: str, tmp: str
                                         "vllm-v1", "static,dynamic", "sglang,vllm-v1"]))
         add(["compare", file, "--engines", engines, *(["--json"] if draw(st.booleans())
                                                       else [])])
+    elif case.kind == "sweep":
+        add(["sweep", file, "--dry-run", "--out", f"{tmp}/out", "-q"])
     elif case.kind == "trace":
         add(["replay", file])
         add(["explain", file, "--format", draw(st.sampled_from(["text", "markdown", "svg"]))])

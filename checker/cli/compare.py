@@ -147,6 +147,12 @@ def parse_compare_workload(doc: Any) -> tuple[NeutralConfig, dict[str, Any], Wor
             engine.parse_config(fields)  # a misspelt or mistyped field is an error, not a skip
         except InputError as exc:
             raise InputError(f"engine_config[{name!r}]: {exc}") from None
+        # So is a value the engine refuses (vLLM: max_num_seqs 0, policy 'lifo'), which its
+        # parse_config leaves to its rules: only a refusal of the mapped config is a skip.
+        refused = override_rejection(name, neutral, fields)
+        if refused is not None:
+            raise InputError(f"engine_config[{name!r}]: {engine.title} refuses the mapped "
+                             f"config with {shown(fields)} over it: {refused}")
     body = {k: doc[k] for k in ("requests", "steps") if k in doc}
     workload = parse_workload({"engine": "dynamic", "config": {}, **body})
     arriving = sum(r.arrival_step <= workload.steps for r in workload.requests)
@@ -157,6 +163,30 @@ def parse_compare_workload(doc: Any) -> tuple[NeutralConfig, dict[str, Any], Wor
                          "(docs/simulation_contract.md, limits); lower 'steps' or compare "
                          "fewer requests")
     return neutral, overrides, workload
+
+
+def override_rejection(name: str, neutral: NeutralConfig, fields: dict[str, Any]
+                       ) -> str | None:
+    """The rule by which engine `name` refuses its mapped config with `fields` (its
+    engine_config) over it, when the mapped config alone does not fail that way; None when
+    the engine takes it, or refuses the mapped config alone just the same (a skip at run
+    time, as for an engine without an override)."""
+    if name not in MAPPINGS:
+        return None  # refused at run time: no mapping
+    mapped = MAPPINGS[name](neutral)
+    with_fields = _rejection(name, {**mapped, **fields})
+    if with_fields is None or with_fields == _rejection(name, mapped):
+        return None
+    return with_fields
+
+
+def _rejection(name: str, raw: dict[str, Any]) -> str | None:
+    """Why engine `name` refuses config `raw` (as run_engine would), or None."""
+    try:
+        rejected = config_rejection(name, engines.get(name).parse_config(raw))
+    except InputError as exc:  # a rule some engines raise rather than return
+        return str(exc)
+    return None if rejected is None else str(rejected)
 
 
 def _neutral(raw: Any) -> NeutralConfig:

@@ -31,7 +31,7 @@ from checker.config.hazards import (
 from checker.config.report import print_invalid, print_reasons, print_report
 from checker.config.resolve import Request, check_config
 from checker.config.rule_reasons import explain_rules
-from checker.config.serve_args import FEATURE_FLAGS, device_of, positive_number
+from checker.config.serve_args import FEATURE_FLAGS, device_of, long_flags, positive_number
 from checker.config.spec_args import spec_decode
 from model.core.errors import InputError
 from model.vllm.config import Config
@@ -168,7 +168,7 @@ def merged_args(args: argparse.Namespace) -> argparse.Namespace:
     parser = _FileParser(prog="config", add_help=False)
     parser.path = args.file
     add_arguments(parser)
-    from_file = parser.parse_args(yaml_tokens(args.file))
+    from_file = parser.parse_args(yaml_tokens(args.file, long_flags(parser)))
     merged = argparse.Namespace(**vars(args))
     for dest, value in vars(from_file).items():
         if value is None or value == [] or (value is False and dest not in _VLLM_DESTS):

@@ -163,6 +163,12 @@ class _FileParser(argparse.ArgumentParser):
         raise InputError(f"{self.path}: {message}; use vllm serve flag names as keys")
 
 
+def long_flags(parser: argparse.ArgumentParser) -> frozenset[str]:
+    """The long flags (--max-num-seqs, --no-enable-prefix-caching, ...) `parser` reads: the
+    keys a YAML file parsed with it may have (serve_yaml.yaml_tokens)."""
+    return frozenset(s for s in parser._option_string_actions if s.startswith("--"))
+
+
 def merge_yaml(args: argparse.Namespace, path: str | None) -> argparse.Namespace:
     """`args` with the vllm serve flags of the YAML file at `path` under those given on the
     command line (cli > config file > defaults, utils/argparse_utils.py:526-531). The file
@@ -173,7 +179,7 @@ def merge_yaml(args: argparse.Namespace, path: str | None) -> argparse.Namespace
     parser = _FileParser(prog="--config", add_help=False, allow_abbrev=False)
     parser.path = path
     add_config_flags(parser)
-    from_file = parser.parse_args(yaml_tokens(path))
+    from_file = parser.parse_args(yaml_tokens(path, long_flags(parser)))
     merged = argparse.Namespace(**vars(args))
     for dest, value in vars(from_file).items():
         if value is None or value == []:

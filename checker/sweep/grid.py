@@ -35,7 +35,7 @@ from checker.config.flags import CONFIG_FLAGS, ConfigFlag
 from checker.methods import worst
 from checker.methods.symbolic import Bounds
 from model import registry as engines
-from model.core.checks import MAX_FILE_BYTES, MAX_INT, check_nesting
+from model.core.checks import MAX_FILE_BYTES, MAX_INT, check_nesting, load_yaml
 from model.core.errors import ConfigError, InputError, shown
 from model.vllm.config import ENGINE_VLLM_V1, Config
 from model.workload import config_rejection
@@ -175,7 +175,10 @@ def _read_yaml(path: Path) -> Any:
     if len(data) > MAX_FILE_BYTES:
         raise InputError(f"{path} is larger than {MAX_FILE_BYTES // 2**20} MiB; {_FIX}")
     try:
-        doc = yaml.safe_load(data.decode("utf-8"))
+        # aliases and expanded size capped while loading
+        doc = load_yaml(data.decode("utf-8"), str(path), _FIX)
+    except InputError:
+        raise
     except UnicodeDecodeError as exc:
         raise InputError(f"{path} is not UTF-8 text (byte {exc.start}); {_FIX}") from None
     except yaml.YAMLError as exc:
@@ -202,16 +205,19 @@ def parse(doc: dict[str, Any], where: str = "the grid") -> Grid:
     if not isinstance(engine, str):
         raise InputError(f"{where}: engine must be a string such as vllm-v1, got {shown(engine)}")
     model = engines.get(engine)  # the registry's one-line error for an unknown name
-    raw_config = doc.get("config") or {}
+    # Only an absent config (or `config:` with nothing) means the defaults: `config: []`,
+    # `0` or `""` is a mistake, not one configuration.
+    raw_config = {} if doc.get("config") is None else doc["config"]
     if not isinstance(raw_config, dict):
-        raise InputError(f"{where}: config must be a mapping of flag: value, list or range")
+        raise InputError(f"{where}: config is {shown(raw_config)}, not a mapping; give flag: "
+                         "value, list or range, e.g. config: {max-num-seqs: [4, 8]}")
     axes = (_vllm_axes(raw_config, where) if model.name == ENGINE_VLLM_V1
             else _engine_axes(model, raw_config, where))
     checks = _checks(doc, model.name, where)
     if not checks:
         raise InputError(f"{where}: nothing to check; give properties, hazards or worst")
     methods = _methods(doc.get("method", "bmc"), where)
-    bounds = _bounds(doc.get("bounds") or {}, where)
+    bounds = _bounds({} if doc.get("bounds") is None else doc["bounds"], where)
     timeout = _timeout(doc.get("timeout", DEFAULT_TIMEOUT_S), where)
     description = doc.get("description", "")
     if not isinstance(description, str):
@@ -470,7 +476,8 @@ def _methods(raw: Any, where: str) -> tuple[str, ...]:
 
 def _bounds(raw: Any, where: str) -> tuple[tuple[str, int], ...]:
     if not isinstance(raw, dict):
-        raise InputError(f"{where}: bounds must be a mapping such as {{slots: 2, depth: 4}}")
+        raise InputError(f"{where}: bounds is {shown(raw)}, not a mapping; give one such as "
+                         "{slots: 2, depth: 4}")
     names = [f.name for f in fields(Bounds)]
     given = {}
     for key, value in raw.items():

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from model.core.errors import InputError
 from model.core.types import Workload
 
@@ -16,6 +18,11 @@ MAX_REQUESTS = 10_000  # requests (and eos entries) of one workload
 # time and memory grow with the product (10^6: a few seconds and a few hundred MB).
 MAX_REQUEST_STEPS = 1_000_000
 MAX_NESTING = 32  # JSON/YAML nesting; the deepest batchproof document nests 6 levels
+# YAML aliases (*name) of one document, and its values (scalars, lists, mappings) once each
+# alias is expanded: a few hundred bytes of nested aliases (the "billion laughs") expand to
+# tens of millions of values. batchproof's own YAML files use no alias.
+MAX_YAML_ALIASES = 100
+MAX_YAML_NODES = 1_000_000
 MAX_FILE_BYTES = 64 * 2**20  # an input file
 
 
@@ -63,3 +70,62 @@ def check_nesting(doc: Any, where: str, fix: str, syntax: str = "JSON") -> None:
                              f"{MAX_NESTING} levels deep, more than any batchproof input "
                              f"has); {fix}")
         stack.extend((child, depth + 1) for child in children)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that counts, while it composes, the aliases and the values the
+    document expands to (an alias counts every value of the node it names), and stops at
+    MAX_YAML_ALIASES or MAX_YAML_NODES before anything walks the expanded document."""
+
+    def __init__(self, text: str, where: str, fix: str) -> None:
+        super().__init__(text)
+        self.where, self.fix = where, fix
+        self.aliases = 0
+        self.values = 0
+        self.sizes: dict[int, int] = {}  # id(anchored node) -> values it expands to
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        """PyYAML's compose_node, counting the values and aliases it composes."""
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            line = event.start_mark.line + 1
+            node = super().compose_node(parent, index)  # PyYAML's undefined-alias error
+            size = self.sizes.get(id(node))
+            if size is None:
+                raise InputError(f"{self.where}: alias *{event.anchor} at line {line} is "
+                                 "inside the value it names (a recursive YAML value, "
+                                 f"endless once expanded); {self.fix}")
+            self.aliases += 1
+            if self.aliases > MAX_YAML_ALIASES:
+                raise InputError(f"{self.where}: alias *{event.anchor} at line {line} is "
+                                 f"one more than the {MAX_YAML_ALIASES} YAML aliases a "
+                                 f"document may use; {self.fix}")
+            self._count(size, f"alias *{event.anchor} at line {line}")
+            return node
+        start = self.values
+        self._count(1, f"the value at line {event.start_mark.line + 1}")
+        node = super().compose_node(parent, index)
+        if getattr(event, "anchor", None) is not None:
+            self.sizes[id(node)] = self.values - start
+        return node
+
+    def _count(self, values: int, what: str) -> None:
+        self.values += values
+        if self.values > MAX_YAML_NODES:
+            raise InputError(f"{self.where}: at {what} the YAML holds more than "
+                             f"{MAX_YAML_NODES:,} values once its aliases are expanded (an "
+                             f"alias counts every value it names: an alias bomb?); {self.fix}")
+
+
+def load_yaml(text: str, where: str, fix: str) -> Any:
+    """yaml.safe_load of `text` within MAX_YAML_ALIASES and MAX_YAML_NODES, counted while
+    the document is composed, so that a tiny file of nested aliases is refused in
+    milliseconds instead of expanding to millions of values: an InputError naming the
+    alias, its line, the limit and `fix`. PyYAML's own errors (yaml.YAMLError,
+    RecursionError for a deep document, ValueError for a number too long) pass through; a
+    caller that catches ValueError must let InputError, one, through first."""
+    loader = _BoundedLoader(text, where, fix)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()

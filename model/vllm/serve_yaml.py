@@ -10,13 +10,15 @@ with its JSON, anything else `--key str(value)` (argparse_utils.py:569-635).
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+from collections.abc import Collection
 from pathlib import Path
 
 import yaml
 
-from model.core.checks import MAX_FILE_BYTES, check_nesting
+from model.core.checks import MAX_FILE_BYTES, check_nesting, load_yaml
 from model.core.errors import InputError, shown
 
 # Flags of `vllm serve` (EngineArgs and the OpenAI frontend's dataclass fields,
@@ -175,10 +177,13 @@ NOT_MODELLED: dict[str, str] = {
 }
 
 
-def yaml_tokens(path: str) -> list[str]:
+def yaml_tokens(path: str, flags: Collection[str] = ()) -> list[str]:
     """The command-line tokens `vllm serve --config path` would insert. Every problem (not
-    readable, not UTF-8, not YAML, nested too deeply, a key that is not a flag name, a
-    value no flag takes: a date, a set, binary, NaN) is a one-line InputError."""
+    readable, not UTF-8, not YAML, nested too deeply or expanding too far, a key that is
+    not a flag name, a value no flag takes: a date, a set, binary, NaN, a model tag that is
+    not a string) is a one-line InputError. `flags` are the long flags the caller reads
+    (--max-num-seqs, ...): a key that spells none of them (`max num seqs`, `max_num_seqz`)
+    is an InputError naming the key and the nearest flag."""
     p = Path(path)
     if p.suffix not in (".yaml", ".yml"):
         raise InputError(f"config file {path} must end in .yaml or .yml, as vllm serve "
@@ -196,7 +201,9 @@ def yaml_tokens(path: str) -> list[str]:
     except UnicodeDecodeError as exc:
         raise InputError(f"{path} is not UTF-8 text (byte {exc.start}); {fix}") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = load_yaml(text, path, fix)  # aliases and expanded size capped while loading
+    except InputError:
+        raise
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
@@ -217,14 +224,39 @@ def yaml_tokens(path: str) -> list[str]:
         if not isinstance(key, str):
             raise InputError(f"{path}: key {shown(key)} is not a flag name; write vllm serve "
                              "flags as keys, e.g. max_num_seqs: 256")
+        if flags:
+            _check_key(path, key, flags)
         _check_value(path, key, value)
         tokens += _key_tokens(path, key, value)
     return tokens
 
 
+def _check_key(path: str, key: str, flags: Collection[str]) -> None:
+    """InputError for a key that is none of `flags` once written as a flag (`--` + the key,
+    `_` read as `-`, as FlexibleArgumentParser reads it), naming the nearest flag: a key
+    with spaces would otherwise become a positional word, not a flag."""
+    flag = "--" + key.replace("_", "-")
+    if flag in flags:
+        return
+    names = sorted(f[2:] for f in flags if f.startswith("--"))
+    wanted = "-".join(key.replace("_", "-").split()).strip("-").lower()
+    near = difflib.get_close_matches(wanted, names, n=1, cutoff=0.6)
+    if near:
+        spelt = near[0].replace("-", "_") if "_" in key else near[0]
+        fix = f"the nearest flag is {spelt!r}"
+    else:
+        fix = "write vllm serve flags as keys, e.g. max_num_seqs: 256"
+    raise InputError(f"{path}: unknown key {shown(key)}: vllm serve has no flag {shown(flag)}; "
+                     f"{fix}")
+
+
 def _check_value(path: str, key: str, value: object) -> None:
     """InputError for a value no vllm serve flag takes: a mapping that is not JSON (it
-    becomes the flag's JSON text), NaN, or what YAML reads as a date, a set or binary."""
+    becomes the flag's JSON text), NaN, or what YAML reads as a date, a set or binary; and
+    a `model` that is not a string (the model tag of `vllm serve MODEL`)."""
+    if key == "model" and not isinstance(value, str):
+        raise InputError(f"{path}: key 'model' is {shown(value)}, not a model tag; give the "
+                         "tag as a string, e.g. model: meta-llama/Llama-3.1-8B-Instruct")
     if isinstance(value, dict):
         try:
             json.dumps(value, allow_nan=False)
