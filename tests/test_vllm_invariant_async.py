@@ -1,8 +1,10 @@
-"""vLLM V1's well-formedness invariant on the AsyncScheduler (model/vllm/invariant.py, its
-in-flight facts): k-induction proves it inductive on tiny_async and on async families
-around it; it holds on every state of concrete async runs that agree with the reference;
-it proves tiny_async's HOLDS entries; and a wrong in-flight fact or a wrong async rule
-makes its proof fail."""
+"""vLLM V1's well-formedness invariant on the AsyncScheduler and with speculative decoding
+(model/vllm/invariant.py: its in-flight facts, and the blocks a request holds beyond its
+computed tokens): k-induction proves it inductive on tiny_async and async families around
+it, and (with the draft choices the induction step lacks, `spec_choices`) on tiny_spec,
+tiny_spec_eagle, tiny_spec_async and tiny_spec_threshold_fixed; it holds on every state of
+concrete runs that agree with the reference; it proves those configs' HOLDS entries; and a
+wrong fact or a wrong rule makes its proof fail."""
 
 from __future__ import annotations
 
@@ -15,11 +17,17 @@ from typing import Any
 import pytest
 import z3
 
-from checker.conformance.generate import random_workload
+from checker.conformance.generate import (
+    random_spec_async_workload,
+    random_spec_workload,
+    random_workload,
+)
 from checker.methods import induction
 from checker.methods.symbolic import Bounds, Family
+from model import registry as engines
+from model.core.errors import InputError
 from model.core.ops import CONCRETE, Ops
-from model.core.types import Workload
+from model.core.types import AcceptEvent, DraftEvent, Workload
 from model.run import without_unsampled_eos
 from model.slots import to_slots
 from model.vllm import invariant, rules
@@ -33,6 +41,9 @@ from properties import catalogue
 from properties.manifest import load
 
 CONFIG = "tiny_async"
+SPEC_CONFIGS = ("tiny_spec", "tiny_spec_eagle", "tiny_spec_async", "tiny_spec_threshold_fixed")
+SEEDS = range(48)  # async workloads checked concretely
+SPEC_SEEDS = range(40)  # per speculative mode
 
 
 def _family(config: str = CONFIG, **changes: Any) -> tuple[Family, Bounds]:
@@ -50,11 +61,47 @@ def _fresh_caches() -> Iterator[None]:
     induction.clear_caches()
 
 
+def _transition_with_choices(engine: Any, cfg: Any, specs: Any, s: Any, tag: str,
+                             defs: list) -> tuple[Any, Any]:
+    """induction._transition with the speculative choices BMC's unrolling has
+    (checker/methods/symbolic.py `extend`): drafts accepted and proposed, 0..k each."""
+    ops = induction._RecordingOps()
+    eos = tuple(z3.Bool(f"{tag}.eos{i}") for i in range(len(specs)))
+    k = cfg.num_spec_tokens
+    spec = tuple((z3.Int(f"{tag}.acc{i}"), z3.Int(f"{tag}.drafts{i}"))
+                 for i in range(len(specs)))
+    defs += [c for a, d in spec for c in (a >= 0, a <= k, d >= 0, d <= k)]
+    nxt, observed = engine.step(ops, cfg, specs, s, eos, spec=spec)
+    defs += ops.take_definitions()
+    defs += induction._complement_lemmas(ops.ites)
+    return nxt, observed
+
+
+def _covering_speculative_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's invariant_covers without its speculative-decoding exclusion."""
+    real = engines.get
+    covering = replace(real("vllm-v1"), invariant_covers=lambda cfg: not cfg.prefix_caching)
+    monkeypatch.setattr(engines, "get",
+                        lambda name: covering if name == "vllm-v1" else real(name))
+
+
+@pytest.fixture
+def spec_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """k-induction over the whole speculative environment: model/vllm/engine.py keeps
+    speculative decoding out of invariant_covers while induction.py's step has no draft
+    choices; this gives the step those choices and lifts the exclusion."""
+    _covering_speculative_decoding(monkeypatch)
+    monkeypatch.setattr(induction, "_transition", _transition_with_choices)
+
+
 def _refusal(config: str = CONFIG) -> str:
     """Why the invariant proof on `config` fails ("" when it is proved)."""
     family, bounds = _family(config)
     result = induction.prove_well_formed(family, bounds, 120.0)
     return "" if result.proved else result.reason
+
+
+# --- proofs ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("slots", [2, 3])
@@ -66,7 +113,7 @@ def test_the_invariant_is_inductive_on_tiny_async(slots: int) -> None:
 
 @pytest.mark.slow
 def test_the_invariant_is_inductive_on_tiny_async_at_four_slots() -> None:
-    family, bounds = _family()  # about 11 s
+    family, bounds = _family()  # about 11-16 s
     assert induction.prove_well_formed(family, dataclasses.replace(bounds, slots=4), 300.0).proved
 
 
@@ -92,115 +139,189 @@ def test_the_invariant_is_inductive_on_a_ranged_async_family() -> None:
     assert result.proved, result.reason
 
 
-def _holds_entries() -> list[str]:
-    return [e.property for e in load().entries
-            if e.config == CONFIG and e.expected == "HOLDS"
+@pytest.mark.parametrize("config", SPEC_CONFIGS)
+def test_the_engine_leaves_speculative_decoding_to_bounded_search(config: str) -> None:
+    assert _refusal(config) == ("the engine's invariant does not describe this "
+                                "configuration")
+
+
+def test_without_draft_choices_the_induction_step_proves_a_false_fact(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why: induction.py's step accepts no draft (and proposes k), so "no draft in flight
+    is accepted", false on concrete runs, passes its proof."""
+    _covering_speculative_decoding(monkeypatch)
+    real = invariant._drafts_in_flight
+    monkeypatch.setattr(invariant, "_drafts_in_flight", lambda ops, x: ops.and_(
+        real(ops, x), x.in_flight[0].pending_accepted == 0))
+    assert _refusal("tiny_spec_async") == ""
+    assert _concretely_refused("spec_async")
+
+
+@pytest.mark.usefixtures("spec_choices")
+@pytest.mark.parametrize("config", SPEC_CONFIGS)
+def test_the_invariant_is_inductive_with_speculative_decoding(config: str) -> None:
+    assert _refusal(config) == ""
+
+
+@pytest.mark.usefixtures("spec_choices")
+def test_the_invariant_is_inductive_on_tiny_spec_async_at_three_slots() -> None:
+    family, bounds = _family("tiny_spec_async")
+    result = induction.prove_well_formed(family, dataclasses.replace(bounds, slots=3), 120.0)
+    assert result.proved, result.reason
+
+
+@pytest.mark.usefixtures("spec_choices")
+def test_the_invariant_is_not_inductive_where_the_engine_can_crash() -> None:
+    """tiny_spec_threshold reaches scheduler.py:1372 (a padded request cut below 1 + k by
+    the threshold); the rules go on from the crash with that request RUNNING and
+    num_computed_tokens = threshold - k <= 0 (its k padding drafts rolled back), a state
+    the invariant does not describe (properties hold vacuously after a crash)."""
+    assert _refusal("tiny_spec_threshold").startswith("inductive step: sat")
+
+
+def _holds_entries() -> list[tuple[str, str]]:
+    return [(e.property, e.config) for e in load().entries
+            if e.config in (CONFIG, *SPEC_CONFIGS) and e.expected == "HOLDS"
             and catalogue.get(e.property).kind == "step"]
 
 
-def test_tiny_async_has_holds_entries() -> None:
-    assert sorted(_holds_entries()) == ["budget_respected", "kv_blocks_conserved",
-                                        "running_within_max_num_seqs"]
+def test_the_configs_have_holds_entries() -> None:
+    by_config: dict[str, set[str]] = {}
+    for prop, config in _holds_entries():
+        by_config.setdefault(config, set()).add(prop)
+    assert by_config[CONFIG] == {"budget_respected", "kv_blocks_conserved",
+                                 "running_within_max_num_seqs"}
+    assert set(by_config) == {CONFIG, *SPEC_CONFIGS}
 
 
-@pytest.mark.parametrize("prop", _holds_entries())
-def test_every_holds_entry_of_tiny_async_is_proved(prop: str) -> None:
-    family, bounds = _family()
+@pytest.mark.usefixtures("spec_choices")
+@pytest.mark.parametrize("prop,config", _holds_entries())
+def test_every_holds_entry_is_proved(prop: str, config: str) -> None:
+    family, bounds = _family(config)
     assert induction.prove_well_formed(family, bounds, 120.0).proved
     result = induction.prove(catalogue.get(prop), family, bounds, 2, 120.0)
     assert result.proved, result.reason
 
 
-def test_the_violated_entry_of_tiny_async_is_not_proved() -> None:
-    """computed_within_tokens is VIOLATED under async (placeholders count as tokens)."""
-    family, bounds = _family()
+@pytest.mark.usefixtures("spec_choices")
+@pytest.mark.parametrize("config", [CONFIG, "tiny_spec", "tiny_spec_async"])
+def test_the_violated_entry_is_not_proved(config: str) -> None:
+    """computed_within_tokens is VIOLATED there: placeholders and drafts count as tokens."""
+    family, bounds = _family(config)
     assert induction.prove_well_formed(family, bounds, 120.0).proved
     result = induction.prove(catalogue.get("computed_within_tokens"), family, bounds, 2, 120.0)
     assert not result.proved
 
 
-def _async_workload(seed: int) -> Workload | None:
-    """The conformance generator's workload `seed` on the AsyncScheduler, its EOS entries
-    cut to steps in which their request samples; None if vLLM refuses the config."""
-    w = random_workload(seed, steps=20)
-    w = replace(w, config=replace(w.config, async_scheduling=True))
-    return without_unsampled_eos(w) if is_valid(w.config) else None
+# --- concrete runs --------------------------------------------------------------------
 
 
-SEEDS = range(48)
+def _with_valid_choices(w: Workload) -> Workload:
+    """`w` less the speculative choices and EOS entries the reference refuses (a count for
+    a request with no drafts scheduled, ...), each kept only if the run with the ones kept
+    before it accepts it, in step order."""
+    events = sorted([*w.accepted, *w.drafts], key=lambda e: (e.step, isinstance(e, DraftEvent)))
+    kept: list[AcceptEvent | DraftEvent] = []
+    for e in events:
+        trial = [*kept, e]
+        try:
+            simulate(replace(w, eos=(), accepted=tuple(x for x in trial
+                                                       if isinstance(x, AcceptEvent)),
+                             drafts=tuple(x for x in trial if isinstance(x, DraftEvent))))
+        except InputError:
+            continue
+        kept.append(e)
+    w = without_unsampled_eos(replace(
+        w, accepted=tuple(x for x in kept if isinstance(x, AcceptEvent)),
+        drafts=tuple(x for x in kept if isinstance(x, DraftEvent))))
+    try:  # an EOS kept can end a request whose later choices then name nothing
+        simulate(w)
+    except InputError:
+        w = replace(w, eos=())
+    return w
+
+
+def _workload(kind: str, seed: int) -> Workload:
+    """The conformance generator's workload `seed`: on the AsyncScheduler ("async"), or
+    with speculative decoding, synchronous ("spec") or async ("spec_async")."""
+    if kind == "async":
+        w = random_workload(seed, steps=20)
+        w = replace(w, config=replace(w.config, async_scheduling=True))
+        assert is_valid(w.config), f"seed {seed}: the generator drew a config vLLM refuses"
+        return without_unsampled_eos(w)
+    generate = random_spec_workload if kind == "spec" else random_spec_async_workload
+    return _with_valid_choices(generate(seed, steps=20))
 
 
 @cache
-def _reachable() -> tuple[tuple[int, Any, Any, Any], ...]:
+def _reachable(kind: str) -> tuple[tuple[int, Any, Any, Any], ...]:
     """(seed, rule config, specs, state) of every state the rules reach on the workloads
-    of SEEDS, the initial ones included; each run is checked against the reference record
-    by record, so these are the reference's states."""
+    of `kind`, the initial ones included, up to a crash (the engine is dead there, and
+    the invariant does not describe it); each run is checked against the reference
+    record by record, so these are the reference's states."""
     states = []
-    for seed in SEEDS:
-        w = _async_workload(seed)
-        assert w is not None, f"seed {seed}: the generator drew a config vLLM refuses"
+    for seed in SEEDS if kind == "async" else SPEC_SEEDS:
+        w = _workload(kind, seed)
         sw = to_slots(w)
         state = ENGINE.initial_state(len(sw.specs), sw.cfg)
         states.append((seed, sw.cfg, sw.specs, state))
-        records = []
-        for eos in sw.eos:
-            state, observed = ENGINE.step(CONCRETE, sw.cfg, sw.specs, state, eos)
-            records.append(to_record(observed, sw.ids))
+        reference = simulate(w)
+        for t, eos in enumerate(sw.eos):
+            state, observed = ENGINE.step(CONCRETE, sw.cfg, sw.specs, state, eos,
+                                          spec=sw.spec[t] if sw.spec else None)
+            if state.crashed:
+                break
+            assert to_record(observed, sw.ids) == reference[t], \
+                f"{kind} seed {seed} step {t + 1}: the rules left the reference"
             states.append((seed, sw.cfg, sw.specs, state))
-        assert records == list(simulate(w)), f"seed {seed}: the rules left the reference"
     return tuple(states)
 
 
-def test_the_generated_async_workloads_preempt_and_sample() -> None:
-    """The concrete check below sees the in-flight states the facts are about."""
-    seen = {"preempted": 0, "placeholder": 0, "prefill_chunk": 0}
-    for _, _, _, s in _reachable():
+def _counts(kind: str) -> dict[str, int]:
+    """Slot-states of the concrete runs the facts are about."""
+    seen = {"preempted": 0, "placeholder": 0, "prefill_chunk": 0, "drafts": 0,
+            "extra_blocks": 0}
+    for _, cfg, _, s in _reachable(kind):
         for x in s.slots:
-            f = x.in_flight[0]
             seen["preempted"] += x.status == PREEMPTED
-            seen["placeholder"] += x.status == RUNNING and f.placeholders == 1
-            seen["prefill_chunk"] += (x.status == RUNNING and f.pending_tokens > 0
-                                      and not f.pending_sample)
-    assert all(n > 20 for n in seen.values()), seen
+            if x.in_flight and x.status == RUNNING:
+                f = x.in_flight[0]
+                seen["placeholder"] += f.placeholders > 0
+                seen["prefill_chunk"] += f.pending_tokens > 0 and not f.pending_sample
+            if x.drafts and x.status == RUNNING:
+                seen["drafts"] += x.drafts[0].count > 0
+                seen["extra_blocks"] += x.blocks > -(-x.num_computed_tokens // cfg.block_size)
+    return seen
 
 
-def test_the_invariant_holds_on_every_state_of_concrete_async_runs() -> None:
-    states = _reachable()
+@pytest.mark.parametrize("kind,facts", [
+    ("async", ("preempted", "placeholder", "prefill_chunk")),
+    ("spec", ("preempted", "drafts", "extra_blocks")),
+    ("spec_async", ("preempted", "placeholder", "prefill_chunk", "drafts", "extra_blocks"))])
+def test_the_generated_workloads_reach_the_states_the_facts_are_about(
+        kind: str, facts: tuple[str, ...]) -> None:
+    seen = _counts(kind)
+    assert min(seen[k] for k in facts) > 20, seen
+
+
+@pytest.mark.parametrize("kind", ["async", "spec", "spec_async"])
+def test_the_invariant_holds_on_every_state_of_concrete_runs(kind: str) -> None:
+    states = _reachable(kind)
     for seed, cfg, specs, state in states:
-        assert cfg.async_scheduling
+        assert cfg.async_scheduling == ("async" in kind)
+        assert bool(cfg.num_spec_tokens) == ("spec" in kind)
         assert invariant.well_formed(CONCRETE, cfg, specs, state), \
-            f"seed {seed} step {state.step}: {state}"
-    assert len(states) == len(SEEDS) * 21
+            f"{kind} seed {seed} step {state.step}: {state}"
+    assert len(states) > (len(SEEDS) if kind == "async" else len(SPEC_SEEDS)) * 15
 
 
-def _concretely_refused() -> bool:
+def _concretely_refused(kind: str = "async") -> bool:
     """Some reachable state of the concrete runs violates the (patched) invariant."""
     return any(not invariant.well_formed(CONCRETE, cfg, specs, state)
-               for _, cfg, specs, state in _reachable())
+               for _, cfg, specs, state in _reachable(kind))
 
 
-def _ite(c: Any, a: Any, b: Any) -> Any:
-    """If-then-else over a concrete or z3 condition (for patched rules)."""
-    return z3.If(c, a, b) if isinstance(c, z3.ExprRef) else (a if c else b)
-
-
-# One deliberately wrong form of each in-flight fact: each is false on reachable states
-# but holds initially, so the proof fails in its inductive step and a concrete run finds
-# a state where it is false.
-WRONG_FACTS: dict[str, tuple[str, Callable[[Ops, SlotState], Any]]] = {
-    "a victim keeps its placeholder": ("_idle", lambda ops, x: ops.implies(
-        ops.or_(x.status == ABSENT, x.status == WAITING, x.status == PREEMPTED), ops.and_(
-            x.in_flight[0].placeholders == ops.to_int(x.status == PREEMPTED),
-            x.in_flight[0].tokens == 0, x.in_flight[0].stale == 0,
-            x.in_flight[0].pending_tokens == 0))),
-    "what is in flight is stale": ("_last_schedule_in_flight", lambda ops, x: _held_facts(
-        ops, x, x.in_flight[0].stale == x.in_flight[0].tokens, 0)),
-    "a sampling chunk has two tokens or more": ("_last_schedule_in_flight", lambda ops, x: (
-        _held_facts(ops, x, x.in_flight[0].stale == 0, 1))),
-    "a placeholder per scheduled chunk": ("_running_placeholders", lambda ops, x: (
-        ops.implies(x.status == RUNNING, x.in_flight[0].placeholders
-                    == ops.ite(x.in_flight[0].pending_tokens > 0, 1, 0)))),
-}
+# --- wrong facts ----------------------------------------------------------------------
 
 
 def _held_facts(ops: Ops, x: SlotState, stale: Any, least_sampling_chunk: int) -> Any:
@@ -213,55 +334,100 @@ def _held_facts(ops: Ops, x: SlotState, stale: Any, least_sampling_chunk: int) -
         ops.implies(f.pending_sample, f.pending_tokens > least_sampling_chunk)))
 
 
+# One deliberately wrong form of each fact, with the config it is checked on and the runs
+# that reach a state where it is false: each holds initially, so the proof fails in its
+# inductive step.
+WRONG_FACTS: dict[str, tuple[str, Callable[..., Any], str, str]] = {
+    "a victim keeps its placeholder": ("_idle", lambda ops, x: ops.implies(
+        ops.or_(x.status == ABSENT, x.status == WAITING, x.status == PREEMPTED), ops.and_(
+            x.in_flight[0].placeholders == ops.to_int(x.status == PREEMPTED),
+            x.in_flight[0].tokens == 0, x.in_flight[0].stale == 0,
+            x.in_flight[0].pending_tokens == 0)), CONFIG, "async"),
+    "what is in flight is stale": ("_last_schedule_in_flight", lambda ops, x: _held_facts(
+        ops, x, x.in_flight[0].stale == x.in_flight[0].tokens, 0), CONFIG, "async"),
+    "a sampling chunk has two tokens or more": ("_last_schedule_in_flight", lambda ops, x: (
+        _held_facts(ops, x, x.in_flight[0].stale == 0, 1)), CONFIG, "async"),
+    "the synchronous computed bound": ("_last_computed", lambda ntok, x: ntok - 1,
+                                       CONFIG, "async"),
+    "a computed bound one lower": ("_last_computed", lambda ntok, x: (
+        ntok + x.in_flight[0].placeholders - 2), CONFIG, "async"),
+    "exactly the computed tokens' blocks, drafts on": ("_blocks_held", lambda ops, cfg, x: (
+        x.blocks == ops.cdiv(x.num_computed_tokens, cfg.block_size)), "tiny_spec_eagle",
+        "spec"),
+    "one placeholder whatever the drafts": ("_running_placeholders", lambda ops, x: (
+        ops.implies(x.status == RUNNING, x.in_flight[0].placeholders
+                    == ops.ite(x.in_flight[0].pending_sample, 1, 0))), "tiny_spec_async",
+        "spec_async"),
+    "a placeholder per scheduled chunk": ("_running_placeholders", lambda ops, x: (
+        ops.implies(x.status == RUNNING, x.in_flight[0].placeholders == ops.ite(
+            x.in_flight[0].pending_tokens > 0, 1 + x.in_flight[0].pending_spec, 0))),
+        "tiny_spec_async", "spec_async"),
+    "a sampled request computes one token less": ("_sampled_computes_all", lambda ops, n, x: (
+        ops.implies(ops.and_(x.status == RUNNING, x.in_flight[0].pending_sample),
+                    x.num_computed_tokens == n + x.in_flight[0].placeholders - 2)),
+        "tiny_spec_async", "spec_async"),
+    "no draft in flight is accepted": ("_drafts_in_flight", lambda ops, x: (
+        ops.and_(x.in_flight[0].pending_accepted == 0)), "tiny_spec_async", "spec_async"),
+}
+
+
+@pytest.mark.usefixtures("spec_choices")
 @pytest.mark.parametrize("fact", WRONG_FACTS)
-def test_a_wrong_in_flight_fact_is_refused(monkeypatch: pytest.MonkeyPatch, fact: str) -> None:
-    name, wrong = WRONG_FACTS[fact]
+def test_a_wrong_fact_is_refused(monkeypatch: pytest.MonkeyPatch, fact: str) -> None:
+    name, wrong, config, kind = WRONG_FACTS[fact]
     monkeypatch.setattr(invariant, name, wrong)
-    assert _refusal().startswith("inductive step: sat")
-    assert _concretely_refused()
+    assert _refusal(config).startswith("inductive step: sat")
+    assert _concretely_refused(kind)
 
 
-def test_a_wrong_computed_bound_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The synchronous bound num_computed_tokens <= num_tokens - 1: under async a sampling
-    chunk also computes the placeholder's token."""
-    monkeypatch.setattr(invariant, "_last_computed", lambda ntok, x: ntok - 1)
-    assert _refusal().startswith("inductive step: sat")
-    assert _concretely_refused()
+@pytest.mark.usefixtures("spec_choices")
+@pytest.mark.parametrize("fact,config", [
+    ("_idle", CONFIG), ("_last_schedule_in_flight", CONFIG),
+    ("_running_placeholders", "tiny_spec_async"), ("_sampled_computes_all", "tiny_spec_async"),
+    ("_drafts_in_flight", "tiny_spec_async")])
+def test_each_in_flight_fact_is_needed(monkeypatch: pytest.MonkeyPatch, fact: str,
+                                       config: str) -> None:
+    monkeypatch.setattr(invariant, fact, lambda *args: True)
+    assert _refusal(config).startswith("inductive step: sat")
 
 
-def test_an_off_by_one_computed_bound_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(invariant, "_last_computed",
-                        lambda ntok, x: ntok + x.in_flight[0].placeholders - 2)
-    assert _refusal().startswith("inductive step: sat")
-    assert _concretely_refused()
-
-
-@pytest.mark.parametrize("fact", ["_idle", "_last_schedule_in_flight"])
-def test_each_in_flight_fact_is_needed(monkeypatch: pytest.MonkeyPatch, fact: str) -> None:
-    monkeypatch.setattr(invariant, fact, lambda ops, x: True)
-    assert _refusal().startswith("inductive step: sat")
-
-
-def test_the_placeholder_count_is_true_but_not_needed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """_running_placeholders is not needed for the proof (the other facts never bound a
-    running request's placeholders, and nothing else needs them bounded); it is kept as
-    the fact that makes _last_computed say num_computed_tokens <= num_tokens, and a wrong
-    form of it is refused above."""
-    monkeypatch.setattr(invariant, "_running_placeholders", lambda ops, x: True)
-    assert _refusal() == ""
+@pytest.mark.usefixtures("spec_choices")
+@pytest.mark.parametrize("config", ["tiny_spec", "tiny_spec_eagle", "tiny_spec_async"])
+def test_the_blocks_of_a_running_request_need_a_bound(monkeypatch: pytest.MonkeyPatch,
+                                                      config: str) -> None:
+    monkeypatch.setattr(invariant, "_blocks_held", lambda *args: True)
+    assert _refusal(config).startswith("inductive step: sat")
 
 
 def test_the_synchronous_invariant_is_not_inductive_under_async(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the in-flight facts (the invariant before them) the proof fails."""
-    monkeypatch.setattr(invariant, "_in_flight", lambda ops, x: [])
+    monkeypatch.setattr(invariant, "_in_flight", lambda *args: [])
     monkeypatch.setattr(invariant, "_last_computed", lambda ntok, x: ntok - 1)
     assert _refusal().startswith("inductive step: sat")
 
 
+def test_a_synchronous_slot_takes_no_in_flight_fact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without async the invariant's terms are the synchronous ones: no in-flight fact is
+    built (a synchronous slot has no InFlight)."""
+    def absent(*args: Any) -> Any:
+        raise AssertionError("an in-flight fact on a synchronous slot")
+
+    monkeypatch.setattr(invariant, "_in_flight", absent)
+    assert _refusal("tiny_fcfs") == ""
+
+
+# --- wrong rules ----------------------------------------------------------------------
+
+
+def _ite(c: Any, a: Any, b: Any) -> Any:
+    """If-then-else over a concrete or z3 condition (for patched rules)."""
+    return z3.If(c, a, b) if isinstance(c, z3.ExprRef) else (a if c else b)
+
+
 def test_placeholders_that_never_advance_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """An async update that forgets the sampled token's placeholder (A:25-56): the next
-    delivery takes it below 0."""
+    schedule would then ask for one token fewer than its known tokens."""
     real = rules.InFlight
 
     def wrong(**fields: Any) -> Any:
@@ -288,13 +454,25 @@ def test_a_preemption_that_leaves_nothing_stale_is_refused(
     assert _refusal().startswith("inductive step: sat")
 
 
-def test_a_synchronous_slot_takes_no_in_flight_fact(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without async the invariant's terms are the synchronous ones: no in-flight fact is
-    built (a synchronous slot has no InFlight)."""
-    def absent(ops: Ops, x: SlotState) -> Any:
-        raise AssertionError("an in-flight fact on a synchronous slot")
+@pytest.mark.usefixtures("spec_choices")
+def test_rejected_drafts_that_are_not_rolled_back_are_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A synchronous update that keeps the rejected drafts computed (scheduler.py:2113-2126
+    rolls them back): a request would have computed past its last token."""
+    monkeypatch.setattr(rules, "_rolled_back", lambda ops, w, i, ncomp, sampled, acc: ncomp)
+    assert _refusal("tiny_spec").startswith("inductive step: sat")
 
-    monkeypatch.setattr(invariant, "_in_flight", absent)
-    family, bounds = _family("tiny_fcfs")
-    result = induction.prove_well_formed(family, dataclasses.replace(bounds, slots=2), 120.0)
-    assert result.proved, result.reason
+
+@pytest.mark.usefixtures("spec_choices")
+def test_more_accepted_drafts_than_scheduled_are_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Accepting drafts that were never scheduled (the rules cut the choice to those
+    scheduled): under async the rollback would take placeholders below 0."""
+    k = load().configs["tiny_spec_async"].config.num_speculative_tokens
+
+    def wrong(ops: Ops, cfg: Any, w: Any, i: int, spec: Any) -> tuple[Any, Any]:
+        chosen = spec[i][0] if spec is not None else 0
+        return ops.min(ops.max(chosen, 0), k), k
+
+    monkeypatch.setattr(rules, "_spec_choice", wrong)
+    assert _refusal("tiny_spec_async").startswith("inductive step: sat")

@@ -5,19 +5,21 @@ prove step properties for all request lengths. It says: statuses and their count
 consistent (a WAITING request has computed nothing, a PREEMPTED one has lost its blocks,
 request.py:370-386 and scheduler.py:1571-1614), a RUNNING request holds exactly
 cdiv(num_computed_tokens, block_size) blocks (kv_cache_manager.py:541-571 with prefix
-caching off), the pool is conserved, queue keys are distinct, and `running` stays within
-max_num_active_reqs (scheduler.py:129-136). On the AsyncScheduler it also says what is in
-flight: a slot that is not running has nothing in flight, a held request's in-flight
-tokens are exactly the last schedule's and none is stale, and a running request has one
-output placeholder exactly when its last chunk sampled, which its num_computed_tokens
-counts as a token.
+caching off; at least that many with speculative decoding), the pool is conserved, queue
+keys are distinct, and `running` stays within max_num_active_reqs (scheduler.py:129-136).
+On the AsyncScheduler it also says what is in flight: a slot that is not running has
+nothing in flight, and a held request's in-flight tokens are exactly the last schedule's,
+none stale; a running request's num_computed_tokens counts its output placeholders as
+tokens. With speculative decoding on the AsyncScheduler, a running request has 1 + d
+placeholders exactly when its last chunk sampled with d drafts, has then computed every
+known token but the last, and the output in flight accepts at most the drafts scheduled.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from model.core.ops import Bool, Ops
+from model.core.ops import Bool, Int, Ops
 from model.core.types import SlotSpec
 from model.vllm.state import (
     ABSENT,
@@ -57,12 +59,11 @@ def well_formed(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], s: SchedSt
             ops.implies(x.status == RUNNING, ops.and_(
                 x.num_computed_tokens >= 1,
                 x.num_computed_tokens <= _last_computed(ntok, x),
-                x.blocks == ops.cdiv(x.num_computed_tokens, cfg.block_size),
-                x.run_key < s.next_run_key, *live)),
+                _blocks_held(ops, cfg, x), x.run_key < s.next_run_key, *live)),
             ops.implies(x.status == FINISHED, x.blocks == 0),
         ]
         if cfg.async_scheduling:
-            cons += _in_flight(ops, x)
+            cons += _in_flight(ops, cfg, ntok, x)
         held_blocks.append(x.blocks)
     cons.append(s.free_blocks + ops.sum(held_blocks) == cfg.usable_blocks)
     n = len(specs)
@@ -77,23 +78,41 @@ def well_formed(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], s: SchedSt
     return ops.and_(*cons)
 
 
-def _last_computed(ntok: object, x: SlotState) -> object:
+def _blocks_held(ops: Ops, cfg: RuleConfig, x: SlotState) -> Bool:
+    """A running request's blocks: exactly cdiv(num_computed_tokens, block_size)
+    (kv_cache_manager.py:541-571); with speculative decoding at least that many, the
+    lookahead slots (541-544) and the rolled-back drafts' slots (scheduler.py:2113-2126)
+    keeping theirs."""
+    computed = ops.cdiv(x.num_computed_tokens, cfg.block_size)
+    if not cfg.num_spec_tokens:
+        return x.blocks == computed
+    return x.blocks >= computed
+
+
+def _last_computed(ntok: Int, x: SlotState) -> Int:
     """The most tokens a running request can have computed: all but its last token, and
-    under async its placeholders count as tokens (scheduler.py:703-707 asks for
+    under async its placeholders count as tokens (scheduler.py:703-721 offers
     num_tokens + num_output_placeholders - num_computed_tokens)."""
     if not x.in_flight:
-        return ntok - 1  # type: ignore[operator]
-    return ntok + x.in_flight[0].placeholders - 1  # type: ignore[operator]
+        return ntok - 1
+    return ntok + x.in_flight[0].placeholders - 1
 
 
-def _in_flight(ops: Ops, x: SlotState) -> list[Bool]:
-    """What the AsyncScheduler has in flight for a slot between two steps."""
-    return [_idle(ops, x), _last_schedule_in_flight(ops, x), _running_placeholders(ops, x)]
+def _in_flight(ops: Ops, cfg: RuleConfig, ntok: Int, x: SlotState) -> list[Bool]:
+    """What the AsyncScheduler has in flight for a slot between two steps (`ntok`: its
+    num_tokens). Without drafts the first two facts are inductive on their own; the
+    other three, true there too, are stated only with drafts, where they are needed (with
+    them the 4-slot proof of tiny_async took 25% longer)."""
+    facts = [_idle(ops, x), _last_schedule_in_flight(ops, x)]
+    if cfg.num_spec_tokens:
+        facts += [_running_placeholders(ops, x), _sampled_computes_all(ops, ntok, x),
+                  _drafts_in_flight(ops, x)]
+    return facts
 
 
 def _idle(ops: Ops, x: SlotState) -> Bool:
     """A slot that is not running has nothing in flight: an arrival was never scheduled,
-    and a victim's placeholders are dropped (scheduler.py:1605), its in-flight output is
+    and a victim's placeholders are dropped (scheduler.py:1597-1607), its in-flight output is
     delivered (as stale) in the step that preempted it, and that step does not re-admit
     it (scheduler.py:900, and 934-939 while stale output is in flight)."""
     f = x.in_flight[0]
@@ -115,9 +134,27 @@ def _last_schedule_in_flight(ops: Ops, x: SlotState) -> Bool:
 
 
 def _running_placeholders(ops: Ops, x: SlotState) -> Bool:
-    """A running request has one placeholder exactly when its last chunk sampled: the
-    schedule adds it (async_scheduler.py:25-56) and the next step's delivery frees it
-    (async_scheduler.py:58-78)."""
+    """A running request has placeholders exactly when its last chunk sampled: one for
+    the sampled token and one per draft it scheduled. The schedule adds them
+    (async_scheduler.py:25-56) and the next step's delivery frees them
+    (async_scheduler.py:58-78; rejected drafts, scheduler.py:2108-2128)."""
     f = x.in_flight[0]
     return ops.implies(x.status == RUNNING,
-                       f.placeholders == ops.ite(f.pending_sample, 1, 0))
+                       f.placeholders == ops.ite(f.pending_sample, 1 + f.pending_spec, 0))
+
+
+def _sampled_computes_all(ops: Ops, ntok: Int, x: SlotState) -> Bool:
+    """A running request whose last chunk sampled has computed every known token but its
+    last, placeholders included: it was offered num_tokens + num_output_placeholders -
+    num_computed_tokens (scheduler.py:703-721), and a delivery moves tokens from
+    placeholders to outputs and rolls rejected drafts back from both (2108-2128)."""
+    f = x.in_flight[0]
+    return ops.implies(ops.and_(x.status == RUNNING, f.pending_sample),
+                       x.num_computed_tokens == ntok + f.placeholders - 1)
+
+
+def _drafts_in_flight(ops: Ops, x: SlotState) -> Bool:
+    """The last schedule's output accepts at most the drafts it scheduled (its other
+    drafts are rolled back at delivery, scheduler.py:2108-2128)."""
+    f = x.in_flight[0]
+    return ops.and_(f.pending_accepted >= 0, f.pending_accepted <= f.pending_spec)
