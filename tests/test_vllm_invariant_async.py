@@ -1,10 +1,10 @@
 """vLLM V1's well-formedness invariant on the AsyncScheduler and with speculative decoding
 (model/vllm/invariant.py: its in-flight facts, and the blocks a request holds beyond its
 computed tokens): k-induction proves it inductive on tiny_async and async families around
-it, and (with the draft choices the induction step lacks, `spec_choices`) on tiny_spec,
-tiny_spec_eagle, tiny_spec_async and tiny_spec_threshold_fixed; it holds on every state of
-concrete runs that agree with the reference; it proves those configs' HOLDS entries; and a
-wrong fact or a wrong rule makes its proof fail."""
+it, and (the induction step ranging over the drafts accepted and proposed, as BMC's
+does) on tiny_spec, tiny_spec_eagle, tiny_spec_async and tiny_spec_threshold_fixed; it
+holds on every state of concrete runs that agree with the reference; it proves those
+configs' HOLDS entries; and a wrong fact or a wrong rule makes its proof fail."""
 
 from __future__ import annotations
 
@@ -61,39 +61,6 @@ def _fresh_caches() -> Iterator[None]:
     induction.clear_caches()
 
 
-def _transition_with_choices(engine: Any, cfg: Any, specs: Any, s: Any, tag: str,
-                             defs: list) -> tuple[Any, Any]:
-    """induction._transition with the speculative choices BMC's unrolling has
-    (checker/methods/symbolic.py `extend`): drafts accepted and proposed, 0..k each."""
-    ops = induction._RecordingOps()
-    eos = tuple(z3.Bool(f"{tag}.eos{i}") for i in range(len(specs)))
-    k = cfg.num_spec_tokens
-    spec = tuple((z3.Int(f"{tag}.acc{i}"), z3.Int(f"{tag}.drafts{i}"))
-                 for i in range(len(specs)))
-    defs += [c for a, d in spec for c in (a >= 0, a <= k, d >= 0, d <= k)]
-    nxt, observed = engine.step(ops, cfg, specs, s, eos, spec=spec)
-    defs += ops.take_definitions()
-    defs += induction._complement_lemmas(ops.ites)
-    return nxt, observed
-
-
-def _covering_speculative_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The engine's invariant_covers without its speculative-decoding exclusion."""
-    real = engines.get
-    covering = replace(real("vllm-v1"), invariant_covers=lambda cfg: not cfg.prefix_caching)
-    monkeypatch.setattr(engines, "get",
-                        lambda name: covering if name == "vllm-v1" else real(name))
-
-
-@pytest.fixture
-def spec_choices(monkeypatch: pytest.MonkeyPatch) -> None:
-    """k-induction over the whole speculative environment: model/vllm/engine.py keeps
-    speculative decoding out of invariant_covers while induction.py's step has no draft
-    choices; this gives the step those choices and lifts the exclusion."""
-    _covering_speculative_decoding(monkeypatch)
-    monkeypatch.setattr(induction, "_transition", _transition_with_choices)
-
-
 def _refusal(config: str = CONFIG) -> str:
     """Why the invariant proof on `config` fails ("" when it is proved)."""
     family, bounds = _family(config)
@@ -140,37 +107,34 @@ def test_the_invariant_is_inductive_on_a_ranged_async_family() -> None:
 
 
 @pytest.mark.parametrize("config", SPEC_CONFIGS)
-def test_the_engine_leaves_speculative_decoding_to_bounded_search(config: str) -> None:
-    assert _refusal(config) == ("the engine's invariant does not describe this "
-                                "configuration")
+def test_the_engine_covers_speculative_decoding(config: str) -> None:
+    engine = engines.get("vllm-v1")
+    assert engine.invariant_covers(engine.rule_config(load().configs[config].config))
 
 
-def test_without_draft_choices_the_induction_step_proves_a_false_fact(
+def test_the_induction_step_ranges_over_the_draft_choices(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Why: induction.py's step accepts no draft (and proposes k), so "no draft in flight
-    is accepted", false on concrete runs, passes its proof."""
-    _covering_speculative_decoding(monkeypatch)
+    """"No draft in flight is accepted" is false on concrete runs; a step that took the
+    engine's default choice alone (no draft accepted) would prove it. The step's choices
+    of drafts accepted refuse it."""
     real = invariant._drafts_in_flight
     monkeypatch.setattr(invariant, "_drafts_in_flight", lambda ops, x: ops.and_(
         real(ops, x), x.in_flight[0].pending_accepted == 0))
-    assert _refusal("tiny_spec_async") == ""
+    assert _refusal("tiny_spec_async").startswith("inductive step: sat")
     assert _concretely_refused("spec_async")
 
 
-@pytest.mark.usefixtures("spec_choices")
 @pytest.mark.parametrize("config", SPEC_CONFIGS)
 def test_the_invariant_is_inductive_with_speculative_decoding(config: str) -> None:
     assert _refusal(config) == ""
 
 
-@pytest.mark.usefixtures("spec_choices")
 def test_the_invariant_is_inductive_on_tiny_spec_async_at_three_slots() -> None:
     family, bounds = _family("tiny_spec_async")
     result = induction.prove_well_formed(family, dataclasses.replace(bounds, slots=3), 120.0)
     assert result.proved, result.reason
 
 
-@pytest.mark.usefixtures("spec_choices")
 def test_the_invariant_is_not_inductive_where_the_engine_can_crash() -> None:
     """tiny_spec_threshold reaches scheduler.py:1372 (a padded request cut below 1 + k by
     the threshold); the rules go on from the crash with that request RUNNING and
@@ -194,7 +158,6 @@ def test_the_configs_have_holds_entries() -> None:
     assert set(by_config) == {CONFIG, *SPEC_CONFIGS}
 
 
-@pytest.mark.usefixtures("spec_choices")
 @pytest.mark.parametrize("prop,config", _holds_entries())
 def test_every_holds_entry_is_proved(prop: str, config: str) -> None:
     family, bounds = _family(config)
@@ -203,7 +166,6 @@ def test_every_holds_entry_is_proved(prop: str, config: str) -> None:
     assert result.proved, result.reason
 
 
-@pytest.mark.usefixtures("spec_choices")
 @pytest.mark.parametrize("config", [CONFIG, "tiny_spec", "tiny_spec_async"])
 def test_the_violated_entry_is_not_proved(config: str) -> None:
     """computed_within_tokens is VIOLATED there: placeholders and drafts count as tokens."""
@@ -371,7 +333,6 @@ WRONG_FACTS: dict[str, tuple[str, Callable[..., Any], str, str]] = {
 }
 
 
-@pytest.mark.usefixtures("spec_choices")
 @pytest.mark.parametrize("fact", WRONG_FACTS)
 def test_a_wrong_fact_is_refused(monkeypatch: pytest.MonkeyPatch, fact: str) -> None:
     name, wrong, config, kind = WRONG_FACTS[fact]
@@ -380,7 +341,6 @@ def test_a_wrong_fact_is_refused(monkeypatch: pytest.MonkeyPatch, fact: str) -> 
     assert _concretely_refused(kind)
 
 
-@pytest.mark.usefixtures("spec_choices")
 @pytest.mark.parametrize("fact,config", [
     ("_idle", CONFIG), ("_last_schedule_in_flight", CONFIG),
     ("_running_placeholders", "tiny_spec_async"), ("_sampled_computes_all", "tiny_spec_async"),
@@ -391,7 +351,6 @@ def test_each_in_flight_fact_is_needed(monkeypatch: pytest.MonkeyPatch, fact: st
     assert _refusal(config).startswith("inductive step: sat")
 
 
-@pytest.mark.usefixtures("spec_choices")
 @pytest.mark.parametrize("config", ["tiny_spec", "tiny_spec_eagle", "tiny_spec_async"])
 def test_the_blocks_of_a_running_request_need_a_bound(monkeypatch: pytest.MonkeyPatch,
                                                       config: str) -> None:
@@ -454,7 +413,6 @@ def test_a_preemption_that_leaves_nothing_stale_is_refused(
     assert _refusal().startswith("inductive step: sat")
 
 
-@pytest.mark.usefixtures("spec_choices")
 def test_rejected_drafts_that_are_not_rolled_back_are_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A synchronous update that keeps the rejected drafts computed (scheduler.py:2113-2126
@@ -463,7 +421,6 @@ def test_rejected_drafts_that_are_not_rolled_back_are_refused(
     assert _refusal("tiny_spec").startswith("inductive step: sat")
 
 
-@pytest.mark.usefixtures("spec_choices")
 def test_more_accepted_drafts_than_scheduled_are_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Accepting drafts that were never scheduled (the rules cut the choice to those

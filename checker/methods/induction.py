@@ -85,10 +85,20 @@ def _complement_lemmas(ites: list[tuple[Any, Any, Any, Any]]) -> list[z3.BoolRef
 
 def _transition(engine: EngineModel, cfg: Any, specs: tuple[SlotSpec, ...], s: Any, tag: str,
                 defs: list) -> tuple[Any, Step]:
-    """One step from `s`; its definitions and lemmas are appended to `defs`."""
+    """One step from `s`; its definitions and lemmas are appended to `defs`. With
+    speculative decoding the step ranges over every choice of drafts accepted and proposed
+    (0..k per slot), as BMC's unrolling does (symbolic.extend): a step with the engine's
+    default choice alone would prove facts that other choices break."""
     ops = _RecordingOps()
     eos = tuple(z3.Bool(f"{tag}.eos{i}") for i in range(len(specs)))
-    nxt, observed = engine.step(ops, cfg, specs, s, eos)
+    k = getattr(cfg, "num_spec_tokens", 0)
+    if k:
+        spec = tuple((z3.Int(f"{tag}.acc{i}"), z3.Int(f"{tag}.drafts{i}"))
+                     for i in range(len(specs)))
+        defs += [c for a, d in spec for c in (a >= 0, a <= k, d >= 0, d <= k)]
+        nxt, observed = engine.step(ops, cfg, specs, s, eos, spec=spec)  # type: ignore[call-arg]
+    else:
+        nxt, observed = engine.step(ops, cfg, specs, s, eos)
     defs += ops.take_definitions()
     defs += _complement_lemmas(ops.ites)
     return nxt, observed

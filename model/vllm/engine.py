@@ -388,7 +388,7 @@ ENGINE = EngineModel(
     # accepted/proposed draft choices (symbolic.extend gives BMC 0..k each), so its proof
     # would cover only "none accepted, k proposed" (tests/test_vllm_invariant_async.py).
     well_formed=well_formed,
-    invariant_covers=lambda cfg: not cfg.prefix_caching and not cfg.num_spec_tokens,
+    invariant_covers=lambda cfg: not cfg.prefix_caching,
     ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
     family_constraints=validation_constraints, within_bounds=within_bounds,
     symbolic_limit=symbolic_limit, witness_config=cache_free, sets_fields=("assertion",),
