@@ -27,9 +27,13 @@ from checker.conformance import audit
 from checker.conformance.compare import first_divergence
 from checker.conformance.generate import random_workload
 from checker.conformance.vllm_real import vllm_available, vllm_unavailable_reason
+from checker.methods.trace_check import expectation
 from model.core.errors import InputError
 from model.core.types import StepRecord, Workload
 from model.run import simulate
+from model.workload import parse_workload
+from properties import catalogue
+from properties.manifest import load
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_vllm = pytest.mark.skipif(not vllm_available(), reason=f"{vllm_unavailable_reason()}")
@@ -238,6 +242,87 @@ def test_an_engine_whose_harness_does_not_import(monkeypatch, capsys):
     assert err.count("\n") == 1 and "audit --engine sglang is not available yet" in err
 
 
+# ------------------------------------------------------- claims and their premises
+
+#: The minimal workload of the finding `batchproof audit --seed 1` reported on the
+#: unmodified vLLM 0.32.0 before claims carried their premises: EAGLE-3 with k = 1 on the
+#: AsyncScheduler and a long-prefill threshold of 1 < 1 + k, so the threshold cuts r2's
+#: padded admission and scheduler.py:1372 asserts (vllm-project/vllm#54028), on the real
+#: engine and the reference alike. tiny_spec_async's no_engine_assertion HOLDS (a threshold
+#: of 0) was applied to it.
+SEED_1_FINDING = {
+    "engine": "vllm-v1",
+    "config": {"max_num_batched_tokens": 3, "max_num_seqs": 2, "max_model_len": 4,
+               "block_size": 4, "num_gpu_blocks": 3, "long_prefill_token_threshold": 1,
+               "async_scheduling": True, "speculative_method": "eagle3",
+               "num_speculative_tokens": 1},
+    "requests": [{"id": "r0", "prompt_len": 1, "max_tokens": 3, "arrival_step": 1},
+                 {"id": "r1", "prompt_len": 1, "max_tokens": 1, "arrival_step": 1},
+                 {"id": "r2", "prompt_len": 1, "max_tokens": 1, "arrival_step": 1}],
+    "steps": 3}
+
+
+def test_a_threshold_below_one_plus_k_is_not_held_to_tiny_spec_asyncs_claim():
+    manifest = load()
+    prop = catalogue.get("no_engine_assertion")
+    base = manifest.configs["tiny_spec_async"].config  # k = 2, threshold 0
+    assert expectation("vllm-v1", prop, base, manifest)[0] == "HOLDS"  # its own entry
+    for threshold in (1, 2):  # 0 < threshold < 1 + k: the threshold cuts a padded admission
+        expected, why = expectation("vllm-v1", prop, replace(
+            base, long_prefill_token_threshold=threshold, num_gpu_blocks=9), manifest)
+        assert expected is None, why
+        assert why.startswith("no entry's premises hold here: the manifest's HOLDS on "
+                              "tiny_spec_async is for configs where the long-prefill "
+                              "threshold is 0 or at least 1 + k")
+        assert "scheduler.py:1131-1156, 1371-1372" in why and "vllm-project/vllm#54028" in why
+        assert why.endswith(f"this workload's config has long_prefill_token_threshold="
+                            f"{threshold} with k=2 (below 1 + k)")
+    for threshold in (3, 7):  # at least 1 + k: nothing cuts a padded admission
+        expected, why = expectation("vllm-v1", prop, replace(
+            base, long_prefill_token_threshold=threshold, num_gpu_blocks=9), manifest)
+        assert expected == "HOLDS", why
+        assert why.startswith("the manifest expects it to hold on configs where the "
+                              "long-prefill threshold is 0 or at least 1 + k")
+        assert "the config turns on no engine assertion the model knows" in why
+        assert (f"this workload's config has long_prefill_token_threshold={threshold} with "
+                "k=2 (at least 1 + k), speculative_method=eagle and those switches (its "
+                "entries for tiny_spec_async)") in why
+
+
+def test_a_claim_on_one_switch_says_nothing_of_the_other():
+    manifest = load()
+    prop = catalogue.get("no_engine_assertion")
+    base = manifest.configs["tiny_spec_async"].config
+    expected, why = expectation("vllm-v1", prop, replace(base, enable_prefix_caching=True),
+                                manifest)
+    assert expected is None
+    assert why.endswith("configs where enable_prefix_caching=False (vllm 0.32.0 "
+                        "config/cache.py:141): this workload's config has "
+                        "enable_prefix_caching=True")
+    # Synchronous, threshold 0: tiny_spec's and tiny_spec_eagle's claim (a sync trace was
+    # told "a known violation" before, from tiny_spec_threshold, whose threshold cuts).
+    sync = replace(base, async_scheduling=False, num_gpu_blocks=30)
+    expected, why = expectation("vllm-v1", prop, sync, manifest)
+    assert expected == "HOLDS" and why.endswith("(its entries for tiny_spec, tiny_spec_eagle)")
+    cut = replace(sync, long_prefill_token_threshold=1)
+    assert expectation("vllm-v1", prop, cut, manifest) == (
+        None, "a known violation: the manifest records it VIOLATED on tiny_spec_threshold")
+
+
+def test_the_seed_1_finding_is_the_engines_known_behaviour(fake):
+    h = audit.harness("vllm-v1")  # the stand-in: the reference, which crashes there too
+    manifest = load()
+    props = [catalogue.get("no_engine_assertion"), catalogue.get("budget_respected")]
+    outcome = audit.audit_workload(h, audit.AuditWorkload(
+        parse_workload(SEED_1_FINDING), "random", "random spec-async seed 66"), props, manifest)
+    assert outcome.findings(h) == ()
+    [violation] = outcome.violations
+    assert violation.verdict.name == "no_engine_assertion" and not violation.new
+    assert violation.verdict.violated_at == 3 and violation.verdict.expected is None
+    assert "long_prefill_token_threshold=1 with k=1 (below 1 + k)" in violation.why
+    assert violation.why.endswith("the reference shows it at step 3")
+
+
 # -------------------------------------------------------------------- witnesses
 
 def test_witness_jobs_cover_the_known_violations_on_validated_default_configs():
@@ -302,6 +387,28 @@ def test_the_installed_vllm_audits_clean():
         "counterexamples/vllm_v1/exhausting_decodes_fill_max_num_seqs__budget_below_seqs"
         ".itf.json"]  # vLLM's SchedulerConfig rejects that unvalidated config
     assert report.expected  # starvation, head-of-line: known, and the reference agrees
+
+
+#: Twenty seeds, each a disjoint run of the generator's seeds: before claims carried
+#: their premises, 0.32.0 reached scheduler.py:1372 on an async speculative workload whose
+#: threshold is below 1 + k in most of them, and each was a finding (SEED_1_FINDING).
+TWENTY_SEEDS = tuple(range(0, 2000, 100))
+
+
+@needs_vllm
+@pytest.mark.conformance
+@pytest.mark.slow
+def test_twenty_seeds_of_the_unmodified_release_audit_clean():
+    reached = 0
+    for i, seed in enumerate(TWENTY_SEEDS):
+        sources = ("counterexamples", "random") if i == 0 else ("random",)
+        report = audit.audit(audit.Options(seed=seed, count=25, sources=sources,
+                                           shrink_calls=0))
+        assert report.findings == (), (seed, [f.title for f in report.findings])
+        assert report.audited == 8 * 25 + (len(audit.stored_counterexamples("vllm-v1")) - 1
+                                           if i == 0 else 0)
+        reached += report.expected.get("no_engine_assertion", 0)
+    assert reached > 0  # the engine's assertion was reached, and known: not a finding
 
 
 @needs_vllm

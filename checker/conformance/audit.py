@@ -892,10 +892,14 @@ def _describe(h: Harness, kind: str, sig: str, outcome: Outcome
     text = (f"{verdict.name} violated at step {at} on the real trace: "
             f"{' '.join(prop.description.split())}\nwhy new: {violation.why}\n"
             f"the real record of step {at}: {json.dumps(record.to_json()) if record else '-'}")
-    return (f"{verdict.name} violated at step {at} ({violation.why})", at, outcome.records,
+    # The premises the expectation rests on are the text's; the title names the entries.
+    short = (f"the manifest expects it to hold on configs like this one: its entries for "
+             f"{', '.join(verdict.expected_on)}" if verdict.status == "departs"
+             else violation.why)
+    return (f"{verdict.name} violated at step {at} ({short})", at, outcome.records,
             (), text, {"property": verdict.property, "params": dict(verdict.params),
                        "expected": verdict.expected, "why": violation.why,
-                       "manifest": verdict.why})
+                       "manifest": verdict.why, "expected_on": list(verdict.expected_on)})
 
 
 def _divergence_title(div: Any) -> str:

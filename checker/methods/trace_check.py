@@ -10,17 +10,25 @@ decided on a finite trace and is NOT_CHECKED (`batchproof check` decides it).
 What the manifest expects of a property on the trace's config (`expectation`):
 - the config is one of a manifest entry's configs (a family's member counts): that entry's
   verdict;
-- otherwise, when every entry of the property for this engine expects HOLDS or PROVED,
-  HOLDS: the model claims it wherever it was checked, so a violation departs;
-- otherwise (the manifest records a violation of it somewhere) no expectation: a violation
-  is a known behaviour of the engine, reported, never a departure.
+- otherwise only the entries whose premises the config meets speak for it
+  (`properties.manifest.premises`: its config's switches, the engine's dividing lines at
+  its config's side, such as vLLM's long-prefill threshold against 1 + k, and for HOLDS of
+  no_engine_assertion that the config turns on no assertion the model knows). When every
+  one of them expects HOLDS or PROVED, HOLDS: the model claims it on configs like this one,
+  so a violation departs; the reason names each premise with its upstream citation and
+  what this config has of it;
+- otherwise (one of them records a violation, or no entry's premises hold) no
+  expectation: a violation is a known behaviour of the engine, or one the manifest says
+  nothing of; reported, never a departure. The reason names the premises the nearest
+  entry rests on that this config does not meet.
 Only a violation can depart: an expected VIOLATED says some run violates the property,
 not that this one does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from model import registry as engines
@@ -29,7 +37,7 @@ from model.core.ops import CONCRETE
 from model.core.types import StepRecord, Workload
 from properties import catalogue
 from properties.catalogue import Property
-from properties.manifest import Manifest, NamedConfig, load
+from properties.manifest import Manifest, NamedConfig, Premise, load, premises
 
 HOLDS, VIOLATED, NOT_CHECKED = "HOLDS", "VIOLATED", "NOT_CHECKED"
 AS_EXPECTED, DEPARTS = "as_expected", "departs"
@@ -56,6 +64,7 @@ class TraceVerdict:
     expected: str | None = None
     why: str = ""
     detail: str = ""
+    expected_on: tuple[str, ...] = ()  # the manifest configs whose entries give `expected`
 
     @property
     def name(self) -> str:
@@ -86,7 +95,8 @@ class TraceVerdict:
         return {"engine": self.engine, "property": self.property, "params": dict(self.params),
                 "verdict": self.verdict, "label": self.label, "steps": self.steps,
                 "violated_at": self.violated_at, "expected": self.expected, "why": self.why,
-                "status": self.status, "detail": self.detail}
+                "status": self.status, "detail": self.detail,
+                "expected_on": list(self.expected_on)}
 
 
 def properties_for(engine: str, names: Sequence[str] = (),
@@ -109,14 +119,13 @@ def properties_for(engine: str, names: Sequence[str] = (),
                  else catalogue.get(name, **dict(params)) for name, params in chosen)
 
 
-def _in_family(engine: str, nc: NamedConfig, config: object) -> bool:
-    """`config` is a member of the manifest config `nc`: every field equal to its base,
-    ranged fields within their range."""
+def _in_family(engine: str, nc: NamedConfig, mine: Mapping[str, object]) -> bool:
+    """The config whose `config_to_dict` is `mine` is a member of the manifest config
+    `nc`: every field equal to its base, ranged fields within their range."""
     if nc.engine != engine:
         return False
-    to_dict = engines.get(engine).config_to_dict
     try:
-        mine, base = to_dict(config), to_dict(nc.config)
+        base = _config_doc(engine, nc)
     except (AttributeError, TypeError):  # a config of another engine's type
         return False
     ranged = {name: (lo, hi) for name, lo, hi in nc.ranges}
@@ -131,41 +140,98 @@ def _in_family(engine: str, nc: NamedConfig, config: object) -> bool:
     return True
 
 
+def _config_doc(engine: str, nc: NamedConfig) -> dict[str, object]:
+    """`config_to_dict` of a manifest config (cached: every trace's expectation reads each
+    entry's)."""
+    try:
+        return dict(_cached_doc(engine, nc))
+    except TypeError:  # a config that cannot be hashed: not cached
+        return engines.get(engine).config_to_dict(nc.config)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_doc(engine: str, nc: NamedConfig) -> tuple[tuple[str, object], ...]:
+    return tuple(engines.get(engine).config_to_dict(nc.config).items())
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """What the manifest expects of a property on one config (`expected`: a verdict, or
+    None for no expectation), why, and the configs of the entries that say so."""
+
+    expected: str | None
+    why: str
+    configs: tuple[str, ...] = ()
+
+
 def expectation(engine: str, prop: Property, config: object,
                 manifest: Manifest | None = None) -> tuple[str | None, str]:
     """What the manifest expects of `prop` on a trace run under `config`, and why (see
     the module doc)."""
+    found = expect(engine, prop, config, manifest)
+    return found.expected, found.why
+
+
+def expect(engine: str, prop: Property, config: object,
+           manifest: Manifest | None = None) -> Expectation:
+    """`expectation` with the configs of the entries it rests on."""
     manifest = manifest if manifest is not None else load()
     entries = [e for e in manifest.entries
                if e.engine == engine and e.property == prop.name and e.params == prop.params]
-    for e in entries:
-        if _in_family(engine, manifest.configs[e.config], config):
-            return e.expected, f"the manifest's entry for config {e.config}"
     if not entries:
-        return None, f"the manifest has no entry for it on {engine}"
-    # A claim generalises only to the scheduler it was checked on: configs with the same
-    # switches (every on/off field and the rule switches), e.g. never from synchronous
-    # configs to an AsyncScheduler trace, whose outputs are known a step late.
-    kind = _switches(engine, config)
-    entries = [e for e in entries if _switches(engine, manifest.configs[e.config].config) == kind]
-    if not entries:
-        return None, (f"the manifest has no entry for it on a config with this trace's "
-                      f"switches ({', '.join(f'{k}={v}' for k, v in kind) or 'none'})")
-    violated = [e.config for e in entries if e.expected not in _HOLDING]
-    if not violated:
-        configs = ", ".join(dict.fromkeys(e.config for e in entries))
-        return "HOLDS", f"the manifest expects it to hold on every config it lists ({configs})"
-    return None, ("a known violation: the manifest records it VIOLATED on "
-                  + ", ".join(dict.fromkeys(violated)))
-
-
-def _switches(engine: str, config: object) -> tuple[tuple[str, object], ...]:
-    """The on/off fields and the rule switches of a config, by name."""
+        return Expectation(None, f"the manifest has no entry for it on {engine}")
     try:
         doc = engines.get(engine).config_to_dict(config)
-    except (AttributeError, TypeError):
-        return ()
-    return tuple(sorted((k, v) for k, v in doc.items() if isinstance(v, bool) or k == "rules"))
+    except (AttributeError, TypeError):  # a config of another engine's type
+        return Expectation(None, f"the trace's config is not a {engine} config")
+    for e in entries:
+        if _in_family(engine, manifest.configs[e.config], doc):
+            return Expectation(e.expected, f"the manifest's entry for config {e.config}",
+                               (e.config,))
+    weighed = [(e, ps, [p for p in ps if not p.holds(doc)])
+               for e in entries for ps in (premises(manifest, e),)]
+    standing = [(e, ps) for e, ps, unmet in weighed if not unmet]
+    if not standing:
+        # The nearest claim of a verdict that could depart says most about this config.
+        claims = [w for w in weighed if w[0].expected in _HOLDING] or weighed
+        e, _, unmet = min(claims, key=lambda w: len(w[2]))
+        return Expectation(None, f"no entry's premises hold here: the manifest's "
+                           f"{e.expected} on {e.config} is for configs where "
+                           f"{_where(unmet, doc)}")
+    configs = tuple(dict.fromkeys(e.config for e, _ in standing))
+    violated = tuple(dict.fromkeys(e.config for e, _ in standing
+                                   if e.expected not in _HOLDING))
+    if violated:
+        return Expectation(None, "a known violation: the manifest records it VIOLATED on "
+                           + ", ".join(violated), violated)
+    held = list({p.name: p for _, ps in standing for p in ps}.values())
+    return Expectation("HOLDS", f"the manifest expects it to hold on configs where "
+                       f"{_where(held, doc)} (its entries for {', '.join(configs)})", configs)
+
+
+def _where(chosen: Sequence[Premise], doc: Mapping[str, object]) -> str:
+    """`P1 (citation) and P2 ...: this workload's config has F1 and F2`: the engine's
+    premises with their citations, then the switches (a config's whole set in one clause
+    when every one holds, else each unmet one with its citation)."""
+    own = [p for p in chosen if not p.name.startswith("switch ")]
+    switches = [p for p in chosen if p.name.startswith("switch ")]
+    parts = [p.text for p in own]
+    facts = [p.has(doc) for p in own]
+    if switches and all(p.holds(doc) for p in switches):
+        on = [p.where.removesuffix("=True") for p in switches if p.where.endswith("=True")]
+        rules = [p.where for p in switches if p.name == "switch rules"]
+        parts.append(f"the switches are {', '.join(on) or 'none'} on, the others off"
+                     + "".join(f" and {r}" for r in rules))
+        facts.append("those switches")
+    elif switches:
+        parts += [p.text for p in switches]
+        facts += [p.has(doc) for p in switches]
+    return f"{_and(parts)}: this workload's config has {_and(list(dict.fromkeys(facts)))}"
+
+
+def _and(items: Sequence[str]) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def first_violation(prop: Property, steps: Sequence[object]) -> int | None:
@@ -203,16 +269,15 @@ def check_trace(engine: str, workload: Workload, records: Sequence[StepRecord],
     manifest = manifest if manifest is not None else load()
     props = props if props is not None else properties_for(engine, manifest=manifest)
     steps = observe(engine, workload, records)
-    return tuple(_decide(engine, prop, steps, *expectation(engine, prop, workload.config,
-                                                           manifest))
+    return tuple(_decide(engine, prop, steps, expect(engine, prop, workload.config, manifest))
                  for prop in props)
 
 
-def _decide(engine: str, prop: Property, steps: Sequence[object], expected: str | None,
-            why: str) -> TraceVerdict:
+def _decide(engine: str, prop: Property, steps: Sequence[object], found: Expectation
+            ) -> TraceVerdict:
     def verdict(v: str, at: int | None = None, detail: str = "") -> TraceVerdict:
-        return TraceVerdict(engine, prop.name, prop.params, v, len(steps), at, expected, why,
-                            detail)
+        return TraceVerdict(engine, prop.name, prop.params, v, len(steps), at, found.expected,
+                            found.why, detail, found.configs)
 
     if prop.kind == "lasso":
         return verdict(NOT_CHECKED, detail="a request that never finishes needs an infinite "
