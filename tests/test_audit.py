@@ -7,7 +7,9 @@ overrun, an exception, a hang), so findings of each kind, their shrinking and ev
 output format are tested in the default venv. Tests marked `conformance` drive vLLM's
 real Scheduler (`pip install -e '.[vllm]'`); the mutation test (`slow` and
 `conformance`) applies each patch of tests/audit_mutations/ to a copy of the installed
-scheduler in a temporary folder (bench/audit_mutations.py) and requires audit to catch it.
+scheduler in a temporary folder (bench/audit_mutations.py) and requires audit to catch it;
+the neutral patch of tests/audit_mutations/neutral/ (lines moved, nothing else) must audit
+clean.
 """
 
 from __future__ import annotations
@@ -323,6 +325,113 @@ def test_the_seed_1_finding_is_the_engines_known_behaviour(fake):
     assert violation.why.endswith("the reference shows it at step 3")
 
 
+# ------------------------------------------------- engine assertions by meaning
+
+SOURCE = """class Scheduler:
+    def schedule(self, n, k):
+        def helper():
+            return 0
+{pad}        assert n == 1 + k
+        return helper()
+"""
+
+
+def test_an_assertion_site_is_its_file_function_and_condition(tmp_path):
+    path = tmp_path / "v1" / "core" / "sched" / "scheduler.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(SOURCE.format(pad=""))
+    site = audit.site_in_source(path, 5, "vllm/v1/core/sched/scheduler.py")
+    assert site == audit.Site("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule",
+                              "n == 1 + k")
+    assert str(site) == "vllm/v1/core/sched/scheduler.py:5 in Scheduler.schedule: n == 1 + k"
+    moved = audit.Site(site.file, site.function, site.text, line=1372)
+    assert moved == site  # the line is shown, never compared
+    assert audit.site_in_source(path, 4, "x").function == "Scheduler.schedule.helper"
+
+
+def test_an_assertion_moved_by_a_patch_is_the_same_assertion(tmp_path):
+    pinned = audit.REFERENCE_ASSERTIONS[("scheduler.py", 1372)]
+    home = tmp_path / "vllm"
+    path = home / "v1" / "core" / "sched" / "scheduler.py"
+    path.parent.mkdir(parents=True)
+    # the assertion of 0.32.0 ten lines lower, after blank lines and a comment
+    text = "\n" * 1360 + "class Scheduler:\n    def schedule(self):\n" + "\n" * 9 \
+        + "        # a comment\n" + f"        assert {pinned.text}\n"
+    path.write_text(text)
+    line = text.count("\n")
+    reference = ("scheduler.py:1372 AssertionError: request 'r2' was padded to 1 + 1 tokens "
+                 "and the long-prefill threshold cut it to 1 (assert num_new_tokens == 1 + "
+                 "num_spec_tokens)")
+    moved = f"scheduler.py:{line} AssertionError: assert {pinned.text}"
+    assert line != 1372 and audit.same_assertion(moved, reference, str(home))
+    worded = reference.replace("1372", str(line))
+    assert audit.same_assertion(worded, reference, str(home))
+    other = worded.replace("'r2'", "'r1'")  # another request: another event
+    assert not audit.same_assertion(other, reference, str(home))
+    path.write_text(text.replace(f"assert {pinned.text}", "assert num_new_tokens > 0"))
+    assert not audit.same_assertion(moved, reference, str(home))  # another condition
+
+
+def test_a_divergence_only_in_the_assertions_line_is_none(tmp_path):
+    home = tmp_path / "vllm"
+    path = home / "v1" / "core" / "sched" / "scheduler.py"
+    path.parent.mkdir(parents=True)
+    pinned = audit.REFERENCE_ASSERTIONS[("scheduler.py", 1372)]
+    path.write_text("\n" * 1380 + "class Scheduler:\n    def schedule(self):\n"
+                    f"        assert {pinned.text}\n")
+    real_fact = f"scheduler.py:1383 AssertionError: assert {pinned.text}"
+    ref_fact = ("scheduler.py:1372 AssertionError: request 'p' was padded to 1 + 2 tokens and "
+                "the long-prefill threshold cut it to 2 (assert num_new_tokens == 1 + "
+                "num_spec_tokens)")
+    w = random_workload(0, 3)
+
+    def records(fact: str, free: int = 3) -> tuple[StepRecord, ...]:
+        first = StepRecord(step=1, scheduled=(("r0", 1),), admitted=("r0",), resumed=(),
+                           preempted=(), finished=(), free_blocks=free,
+                           num_computed_tokens=(("r0", 1),))
+        dead = [StepRecord(step=t, scheduled=(), admitted=(), resumed=(), preempted=(),
+                           finished=(), free_blocks=free, num_computed_tokens=(),
+                           extra=(("assertion", fact),)) for t in (2, 3)]
+        return (first, *dead)
+
+    reference = records(ref_fact)
+
+    def compare(workload: Workload, run: FakeRun):
+        return first_divergence(workload, run.records, reference)
+
+    assert compare(w, FakeRun(records(real_fact))).fields == ("assertion",)  # by line
+    assert audit.compare_by_meaning(compare, w, FakeRun(records(real_fact)), str(home)) is None
+    # a divergence besides the assertion stays, shown with the real record as it was
+    left = audit.compare_by_meaning(compare, w, FakeRun(records(real_fact, free=2)), str(home))
+    assert left.fields == ("free_blocks",) and left.step == 1
+    # the site is read from the source the engine ran: another condition there differs
+    path.write_text(path.read_text().replace(pinned.text, "num_new_tokens > 0"))
+    differs = audit.compare_by_meaning(compare, w, FakeRun(records(real_fact)), str(home))
+    assert differs is not None and differs.fields == ("assertion",) and differs.step == 2
+
+
+def test_a_crash_is_one_finding_wherever_a_patch_moved_its_line(tmp_path, monkeypatch):
+    folder = tmp_path / "movedsched"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    h = replace(audit._vllm_harness(), package="movedsched")
+    crashes = []
+    for pad in ("", "\n\n# a comment\n\n"):
+        (folder / "__init__.py").write_text(pad + "def free(blocks):\n"
+                                            "    assert blocks >= 0\n")
+        sys.modules.pop("movedsched", None)
+        module = importlib.import_module("movedsched")
+        with pytest.raises(AssertionError) as raised:
+            module.free(-1)
+        crashes.append(audit.crash_of(h, raised.value))
+    sys.modules.pop("movedsched", None)
+    first, moved = crashes
+    assert first.where == "movedsched/__init__.py:2 in free"
+    assert moved.where == "movedsched/__init__.py:6 in free"  # shown with its line
+    assert first.signature == moved.signature == (
+        "crash:AssertionError:movedsched/__init__.py in free: blocks >= 0")
+
+
 # -------------------------------------------------------------------- witnesses
 
 def test_witness_jobs_cover_the_known_violations_on_validated_default_configs():
@@ -441,6 +550,16 @@ def test_an_exception_inside_vllm_is_recorded_with_its_workload(monkeypatch):
                row[1] == "VllmV1Scheduler._preempt_request" for row in crash.rules)
 
 
+@needs_vllm
+@pytest.mark.conformance
+def test_the_reference_assertions_are_the_sites_of_the_installed_release():
+    import vllm
+
+    home = Path(vllm.__file__).parent
+    for (file, line), site in audit.REFERENCE_ASSERTIONS.items():
+        assert audit.site_in_source(home / audit._FACT_FILES[file], line, site.file) == site
+
+
 def _mutations_module():
     spec = importlib.util.spec_from_file_location("audit_mutations",
                                                   ROOT / "bench" / "audit_mutations.py")
@@ -491,4 +610,28 @@ def test_an_unpatched_copy_audits_clean(tmp_path):
     code, doc, _ = mut.run_audit(overlay, ["--seed", "1000", "--count", "20", "--modes",
                                            "off,prefix", "--sources", "random"])
     assert code == 0 and doc["findings"] == []
+
+
+NEUTRAL = ROOT / "tests" / "audit_mutations" / "neutral" / "lines_moved.patch"
+
+
+@needs_vllm
+@pytest.mark.conformance
+@pytest.mark.slow
+def test_a_patch_that_only_moves_lines_audits_clean(tmp_path):
+    """Blank lines and comments at ten places of scheduler.py and kv_cache_manager.py move
+    scheduler.py:1372 (and every line the rules table cites below them): the engine
+    assertion a stored counterexample and the random speculative workloads reach is the
+    same one, by file, function and condition, so nothing differs."""
+    mut = _mutations_module()
+    overlay = mut.build_overlay([NEUTRAL], tmp_path)
+    moved = (overlay / "vllm" / "v1" / "core" / "sched" / "scheduler.py").read_text()
+    line = 1 + moved.split("\n").index(
+        "                    assert num_new_tokens == 1 + self.num_spec_tokens")
+    assert line == 1372 + 14
+    code, doc, _ = mut.run_audit(overlay, ["--seed", "1000", "--count", "10",
+                                           "--shrink-calls", "20"])
+    assert doc["findings"] == [] and code == 0, [f["title"] for f in doc["findings"]]
+    assert doc["expected_violations"]["no_engine_assertion"] > 0  # the moved assertion
+    assert doc["sources"]["counterexamples"] > 0 and doc["sources"]["random"] == 80
 

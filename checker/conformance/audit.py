@@ -16,7 +16,11 @@ For every workload: (a) every catalogue property the engine's manifest names is 
 on the real trace (`checker.methods.trace_check`, the engine's `observe`); (b) the trace
 is compared step by step with the reference; (c) an exception the real engine raises (or
 a run that outlasts `timeout_s`) is caught and recorded with the workload and the
-raising frame's file:line inside the engine's package.
+raising frame's file:line inside the engine's package. An engine assertion (the
+`assertion` fact of a step, or the statement a crash was raised at) is identified by its
+meaning, `Site`: its file, function and condition or statement text, read from the source
+the engine ran; the line is shown but not compared, so a patch that only moves lines
+changes nothing (`compare_by_meaning`, `Crash.signature`).
 
 A finding is a divergence, a new property violation or a crash. A violation is *new*
 when the manifest expects the property to hold on the workload's config, or when the
@@ -33,10 +37,13 @@ differing fields to rules-table rows.
 
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -45,7 +52,7 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -126,7 +133,8 @@ def _vllm_harness() -> Harness:
     s = "VllmV1Scheduler."
     return Harness(
         engine="vllm-v1", package="vllm", modes=tuple(MODES),
-        unavailable=vllm_unavailable_reason, run=run_real_vllm_detailed, compare=compare_run,
+        unavailable=vllm_unavailable_reason, run=run_real_vllm_detailed,
+        compare=lambda w, run: compare_by_meaning(compare_run, w, run, _package_dir("vllm")),
         generate=lambda mode, seed, steps: MODES[mode].generate(seed, steps),
         shrink=lambda w, fails, calls: shrink(w, fails, max_calls=calls),
         field_rules={
@@ -242,6 +250,151 @@ def rules_involved(h: Harness, divergence: Any, real: Sequence[StepRecord]
     table = h.model.rules_table
     rows = [row for name in dict.fromkeys(names) for row in table if row[1] == name]
     return tuple(dict.fromkeys(rows))[:4] or tuple(table[:1])
+
+
+# ------------------------------------------------------- engine assertions by meaning
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """A statement of the engine by meaning: its file (inside the package), its function
+    (`Class.method`) and its text (an assertion's condition). `line` is information, shown
+    but never compared: a patch that moves the statement leaves it the same site."""
+
+    file: str
+    function: str
+    text: str
+    line: int | None = field(default=None, compare=False)
+
+    def __str__(self) -> str:
+        at = f":{self.line}" if self.line is not None else ""
+        return f"{self.file}{at} in {self.function}: {self.text}"
+
+
+#: The engine assertions the vLLM reference reaches, by the site its `assertion` fact
+#: names (`scheduler.py:LINE`, vLLM 0.32.0, the release the model is pinned to): the
+#: reference has no source to read, so its sites are named here.
+REFERENCE_ASSERTIONS: Mapping[tuple[str, int], Site] = {
+    # vllm 0.32.0 v1/core/sched/scheduler.py:1371-1372 (vllm-project/vllm#54028)
+    ("scheduler.py", 1372): Site("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule",
+                                 "num_new_tokens == 1 + self.num_spec_tokens", 1372),
+}
+#: The file an `assertion` fact names, inside the vllm package: the driver words only
+#: assertions of v1/core/sched/scheduler.py (checker/conformance/vllm_real.py).
+_FACT_FILES: Mapping[str, str] = {"scheduler.py": "v1/core/sched/scheduler.py"}
+_FACT = re.compile(r"^(?P<file>[\w./]+):(?P<line>\d+) AssertionError: (?P<rest>.*)$", re.S)
+#: The part of a fact that says which request and tokens, as the reference words it.
+_DETAIL = re.compile(r"^(?P<detail>request .*?) \(assert .*\)$", re.S)
+
+
+@functools.lru_cache(maxsize=32)
+def _source(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, ...], ast.Module | None]:
+    """The lines of the source file `path` and its syntax tree (None when it does not
+    parse), cached per version of the file."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, ValueError):
+        return (), None
+    try:
+        tree = ast.parse(text, path)
+    except (SyntaxError, ValueError):
+        tree = None
+    return tuple(text.split("\n")), tree
+
+
+def site_in_source(path: Path, line: int, file: str) -> Site:
+    """The site of the statement at `line` of the source file `path` (named `file`): the
+    innermost function holding it, qualified by its classes, and for an `assert` its
+    condition (ast.unparse), else the line's text."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return Site(file, "?", "?", line)
+    lines, tree = _source(str(path), stat.st_mtime_ns, stat.st_size)
+    text = lines[line - 1].strip() if 1 <= line <= len(lines) else "?"
+    names: list[str] = []
+    statement: ast.stmt | None = None
+
+    def visit(node: ast.AST, scope: list[str]) -> None:
+        nonlocal names, statement
+        for child in ast.iter_child_nodes(node):
+            lo, hi = getattr(child, "lineno", None), getattr(child, "end_lineno", None)
+            if lo is None or hi is None or not lo <= line <= hi:
+                continue
+            inner = scope
+            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                inner = [*scope, child.name]
+                if not isinstance(child, ast.ClassDef):
+                    names = inner
+            if isinstance(child, ast.stmt):
+                statement = child
+            visit(child, inner)
+
+    if tree is not None:
+        visit(tree, [])
+    if isinstance(statement, ast.Assert):
+        text = ast.unparse(statement.test)
+    return Site(file, ".".join(names) or "<module>", text, line)
+
+
+def assertion_site(fact: str, home: str | None) -> tuple[Site, str] | None:
+    """(site, detail) of a real run's `assertion` fact, its site read from the engine's
+    source under `home` (the imported package's folder); None for a fact in another
+    form. `detail` is the request and tokens where the fact words them, else ""."""
+    found = _FACT.match(fact)
+    if found is None or home is None:
+        return None
+    rel = _FACT_FILES.get(found["file"], found["file"])
+    site = site_in_source(Path(home) / rel, int(found["line"]), f"vllm/{rel}")
+    return site, _detail(found["rest"])
+
+
+def reference_assertion_site(fact: str) -> tuple[Site, str] | None:
+    """(site, detail) of the reference's `assertion` fact (`REFERENCE_ASSERTIONS`)."""
+    found = _FACT.match(fact)
+    if found is None:
+        return None
+    site = REFERENCE_ASSERTIONS.get((found["file"], int(found["line"])))
+    return (site, _detail(found["rest"])) if site is not None else None
+
+
+def _detail(rest: str) -> str:
+    found = _DETAIL.match(rest)
+    return found["detail"] if found is not None else ""
+
+
+def same_assertion(real: str, reference: str, home: str | None) -> bool:
+    """The real fact and the reference's name one assertion: the same file, function and
+    condition (whatever its line), and the same request and tokens where both word them
+    (the driver words them only at the line of the pinned release)."""
+    a, b = assertion_site(real, home), reference_assertion_site(reference)
+    if a is None or b is None:
+        return real == reference
+    return a[0] == b[0] and (not a[1] or not b[1] or a[1] == b[1])
+
+
+def compare_by_meaning(compare: Callable[[Workload, Any], Any], workload: Workload, run: Any,
+                       home: str | None) -> Any:
+    """`compare(workload, run)` with an engine assertion told apart by meaning, not by
+    line (`same_assertion`): where the first divergence is one in the `assertion` fact and
+    both facts name the same assertion, the real records take the reference's wording of
+    it and are compared again; a divergence left shows the real records as they were."""
+    divergence = compare(workload, run)
+    if (divergence is None or divergence.error is not None
+            or "assertion" not in divergence.fields
+            or divergence.real is None or divergence.reference is None):
+        return divergence
+    real = dict(divergence.real.extra).get("assertion")
+    reference = dict(divergence.reference.extra).get("assertion")
+    if not (isinstance(real, str) and isinstance(reference, str)
+            and same_assertion(real, reference, home)):
+        return divergence
+    original = run.records
+    worded = tuple(replace(r, extra=tuple((k, reference if (k, v) == ("assertion", real) else v)
+                                          for k, v in r.extra)) for r in original)
+    again = compare(workload, replace(run, records=worded))
+    if again is None or again.real is None or again.step > len(original):
+        return again
+    return replace(again, real=original[again.step - 1])
 
 
 # --------------------------------------------------------------------------- sources
@@ -432,13 +585,18 @@ class Crash:
     step: int | None
     records: tuple[StepRecord, ...]
     timeout: bool = False
+    site: Site | None = None  # `where` by meaning: file, function, statement
 
     @property
     def signature(self) -> str:
-        """What two crashes share to be one finding."""
+        """What two crashes share to be one finding: the exception's type and the site
+        it was raised at by meaning (file, function, statement: the line is not part of
+        it), else `where`."""
         if self.timeout:
             return "crash:timeout"
-        return f"crash:{self.error.split(':', 1)[0]}:{self.where}"
+        at = (f"{self.site.file} in {self.site.function}: {self.site.text}"
+              if self.site is not None else self.where)
+        return f"crash:{self.error.split(':', 1)[0]}:{at}"
 
     @property
     def summary(self) -> str:
@@ -460,12 +618,14 @@ def crash_of(h: Harness, exc: BaseException) -> Crash:
     home = _package_dir(h.package)
     drivers = str(Path(__file__).parent) + os.sep
     inside = []
+    site = None
     step, records = None, ()
     for frame, line in frames:
         file = frame.f_code.co_filename
         if home is not None and file.startswith(home + os.sep):
             rel = f"{h.package}/{os.path.relpath(file, home)}"
             inside.append(f"{rel}:{line} in {frame.f_code.co_name}")
+            site = site_in_source(Path(file), line, rel)
         elif file.startswith(drivers):
             got = frame.f_locals.get("step")
             if isinstance(got, int) and not isinstance(got, bool):
@@ -480,8 +640,11 @@ def crash_of(h: Harness, exc: BaseException) -> Crash:
         name = (os.path.relpath(frame.f_code.co_filename, ROOT)
                 if frame is not None else "?")
         where = f"{DRIVER} {name}:{line}"
+        if frame is not None:
+            site = site_in_source(Path(frame.f_code.co_filename), line, f"{DRIVER} {name}")
     text = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:300]
-    return Crash(text, where, tuple(inside), step, records, isinstance(exc, EngineTimeout))
+    return Crash(text, where, tuple(inside), step, records, isinstance(exc, EngineTimeout),
+                 site)
 
 
 @contextmanager
@@ -874,7 +1037,8 @@ def _describe(h: Harness, kind: str, sig: str, outcome: Outcome
         text = "\n".join([crash.summary, *(f"  {f}" for f in crash.stack)])
         return (crash.summary, crash.step, crash.records, _crash_rules(h, crash), text,
                 {"error": crash.error, "where": crash.where, "stack": list(crash.stack),
-                 "timeout": crash.timeout})
+                 "timeout": crash.timeout,
+                 "site": str(crash.site) if crash.site is not None else None})
     if kind == DIVERGENCE:
         div = outcome.divergence
         facts = {"fields": list(div.fields), "error": div.error,
