@@ -213,6 +213,8 @@ def test_the_gate_ablated_under_async_skips_a_victim_with_stale_output_as_upstre
     assert result.status == diff.SAME and result.depth == 4
 
 
+# about 6 s; test_vllm_ablating_the_hit_cap_finds_the_whole_prompt_hit diffs tiny_cached
+@pytest.mark.slow
 def test_bmcs_least_difference_is_the_explicit_searchs_on_tiny_cached():
     # z3's lex Optimize once returned this difference with an EOS of r0 at step 1 it did
     # not need (docs/bench_diff.md); the least workload by minimize.py's order has none.

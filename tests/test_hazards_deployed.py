@@ -97,6 +97,7 @@ def test_llama8b_128k_h100_repeated_preemption_is_witnessed_on_the_serve_default
                                         deployment))
 
 
+@pytest.mark.slow  # about 6 s; the 8B and 128k configs' witnesses run in the default suite
 def test_llama70b_tp8_h100_repeated_preemption_is_witnessed_on_the_serve_defaults():
     cfg, env, pool_known, deployment = deployed("llama70b_tp8_h100.yaml")
     result = decide(H["repeated_preemption"], cfg, env, pool_known, deployment)

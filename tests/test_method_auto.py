@@ -33,7 +33,8 @@ def test_the_default_searches_a_config_by_its_recorded_method_with_bmcs_verdicts
     # every row is the bounded search's. (vLLM's tiny_spec_eagle, also recorded as
     # explore's, has every row PROVED by k-induction since its step ranges over drafts.)
     assert load().configs["mr_tiny"].bounded_method == "explore"
-    engine = ("--engine", "mistralrs", "--manifest-config", "mr_tiny")
+    engine = ("--engine", "mistralrs", "--manifest-config", "mr_tiny", "--property",
+              "budget_respected", "--property", "starvation")  # one HOLDS, one VIOLATED
     code, auto = _check_json(capsys, *engine)
     assert code == 0 and auto
     assert {v["method"] for v in auto} == {"explore"}

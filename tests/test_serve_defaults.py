@@ -55,6 +55,7 @@ def test_a_question_that_holds_exits_0(capsys, tmp_path):
     assert doc["verdicts"][0]["verdict"] in ("HOLDS", "PROVED") and code == 0
 
 
+@pytest.mark.slow  # about 10 s of witness search; the reason itself is tested before the run below
 def test_a_cache_too_large_for_the_symbolic_rules_is_unknown_with_the_reason(capsys, tmp_path):
     code, doc = _check_json(capsys, "--max-num-seqs", "4", "--max-num-batched-tokens", "64",
                             "--max-model-len", "64", "--block-size", "2", "--num-gpu-blocks",

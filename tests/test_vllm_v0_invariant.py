@@ -141,8 +141,13 @@ def test_a_violated_entry_is_not_proved() -> None:
     assert not result.proved
 
 
-@pytest.mark.parametrize("swap", [False, True], ids=["recompute", "swap"])
-@pytest.mark.parametrize("chunked", [False, True], ids=["default", "chunked"])
+# Two of the four modes in the default suite (one per path, one per preemption mode), all
+# four in the slow suite.
+@pytest.mark.parametrize(("chunked", "swap"), [
+    (False, False), (True, True),
+    pytest.param(False, True, marks=pytest.mark.slow),
+    pytest.param(True, False, marks=pytest.mark.slow)],
+    ids=["default-recompute", "chunked-swap", "default-swap", "chunked-recompute"])
 def test_the_invariant_holds_on_every_state_of_concrete_runs(chunked: bool, swap: bool) -> None:
     """The rules under ConcreteOps on generator workloads; each run agrees with the
     reference record for record, so these are the reference's states."""

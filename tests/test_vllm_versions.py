@@ -49,7 +49,10 @@ def test_reference_and_rules_agree_at_every_older_release(version, w):
     assert_agree(_with_rules(w, VERSIONS[version]))
 
 
-@pytest.mark.parametrize("version", [v for v in VERSIONS if v != VLLM_VERSION])
+# 0.27.1's run (about 5 s) in the slow suite; the other older release in the default suite.
+@pytest.mark.parametrize("version", [
+    pytest.param(v, marks=pytest.mark.slow) if v == "0.27.1" else v
+    for v in VERSIONS if v != VLLM_VERSION])
 @given(w=cached_workloads(), asynchronous=st.booleans())
 def test_reference_and_rules_agree_at_older_releases_with_cache_and_async(version, w,
                                                                            asynchronous):
