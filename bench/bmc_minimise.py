@@ -25,7 +25,7 @@ from pathlib import Path
 import z3
 
 from checker.methods import bmc, minimize
-from checker.methods.jobs import _bounds, _family
+from checker.methods.jobs import family_of, symbolic_bounds
 from checker.methods.minimize import objectives
 from checker.methods.symbolic import Bounds, Family, extend, new_unrolling
 from model.vllm.config import Config
@@ -102,8 +102,8 @@ def cases(with_spin: bool) -> list[tuple[str, str, dict[str, int], Family, Bound
             continue
         nc = manifest.with_bounds(m.configs[e.config], **dict(e.bounds))
         label = prop.name + "".join(f" {k}={v}" for k, v in e.params)
-        out.append((f"{label} on {e.config}", e.property, dict(e.params), _family(nc),
-                    _bounds(nc)))
+        out.append((f"{label} on {e.config}", e.property, dict(e.params), family_of(nc),
+                    symbolic_bounds(nc)))
     if with_spin:
         out.append(("starvation k=5, issue 17's SPIN setting, 3 requests", "starvation",
                     {"k": 5}, Family(SPIN_CFG), SPIN_BOUNDS))

@@ -18,7 +18,7 @@ from checker.methods import bmc, explore
 from checker.methods.array import keys
 from checker.methods.array.layout import build, leaves_of, values_of
 from checker.methods.array.search import Options, Search
-from checker.methods.jobs import Job, _bounds, _family, explored
+from checker.methods.jobs import Job, explored, family_of, symbolic_bounds
 from checker.methods.symbolic import Bounds, Family
 from checker.methods.verdict import VIOLATED
 from model import registry
@@ -314,7 +314,7 @@ def _agree(entries):
     first = entries[0]
     nc = manifest.with_bounds(m.configs[first.config], **dict(first.bounds))
     props = [catalogue.get(e.property, **dict(e.params)) for e in entries]
-    family, bounds = _family(nc), _bounds(nc)
+    family, bounds = family_of(nc), symbolic_bounds(nc)
     reference = explore.check_many(props, family, bounds, 600)
     arrays = ax.check_many(props, family, bounds, 600)
     for e, ref, arr in zip(entries, reference, arrays, strict=True):

@@ -6,13 +6,13 @@ Speed is measured in bench/induction_scale.py, not here."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import z3
 
 from checker.methods import induction
+from checker.methods.jobs import family_of, symbolic_bounds
 from checker.methods.symbolic import Bounds, Family, family_config, fresh_state, slot_specs
 from model import registry as engines
 from model.core.ops import SymbolicOps
@@ -28,17 +28,11 @@ SAFETY = ("budget_respected", "running_within_max_num_seqs", "kv_blocks_conserve
 
 def _family(config: str) -> tuple[Family, Bounds]:
     nc = load().configs[config]
-    family = Family(base=nc.config, ranges=nc.ranges, validated=nc.validated,
-                    engine=nc.engine)
-    return family, Bounds(**dict(nc.bounds))
+    return family_of(nc), symbolic_bounds(nc)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_caches() -> Iterator[None]:
-    """Every test sees the rules and invariant it patches, not a cached proof."""
-    induction.clear_caches()
-    yield
-    induction.clear_caches()
+# Every test sees the rules and invariant it patches, not a cached proof.
+pytestmark = pytest.mark.usefixtures("fresh_induction_caches")
 
 
 def _plain_inductive(family: Family, slots: int) -> bool:

@@ -7,7 +7,7 @@ import time
 import z3
 
 from checker.methods import bmc, minimize
-from checker.methods.jobs import _bounds, _family
+from checker.methods.jobs import family_of, symbolic_bounds
 from checker.methods.symbolic import Bounds, Family, extend, new_unrolling
 from properties import catalogue, manifest
 
@@ -20,7 +20,7 @@ def _config(name: str, **bounds: int):
 
 def _unrolling(nc, prop_name: str, depth: int, **params: int):
     """The unrolling of a manifest config up to `depth` and the property's violation there."""
-    u = new_unrolling(_family(nc), _bounds(nc))
+    u = new_unrolling(family_of(nc), symbolic_bounds(nc))
     for _ in range(depth):
         extend(u)
     return u, bmc.violation_at(catalogue.get(prop_name, **params), u, depth)
@@ -69,7 +69,7 @@ def test_the_starvation_witness_of_a_known_least_vector():
     r0 (arrives in step 1, prompt 4, max_tokens 3) and r1 (step 1, prompt 3, max_tokens 1),
     no EOS, as counterexamples/vllm_v1/starvation__tiny_fcfs.itf.json stores it."""
     nc = _config("tiny_fcfs", slots=2)
-    result = bmc.check(catalogue.get("starvation", k=3), _family(nc), _bounds(nc), 120)
+    result = bmc.check(catalogue.get("starvation", k=3), family_of(nc), symbolic_bounds(nc), 120)
     assert (result.status, result.depth, result.minimal) == ("violated", 3, True)
     requests = [(r.arrival_step, r.prompt_len, r.max_tokens) for r in result.workload.requests]
     assert requests == [(1, 4, 3), (1, 3, 1)] and result.workload.eos == ()

@@ -139,7 +139,7 @@ def spec_workloads(draw):
                     else ())
 
 
-def _keep_valid(w):
+def keep_valid_choices(w):
     """The workload less the choices the reference refuses (a choice for a request with no
     drafts scheduled, more than were scheduled, ...), each kept only if the run with the
     ones kept before it accepts it, in step order (accepted before drafts in a step)."""
@@ -169,7 +169,7 @@ def _keep_valid(w):
 def test_reference_and_rules_agree_on_speculative_workloads(w):
     if not is_valid(w.config):
         return
-    w = _keep_valid(w)
+    w = keep_valid_choices(w)
     sw = to_slots(w)
     for ref, got in zip(simulate(w), (to_record(s, sw.ids) for s in run_rules(sw)),
                         strict=True):

@@ -9,13 +9,14 @@ configs' HOLDS entries; and a wrong fact or a wrong rule makes its proof fail.""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
 from typing import Any
 
 import pytest
 import z3
+from test_spec_decode import keep_valid_choices
 
 from checker.conformance.generate import (
     random_spec_async_workload,
@@ -23,11 +24,11 @@ from checker.conformance.generate import (
     random_workload,
 )
 from checker.methods import induction
+from checker.methods.jobs import family_of, symbolic_bounds
 from checker.methods.symbolic import Bounds, Family
 from model import registry as engines
-from model.core.errors import InputError
 from model.core.ops import CONCRETE, Ops
-from model.core.types import AcceptEvent, DraftEvent, Workload
+from model.core.types import Workload
 from model.run import without_unsampled_eos
 from model.slots import to_slots
 from model.vllm import invariant, rules
@@ -48,17 +49,13 @@ SPEC_SEEDS = range(40)  # per speculative mode
 
 def _family(config: str = CONFIG, **changes: Any) -> tuple[Family, Bounds]:
     nc = load().configs[config]
-    base = replace(nc.config, **changes) if changes else nc.config
-    family = Family(base=base, ranges=nc.ranges, validated=nc.validated, engine=nc.engine)
-    return family, Bounds(**dict(nc.bounds))
+    if changes:
+        nc = replace(nc, config=replace(nc.config, **changes))
+    return family_of(nc), symbolic_bounds(nc)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_caches() -> Iterator[None]:
-    """Every test sees the rules and invariant it patches, not a cached proof."""
-    induction.clear_caches()
-    yield
-    induction.clear_caches()
+# Every test sees the rules and invariant it patches, not a cached proof.
+pytestmark = pytest.mark.usefixtures("fresh_induction_caches")
 
 
 def _refusal(config: str = CONFIG) -> str:
@@ -178,31 +175,6 @@ def test_the_violated_entry_is_not_proved(config: str) -> None:
 # --- concrete runs --------------------------------------------------------------------
 
 
-def _with_valid_choices(w: Workload) -> Workload:
-    """`w` less the speculative choices and EOS entries the reference refuses (a count for
-    a request with no drafts scheduled, ...), each kept only if the run with the ones kept
-    before it accepts it, in step order."""
-    events = sorted([*w.accepted, *w.drafts], key=lambda e: (e.step, isinstance(e, DraftEvent)))
-    kept: list[AcceptEvent | DraftEvent] = []
-    for e in events:
-        trial = [*kept, e]
-        try:
-            simulate(replace(w, eos=(), accepted=tuple(x for x in trial
-                                                       if isinstance(x, AcceptEvent)),
-                             drafts=tuple(x for x in trial if isinstance(x, DraftEvent))))
-        except InputError:
-            continue
-        kept.append(e)
-    w = without_unsampled_eos(replace(
-        w, accepted=tuple(x for x in kept if isinstance(x, AcceptEvent)),
-        drafts=tuple(x for x in kept if isinstance(x, DraftEvent))))
-    try:  # an EOS kept can end a request whose later choices then name nothing
-        simulate(w)
-    except InputError:
-        w = replace(w, eos=())
-    return w
-
-
 def _workload(kind: str, seed: int) -> Workload:
     """The conformance generator's workload `seed`: on the AsyncScheduler ("async"), or
     with speculative decoding, synchronous ("spec") or async ("spec_async")."""
@@ -212,7 +184,7 @@ def _workload(kind: str, seed: int) -> Workload:
         assert is_valid(w.config), f"seed {seed}: the generator drew a config vLLM refuses"
         return without_unsampled_eos(w)
     generate = random_spec_workload if kind == "spec" else random_spec_async_workload
-    return _with_valid_choices(generate(seed, steps=20))
+    return keep_valid_choices(generate(seed, steps=20))
 
 
 @cache

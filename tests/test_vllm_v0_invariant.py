@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,14 +50,6 @@ def _ranged(chunked: bool, swap: bool = False) -> Family:
     return Family(base=base, ranges=(("max_num_batched_tokens", 1, 64), ("max_num_seqs", 1, 8),
                                      ("max_model_len", 1, 64), ("num_gpu_blocks", 1, 300)),
                   engine=ENGINE_VLLM_V0)
-
-
-@pytest.fixture
-def fresh_caches() -> Iterator[None]:
-    """The test sees the rules and invariant it patches, not a cached proof."""
-    induction.clear_caches()
-    yield
-    induction.clear_caches()
 
 
 def test_the_engine_states_the_invariant() -> None:
@@ -177,7 +168,7 @@ def _patched(monkeypatch: pytest.MonkeyPatch, **fields: Any) -> None:
 
 
 @pytest.mark.parametrize("config", CONFIGS)
-@pytest.mark.usefixtures("fresh_caches")
+@pytest.mark.usefixtures("fresh_induction_caches")
 def test_a_wrong_fact_is_not_proved(monkeypatch: pytest.MonkeyPatch, config: str) -> None:
     """A waiting request has no outputs: true until a recompute preemption sends a request
     with outputs back to waiting (it keeps them, S:1795-1805)."""
@@ -191,7 +182,7 @@ def test_a_wrong_fact_is_not_proved(monkeypatch: pytest.MonkeyPatch, config: str
 
 
 @pytest.mark.parametrize("config", CONFIGS)
-@pytest.mark.usefixtures("fresh_caches")
+@pytest.mark.usefixtures("fresh_induction_caches")
 def test_a_wrong_rule_is_not_proved(monkeypatch: pytest.MonkeyPatch, config: str) -> None:
     """A step that forgets to move the waiting front's key down after a preemption: the
     next victim would share the key, so the invariant's key range breaks."""
@@ -204,7 +195,7 @@ def test_a_wrong_rule_is_not_proved(monkeypatch: pytest.MonkeyPatch, config: str
 
 
 @pytest.mark.parametrize("config", SWAP_CONFIGS)
-@pytest.mark.usefixtures("fresh_caches")
+@pytest.mark.usefixtures("fresh_induction_caches")
 def test_a_wrong_swap_fact_is_not_proved(monkeypatch: pytest.MonkeyPatch, config: str) -> None:
     """The CPU pool conserved exactly: true until a swapped group the whole GPU can never
     hold is ignored, whose CPU blocks are never given back (S:1696-1715)."""
@@ -219,7 +210,7 @@ def test_a_wrong_swap_fact_is_not_proved(monkeypatch: pytest.MonkeyPatch, config
 
 
 @pytest.mark.parametrize("config", SWAP_CONFIGS)
-@pytest.mark.usefixtures("fresh_caches")
+@pytest.mark.usefixtures("fresh_induction_caches")
 def test_a_wrong_swap_rule_is_not_proved(monkeypatch: pytest.MonkeyPatch, config: str) -> None:
     """A swap that asks the pools for no blocks (`_can_swap` always OK): a swap-out can
     take more CPU blocks than are free, so the CPU pool goes negative."""

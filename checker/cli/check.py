@@ -37,7 +37,14 @@ from checker.config.serve_args import (
 )
 from checker.methods import agreement
 from checker.methods.agreement import Agreement
-from checker.methods.jobs import EXPLORERS, REFERENCE, Job, JobResult
+from checker.methods.jobs import (
+    EXPLORERS,
+    REFERENCE,
+    Job,
+    JobResult,
+    family_of,
+    symbolic_bounds,
+)
 from checker.methods.symbolic import Bounds, Family, beyond_symbolic, extend, new_unrolling
 from checker.methods.verdict import (
     ANSWERED,
@@ -799,9 +806,7 @@ def _beyond_symbolic_notes(jobs: Sequence[Job]) -> list[str]:
         if job.method == "explore" or (job.method == "auto" and job.search == "explore"):
             continue
         nc = job.config
-        why = beyond_symbolic(Family(base=nc.config, ranges=nc.ranges,
-                                     validated=nc.validated, engine=nc.engine),
-                              Bounds(**dict(nc.bounds)))
+        why = beyond_symbolic(family_of(nc), symbolic_bounds(nc))
         if why is not None and nc.name not in out:
             out[nc.name] = (f"note: {nc.name}: {why}; BMC can only look for a witness on "
                             "the engine's cheaper rules and confirm it on the exact "

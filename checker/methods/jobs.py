@@ -63,11 +63,13 @@ class JobResult:
     replayed: ReplayResult | None = None
 
 
-def _family(nc: NamedConfig) -> Family:
+def family_of(nc: NamedConfig) -> Family:
+    """The config family a named config's symbolic queries range over."""
     return Family(base=nc.config, ranges=nc.ranges, validated=nc.validated, engine=nc.engine)
 
 
-def _bounds(nc: NamedConfig) -> Bounds:
+def symbolic_bounds(nc: NamedConfig) -> Bounds:
+    """The bounds of a named config's symbolic queries."""
     return Bounds(**dict(nc.bounds))
 
 
@@ -133,7 +135,7 @@ def array_unsupported(nc: NamedConfig) -> str | None:
         from checker.methods import array as ax
     except ImportError as exc:
         return str(exc)
-    return ax.unsupported(_family(nc), _bounds(nc))
+    return ax.unsupported(family_of(nc), symbolic_bounds(nc))
 
 
 def explorer_of(job: Job) -> tuple[str, str]:
@@ -153,7 +155,7 @@ def explorer_of(job: Job) -> tuple[str, str]:
 
 def _small(nc: NamedConfig) -> str:
     """Why the reference explorer is the faster one on `nc`'s environment ("" if not)."""
-    bounds = _bounds(nc)
+    bounds = symbolic_bounds(nc)
     kinds = len(explore.menu(bounds, engines.get(nc.engine).rule_config(nc.config)))
     if bounds.slots >= ARRAY_MIN_SLOTS and kinds ** bounds.slots >= ARRAY_MIN_ARRIVALS:
         return ""
@@ -173,7 +175,7 @@ def run_explore_shared(jobs: list[Job]) -> list[JobResult]:
     single job of any kind)."""
     props = [catalogue.get(j.property, **dict(j.params)) for j in jobs]
     first = jobs[0]
-    family, bounds = _family(first.config), _bounds(first.config)
+    family, bounds = family_of(first.config), symbolic_bounds(first.config)
     which, why = explorer_of(first)
     if which == ARRAY and why:
         none = explore.ExploreStats(0, 0, 0, 0.0, 0)
@@ -239,7 +241,7 @@ def _proofs(job: Job, start: float) -> tuple[JobResult | None, list[str]]:
     """PROVED by the engine's closed-form theorem or by k-induction, or None with why
     each did not decide (the notes the bounded search's verdict carries)."""
     prop = catalogue.get(job.property, **dict(job.params))
-    family, bounds = _family(job.config), _bounds(job.config)
+    family, bounds = family_of(job.config), symbolic_bounds(job.config)
     notes = []
     engine = engines.get(job.engine)
     theorem = theorems.for_engine(engine).get(job.property)
@@ -276,7 +278,7 @@ def _bmc_search(job: Job, notes: list[str], start: float) -> JobResult:
     """BMC after the proofs: VIOLATED (minimal, replayed; or carried over from the
     engine's cheaper witness config), HOLDS up to its depth, or UNKNOWN."""
     prop = catalogue.get(job.property, **dict(job.params))
-    family, bounds = _family(job.config), _bounds(job.config)
+    family, bounds = family_of(job.config), symbolic_bounds(job.config)
 
     def verdict(v: str, depth: int, detail: str) -> Verdict:
         return _verdict(job, start, v, depth, detail, "bmc")

@@ -60,11 +60,11 @@ from checker.methods import agreement
 from checker.methods.jobs import (
     Job,
     JobResult,
-    _bounds,
-    _family,
     array_unsupported,
     explored,
+    family_of,
     run,
+    symbolic_bounds,
 )
 from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED, Verdict
 from model.core.types import Workload
@@ -177,8 +177,8 @@ def explore_many(jobs: Sequence[Job]) -> tuple[list[JobResult], int | None]:
 
     first = jobs[0]
     props = [catalogue.get(j.property, **dict(j.params)) for j in jobs]
-    bounds = _bounds(first.config)
-    results = ax.check_many(props, _family(first.config), bounds, first.timeout_s)
+    bounds = symbolic_bounds(first.config)
+    results = ax.check_many(props, family_of(first.config), bounds, first.timeout_s)
     out = []
     for job, r in zip(jobs, results, strict=True):
         res = explored(job, r)
@@ -240,7 +240,7 @@ def confirm_least(job: Job, found: JobResult,
     bmc_job = replace(job, method="bmc")
     d = found.verdict.depth
     cex = found.counterexample
-    family, bounds = _family(job.config), _bounds(job.config)
+    family, bounds = family_of(job.config), symbolic_bounds(job.config)
 
     def verdict(v: str, depth: int, detail: str) -> Verdict:
         return Verdict(job.engine, job.property, job.config.name, "bmc", v, depth,
@@ -305,11 +305,11 @@ def explore_unbounded(job: Job) -> tuple[JobResult, int | None]:
     from checker.methods.array import Options
 
     nc = job.config
-    bounds = _bounds(nc)
+    bounds = symbolic_bounds(nc)
     if bounds.arrival_window <= 0:
         raise ValueError("a search without a depth limit needs an arrival window")
     prop = catalogue.get(job.property, **dict(job.params))
-    r = ax.check(prop, _family(nc), bounds, job.timeout_s,
+    r = ax.check(prop, family_of(nc), bounds, job.timeout_s,
                  options=Options(arrival_steps=bounds.arrival_window, exhaustive=True))
     res = explored(job, r)
     v = res.verdict
@@ -480,7 +480,7 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "a
             return result(UNDECIDED, low, None, f"{metric.rung(high)}: {_said(res)}, only "
                           f"up to depth {res.verdict.depth} of {depth}", bound, bound_x,
                           witness_x)
-    if use_array and unbounded is not None and _bounds(nc).arrival_window > 0:
+    if use_array and unbounded is not None and symbolic_bounds(nc).arrival_window > 0:
         t = time.monotonic()
         res, closed = unbounded(job(high, "explore"))
         rungs.append(Rung(high, UNBOUNDED, res, time.monotonic() - t))
