@@ -21,6 +21,15 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
+from checker.conformance.shrink import (
+    Move,
+    fewer_eos,
+    fewer_requests,
+    fewer_steps,
+    greedy_shrink,
+    smaller_values,
+    with_request,
+)
 from model.core.errors import InputError
 from model.core.types import FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
 from model.sglang.config import POLICIES, POLICY_FCFS, Config, rejection
@@ -201,53 +210,10 @@ _CONFIG_INTS: tuple[tuple[str, int], ...] = (
 def shrink(workload: Workload, fails: Callable[[Workload], bool],
            max_calls: int = 2000) -> Workload:
     """The smallest workload reached from `workload` by greedy moves (`MOVES`, in order)
-    while `fails` holds and the workload stays `in_scope`; `fails(workload)` must hold on
-    entry. After an accepted move its group is tried again; passes repeat until none
-    changes anything, or `max_calls` predicate calls."""
-    current = workload
-    calls = 0
-    changed = True
-    while changed and calls < max_calls:
-        changed = False
-        for moves in MOVES:
-            accepted = True
-            while accepted and calls < max_calls:
-                accepted = False
-                for candidate in moves(current):
-                    if calls >= max_calls:
-                        break
-                    if candidate == current or not in_scope(candidate):
-                        continue
-                    calls += 1
-                    if fails(candidate):
-                        current, accepted, changed = candidate, True, True
-                        break
-    return current
-
-
-def _smaller(value: int, floor: int) -> Iterator[int]:
-    """Smaller values to try, most aggressive first: the floor, half-way, one less."""
-    seen: set[int] = set()
-    for v in (floor, floor + (value - floor) // 2, value - 1):
-        if floor <= v < value and v not in seen:
-            seen.add(v)
-            yield v
-
-
-def _fewer_steps(w: Workload) -> Iterator[Workload]:
-    for steps in _smaller(w.steps, 1):
-        yield replace(w, steps=steps, eos=tuple(e for e in w.eos if e.step <= steps))
-
-
-def _fewer_requests(w: Workload) -> Iterator[Workload]:
-    for i, r in enumerate(w.requests):
-        yield replace(w, requests=w.requests[:i] + w.requests[i + 1:],
-                      eos=tuple(e for e in w.eos if e.id != r.id))
-
-
-def _fewer_eos(w: Workload) -> Iterator[Workload]:
-    for i in range(len(w.eos)):
-        yield replace(w, eos=w.eos[:i] + w.eos[i + 1:])
+    while `fails` holds and the workload stays `in_scope` (shrink.py `greedy_shrink`);
+    `fails(workload)` must hold on entry. After an accepted move its group is tried
+    again; passes repeat until none changes anything, or `max_calls` predicate calls."""
+    return greedy_shrink(workload, fails, MOVES, in_scope, max_calls)
 
 
 def _simpler_config(w: Workload) -> Iterator[Workload]:
@@ -260,7 +226,7 @@ def _smaller_config(w: Workload) -> Iterator[Workload]:
     for name, floor in _CONFIG_INTS:
         value = getattr(w.config, name)
         if value is not None and value > 0:
-            for v in _smaller(value, floor):
+            for v in smaller_values(value, floor):
                 yield replace(w, config=replace(w.config, **{name: v}))
 
 
@@ -268,11 +234,11 @@ def _smaller_requests(w: Workload) -> Iterator[Workload]:
     for i, r in enumerate(w.requests):
         for name, floor in (("prompt_len", 1), ("max_tokens", 1), ("arrival_step", 1),
                             ("cached_prefix_len", 0)):
-            for v in _smaller(getattr(r, name), floor):
-                smaller = replace(r, **{name: v})
+            for v in smaller_values(getattr(r, name), floor):
+                shrunk = replace(r, **{name: v})
                 if name == "prompt_len":
-                    smaller = replace(smaller, cached_prefix_len=min(r.cached_prefix_len, v))
-                yield replace(w, requests=w.requests[:i] + (smaller,) + w.requests[i + 1:])
+                    shrunk = replace(shrunk, cached_prefix_len=min(r.cached_prefix_len, v))
+                yield with_request(w, i, shrunk)
 
 
 def _renamed(w: Workload) -> Iterator[Workload]:
@@ -284,8 +250,8 @@ def _renamed(w: Workload) -> Iterator[Workload]:
                   eos=tuple(replace(e, id=names[e.id]) for e in w.eos))
 
 
-MOVES: tuple[Callable[[Workload], Iterator[Workload]], ...] = (
-    _fewer_steps, _fewer_requests, _fewer_eos, _simpler_config, _smaller_config,
+MOVES: tuple[Move, ...] = (
+    fewer_steps, fewer_requests, fewer_eos, _simpler_config, _smaller_config,
     _smaller_requests, _renamed,
 )
 """The shrinking moves in the order tried: fewest steps, then fewest requests and EOS

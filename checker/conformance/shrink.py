@@ -11,17 +11,24 @@ none), so the shrunk workload is one vLLM and the workload contract accept; a sh
 prompt takes its shared prefix down with it. The result is 1-minimal for these moves: no
 single move keeps the predicate true. The order follows the design's "minimal": fewest
 steps, then fewest requests, then the least sharing, then smallest numbers.
+
+The greedy loop (`greedy_shrink`) and the engine-free moves (`fewer_steps`,
+`fewer_requests`, `fewer_eos`, `smaller_values`, `with_request`) serve SGLang's shrinker too
+(sglang_generate.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from model.core.errors import InputError
 from model.core.types import RequestSpec, Workload
 from model.vllm.config import POLICY_FCFS, Config
 from model.vllm.validation import validate
+
+Move = Callable[[Workload], Iterator[Workload]]
+"""One kind of shrinking move: the candidates one step smaller than a workload."""
 
 #: Config fields shrunk towards a smaller integer, with their floor.
 _CONFIG_INTS: tuple[tuple[str, int], ...] = (
@@ -67,26 +74,36 @@ def _group_ok(r: RequestSpec) -> bool:
 
 def shrink(workload: Workload, fails: Callable[[Workload], bool],
            max_calls: int = 3000) -> Workload:
+    """The smallest vLLM workload reached from `workload` by greedy moves (`MOVES`) while
+    `fails` holds and the workload stays `is_admissible` (`greedy_shrink`)."""
+    return greedy_shrink(workload, fails, MOVES, is_admissible, max_calls)
+
+
+def greedy_shrink(workload: Workload, fails: Callable[[Workload], bool],
+                  moves_in_order: Sequence[Move], admissible: Callable[[Workload], bool],
+                  max_calls: int) -> Workload:
     """The smallest workload reached from `workload` by greedy moves while `fails` holds.
 
-    `fails(workload)` must be true on entry. Moves come in groups (`MOVES`, in order);
+    `fails(workload)` must be true on entry; a candidate counts only if it differs from
+    the current workload and is `admissible`. Moves come in groups (`moves_in_order`);
     after an accepted move its group is tried again on the smaller workload, and passes
     over all groups repeat until one changes nothing. `max_calls` bounds the predicate
-    calls.
+    calls. The engine's shrinker (`shrink` here for vLLM, sglang_generate.py's for
+    SGLang) names its moves and its scope.
     """
     current = workload
     calls = 0
     changed = True
     while changed and calls < max_calls:
         changed = False
-        for moves in MOVES:
+        for moves in moves_in_order:
             accepted = True
             while accepted and calls < max_calls:
                 accepted = False
                 for candidate in moves(current):
                     if calls >= max_calls:
                         break
-                    if candidate == current or not is_admissible(candidate):
+                    if candidate == current or not admissible(candidate):
                         continue
                     calls += 1
                     if fails(candidate):
@@ -95,7 +112,7 @@ def shrink(workload: Workload, fails: Callable[[Workload], bool],
     return current
 
 
-def _smaller(value: int, floor: int) -> Iterator[int]:
+def smaller_values(value: int, floor: int) -> Iterator[int]:
     """Smaller values to try, most aggressive first: the floor, half-way, one less."""
     seen: set[int] = set()
     for v in (floor, floor + (value - floor) // 2, value - 1):
@@ -104,26 +121,34 @@ def _smaller(value: int, floor: int) -> Iterator[int]:
             yield v
 
 
-def _fewer_steps(w: Workload) -> Iterator[Workload]:
-    for steps in _smaller(w.steps, 1):
+def fewer_steps(w: Workload) -> Iterator[Workload]:
+    """`w` cut to fewer steps (`smaller_values`), dropping the EOS entries past the end."""
+    for steps in smaller_values(w.steps, 1):
         yield replace(w, steps=steps, eos=tuple(e for e in w.eos if e.step <= steps))
 
 
-def _fewer_requests(w: Workload) -> Iterator[Workload]:
+def fewer_requests(w: Workload) -> Iterator[Workload]:
+    """`w` without one of its requests (and that request's EOS entries), each in turn."""
     for i, r in enumerate(w.requests):
         yield replace(w, requests=w.requests[:i] + w.requests[i + 1:],
                       eos=tuple(e for e in w.eos if e.id != r.id))
 
 
-def _fewer_eos(w: Workload) -> Iterator[Workload]:
+def fewer_eos(w: Workload) -> Iterator[Workload]:
+    """`w` without one of its EOS entries, each in turn."""
     for i in range(len(w.eos)):
         yield replace(w, eos=w.eos[:i] + w.eos[i + 1:])
+
+
+def with_request(w: Workload, index: int, r: RequestSpec) -> Workload:
+    """`w` with its request at `index` replaced by `r`."""
+    return replace(w, requests=w.requests[:index] + (r,) + w.requests[index + 1:])
 
 
 def _ungrouped(w: Workload) -> Iterator[Workload]:
     for i, r in enumerate(w.requests):
         if r.prefix_group is not None:
-            yield _with_request(w, i, replace(r, prefix_group=None, shared_prefix_len=0))
+            yield with_request(w, i, replace(r, prefix_group=None, shared_prefix_len=0))
 
 
 def _smaller_requests(w: Workload) -> Iterator[Workload]:
@@ -132,18 +157,18 @@ def _smaller_requests(w: Workload) -> Iterator[Workload]:
                              ("priority", 0), ("shared_prefix_len", 1)):
             if field == "shared_prefix_len" and r.prefix_group is None:
                 continue
-            for v in _smaller(getattr(r, field), floor):
+            for v in smaller_values(getattr(r, field), floor):
                 smaller = replace(r, **{field: v})
                 if field == "prompt_len" and r.prefix_group is not None:
                     smaller = replace(smaller, shared_prefix_len=min(r.shared_prefix_len, v))
-                yield _with_request(w, i, smaller)
+                yield with_request(w, i, smaller)
 
 
 def _smaller_config(w: Workload) -> Iterator[Workload]:
     for field, floor in _CONFIG_INTS:
         value = getattr(w.config, field)
         if value is not None:
-            for v in _smaller(value, floor):
+            for v in smaller_values(value, floor):
                 yield _with_config(w, replace(w.config, **{field: v}))
 
 
@@ -157,10 +182,6 @@ def candidates(w: Workload) -> Iterator[Workload]:
     """Every one-move shrink of `w`, group by group in `MOVES` order."""
     for moves in MOVES:
         yield from moves(w)
-
-
-def _with_request(w: Workload, index: int, r: RequestSpec) -> Workload:
-    return replace(w, requests=w.requests[:index] + (r,) + w.requests[index + 1:])
 
 
 def _with_config(w: Workload, cfg: Config) -> Workload:
@@ -184,8 +205,8 @@ def _renamed(w: Workload) -> Iterator[Workload]:
     )
 
 
-MOVES: tuple[Callable[[Workload], Iterator[Workload]], ...] = (
-    _fewer_steps, _fewer_requests, _fewer_eos, _ungrouped, _default_config, _smaller_config,
+MOVES: tuple[Move, ...] = (
+    fewer_steps, fewer_requests, fewer_eos, _ungrouped, _default_config, _smaller_config,
     _smaller_requests, _renamed,
 )
 """The shrinking moves, in the order tried: the design's "minimal" is fewest steps, then
