@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import itertools
 import time
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 
 import networkx as nx
@@ -434,6 +434,25 @@ def check_many(props: Sequence[Property], family: Family, bounds: Bounds, timeou
     result is its shortest, then least, violation over all of them."""
     if not family.ranges:
         return Explorer(props, family, bounds, timeout_s, symmetric).run_all()
+
+    def explore_member(single: Family, deadline: float) -> tuple[ExploreResult, ...]:
+        return Explorer(props, single, bounds, deadline - time.monotonic(),
+                        symmetric).run_all()
+
+    return explore_family(props, family, bounds, timeout_s, explore_member, _workload_key)
+
+
+def explore_family(props: Sequence[Property], family: Family, bounds: Bounds,
+                   timeout_s: float,
+                   explore_member: Callable[[Family, float], tuple[ExploreResult, ...]],
+                   workload_key: Callable[[Workload | None], tuple[object, ...]],
+                   ) -> tuple[ExploreResult, ...]:
+    """A ranged family's results, config by config (at most MAX_FAMILY_CONFIGS of them,
+    else UNKNOWN): `explore_member(single_config_family, deadline)` explores one config, all
+    of them before the one deadline. A property is UNKNOWN if some config's run is, else
+    its shortest violation over all configs (ties broken by `workload_key`, the explorer's
+    order on workloads of one length), else it holds; every result carries the summed
+    stats. The reference explorer's `check_many` and the array explorer's share it."""
     members = family_members(family)
     if len(members) > MAX_FAMILY_CONFIGS:
         stats = ExploreStats(0, 0, 0, 0.0, 0)
@@ -441,11 +460,7 @@ def check_many(props: Sequence[Property], family: Family, bounds: Bounds, timeou
                f"{MAX_FAMILY_CONFIGS}")
         return tuple(ExploreResult("unknown", 0, stats, reason=why) for _ in props)
     deadline = time.monotonic() + timeout_s
-    runs = []
-    for cfg in members:
-        single = replace(family, base=cfg, ranges=())
-        runs.append(Explorer(props, single, bounds, deadline - time.monotonic(),
-                             symmetric).run_all())
+    runs = [explore_member(replace(family, base=cfg, ranges=()), deadline) for cfg in members]
     stats = ExploreStats(
         states=sum(r[0].stats.states for r in runs),
         transitions=sum(r[0].stats.transitions for r in runs),
@@ -460,7 +475,7 @@ def check_many(props: Sequence[Property], family: Family, bounds: Bounds, timeou
         if unknown:
             out.append(replace(unknown[0], stats=stats))
         elif violated:
-            first = min(violated, key=lambda r: (r.depth, _workload_key(r.workload)))
+            first = min(violated, key=lambda r: (r.depth, workload_key(r.workload)))
             out.append(replace(first, stats=stats))
         else:
             out.append(ExploreResult("holds", bounds.depth, stats,

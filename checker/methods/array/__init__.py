@@ -36,11 +36,10 @@ numpy_module()  # one line naming the extra to install, before any numpy import 
 
 from checker.methods.array.search import Options, Outcome, Search, Witness  # noqa: E402
 from checker.methods.explore import (  # noqa: E402
-    MAX_FAMILY_CONFIGS,
     ExploreResult,
     ExploreStats,
     Kind,
-    family_members,
+    explore_family,
     menu,
 )
 from checker.methods.symbolic import Bounds, Family  # noqa: E402
@@ -153,35 +152,11 @@ def check_many(props: Sequence[Property], family: Family, bounds: Bounds, timeou
         raise ValueError("a lasso property is searched alone")
     if not family.ranges:
         return _one(props, family, bounds, time.monotonic() + timeout_s, opts)
-    members = family_members(family)
-    if len(members) > MAX_FAMILY_CONFIGS:
-        why = (f"the family has {len(members)} configs; the explorer enumerates at most "
-               f"{MAX_FAMILY_CONFIGS}")
-        return tuple(ExploreResult("unknown", 0, ExploreStats(0, 0, 0, 0.0, 0), reason=why)
-                     for _ in props)
-    deadline = time.monotonic() + timeout_s
-    runs = [_one(props, replace(family, base=cfg, ranges=()), bounds, deadline, opts)
-            for cfg in members]
-    stats = ExploreStats(
-        states=sum(r[0].stats.states for r in runs),
-        transitions=sum(r[0].stats.transitions for r in runs),
-        depth_reached=max(r[0].stats.depth_reached for r in runs),
-        seconds=sum(r[0].stats.seconds for r in runs), kinds=max(r[0].stats.kinds
-                                                                  for r in runs))
-    out = []
-    for i in range(len(props)):
-        results = [r[i] for r in runs]
-        unknown = [r for r in results if r.status == "unknown"]
-        violated = [r for r in results if r.status == "violated"]
-        if unknown:
-            out.append(replace(unknown[0], stats=stats))
-        elif violated:
-            first = min(violated, key=lambda r: (r.depth, _workload_key(r.workload)))
-            out.append(replace(first, stats=stats))
-        else:
-            out.append(ExploreResult("holds", bounds.depth, stats,
-                                     reason=f"{len(members)} configs of the family"))
-    return tuple(out)
+
+    def explore_member(single: Family, deadline: float) -> tuple[ExploreResult, ...]:
+        return _one(props, single, bounds, deadline, opts)
+
+    return explore_family(props, family, bounds, timeout_s, explore_member, _workload_key)
 
 
 def _workload_key(w: Workload | None) -> tuple[object, ...]:
