@@ -16,41 +16,27 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
+from checker.conformance.divergence import (
+    StepDivergence,
+    compared_names,
+    first_divergence_of,
+    record_value,
+)
 from checker.conformance.vllm_real import RealRun
 from model.core.types import StepRecord, Workload
 from model.vllm.config import VLLM_VERSION
 
 REAL = f"vLLM {VLLM_VERSION} (real)"
 REFERENCE = "model.reference.vllm_v1"
-_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord)
-                                 if f.name not in ("step", "extra"))
 _CELL_WIDTH = 44
 
 
 @dataclass(frozen=True, slots=True)
-class Divergence:
-    """The first step at which the reference departs from vLLM's real scheduler.
-
-    `fields` names the StepRecord fields that differ (an `extra` fact by its key); `real`
-    / `reference` are the two records of that step (None when that side has no record of
-    it). When the reference raised instead of producing the record of `step`, `error`
-    holds its message.
-    """
-
-    workload: Workload
-    step: int
-    fields: tuple[str, ...]
-    real: StepRecord | None
-    reference: StepRecord | None
-    error: str | None = None
-
-    def summary(self) -> str:
-        """One line: where and in what the two schedulers differ."""
-        if self.error is not None:
-            return f"step {self.step}: the reference raised {self.error}"
-        return f"step {self.step}: {', '.join(self.fields)} differ"
+class Divergence(StepDivergence):
+    """The first step at which the reference departs from vLLM's real scheduler
+    (divergence.py `StepDivergence`)."""
 
     def render(self) -> str:
         """A readable side-by-side table of the diverging step (differing rows marked *)."""
@@ -58,7 +44,7 @@ class Divergence:
             return f"{self.summary()}\nvLLM's record of that step: {self.real}\n"
         real_name = f"vLLM {self.workload.config.version} (real)"  # REAL at 0.32.0
         rows = [("", "field", real_name, REFERENCE)]
-        for name in (*_FIELDS, *_extra_names(self.real, self.reference)):
+        for name in compared_names(self.real, self.reference):
             real = _show(name, self.real)
             ref = _show(name, self.reference)
             rows.append(("*" if name in self.fields else "", name, real, ref))
@@ -77,28 +63,12 @@ class Divergence:
         return "\n".join(lines) + "\n"
 
 
-def _extra_names(*records: StepRecord | None) -> tuple[str, ...]:
-    """The `extra` keys of the records, in order of first appearance."""
-    names: dict[str, None] = {}
-    for record in records:
-        if record is not None:
-            names.update((k, None) for k, _ in record.extra)
-    return tuple(names)
-
-
-def _value(name: str, record: StepRecord) -> object:
-    """A StepRecord field, or the `extra` fact of that name (None when absent)."""
-    if name in _FIELDS:
-        return getattr(record, name)
-    return dict(record.extra).get(name)
-
-
 def _show(name: str, record: StepRecord | None) -> str:
     """A field of a record as compact text: `a:1 b:2` for pairs and mappings, `a b` for id
     lists."""
     if record is None:
         return "(no record)"
-    value = _value(name, record)
+    value = record_value(name, record)
     if value is None:
         return "(absent)"
     if isinstance(value, dict):
@@ -115,18 +85,7 @@ def _show(name: str, record: StepRecord | None) -> str:
 def first_divergence(workload: Workload, real: tuple[StepRecord, ...],
                      reference: tuple[StepRecord, ...]) -> Divergence | None:
     """The first step whose records differ (or that only one side has), else None."""
-    for i in range(max(len(real), len(reference))):
-        a = real[i] if i < len(real) else None
-        b = reference[i] if i < len(reference) else None
-        if a is None or b is None:
-            differing = (*_FIELDS, *_extra_names(a, b))
-        else:
-            differing = tuple(n for n in (*_FIELDS, *_extra_names(a, b))
-                              if _value(n, a) != _value(n, b))
-            if not differing:
-                continue
-        return Divergence(workload=workload, step=i + 1, fields=differing, real=a, reference=b)
-    return None
+    return first_divergence_of(Divergence, workload, real, reference)
 
 
 def _reference_records(workload: Workload) -> Iterator[StepRecord]:

@@ -104,10 +104,16 @@ import time
 import warnings
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
+from checker.conformance.divergence import (
+    StepDivergence,
+    compared_names,
+    first_divergence_of,
+    record_value,
+)
 from checker.conformance.sglang_generate import MAX_REQUESTS, check_drivable
 from model.core.errors import InputError
 from model.core.types import FINISH_LENGTH, FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
@@ -764,15 +770,7 @@ def run_real_sglang_detailed(workload: Workload) -> RealRun:
 
 # ----------------------------------------------------------------------- comparison
 
-_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord)
-                                 if f.name not in ("step", "extra"))
 _CELL_WIDTH = 44
-
-
-def _value(name: str, record: StepRecord) -> object:
-    if name in _FIELDS:
-        return getattr(record, name)
-    return dict(record.extra).get(name)
 
 
 def _same(a: object, b: object) -> bool:
@@ -784,41 +782,17 @@ def _same(a: object, b: object) -> bool:
     return a == b
 
 
-def _names(*records: StepRecord | None) -> tuple[str, ...]:
-    extra: dict[str, None] = {}
-    for record in records:
-        if record is not None:
-            extra.update((k, None) for k, _ in record.extra)
-    return (*_FIELDS, *extra)
-
-
 @dataclass(frozen=True, slots=True)
-class Divergence:
-    """The first step at which the reference departs from SGLang's real scheduler.
-
-    `fields` names the differing StepRecord fields (an `extra` fact by its key); `real`
-    and `reference` are the two records of that step (None when that side has none).
-    When the reference raised instead, `error` holds its message."""
-
-    workload: Workload
-    step: int
-    fields: tuple[str, ...]
-    real: StepRecord | None
-    reference: StepRecord | None
-    error: str | None = None
-
-    def summary(self) -> str:
-        """One line: where and in what the two schedulers differ."""
-        if self.error is not None:
-            return f"step {self.step}: the reference raised {self.error}"
-        return f"step {self.step}: {', '.join(self.fields)} differ"
+class Divergence(StepDivergence):
+    """The first step at which the reference departs from SGLang's real scheduler
+    (divergence.py `StepDivergence`)."""
 
     def render(self) -> str:
         """The diverging step side by side (differing rows marked *)."""
         if self.error is not None:
             return f"{self.summary()}\n{REAL}'s record of that step: {self.real}\n"
         rows = [("", "field", REAL, REFERENCE)]
-        for name in _names(self.real, self.reference):
+        for name in compared_names(self.real, self.reference):
             rows.append(("*" if name in self.fields else "", name,
                          _show(name, self.real), _show(name, self.reference)))
         width1 = max(len(r[1]) for r in rows)
@@ -833,7 +807,7 @@ class Divergence:
 def _show(name: str, record: StepRecord | None) -> str:
     if record is None:
         return "(no record)"
-    value = _value(name, record)
+    value = record_value(name, record)
     if isinstance(value, tuple | list):
         if not value:
             return "-"
@@ -847,19 +821,7 @@ def first_divergence(workload: Workload, real: Sequence[StepRecord],
                      reference: Sequence[StepRecord]) -> Divergence | None:
     """The first step whose records differ in any field or extra (or that only one side
     has), else None."""
-    for i in range(max(len(real), len(reference))):
-        a = real[i] if i < len(real) else None
-        b = reference[i] if i < len(reference) else None
-        names = _names(a, b)
-        if a is None or b is None:
-            differing = names
-        else:
-            differing = tuple(n for n in names if not _same(_value(n, a), _value(n, b)))
-            if not differing:
-                continue
-        return Divergence(workload=workload, step=i + 1, fields=differing, real=a,
-                          reference=b)
-    return None
+    return first_divergence_of(Divergence, workload, real, reference, _same)
 
 
 def compare(workload: Workload) -> Divergence | None:

@@ -1,0 +1,84 @@
+"""The first step where a real engine's records and our reference's differ: what both
+conformance comparisons (vLLM's compare.py, SGLang's sglang_real.py) find and report.
+
+A record is compared field by field (`RECORD_FIELDS`, every StepRecord field but the step
+and `extra`), then each engine-specific fact of `extra` as a field named by its key, in
+order of first appearance; the order of `extra` does not matter. Each engine's module
+subclasses `StepDivergence` with its own rendering and passes its own equality.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import TypeVar
+
+from model.core.types import StepRecord, Workload
+
+RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord)
+                                       if f.name not in ("step", "extra"))
+
+
+@dataclass(frozen=True, slots=True)
+class StepDivergence:
+    """The first step at which the reference departs from an engine's real scheduler.
+
+    `fields` names the StepRecord fields that differ (an `extra` fact by its key); `real`
+    / `reference` are the two records of that step (None when that side has no record of
+    it). When the reference raised instead of producing the record of `step`, `error`
+    holds its message.
+    """
+
+    workload: Workload
+    step: int
+    fields: tuple[str, ...]
+    real: StepRecord | None
+    reference: StepRecord | None
+    error: str | None = None
+
+    def summary(self) -> str:
+        """One line: where and in what the two schedulers differ."""
+        if self.error is not None:
+            return f"step {self.step}: the reference raised {self.error}"
+        return f"step {self.step}: {', '.join(self.fields)} differ"
+
+
+D = TypeVar("D", bound=StepDivergence)
+
+
+def compared_names(*records: StepRecord | None) -> tuple[str, ...]:
+    """`RECORD_FIELDS`, then the `extra` keys of the records in order of first appearance."""
+    names: dict[str, None] = {}
+    for record in records:
+        if record is not None:
+            names.update((k, None) for k, _ in record.extra)
+    return (*RECORD_FIELDS, *names)
+
+
+def record_value(name: str, record: StepRecord) -> object:
+    """A StepRecord field, or the `extra` fact of that name (None when absent)."""
+    if name in RECORD_FIELDS:
+        return getattr(record, name)
+    return dict(record.extra).get(name)
+
+
+def first_divergence_of(divergence: type[D], workload: Workload,
+                        real: Sequence[StepRecord], reference: Sequence[StepRecord],
+                        same: Callable[[object, object], bool] = operator.eq) -> D | None:
+    """The first step whose records differ (a compared name whose values are not `same`)
+    or that only one side has, as a `divergence`; None when every step agrees."""
+    for i in range(max(len(real), len(reference))):
+        a = real[i] if i < len(real) else None
+        b = reference[i] if i < len(reference) else None
+        names = compared_names(a, b)
+        if a is None or b is None:
+            differing = names
+        else:
+            differing = tuple(n for n in names
+                              if not same(record_value(n, a), record_value(n, b)))
+            if not differing:
+                continue
+        return divergence(workload=workload, step=i + 1, fields=differing, real=a,
+                          reference=b)
+    return None
