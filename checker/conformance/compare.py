@@ -14,23 +14,16 @@ one, as fields named by their key; their order in `extra` does not matter.
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from checker.conformance.divergence import (
-    StepDivergence,
-    compared_names,
-    first_divergence_of,
-    record_value,
-)
+from checker.conformance.divergence import StepDivergence, first_divergence_of, record_value
 from checker.conformance.vllm_real import RealRun
 from model.core.types import StepRecord, Workload
 from model.vllm.config import VLLM_VERSION
 
 REAL = f"vLLM {VLLM_VERSION} (real)"
 REFERENCE = "model.reference.vllm_v1"
-_CELL_WIDTH = 44
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,24 +36,7 @@ class Divergence(StepDivergence):
         if self.error is not None:
             return f"{self.summary()}\nvLLM's record of that step: {self.real}\n"
         real_name = f"vLLM {self.workload.config.version} (real)"  # REAL at 0.32.0
-        rows = [("", "field", real_name, REFERENCE)]
-        for name in compared_names(self.real, self.reference):
-            real = _show(name, self.real)
-            ref = _show(name, self.reference)
-            rows.append(("*" if name in self.fields else "", name, real, ref))
-        width1 = max(len(r[1]) for r in rows)
-        width2 = min(_CELL_WIDTH, max(len(r[2]) for r in rows))
-        lines = [f"first divergence at step {self.step} "
-                 f"({len(self.fields)} field(s): {', '.join(self.fields)})"]
-        for mark, name, real, ref in rows:
-            left = textwrap.wrap(real, width2) or [""]
-            right = textwrap.wrap(ref, _CELL_WIDTH) or [""]
-            for i in range(max(len(left), len(right))):
-                a = left[i] if i < len(left) else ""
-                b = right[i] if i < len(right) else ""
-                head = f"{mark:1} {name:<{width1}}" if i == 0 else " " * (width1 + 2)
-                lines.append(f"{head} | {a:<{width2}} | {b}".rstrip())
-        return "\n".join(lines) + "\n"
+        return self.side_by_side(real_name, REFERENCE, _show, wrap=True)
 
 
 def _show(name: str, record: StepRecord | None) -> str:

@@ -10,6 +10,7 @@ subclasses `StepDivergence` with its own rendering and passes its own equality.
 from __future__ import annotations
 
 import operator
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import TypeVar
@@ -18,6 +19,7 @@ from model.core.types import StepRecord, Workload
 
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord)
                                        if f.name not in ("step", "extra"))
+CELL_WIDTH = 44  # the widest a column of `StepDivergence.side_by_side` is padded to
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,33 @@ class StepDivergence:
         if self.error is not None:
             return f"step {self.step}: the reference raised {self.error}"
         return f"step {self.step}: {', '.join(self.fields)} differ"
+
+    def side_by_side(self, real_name: str, reference_name: str,
+                     show: Callable[[str, StepRecord | None], str], wrap: bool = False) -> str:
+        """The diverging step as a table: a row per compared name (differing rows marked
+        *), the real record's cell as `show` writes it beside the reference's, the real
+        column padded to at most `CELL_WIDTH`; with `wrap`, long cells wrap at that width
+        onto continuation lines."""
+        rows = [("", "field", real_name, reference_name)]
+        for name in compared_names(self.real, self.reference):
+            rows.append(("*" if name in self.fields else "", name,
+                         show(name, self.real), show(name, self.reference)))
+        width1 = max(len(r[1]) for r in rows)
+        width2 = min(CELL_WIDTH, max(len(r[2]) for r in rows))
+        lines = [f"first divergence at step {self.step} "
+                 f"({len(self.fields)} field(s): {', '.join(self.fields)})"]
+        for mark, name, real, ref in rows:
+            if not wrap:
+                lines.append(f"{mark:1} {name:<{width1}} | {real:<{width2}} | {ref}".rstrip())
+                continue
+            left = textwrap.wrap(real, width2) or [""]
+            right = textwrap.wrap(ref, CELL_WIDTH) or [""]
+            for i in range(max(len(left), len(right))):
+                a = left[i] if i < len(left) else ""
+                b = right[i] if i < len(right) else ""
+                head = f"{mark:1} {name:<{width1}}" if i == 0 else " " * (width1 + 2)
+                lines.append(f"{head} | {a:<{width2}} | {b}".rstrip())
+        return "\n".join(lines) + "\n"
 
 
 D = TypeVar("D", bound=StepDivergence)

@@ -108,12 +108,7 @@ from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
-from checker.conformance.divergence import (
-    StepDivergence,
-    compared_names,
-    first_divergence_of,
-    record_value,
-)
+from checker.conformance.divergence import StepDivergence, first_divergence_of, record_value
 from checker.conformance.sglang_generate import MAX_REQUESTS, check_drivable
 from model.core.errors import InputError
 from model.core.types import FINISH_LENGTH, FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
@@ -770,9 +765,6 @@ def run_real_sglang_detailed(workload: Workload) -> RealRun:
 
 # ----------------------------------------------------------------------- comparison
 
-_CELL_WIDTH = 44
-
-
 def _same(a: object, b: object) -> bool:
     """Equal, numbers to 1e-6 relative (upstream's ratio and budgets are binary floats,
     the reference's exact fractions shown to 6 decimals)."""
@@ -791,17 +783,7 @@ class Divergence(StepDivergence):
         """The diverging step side by side (differing rows marked *)."""
         if self.error is not None:
             return f"{self.summary()}\n{REAL}'s record of that step: {self.real}\n"
-        rows = [("", "field", REAL, REFERENCE)]
-        for name in compared_names(self.real, self.reference):
-            rows.append(("*" if name in self.fields else "", name,
-                         _show(name, self.real), _show(name, self.reference)))
-        width1 = max(len(r[1]) for r in rows)
-        width2 = min(_CELL_WIDTH, max(len(r[2]) for r in rows))
-        lines = [f"first divergence at step {self.step} "
-                 f"({len(self.fields)} field(s): {', '.join(self.fields)})"]
-        for mark, name, real, ref in rows:
-            lines.append(f"{mark:1} {name:<{width1}} | {real:<{width2}} | {ref}".rstrip())
-        return "\n".join(lines) + "\n"
+        return self.side_by_side(REAL, REFERENCE, _show)
 
 
 def _show(name: str, record: StepRecord | None) -> str:
