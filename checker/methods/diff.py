@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -48,6 +48,8 @@ from checker.methods.symbolic import (
     Bounds,
     Family,
     Unrolling,
+    as_term,
+    bind_state,
     family_config,
     fresh_state,
     longest_prompt,
@@ -197,15 +199,6 @@ def sides_compatible(a: Side, b: Side) -> str:
     return ""
 
 
-def _term(value: object) -> object:
-    """A Python constant as a z3 term, so that `!=` builds a formula."""
-    if isinstance(value, bool):
-        return z3.BoolVal(value)
-    if isinstance(value, int):
-        return z3.IntVal(value)
-    return value
-
-
 def differs(ops: Ops, a: Step, b: Step, step_observables: Sequence[str] = STEP_OBSERVABLES
             ) -> Bool:
     """The two sides' observables of one step differ (over ints or z3 terms)."""
@@ -220,7 +213,7 @@ def differs(ops: Ops, a: Step, b: Step, step_observables: Sequence[str] = STEP_O
 
 def _eq(ops: Ops, x: object, y: object) -> Bool:
     if isinstance(ops, SymbolicOps):
-        return _term(x) == _term(y)
+        return as_term(x) == as_term(y)
     return x == y
 
 
@@ -294,19 +287,6 @@ def _pair(a: Side, b: Side, bounds: Bounds) -> _Pair:
                  one_system=one_rule_system(a.engine, b.engine))
 
 
-def _bind(fresh: Any, value: Any) -> list[Bool]:
-    """fresh == value, leaf by leaf (the `step` counter is not bound)."""
-    if is_dataclass(fresh):
-        out: list[Bool] = []
-        for f in fields(fresh):
-            if f.name != "step":
-                out += _bind(getattr(fresh, f.name), getattr(value, f.name))
-        return out
-    if isinstance(fresh, tuple):
-        return [c for x, y in zip(fresh, value, strict=True) for c in _bind(x, y)]
-    return [_term(fresh) == _term(value)]
-
-
 def _extend(p: _Pair) -> list[Bool]:
     """One more step of both sides, on one fresh vector of EOS choices."""
     u = p.joint
@@ -317,7 +297,7 @@ def _extend(p: _Pair) -> list[Bool]:
     next_b, obs_b = p.b.step(ops, p.cfg_b, u.specs, p.states_b[-1], eos)
     fresh_a = fresh_state(f"a.s{t + 1}", u.states[0], t + 1)
     fresh_b = fresh_state(f"b.s{t + 1}", p.states_b[0], t + 1)
-    cons = ops.take_definitions() + _bind(fresh_a, next_a) + _bind(fresh_b, next_b)
+    cons = ops.take_definitions() + bind_state(fresh_a, next_a) + bind_state(fresh_b, next_b)
     if not u.eos_allowed:  # Bounds.no_eos, as symbolic.extend (the explicit search too)
         cons += [z3.Not(e) for e in eos]
     u.eos.append(eos)
@@ -334,7 +314,7 @@ def _eos_of(model: z3.ModelRef, p: _Pair, steps: Sequence[Step]) -> tuple[EosEve
     out = []
     for t, (choices, observed) in enumerate(zip(p.joint.eos, steps, strict=False)):
         for i, (e, obs) in enumerate(zip(choices, observed.slots, strict=True)):
-            if z3.is_true(model.eval(z3.And(e, _term(obs.sampled)), model_completion=True)):
+            if z3.is_true(model.eval(z3.And(e, as_term(obs.sampled)), model_completion=True)):
                 out.append(EosEvent(id=f"r{i}", step=t + 1))
     return tuple(out)
 
@@ -406,7 +386,7 @@ def _merge_states(p: _Pair, solver: z3.Solver) -> None:
     goes on from side A's state variables: the two rule sets then compute the same terms
     wherever the switch is not read, and the solver sees them equal by congruence instead
     of searching (the states stay apart when some workload tells them apart)."""
-    same = z3.And(*_bind(p.joint.states[-1], p.states_b[-1]))
+    same = z3.And(*bind_state(p.joint.states[-1], p.states_b[-1]))
     if solver.check(z3.Not(same)) == z3.unsat:
         solver.add(same)
         p.states_b[-1] = p.joint.states[-1]
@@ -510,11 +490,11 @@ def prove_equivalent(a: Side, b: Side, slots: int, timeout_s: float) -> bool | N
     next_a, obs_a = ea.step(ops, cfg_a, specs, state, eos)
     next_b, obs_b = eb.step(ops, cfg_b, specs, state, eos)
     apart = z3.Or(_as_bool(differs(ops, obs_a, obs_b)),
-                  z3.Not(z3.And(*_bind(next_a, next_b))))
+                  z3.Not(z3.And(*bind_state(next_a, next_b))))
     solver = z3.Solver()
     solver.set(random_seed=Z3_SEED, timeout=max(1, int(timeout_s * 1000)))
     solver.add(*ops.take_definitions(), *spec_cons, t >= 0)
-    base = z3.simplify(z3.And(*_bind(init_a, init_b)))
+    base = z3.simplify(z3.And(*bind_state(init_a, init_b)))
     if not z3.is_true(base):
         return False
     result = solver.check(apart)

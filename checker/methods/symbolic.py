@@ -165,17 +165,28 @@ def _fresh(path: str, value: Any, step: object) -> Any:
     return z3.Int(path)
 
 
-def _bind(fresh: Any, value: Any) -> list[Bool]:
-    """fresh == value, leaf by leaf (the `step` counter is not bound)."""
+def as_term(value: object) -> object:
+    """A Python constant as a z3 term (a z3 term as it is), so that `==` and `!=` build a
+    formula even between two constants."""
+    if isinstance(value, bool):
+        return z3.BoolVal(value)
+    if isinstance(value, int):
+        return z3.IntVal(value)
+    return value
+
+
+def bind_state(fresh: Any, value: Any) -> list[Bool]:
+    """fresh == value, leaf by leaf over a state's dataclasses and tuples (the `step`
+    counter is not bound); a leaf may be a z3 term or a Python constant."""
     if is_dataclass(fresh):
         out: list[Bool] = []
         for f in fields(fresh):
             if f.name != "step":
-                out += _bind(getattr(fresh, f.name), getattr(value, f.name))
+                out += bind_state(getattr(fresh, f.name), getattr(value, f.name))
         return out
     if isinstance(fresh, tuple):
-        return [c for a, b in zip(fresh, value, strict=True) for c in _bind(a, b)]
-    return [fresh == value]
+        return [c for a, b in zip(fresh, value, strict=True) for c in bind_state(a, b)]
+    return [as_term(fresh) == as_term(value)]
 
 
 def beyond_symbolic(family: Family, bounds: Bounds) -> str | None:
@@ -220,7 +231,7 @@ def extend(u: Unrolling) -> list[Bool]:
     else:
         nxt, observed = u.engine.step(ops, u.cfg, u.specs, u.states[-1], eos)
     fresh = fresh_state(f"s{t + 1}", u.states[0], t + 1)
-    cons = ops.take_definitions() + _bind(fresh, nxt) + spec_cons
+    cons = ops.take_definitions() + bind_state(fresh, nxt) + spec_cons
     if not u.eos_allowed:
         cons += [z3.Not(e) for e in eos]
     u.eos.append(eos)
