@@ -1,11 +1,12 @@
 """Shared test setup: a derandomized Hypothesis profile for CI (same command, same result),
-and a fixture that clears k-induction's per-process caches around a test that patches
-the rules or an invariant."""
+a fixture that clears k-induction's per-process caches around a test that patches the
+rules or an invariant, and the headless browser of the browser tests."""
 
 import os
 from collections.abc import Iterator
 
 import pytest
+from browser_driver import HOW_TO, Browser, find_browser
 from hypothesis import HealthCheck, settings
 
 from checker.methods import induction
@@ -25,3 +26,15 @@ def fresh_induction_caches() -> Iterator[None]:
     induction.clear_caches()
     yield
     induction.clear_caches()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium session per test module (skipped, saying how to install it,
+    when Chromium or chromedriver is missing)."""
+    found = find_browser()
+    if found is None:
+        pytest.skip(HOW_TO)
+    b = Browser(*found)
+    yield b
+    b.close()

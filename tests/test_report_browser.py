@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from browser_driver import HOW_TO, Browser, find_browser, png_pixels
+from browser_driver import ink
 from test_report import STORED, expected_blocks, stored_results
 
 from checker.show import report
@@ -26,16 +26,6 @@ DRAWN = """return Array.from(document.querySelectorAll('svg.timeline')).map(s =>
 });"""
 
 
-@pytest.fixture(scope="module")
-def browser():
-    found = find_browser()
-    if found is None:
-        pytest.skip(HOW_TO)
-    b = Browser(*found)
-    yield b
-    b.close()
-
-
 def _pages(tmp_path):
     page = tmp_path / "stored.html"
     page.write_text(report.render_html(*stored_results()))
@@ -43,17 +33,6 @@ def _pages(tmp_path):
     if os.environ.get("BATCHPROOF_REPORT"):
         pages.append((Path(os.environ["BATCHPROOF_REPORT"]).resolve(), None))
     return pages
-
-
-def _not_blank(png):
-    width, height, rows, bpp = png_pixels(png)
-    colours, inked = set(), 0
-    for row in rows[::4]:
-        for x in range(0, width * bpp, bpp * 4):
-            px = row[x:x + 3]
-            colours.add(px)
-            inked += px != b"\xff\xff\xff"
-    return len(colours), inked / ((len(rows) // 4 + 1) * (width // 4 + 1))
 
 
 def test_the_report_loads_without_console_errors_and_draws_every_timeline(browser, tmp_path):
@@ -77,6 +56,6 @@ def test_a_screenshot_of_the_report_is_not_blank(browser, tmp_path):
     png = browser.screenshot()
     if os.environ.get("BATCHPROOF_SCREENSHOT"):
         Path(os.environ["BATCHPROOF_SCREENSHOT"]).write_bytes(png)
-    colours, inked = _not_blank(png)
+    colours, inked = ink(png)
     assert colours >= 8, f"{colours} colours: the page looks blank"
     assert inked > 0.02, f"only {inked:.1%} of the screenshot is not white"
