@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import test_bad_input as cli
 
 from checker.cli import check
 from checker.cli.main import main
@@ -25,19 +26,13 @@ QUICK = ["--jobs", "1", "-q", "--timeout", "30"]
 
 
 def run(capsys, *argv):
-    try:
-        code = main(["check", *argv])
-    except SystemExit as exc:  # argparse's own usage errors
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    """`batchproof check ARGV`: (exit code, stdout, stderr)."""
+    return cli.run(capsys, "check", *argv)
 
 
 def one_line_error(capsys, *argv):
-    code, out, err = run(capsys, *argv)
-    assert code == 2, (out, err)
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    return err
+    """`batchproof check ARGV` fails with exit 2 and one line on stderr (test_bad_input)."""
+    return cli.one_line_error(capsys, "check", *argv)
 
 
 def corpus() -> set[Path]:

@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
+from test_bad_input import one_line_error, run
 
-from checker.cli.main import main, vllm_spellings
+from checker.cli.main import vllm_spellings
 
 ROOT = Path(__file__).resolve().parent.parent
 GROUP_A = str(ROOT / "examples" / "seed_group_a.json")
@@ -19,22 +20,6 @@ QUICK = ["--jobs", "1", "-q", "--timeout", "60"]
 # (max_num_seqs 1: the second request waits while the first decodes), HOLDS with four.
 SMALL_BOUNDS = ["--property", "starvation:k=2", "--depth", "3", "--requests", "2",
                 "--max-prompt-len", "2", "--max-tokens", "3"]
-
-
-def run(capsys, *argv):
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse's own usage errors
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(capsys, *argv):
-    code, out, err = run(capsys, *argv)
-    assert code == 2, (out, err)
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    return err
 
 
 def yaml_file(tmp_path, seqs, **extra):
