@@ -31,7 +31,13 @@ from checker.config.hazards import (
 from checker.config.report import print_invalid, print_reasons, print_report
 from checker.config.resolve import Request, check_config
 from checker.config.rule_reasons import explain_rules
-from checker.config.serve_args import FEATURE_FLAGS, device_of, long_flags, positive_number
+from checker.config.serve_args import (
+    FEATURE_FLAGS,
+    device_of,
+    long_flags,
+    pasted_model,
+    positive_number,
+)
 from checker.config.spec_args import spec_decode
 from model.core.errors import InputError
 from model.vllm.config import Config
@@ -232,15 +238,7 @@ def _deployment(args: argparse.Namespace, device: Device | None,
 
 
 def _model(args: argparse.Namespace) -> str:
-    words = list(args.serve)
-    if words[:1] == ["vllm"]:
-        words = words[1:]
-    if words[:1] == ["serve"]:
-        words = words[1:]
-    if len(words) > 1:
-        raise InputError(f"unexpected arguments {' '.join(words[1:])!r}; give one model tag "
-                         "and flags")
-    return args.model or (words[0] if words else "")
+    return pasted_model(args.serve, args.model, "and flags")
 
 
 def _ignored(args: argparse.Namespace) -> tuple[str, ...]:

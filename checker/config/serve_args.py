@@ -201,14 +201,22 @@ def serve_model(args: argparse.Namespace) -> str:
         raise InputError(f"unexpected argument {words[0]!r}; a pasted vLLM command line "
                          "starts with `vllm serve MODEL`, and options start with -- (e.g. "
                          "--property NAME)")
-    if words[:1] == ["vllm"]:
-        words = words[1:]
-    if words[:1] == ["serve"]:
-        words = words[1:]
-    if len(words) > 1:
-        raise InputError(f"unexpected arguments {' '.join(words[1:])!r}; give one model tag "
-                         "after `vllm serve`, then flags")
-    return getattr(args, "model", None) or (words[0] if words else "")
+    return pasted_model(words, getattr(args, "model", None), "after `vllm serve`, then flags")
+
+
+def pasted_model(words: Sequence[str], model: str | None, then: str) -> str:
+    """`model` (--model) if given, else the model tag of the words of a pasted `vllm serve
+    MODEL` line (a leading `vllm`, then `serve`, dropped), '' if none; InputError on more
+    than one word left (the message says: give one model tag, then `then`)."""
+    rest = list(words)
+    if rest[:1] == ["vllm"]:
+        rest = rest[1:]
+    if rest[:1] == ["serve"]:
+        rest = rest[1:]
+    if len(rest) > 1:
+        raise InputError(f"unexpected arguments {' '.join(rest[1:])!r}; give one model tag "
+                         f"{then}")
+    return model or (rest[0] if rest else "")
 
 
 def model_line(args: argparse.Namespace) -> str | None:
