@@ -34,6 +34,7 @@ from checker.config.rule_reasons import explain_rules
 from checker.config.serve_args import (
     FEATURE_FLAGS,
     device_of,
+    engine_args,
     long_flags,
     pasted_model,
     positive_number,
@@ -53,7 +54,6 @@ from model.vllm.engine_args import (
     PLATFORM_CPU,
     USAGES,
     Device,
-    EngineArgs,
 )
 from model.vllm.serve_yaml import (
     IGNORED_BOOL_FLAGS,
@@ -196,21 +196,10 @@ def parse_request(args: argparse.Namespace) -> Request:
     if given["max_model_len"] is None:
         raise InputError("give --max-model-len N: the model's context length (batchproof "
                          "does not read the model's config.json)")
-    ea = EngineArgs(
-        max_model_len=overrides.max_model_len,
-        max_num_batched_tokens=given["max_num_batched_tokens"],
-        max_num_seqs=given["max_num_seqs"],
-        enable_chunked_prefill=given["enable_chunked_prefill"],
-        performance_mode=args.performance_mode or "balanced",
-        usage=args.usage or "serve",
-        world_size=(args.tensor_parallel_size or 1) * (args.pipeline_parallel_size or 1),
-        block_size=given["block_size"], num_gpu_blocks=given["num_gpu_blocks"],
-        long_prefill_token_threshold=given["long_prefill_token_threshold"],
-        long_prefill_token_threshold_adaptive=given["long_prefill_token_threshold_adaptive"],
-        policy=given["policy"], watermark=given["watermark"],
-        scheduler_reserve_full_isl=given["scheduler_reserve_full_isl"],
-        max_num_active_seqs=given["max_num_active_seqs"],
-        max_num_scheduled_tokens=given["max_num_scheduled_tokens"])
+    ea = engine_args(
+        given, max_model_len=overrides.max_model_len,
+        performance_mode=args.performance_mode or "balanced", usage=args.usage or "serve",
+        world_size=(args.tensor_parallel_size or 1) * (args.pipeline_parallel_size or 1))
     device, spec = device_of(args), spec_decode(args)
     return Request(engine_args=ea, device=device, spec=spec, lora=bool(args.enable_lora),
                    model=_model(args), ignored=_ignored(args), envelope=_envelope(args),

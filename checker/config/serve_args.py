@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
@@ -311,6 +311,25 @@ def device_of(args: argparse.Namespace) -> Device | None:
     return None
 
 
+#: The config flags EngineArgs takes as given, under the same name (None: not given).
+ENGINE_ARG_FLAGS: tuple[str, ...] = (
+    "max_num_batched_tokens", "max_num_seqs", "enable_chunked_prefill", "block_size",
+    "num_gpu_blocks", "long_prefill_token_threshold", "long_prefill_token_threshold_adaptive",
+    "policy", "watermark", "scheduler_reserve_full_isl", "max_num_active_seqs",
+    "max_num_scheduled_tokens",
+)
+
+
+def engine_args(given: Mapping[str, object], max_model_len: int, performance_mode: str,
+                usage: str, world_size: int) -> EngineArgs:
+    """The EngineArgs of the config flags `given` (field -> value, None when not given:
+    `ENGINE_ARG_FLAGS`) and of what the caller decided (the context length, the
+    performance mode, the usage context, tensor x pipeline parallel size)."""
+    return EngineArgs(max_model_len=max_model_len, performance_mode=performance_mode,
+                      usage=usage, world_size=world_size,
+                      **{name: given[name] for name in ENGINE_ARG_FLAGS})
+
+
 def serve_config(args: argparse.Namespace, command: str) -> tuple[Config, list[str]]:
     """The Config `vllm serve` runs for the vLLM flags in `args` (command line over the YAML
     file), resolved as `batchproof config` resolves it, and the assumption lines for the
@@ -326,21 +345,10 @@ def serve_config(args: argparse.Namespace, command: str) -> tuple[Config, list[s
     device = device_of(args)
     pp = getattr(args, "pipeline_parallel_size", None) or 1
     tp = getattr(args, "tensor_parallel_size", None) or 1
-    ea = EngineArgs(
-        max_model_len=model_len,
-        max_num_batched_tokens=given["max_num_batched_tokens"],
-        max_num_seqs=given["max_num_seqs"],
-        enable_chunked_prefill=given["enable_chunked_prefill"],
-        performance_mode=getattr(args, "performance_mode", None) or "balanced",
-        usage=USAGE_SERVE if device is not None else USAGE_ENGINE,
-        world_size=tp * pp, block_size=given["block_size"],
-        num_gpu_blocks=given["num_gpu_blocks"],
-        long_prefill_token_threshold=given["long_prefill_token_threshold"],
-        long_prefill_token_threshold_adaptive=given["long_prefill_token_threshold_adaptive"],
-        policy=given["policy"], watermark=given["watermark"],
-        scheduler_reserve_full_isl=given["scheduler_reserve_full_isl"],
-        max_num_active_seqs=given["max_num_active_seqs"],
-        max_num_scheduled_tokens=given["max_num_scheduled_tokens"])
+    ea = engine_args(given, max_model_len=model_len,
+                     performance_mode=getattr(args, "performance_mode", None) or "balanced",
+                     usage=USAGE_SERVE if device is not None else USAGE_ENGINE,
+                     world_size=tp * pp)
     # Without a device: SchedulerConfig's own defaults (the usage context without a tier,
     # engine/arg_utils.py:3117-3127), then vLLM's clamps as on any device.
     eff = resolve(ea, device if device is not None else device_with_memory(0.0))
