@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -49,3 +49,29 @@ def select_min(ops: Ops, eligible: Sequence[Bool], keys: Sequence[tuple[Int, ...
 def pick(ops: Ops, sel: Sequence[Bool], values: Sequence[Int]) -> Int:
     """The value of the selected slot (0 when none is selected)."""
     return ops.sum([ops.ite(s, v, 0) for s, v in zip(sel, values, strict=True)])
+
+
+# Behavioural equality of two states: queue keys matter only relative to each other.
+
+Queue = tuple[Callable[[Any], Bool], Callable[[Any], Int]]
+"""A queue of slots, as `same_queue_orders` reads it: (in the queue, its order key), both
+read on one slot."""
+
+
+def same_queue_orders(ops: Ops, a: Sequence[Any], b: Sequence[Any],
+                      queues: Sequence[Queue]) -> list[Bool]:
+    """Two states' slots `a` and `b` hold their queues in the same relative order: for every
+    two distinct slots both in a queue in `a`, their key order there is their key order in
+    `b`. The constraints come slot pair by slot pair (i, then j), queue by queue, the part
+    of every engine's `same_behaviour` that compares queues."""
+    cons: list[Bool] = []
+    n = len(a)
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                continue
+            x, y, u, v = a[i], a[j], b[i], b[j]
+            for in_queue, key in queues:
+                both = ops.and_(in_queue(x), in_queue(y))
+                cons.append(ops.implies(both, (key(x) < key(y)) == (key(u) < key(v))))
+    return cons

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from model.core.ops import Bool, Int, Ops
-from model.core.rule_parts import arrive_at_tail, pick
+from model.core.rule_parts import arrive_at_tail, pick, same_queue_orders
 from model.core.types import SlotObs, SlotSpec, Step
 from model.mistralrs.config import MistralrsConfig, MistralrsRules
 
@@ -556,16 +556,7 @@ def same_behaviour(ops: Ops, a: MistralrsState, b: MistralrsState) -> Bool:
         cons += [x.status == y.status, x.num_computed_tokens == y.num_computed_tokens,
                  x.num_output_tokens == y.num_output_tokens, x.blocks == y.blocks,
                  x.waiting_count == y.waiting_count]
-    n = len(a.slots)
-    for i in range(n):
-        for j in range(n):
-            if i == j:
-                continue
-            x, y, u, v = a.slots[i], a.slots[j], b.slots[i], b.slots[j]
-            running = ops.and_(ops.or_(x.status == PROMPT, x.status == DECODE),
-                               ops.or_(y.status == PROMPT, y.status == DECODE))
-            waiting = ops.and_(x.status == WAITING, y.status == WAITING)
-            cons.append(ops.implies(running, (x.run_key < y.run_key) == (u.run_key < v.run_key)))
-            cons.append(ops.implies(waiting,
-                                    (x.wait_key < y.wait_key) == (u.wait_key < v.wait_key)))
+    cons += same_queue_orders(ops, a.slots, b.slots, (
+        (lambda s: ops.or_(s.status == PROMPT, s.status == DECODE), lambda s: s.run_key),
+        (lambda s: s.status == WAITING, lambda s: s.wait_key)))
     return ops.and_(*cons)

@@ -10,6 +10,7 @@ from model.core.engine import EngineModel
 from model.core.errors import InputError
 from model.core.observe import observed_step
 from model.core.ops import CONCRETE, Bool, Ops
+from model.core.rule_parts import same_queue_orders
 from model.core.slots import lay_out
 from model.core.types import (
     FINISH_LENGTH,
@@ -123,18 +124,10 @@ def same_behaviour(ops: Ops, a: rules.SGLangState, b: rules.SGLangState) -> Bool
     for x, y in zip(a.slots, b.slots, strict=True):
         cons += [x.status == y.status, x.kv == y.kv, x.computed == y.computed,
                  x.outputs == y.outputs, x.retracted == y.retracted]
-    n = len(a.slots)
-    for i in range(n):
-        for j in range(n):
-            if i == j:
-                continue
-            x, y, u, v = a.slots[i], a.slots[j], b.slots[i], b.slots[j]
-            in_r = ops.and_(ops.or_(x.status == rules.RUNNING, x.status == rules.STALE),
-                            ops.or_(y.status == rules.RUNNING, y.status == rules.STALE))
-            both_waiting = ops.and_(x.status == rules.WAITING, y.status == rules.WAITING)
-            cons.append(ops.implies(in_r, (x.run_key < y.run_key) == (u.run_key < v.run_key)))
-            cons.append(ops.implies(both_waiting,
-                                    (x.wait_key < y.wait_key) == (u.wait_key < v.wait_key)))
+    cons += same_queue_orders(ops, a.slots, b.slots, (
+        (lambda s: ops.or_(s.status == rules.RUNNING, s.status == rules.STALE),
+         lambda s: s.run_key),
+        (lambda s: s.status == rules.WAITING, lambda s: s.wait_key)))
     return ops.and_(*cons)
 
 

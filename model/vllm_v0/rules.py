@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
 from model.core.ops import Bool, Int, Ops
-from model.core.rule_parts import arrive_at_tail, lt_key, pick, select_min
+from model.core.rule_parts import arrive_at_tail, lt_key, pick, same_queue_orders, select_min
 from model.core.types import FINISH_LENGTH, FINISH_STOP, SlotObs, SlotSpec, Step, StepRecord
 from model.vllm_v0.reference import swap_space_message
 from model.vllm_v0.state import (
@@ -634,22 +634,12 @@ def same_behaviour(ops: Ops, a: SchedState, b: SchedState) -> Bool:
                  x.num_output_tokens == y.num_output_tokens, x.decode_stage == y.decode_stage,
                  x.table_tokens == y.table_tokens,
                  (x.num_preemptions > 0) == (y.num_preemptions > 0)]
-    n = len(a.slots)
-    for i in range(n):
-        for j in range(n):
-            if i == j:
-                continue
-            x, y, u, v = a.slots[i], a.slots[j], b.slots[i], b.slots[j]
-            both_running = ops.and_(x.status == RUNNING, y.status == RUNNING)
-            both_waiting = ops.and_(x.status == WAITING, y.status == WAITING)
-            cons.append(ops.implies(both_running,
-                                    (x.run_key < y.run_key) == (u.run_key < v.run_key)))
-            cons.append(ops.implies(both_waiting,
-                                    (x.wait_key < y.wait_key) == (u.wait_key < v.wait_key)))
-            for xk, yk, uk, vk in zip(x.swap_key, y.swap_key, u.swap_key, v.swap_key,
-                                      strict=True):
-                both_swapped = ops.and_(x.status == SWAPPED, y.status == SWAPPED)
-                cons.append(ops.implies(both_swapped, (xk < yk) == (uk < vk)))
+    swap_keys = len(a.slots[0].swap_key) if a.slots else 0
+    cons += same_queue_orders(ops, a.slots, b.slots, (
+        (lambda s: s.status == RUNNING, lambda s: s.run_key),
+        (lambda s: s.status == WAITING, lambda s: s.wait_key),
+        *[(lambda s: s.status == SWAPPED, lambda s, k=k: s.swap_key[k])
+          for k in range(swap_keys)]))
     return ops.and_(*cons)
 
 
