@@ -20,6 +20,7 @@ from model.core.checks import (
 from model.core.errors import ConfigError, InputError, shown
 from model.core.types import (
     DEFAULT_ENGINE,
+    AbortEvent,
     AcceptEvent,
     DraftEvent,
     EosEvent,
@@ -29,7 +30,7 @@ from model.core.types import (
 from model.vllm.config import ENGINE_VLLM_V1
 from model.vllm.startup import start_rejection
 
-_TOP_KEYS = {"engine", "config", "requests", "eos", "steps", "accepted", "drafts"}
+_TOP_KEYS = {"engine", "config", "requests", "eos", "steps", "accepted", "drafts", "aborts"}
 _REQUEST_KEYS = {"id", "prompt_len", "max_tokens", "arrival_step", "priority",
                  "cached_prefix_len", "prefix_group", "shared_prefix_len"}
 
@@ -116,8 +117,13 @@ def parse_workload(doc: Any, need_requests: bool = True) -> Workload:
                      for i, e in enumerate(_list(doc, "accepted", MAX_REQUESTS)))
     drafts = tuple(_parse_count("drafts", i, e, ids, steps, DraftEvent)
                    for i, e in enumerate(_list(doc, "drafts", MAX_REQUESTS)))
+    aborts = tuple(_parse_abort(i, e, ids, steps)
+                   for i, e in enumerate(_list(doc, "aborts", MAX_REQUESTS)))
+    if aborts and engine != ENGINE_VLLM_V1:
+        raise InputError(f"'aborts' is modelled for {ENGINE_VLLM_V1} only, not {engine}; "
+                         "drop the 'aborts' entries")
     workload = Workload(config=config, requests=requests, eos=eos, steps=steps, engine=engine,
-                        accepted=accepted, drafts=drafts)
+                        accepted=accepted, drafts=drafts, aborts=aborts)
     check_size(workload)
     return workload
 
@@ -216,6 +222,24 @@ def _parse_count(key: str, index: int, raw: Any, ids: set[str], steps: int,
     return kind(id=rid, step=step, count=_int(where, "count", raw["count"], 0, MAX_INT))
 
 
+def _parse_abort(index: int, raw: Any, ids: set[str], steps: int) -> AbortEvent:
+    """One client abort {"id", "step"[, "after_schedule"]} (docs/simulation_contract.md)."""
+    where = f"aborts[{index}]"
+    if (not isinstance(raw, dict) or not {"id", "step"} <= set(raw)
+            or not set(raw) <= {"id", "step", "after_schedule"}):
+        raise InputError(f"{where} must be an object {{\"id\": ..., \"step\": ...}} with an "
+                         f"optional \"after_schedule\": true, got {shown(raw)}")
+    rid = raw["id"]
+    if not isinstance(rid, str) or rid not in ids:
+        raise InputError(f"{where}: no request has id {shown(rid)}; name a request of the "
+                         "workload")
+    after = raw.get("after_schedule", False)
+    if not isinstance(after, bool):
+        raise InputError(f"{where}: after_schedule must be true or false, got {shown(after)}")
+    return AbortEvent(id=rid, step=_int(where, "step", raw["step"], 1, steps),
+                      after_schedule=after)
+
+
 def _int(where: str, key: str, value: Any, minimum: int, maximum: int = MAX_INT) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InputError(f"{where}: {key} must be an integer, got {shown(value)}")
@@ -263,6 +287,9 @@ def workload_to_json(w: Workload) -> dict[str, Any]:
            if w.accepted else {}),
         **({"drafts": [{"id": e.id, "step": e.step, "count": e.count} for e in w.drafts]}
            if w.drafts else {}),
+        **({"aborts": [{"id": e.id, "step": e.step,
+                        **({"after_schedule": True} if e.after_schedule else {})}
+                       for e in w.aborts]} if w.aborts else {}),
     }
 
 

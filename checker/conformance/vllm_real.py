@@ -126,6 +126,7 @@ from typing import Any
 
 from model.core.errors import InputError
 from model.core.types import (
+    FINISH_ABORT,
     FINISH_LENGTH,
     FINISH_STOP,
     AcceptEvent,
@@ -904,6 +905,17 @@ def run_real_vllm_detailed(workload: Workload,
     def token(rid: str) -> int:
         return tokens.output(specs[rid]) if tokens is not None else OTHER_TOKEN_ID
 
+    aborts_before = workload.aborts_by_step(after_schedule=False)
+    aborts_after = workload.aborts_by_step(after_schedule=True)
+
+    def abort(ids: tuple[str, ...]) -> tuple[str, ...]:
+        """EngineCore.abort_requests (core.py:554-558), one id at a time: the engine passes
+        a batch, which finish_requests walks in set order (scheduler.py:2667-2668), and
+        the order frees blocks in; one call per id fixes the order the workload gives.
+        Returns the ids the scheduler held."""
+        return tuple(rid for rid in ids for _ in sched.finish_requests(
+            rid, v.RequestStatus.FINISHED_ABORTED))
+
     records: list[StepRecord] = []
     sampled_ids: list[frozenset[str]] = []
     events: list[frozenset[str]] = []
@@ -922,6 +934,7 @@ def run_real_vllm_detailed(workload: Workload,
             prompt = tokens.prompt(spec) if tokens is not None else None
             held[spec.id] = make_request(spec, position, cfg.block_size, prompt)
             sched.add_request(held[spec.id])
+        aborted = abort(aborts_before.get(step, ()))
         status_before = {r.request_id: r.status for r in _waiting(sched)}
         log.ids.clear()
         if spec_probe is not None:
@@ -965,6 +978,7 @@ def run_real_vllm_detailed(workload: Workload,
                 if rid in samples else []
                 for rid in req_ids])
         sampled_ids.append(frozenset(samples))
+        aborted += abort(aborts_after.get(step, ()))  # core.py:676-680: before the update
         if not cfg.async_scheduling:
             finished = update(out, model_output)
             if k and sum(n for _, n in scheduled) > 0:  # EngineCore.post_step, core.py:689-696
@@ -993,7 +1007,7 @@ def run_real_vllm_detailed(workload: Workload,
             admitted=admitted,
             resumed=resumed,
             preempted=preempted,
-            finished=finished,
+            finished=tuple((rid, FINISH_ABORT) for rid in aborted) + finished,
             free_blocks=free_blocks,
             num_computed_tokens=computed,
             running=running,

@@ -16,6 +16,7 @@ DEFAULT_ENGINE = "vllm-v1"
 
 FINISH_STOP = "stop"  # FINISHED_STOPPED: the sampled token was EOS
 FINISH_LENGTH = "length"  # FINISHED_LENGTH_CAPPED: max_tokens or max_model_len reached
+FINISH_ABORT = "abort"  # FINISHED_ABORTED: the client went away (an AbortEvent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,22 @@ class DraftEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class AbortEvent:
+    """The client of request `id` goes away and the engine aborts it in step `step`
+    (EngineCore.abort_requests -> Scheduler.finish_requests with FINISHED_ABORTED,
+    v1/engine/core.py:554-558, scheduler.py:2649-2712). By default the abort comes with the
+    step's arrivals, before its `schedule()` (the engine's input queue,
+    core.py:1573-1601); `after_schedule` puts it after `schedule()`, before the
+    `update_from_output()` of the same engine step, as the aborts queue does that the
+    engine drains while the model runs (core.py:676-680, 778-782, 814-822). An abort of a
+    request that has finished, or that the engine does not hold yet, does nothing."""
+
+    id: str
+    step: int
+    after_schedule: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     """A workload and the configuration it runs under (the simulation contract).
     `config` is the engine's own Config (model/<engine>/config.py)."""
@@ -77,6 +94,7 @@ class Workload:
     engine: str = DEFAULT_ENGINE
     accepted: tuple[AcceptEvent, ...] = ()
     drafts: tuple[DraftEvent, ...] = ()
+    aborts: tuple[AbortEvent, ...] = ()
 
     def arrival_order(self) -> tuple[RequestSpec, ...]:
         """Requests in arrival order: by arrival step, then list order. A request's
@@ -111,6 +129,15 @@ class Workload:
         for e in self.drafts:
             out.setdefault(e.step, {})[e.id] = e.count
         return out
+
+    def aborts_by_step(self, after_schedule: bool) -> dict[int, tuple[str, ...]]:
+        """For each step, the ids aborted before its schedule (or, with `after_schedule`,
+        after it), in list order."""
+        out: dict[int, list[str]] = {}
+        for e in self.aborts:
+            if e.after_schedule == after_schedule:
+                out.setdefault(e.step, []).append(e.id)
+        return {step: tuple(ids) for step, ids in out.items()}
 
     def eos_steps(self) -> dict[str, frozenset[int]]:
         """For each request id, the steps in which it samples EOS."""

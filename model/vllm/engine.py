@@ -14,7 +14,7 @@ from model.core.arith import cdiv
 from model.core.engine import EngineModel
 from model.core.observe import observed_step
 from model.core.ops import Bool, Ops
-from model.core.types import RequestSpec, SlotObs, Step, StepRecord, Workload
+from model.core.types import FINISH_ABORT, RequestSpec, SlotObs, Step, StepRecord, Workload
 from model.vllm import rules
 from model.vllm.config import (
     ENGINE_VLLM_V1,
@@ -93,6 +93,7 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
             else:
                 sampled = got = n > 0 and now >= ntok
                 drafts, accepted = spec
+            got = got and finished.get(rid) != FINISH_ABORT  # an aborted output is dropped
             delivered = _delivered(req, outputs[rid], accepted.get(rid, 0), cfg.max_model_len,
                                    rid in finished) if got else 0
             preemptions[rid] += rid in rec.preempted

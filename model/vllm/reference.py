@@ -46,13 +46,20 @@ from __future__ import annotations
 import copy
 import heapq
 from collections import deque
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
 from model.core.checks import check_eos_steps
 from model.core.errors import InputError
-from model.core.types import FINISH_LENGTH, FINISH_STOP, RequestSpec, StepRecord, Workload
+from model.core.types import (
+    FINISH_ABORT,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    RequestSpec,
+    StepRecord,
+    Workload,
+)
 from model.vllm.config import POLICY_PRIORITY, Config
 from model.vllm.kv_cache import BlockPool, BlockTable, KVBlock
 from model.vllm.validation import check_field_types
@@ -66,6 +73,7 @@ class Status(Enum):
     PREEMPTED = "PREEMPTED"
     FINISHED_STOPPED = "FINISHED_STOPPED"
     FINISHED_LENGTH_CAPPED = "FINISHED_LENGTH_CAPPED"
+    FINISHED_ABORTED = "FINISHED_ABORTED"
 
 
 # ---------------------------------------------------------------------------------------
@@ -325,6 +333,7 @@ class VllmV1Scheduler:
         self.table = BlockTable(self.pool, cfg.block_size)
         self._num_arrived = 0
         self._finished_ids: set[str] = set()
+        self._aborted: list[str] = []  # aborted since the last record (FINISH_ABORT)
         self._pending: _ModelOutput | None = None  # async: schedule(k-1)'s output
         self.crashed = ""  # the assertion the engine died at ("" while it runs)
         # What the environment could have chosen in the last step (choice_space).
@@ -375,14 +384,41 @@ class VllmV1Scheduler:
         self.requests[spec.id] = request
         self.waiting.add_request(request)
 
+    def abort(self, request_ids: Iterable[str]) -> tuple[str, ...]:
+        """A client abort (`finish_requests(ids, FINISHED_ABORTED)`, S:2649-2712): each
+        held request leaves `running` or `waiting` and frees its blocks like a finished
+        one (S:2714-2749); ids already finished or not held are skipped. Returns the ids
+        aborted, in the order given. The step's record lists them in `finished` with
+        reason "abort", before the requests its output finished."""
+        done: list[str] = []
+        if self.crashed:  # a dead engine takes no more input
+            return ()
+        for rid in request_ids:
+            request = self.requests.get(rid)
+            if request is None or rid in done:
+                continue
+            if request.status == Status.RUNNING:
+                self.running = [r for r in self.running if r is not request]
+            else:
+                self.waiting.remove_requests({request})
+            request.status = Status.FINISHED_ABORTED
+            self._free_request(request)
+            done.append(rid)
+        self._aborted.extend(done)
+        return tuple(done)
+
     def step(self, eos_ids: frozenset[str] = frozenset(),
              accepted: Mapping[str, int] | None = None,
-             drafts: Mapping[str, int] | None = None) -> StepRecord:
+             drafts: Mapping[str, int] | None = None,
+             aborted_after_schedule: Sequence[str] = ()) -> StepRecord:
         """Run one iteration. `eos_ids` are the requests whose token sampled in this step
         is EOS (the last token of the output processed in it); each must actually sample
         in this step, else InputError. Speculative decoding: `accepted[id]` drafts of the
         output processed in this step are accepted (default 0), and synchronously the
-        drafter proposes `drafts[id]` drafts for the next step (default k)."""
+        drafter proposes `drafts[id]` drafts for the next step (default k).
+        `aborted_after_schedule`: clients whose abort the engine applies after this
+        step's `schedule()`, before its `update_from_output()` (core.py:676-680); an
+        output for them is dropped (S:2091-2100)."""
         if self.crashed:
             self.current_step += 1
             return self._crash_record(self.crashed)
@@ -404,6 +440,7 @@ class VllmV1Scheduler:
         self._accept_room = {rid: n for rid, n in out.spec_scheduled.items()
                              if rid not in out.padded}
         output = _ModelOutput(out, samples, frozenset(eos_ids), chosen)
+        self.abort(aborted_after_schedule)
         if not self.cfg.async_scheduling:
             finished = self._update_from_output(output)
             self._update_draft_token_ids(out, drafts or {})
@@ -433,7 +470,7 @@ class VllmV1Scheduler:
             admitted=tuple(r.request_id for r in out.scheduled_new_reqs),
             resumed=tuple(r.request_id for r in out.scheduled_resumed_reqs),
             preempted=tuple(r.request_id for r in out.preempted_reqs),
-            finished=finished,
+            finished=self._take_aborted() + finished,
             free_blocks=free_blocks,
             num_computed_tokens=num_computed,
             running=running_ids,
@@ -441,6 +478,12 @@ class VllmV1Scheduler:
             token_budget_left=out.token_budget,
             extra=cache_facts,
         )
+
+    def _take_aborted(self) -> tuple[tuple[str, str], ...]:
+        """The step's aborts as `finished` entries, cleared for the next step."""
+        out = tuple((rid, FINISH_ABORT) for rid in self._aborted)
+        self._aborted.clear()
+        return out
 
     def choice_space(self) -> tuple[dict[str, int], tuple[str, ...]]:
         """What the environment could choose in the step just run besides EOS: for each
@@ -1015,12 +1058,15 @@ def iter_steps(workload: Workload) -> Iterator[tuple[tuple[RequestView, ...], St
     scheduler = VllmV1Scheduler(workload.config)
     arrivals, eos = workload.arrivals_by_step(), workload.eos_ids_by_step()
     accepted, drafts = workload.accepted_by_step(), workload.drafts_by_step()
+    aborts_before = workload.aborts_by_step(after_schedule=False)
+    aborts_after = workload.aborts_by_step(after_schedule=True)
     for step in range(1, workload.steps + 1):
         for spec in arrivals.get(step, ()):
             scheduler.add_request(spec)
+        scheduler.abort(aborts_before.get(step, ()))
         before = scheduler.views()
         yield before, scheduler.step(eos.get(step, frozenset()), accepted.get(step),
-                                     drafts.get(step))
+                                     drafts.get(step), aborts_after.get(step, ()))
 
 
 def simulate(workload: Workload) -> tuple[StepRecord, ...]:
