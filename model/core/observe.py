@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 from model.core.types import FINISH_STOP, RequestSpec, SlotObs, Step, StepRecord
 
@@ -20,6 +21,52 @@ def observed_step(rec: StepRecord, slots: Sequence[SlotObs], rule_cfg: object, r
         num_running=len(rec.running),
         num_running_end=len(rec.running) - sum(1 for r in rec.running if r in finished),
         any_preempted=bool(rec.preempted), cfg=rule_cfg, **engine_fields)
+
+
+@dataclass(slots=True)
+class QueuedProgress:
+    """What an engine's `observe` carries from record to record for `queued_slots`, per
+    request id: computed tokens, outputs and preemptions so far."""
+
+    ncomp: dict[str, int]
+    outputs: dict[str, int]
+    preemptions: dict[str, int]
+
+    @staticmethod
+    def start(ordered: Sequence[RequestSpec]) -> QueuedProgress:
+        """Before the first step: nothing computed, output or preempted."""
+        return QueuedProgress(ncomp={r.id: 0 for r in ordered},
+                              outputs={r.id: 0 for r in ordered},
+                              preemptions={r.id: 0 for r in ordered})
+
+
+def queued_slots(rec: StepRecord, ordered: Sequence[RequestSpec], progress: QueuedProgress,
+                 *, running: Collection[str], was_waiting: Collection[str],
+                 blocks: Mapping[str, int], also_held: Collection[str] = (),
+                 rank_finishes: bool = False) -> list[SlotObs]:
+    """The `queued_slot` of every request of one record (slot i = `ordered[i]`), moving
+    `progress` past the record: a request is held if it was `running` or `was_waiting`
+    when the step began (or is in `also_held`, e.g. V0's swapped queue); its computed
+    tokens are the record's, else 0 if it was preempted, else unchanged; `blocks` by id
+    (0 when absent); with `rank_finishes` its finish rank is its place in `finished`."""
+    after = dict(rec.num_computed_tokens)
+    finish_rank = ({rid: k for k, (rid, _) in enumerate(rec.finished)} if rank_finishes
+                   else {})
+    slots = []
+    for i, spec in enumerate(ordered):
+        rid = spec.id
+        now = after.get(rid, 0 if rid in rec.preempted else progress.ncomp[rid])
+        progress.preemptions[rid] += rec.preempted.count(rid)
+        obs = queued_slot(
+            rec, spec, i, held=rid in running or rid in was_waiting or rid in also_held,
+            was_running=rid in running, was_waiting=rid in was_waiting,
+            before=progress.ncomp[rid], now=now, outputs=progress.outputs[rid],
+            blocks=blocks.get(rid, 0), preemptions=progress.preemptions[rid],
+            finish_rank=finish_rank.get(rid, 0))
+        slots.append(obs)
+        progress.outputs[rid] += int(obs.sampled)
+        progress.ncomp[rid] = now
+    return slots
 
 
 def queued_slot(rec: StepRecord, spec: RequestSpec, i: int, *, held: bool,

@@ -12,7 +12,7 @@ from functools import cache, partial
 
 from model.core.engine import EngineModel
 from model.core.errors import InputError
-from model.core.observe import observed_step, queued_slot
+from model.core.observe import QueuedProgress, observed_step, queued_slots
 from model.core.types import FINISH_LENGTH, FINISH_STOP, Step, StepRecord, Workload
 from model.mistralrs import rules
 from model.mistralrs.config import (
@@ -50,32 +50,16 @@ def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ..
     cfg: MistralrsConfig = workload.config
     rcfg = rules.MistralrsRuleConfig.from_config(cfg)
     ordered = workload.arrival_order()
-    outputs = {r.id: 0 for r in ordered}
-    ncomp = {r.id: 0 for r in ordered}
-    preemptions = {r.id: 0 for r in ordered}
+    progress = QueuedProgress.start(ordered)
     running: tuple[str, ...] = ()
     waiting: tuple[str, ...] = ()
     steps = []
     for rec in records:
         extra = dict(rec.extra)
-        blocks = dict(extra["blocks"])
         arrived = {r.id for r in ordered if r.arrival_step == rec.step}
-        was_waiting = set(waiting) | arrived
-        after = dict(rec.num_computed_tokens)
+        slots = queued_slots(rec, ordered, progress, running=running,
+                             was_waiting=set(waiting) | arrived, blocks=dict(extra["blocks"]))
         finished = dict(rec.finished)
-        slots = []
-        for i, spec in enumerate(ordered):
-            rid = spec.id
-            now = after.get(rid, 0 if rid in rec.preempted else ncomp[rid])
-            preemptions[rid] += rec.preempted.count(rid)
-            obs = queued_slot(
-                rec, spec, i, held=rid in running or rid in was_waiting,
-                was_running=rid in running, was_waiting=rid in was_waiting, before=ncomp[rid],
-                now=now, outputs=outputs[rid], blocks=blocks.get(rid, 0),
-                preemptions=preemptions[rid])
-            slots.append(obs)
-            outputs[rid] += int(obs.sampled)
-            ncomp[rid] = now
         released = sum(o.blocks for o in slots if o.finished and o.running_after)
         steps.append(observed_step(rec, slots, rcfg, released,
                                    step_kind=_KIND_CODE[extra["kind"]]))

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from model.core.engine import EngineModel
 from model.core.errors import InputError
-from model.core.observe import observed_step, queued_slot
+from model.core.observe import QueuedProgress, observed_step, queued_slots
 from model.core.types import RequestSpec, SlotObs, Step, StepRecord, Workload
 from model.vllm_v0 import rules
 from model.vllm_v0.config import (
@@ -65,9 +65,7 @@ def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ..
     cfg: Config = workload.config
     rcfg = rule_config(cfg)
     ordered = workload.arrival_order()
-    outputs = {r.id: 0 for r in ordered}
-    ncomp = {r.id: 0 for r in ordered}
-    preemptions = {r.id: 0 for r in ordered}
+    progress = QueuedProgress.start(ordered)
     running: tuple[str, ...] = ()
     waiting: tuple[str, ...] = ()
     swapped: tuple[str, ...] = ()
@@ -76,29 +74,14 @@ def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ..
     for rec in records:
         extra = dict(rec.extra)
         if "assertion" in extra:
-            steps.append(_crashed(rec, ordered, rcfg, running, waiting, swapped, ncomp,
-                                  outputs, preemptions, gone))
+            steps.append(_crashed(rec, ordered, rcfg, running, waiting, swapped, progress,
+                                  gone))
             continue
-        blocks = dict(extra["blocks"])
         arrived = {r.id for r in ordered if r.arrival_step == rec.step}
-        was_waiting = set(waiting) | arrived
-        was_swapped = set(swapped)
-        finish_rank = {rid: k for k, (rid, _) in enumerate(rec.finished)}
-        after = dict(rec.num_computed_tokens)
+        slots = queued_slots(rec, ordered, progress, running=running,
+                             was_waiting=set(waiting) | arrived, blocks=dict(extra["blocks"]),
+                             also_held=set(swapped), rank_finishes=True)
         finished = dict(rec.finished)
-        slots = []
-        for i, spec in enumerate(ordered):
-            rid = spec.id
-            now = after.get(rid, 0 if rid in rec.preempted else ncomp[rid])
-            preemptions[rid] += rec.preempted.count(rid)
-            obs = queued_slot(
-                rec, spec, i, held=rid in running or rid in was_waiting or rid in was_swapped,
-                was_running=rid in running, was_waiting=rid in was_waiting, before=ncomp[rid],
-                now=now, outputs=outputs[rid], blocks=blocks.get(rid, 0),
-                preemptions=preemptions[rid], finish_rank=finish_rank.get(rid, 0))
-            slots.append(obs)
-            outputs[rid] += int(obs.sampled)
-            ncomp[rid] = now
         released = sum(o.blocks for o in slots if o.finished and o.running_after)
         steps.append(observed_step(rec, slots, rcfg, released))
         running = tuple(r for r in rec.running if r not in finished)
@@ -110,8 +93,7 @@ def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ..
 
 def _crashed(rec: StepRecord, ordered: Sequence[RequestSpec], rcfg: RuleConfig,
              running: tuple[str, ...], waiting: tuple[str, ...], swapped: tuple[str, ...],
-             ncomp: dict[str, int], outputs: dict[str, int], preemptions: dict[str, int],
-             gone: set[str]) -> Step:
+             progress: QueuedProgress, gone: set[str]) -> Step:
     """The step in which the engine died (and every later one), as V1's observe gives it
     (model/vllm/engine.py `_crashed`): nothing scheduled or finished; each request still
     held stands as the step found it, running, or waiting (a swapped one as neither)."""
@@ -122,9 +104,11 @@ def _crashed(rec: StepRecord, ordered: Sequence[RequestSpec], rcfg: RuleConfig,
         was_waiting=r.id in held and r.id not in running and r.id not in swapped,
         scheduled=0, serve_rank=0, admitted=False, resumed=False, preempted=False,
         finished=False, finished_stop=False, sampled=False,
-        num_tokens=r.prompt_len + outputs[r.id], num_computed_tokens_before=ncomp[r.id],
-        num_computed_tokens=ncomp[r.id], num_output_tokens=outputs[r.id], blocks=0,
-        num_preemptions=preemptions[r.id], running_after=False, waiting_after=False,
+        num_tokens=r.prompt_len + progress.outputs[r.id],
+        num_computed_tokens_before=progress.ncomp[r.id],
+        num_computed_tokens=progress.ncomp[r.id], num_output_tokens=progress.outputs[r.id],
+        blocks=0, num_preemptions=progress.preemptions[r.id], running_after=False,
+        waiting_after=False,
         queue_key=0, run_key=0, prompt_len=r.prompt_len, max_tokens=r.max_tokens,
         priority=r.priority, arrival_time=i) for i, r in enumerate(ordered)]
     return replace(observed_step(rec, slots, rcfg, 0), assertion=True)
