@@ -3,11 +3,15 @@ a workload's JSON `"rules"` object (model/<engine>/config.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import fields, replace
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from model.core.errors import InputError, shown
+
+if TYPE_CHECKING:
+    from model.core.engine import EngineModel
 
 R = TypeVar("R")
 
@@ -29,3 +33,42 @@ def with_switches(rules: R, changes: Any, engine: str = "") -> R:
             raise InputError(f"{p}rule switch {name} must be true or false, got "
                              f"{shown(value)}")
     return replace(rules, **dict(changes))  # type: ignore[type-var]
+
+
+@dataclass(frozen=True, slots=True)
+class RuleVersions:
+    """An engine's modelled versions, as the registry reads them (model/registry.py,
+    `Versioned`): each a set of rule switches of its one rule set, which a config holds in
+    its `rules` field. The engine names how to reach a version (`at_version`, the pinned
+    one its ENGINE), how to set switches on its rules and where upstream changed each."""
+
+    versions: Mapping[str, Any]
+    pinned: str
+    at_version: Callable[[str], EngineModel]
+    set_switches: Callable[[Any, Mapping[str, bool]], Any]
+    evidence_of: Callable[[str], str]
+
+    def with_version(self, version: str) -> EngineModel:
+        """The engine at `version` (a key of `versions`); the pinned one is ENGINE."""
+        return self.at_version(version)
+
+    def switches(self, cfg: Any) -> dict[str, bool]:
+        """The rule switches a config runs, by name."""
+        return asdict(cfg.rules)
+
+    def with_switches(self, cfg: Any, changes: Mapping[str, bool]) -> Any:
+        """`cfg` with some switches set (InputError for an unknown switch)."""
+        return replace(cfg, rules=self.set_switches(cfg.rules, changes))
+
+    def evidence(self, switch: str) -> str:
+        """Where upstream changed the switch (or has its pinned form), and what each value
+        does."""
+        return self.evidence_of(switch)
+
+
+def engine_at_version(engine: EngineModel, version: str,
+                      parse_config: Callable[..., Any]) -> EngineModel:
+    """`engine` named `<name>@<version>`, parsing configs with that version's switches
+    (`parse_config(..., version=version)`)."""
+    return replace(engine, name=f"{engine.name}@{version}", version=version,
+                   parse_config=partial(parse_config, version=version))

@@ -6,13 +6,13 @@ rule switches (model/mistralrs/config.py VERSIONS), which the registry reaches t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
-from functools import cache, partial
+from collections.abc import Sequence
+from functools import cache
 
 from model.core.engine import EngineModel
 from model.core.errors import InputError
 from model.core.observe import QueuedProgress, observed_step, queued_slots
+from model.core.switches import RuleVersions, engine_at_version
 from model.core.types import FINISH_LENGTH, FINISH_STOP, Step, StepRecord, Workload
 from model.mistralrs import rules
 from model.mistralrs.config import (
@@ -22,7 +22,6 @@ from model.mistralrs.config import (
     SWITCHES,
     VERSIONS,
     MistralrsConfig,
-    MistralrsRules,
     parse_config,
     rejection,
     with_switches,
@@ -153,39 +152,15 @@ RULES_TABLE: tuple[tuple[str, str, str], ...] = (
 
 
 
-@dataclass(frozen=True, slots=True)
-class MistralrsVersions:
-    """The modelled versions of mistral.rs, as the registry reads them (model/registry.py,
-    `Versioned`): each a set of rule switches of the one rule set."""
-
-    versions: Mapping[str, MistralrsRules]
-    pinned: str
-
-    def with_version(self, version: str) -> EngineModel:
-        """The engine at `version` (a key of `versions`); the pinned one is ENGINE."""
-        return _at_version(version)
-
-    def switches(self, cfg: MistralrsConfig) -> dict[str, bool]:
-        """The rule switches a config runs, by name."""
-        return asdict(cfg.rules)
-
-    def with_switches(self, cfg: MistralrsConfig, changes: Mapping[str, bool]
-                      ) -> MistralrsConfig:
-        """`cfg` with some switches set (InputError for an unknown switch)."""
-        return replace(cfg, rules=with_switches(cfg.rules, changes))
-
-    def evidence(self, switch: str) -> str:
-        """Where upstream changed the switch, and what each value does."""
-        s = next(s for s in SWITCHES if s.name == switch)
-        return f"{s.change}. On: {s.on}. Off: {s.off}."
+def _evidence(switch: str) -> str:
+    """Where upstream changed the switch, and what each value does."""
+    s = next(s for s in SWITCHES if s.name == switch)
+    return f"{s.change}. On: {s.on}. Off: {s.off}."
 
 
 @cache
 def _at_version(version: str) -> EngineModel:
-    if version == PINNED:
-        return ENGINE
-    return replace(ENGINE, name=f"{ENGINE_MISTRALRS}@{version}", version=version,
-                   parse_config=partial(parse_config, version=version))
+    return ENGINE if version == PINNED else engine_at_version(ENGINE, version, parse_config)
 
 
 ENGINE = EngineModel(
@@ -195,4 +170,5 @@ ENGINE = EngineModel(
     initial_state=rules.initial_state, step=rules.step, same_behaviour=rules.same_behaviour,
     scheduler=MistralrsScheduler, observe=observe, describe_step=describe_step,
     rules_table=RULES_TABLE,
-    extra={"versions": MistralrsVersions(versions=VERSIONS, pinned=PINNED)})
+    extra={"versions": RuleVersions(versions=VERSIONS, pinned=PINNED, at_version=_at_version,
+                                    set_switches=with_switches, evidence_of=_evidence)})

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
-from functools import cache, partial
+from dataclasses import replace
+from functools import cache
 
 from model.core.arith import cdiv
 from model.core.engine import EngineModel
 from model.core.observe import observed_step
 from model.core.ops import Bool, Ops
+from model.core.switches import RuleVersions, engine_at_version
 from model.core.types import FINISH_ABORT, RequestSpec, SlotObs, Step, StepRecord, Workload
 from model.vllm import rules
 from model.vllm.config import (
@@ -21,7 +22,6 @@ from model.vllm.config import (
     VERSIONS,
     VLLM_VERSION,
     Config,
-    VllmRules,
     check_requests_admissible,
     parse_config,
     with_switches,
@@ -344,39 +344,13 @@ _SWITCH_EVIDENCE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class VllmVersions:
-    """vLLM's modelled versions and rule switches, as the registry reads them
-    (model/registry.py, `Versioned`): each release a set of switches of VllmRules."""
-
-    versions: Mapping[str, VllmRules]
-    pinned: str
-
-    def with_version(self, version: str) -> EngineModel:
-        """The engine at `version` (a key of `versions`); the pinned one is ENGINE."""
-        return _at_version(version)
-
-    def switches(self, cfg: Config) -> dict[str, bool]:
-        """The rule switches a config runs, by name."""
-        return asdict(cfg.rules)
-
-    def with_switches(self, cfg: Config, changes: Mapping[str, bool]) -> Config:
-        """`cfg` with some switches set (InputError for an unknown switch)."""
-        return replace(cfg, rules=with_switches(cfg.rules, changes))
-
-    def evidence(self, switch: str) -> str:
-        """Where upstream has the switch's pinned form, and what each value does."""
-        return _SWITCH_EVIDENCE[switch]
-
-
 @cache
 def _at_version(version: str) -> EngineModel:
     """ENGINE named `vllm-v1@VERSION`, parsing configs with that release's switches (whose
     validation refuses the fields the release lacks, model/vllm/validation.py)."""
     if version == VLLM_VERSION:
         return ENGINE
-    return replace(ENGINE, name=f"{ENGINE_VLLM_V1}@{version}", version=version,
-                   parse_config=partial(parse_config, version=version))
+    return engine_at_version(ENGINE, version, parse_config)
 
 
 ENGINE = EngineModel(
@@ -396,6 +370,8 @@ ENGINE = EngineModel(
     step_choices=step_choices,  # type: ignore[arg-type]
     # "array_explorer_checked": checker/methods/array's explorer agrees with the reference
     # explorer on this engine (tests/test_array_explore.py, docs/bench_scale.md).
-    extra={"versions": VllmVersions(versions=VERSIONS, pinned=VLLM_VERSION),
+    extra={"versions": RuleVersions(versions=VERSIONS, pinned=VLLM_VERSION,
+                                    at_version=_at_version, set_switches=with_switches,
+                                    evidence_of=_SWITCH_EVIDENCE.__getitem__),
            "array_explorer_checked": True},
 )
