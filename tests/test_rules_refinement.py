@@ -48,14 +48,20 @@ def workloads(draw):
     return Workload(config=cfg, requests=requests, eos=eos, steps=steps)
 
 
-@given(workloads())
-def test_reference_and_rules_agree_on_every_step(w):
+def assert_agree(w: Workload) -> None:
+    """The reference's records of `w` (EOS entries that take no effect dropped) and the
+    rules' run of it on slots are equal, step by step."""
     w = without_unsampled_eos(w)
     reference = simulate(w)
     sw = to_slots(w)
     by_rules = tuple(to_record(s, sw.ids) for s in run_rules(sw))
     for ref, got in zip(reference, by_rules, strict=True):
         assert got == ref, f"step {ref.step}:\n reference {ref}\n rules     {got}"
+
+
+@given(workloads())
+def test_reference_and_rules_agree_on_every_step(w):
+    assert_agree(w)
 
 
 @given(workloads())
@@ -96,21 +102,11 @@ def cached_workloads(draw):
 
 @given(cached_workloads())
 def test_reference_and_rules_agree_on_every_step_with_prefix_caching(w):
-    w = without_unsampled_eos(w)
-    reference = simulate(w)
-    sw = to_slots(w)
-    by_rules = tuple(to_record(s, sw.ids) for s in run_rules(sw))
-    for ref, got in zip(reference, by_rules, strict=True):
-        assert got == ref, f"step {ref.step}:\n reference {ref}\n rules     {got}"
+    assert_agree(w)
 
 
 @given(cached_workloads(), st.booleans())
 def test_reference_and_rules_agree_on_every_step_under_async_scheduling(w, caching):
     # The AsyncScheduler: each step schedules, then delivers the previous schedule's output.
-    w = without_unsampled_eos(replace(w, config=replace(
+    assert_agree(replace(w, config=replace(
         w.config, async_scheduling=True, enable_prefix_caching=caching)))
-    reference = simulate(w)
-    sw = to_slots(w)
-    by_rules = tuple(to_record(s, sw.ids) for s in run_rules(sw))
-    for ref, got in zip(reference, by_rules, strict=True):
-        assert got == ref, f"step {ref.step}:\n reference {ref}\n rules     {got}"

@@ -8,29 +8,17 @@ from dataclasses import asdict, replace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_rules_refinement import cached_workloads, workloads
+from test_rules_refinement import assert_agree, cached_workloads, workloads
 
 from model import registry
 from model.core.errors import ConfigError
 from model.core.types import RequestSpec, Workload
-from model.run import without_unsampled_eos
-from model.slots import run_rules, to_slots
 from model.vllm.config import VERSIONS, VLLM_VERSION, Config, VllmRules
 from model.vllm.engine import ENGINE
-from model.vllm.records import to_record
 from model.vllm.reference import simulate
 
 # The switches older releases turn off (cap_prefix_hit is an ablation, tested elsewhere).
 OLDER = ("threshold_off_when_alone", "adaptive_threshold", "active_seqs_cap", "input_budget")
-
-
-def assert_agree(w: Workload) -> None:
-    w = without_unsampled_eos(w)
-    reference = simulate(w)
-    sw = to_slots(w)
-    by_rules = tuple(to_record(s, sw.ids) for s in run_rules(sw))
-    for ref, got in zip(reference, by_rules, strict=True):
-        assert got == ref, f"step {ref.step}:\n reference {ref}\n rules     {got}"
 
 
 def _with_rules(w: Workload, rules: VllmRules) -> Workload:
