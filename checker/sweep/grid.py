@@ -35,7 +35,7 @@ from checker.config.flags import CONFIG_FLAGS, ConfigFlag
 from checker.methods import worst
 from checker.methods.symbolic import Bounds
 from model import registry as engines
-from model.core.checks import MAX_FILE_BYTES, MAX_INT, check_nesting, load_yaml
+from model.core.checks import MAX_INT, check_nesting, load_yaml, read_input
 from model.core.errors import ConfigError, InputError, shown
 from model.vllm.config import ENGINE_VLLM_V1, Config
 from model.workload import config_rejection
@@ -167,13 +167,7 @@ def load(path: str | Path) -> Grid:
 
 
 def _read_yaml(path: Path) -> Any:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}; check the path") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise InputError(f"{path} is larger than {MAX_FILE_BYTES // 2**20} MiB; {_FIX}")
+    data = read_input(path, _FIX)
     try:
         # aliases and expanded size capped while loading
         doc = load_yaml(data.decode("utf-8"), str(path), _FIX)

@@ -4,6 +4,7 @@ time and memory bounded, so that no input makes a command hang."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -115,6 +116,19 @@ class _BoundedLoader(yaml.SafeLoader):
             raise InputError(f"{self.where}: at {what} the YAML holds more than "
                              f"{MAX_YAML_NODES:,} values once its aliases are expanded (an "
                              f"alias counts every value it names: an alias bomb?); {self.fix}")
+
+
+def read_input(path: str | Path, fix: str) -> bytes:
+    """The bytes of an input file, at most MAX_FILE_BYTES: a one-line InputError naming
+    `path` when it cannot be read, or naming the limit and `fix` when it is larger."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}; check the path") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise InputError(f"{path} is larger than {MAX_FILE_BYTES // 2**20} MiB; {fix}")
+    return data
 
 
 def load_yaml(text: str, where: str, fix: str) -> Any:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from model.core.checks import MAX_FILE_BYTES, check_nesting, load_yaml
+from model.core.checks import check_nesting, load_yaml, read_input
 from model.core.errors import InputError, shown
 
 # Flags of `vllm serve` (EngineArgs and the OpenAI frontend's dataclass fields,
@@ -189,13 +189,7 @@ def yaml_tokens(path: str, flags: Collection[str] = ()) -> list[str]:
         raise InputError(f"config file {path} must end in .yaml or .yml, as vllm serve "
                          "requires (utils/argparse_utils.py:596-600)")
     fix = "fix the file: a YAML mapping of vllm serve flag: value"
-    try:
-        with open(p, "rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}; check the path") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise InputError(f"{path} is larger than {MAX_FILE_BYTES // 2**20} MiB; {fix}")
+    data = read_input(path, fix)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
