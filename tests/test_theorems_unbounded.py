@@ -171,15 +171,21 @@ def test_running_proof_fails_when_arrivals_join_running(monkeypatch):
     assert not result.proved and result.detail.startswith("arrival iteration")
 
 
-def test_kv_proof_fails_when_preemption_keeps_the_victims_blocks(monkeypatch):
+# A preemption that leaves its victim's blocks held (freed, yet still held) breaks the KV
+# proof; one that leaves its computed tokens breaks the computed-tokens proof.
+@pytest.mark.parametrize(("proof", "kept_field"), [
+    (theorems.kv_blocks_conserved_unbounded, "blocks"),
+    (theorems.computed_within_tokens_unbounded, "ncomp"),
+])
+def test_the_proofs_fail_when_preemption_keeps_what_it_takes(monkeypatch, proof, kept_field):
     preempt = loops._preempt
 
-    def leaky(ops, cfg, w, victim, do):
-        kept = list(w.blocks)
+    def keeping(ops, cfg, w, victim, do):
+        kept = list(getattr(w, kept_field))
         preempt(ops, cfg, w, victim, do)
-        w.blocks = kept  # freed, yet still held
-    monkeypatch.setattr(loops, "_preempt", leaky)
-    result = theorems.kv_blocks_conserved_unbounded(30)
+        setattr(w, kept_field, kept)
+    monkeypatch.setattr(loops, "_preempt", keeping)
+    result = proof(30)
     assert not result.proved and result.detail.startswith("allocate-or-preempt iteration")
 
 
@@ -194,11 +200,30 @@ def test_kv_proof_fails_when_the_release_frees_nothing(monkeypatch):
     assert not result.proved and result.detail.startswith("release iteration")
 
 
-def test_no_admission_proof_fails_without_the_preemption_gate(monkeypatch):
+# Without the gate a request preempted and re-admitted in one step is scheduled its whole
+# sequence (more than num_tokens - num_computed_tokens at the step's start), and a
+# preempted running request may be resumed after a waiting one is admitted (under
+# PRIORITY, a waiting request of higher priority goes first).
+@pytest.mark.parametrize("proof", [theorems.no_admission_after_preemption_unbounded,
+                                   theorems.computed_within_tokens_unbounded,
+                                   theorems.running_before_waiting_unbounded])
+def test_the_proofs_fail_without_the_preemption_gate(monkeypatch, proof):
     monkeypatch.setattr(loops, "RuleConfig",
                         functools.partial(RuleConfig, preemption_gate=False))
-    result = theorems.no_admission_after_preemption_unbounded(30)
+    result = proof(30)
     assert not result.proved and result.detail.startswith("waiting loop starts")
+
+
+# Under FCFS `_preempt` keeps a victim's scheduled tokens (rules.py:149): sound only because
+# running[-1] is never served yet. With any RUNNING request as the victim, a served one
+# would be preempted with tokens scheduled, so the proofs must not go through.
+@pytest.mark.parametrize("proof", [theorems.computed_within_tokens_unbounded,
+                                   theorems.preempted_requeued_unbounded])
+def test_the_proofs_need_the_fcfs_victim_to_be_the_rules_choice(monkeypatch, proof):
+    monkeypatch.setattr(loops, "_victim", lambda ops, cfg, w, specs: [True] * len(w.status))
+    result = proof(30)
+    assert not result.proved
+    assert result.detail == "allocate-or-preempt iteration (FCFS victim rule): sat"
 
 
 def test_no_admission_proof_fails_when_serving_runs_a_waiting_request(monkeypatch):
@@ -212,16 +237,6 @@ def test_no_admission_proof_fails_when_serving_runs_a_waiting_request(monkeypatc
     assert not result.proved and result.detail.startswith("running-loop iteration ends")
 
 
-def test_computed_proof_needs_the_fcfs_victim_to_be_the_rules_choice(monkeypatch):
-    # Under FCFS `_preempt` keeps a victim's scheduled tokens (rules.py:149): sound only
-    # because running[-1] is never served yet. With any RUNNING request as the victim, a
-    # served one would be preempted with tokens scheduled, so the proof must not go through.
-    monkeypatch.setattr(loops, "_victim", lambda ops, cfg, w, specs: [True] * len(w.status))
-    result = theorems.computed_within_tokens_unbounded(30)
-    assert not result.proved
-    assert result.detail == "allocate-or-preempt iteration (FCFS victim rule): sat"
-
-
 def test_computed_proof_fails_when_arrivals_share_a_queue_key(monkeypatch):
     # Distinct queue keys are part of the argument (one request per ordered choice): an
     # arrival that does not advance wait_tail gives the next arrival the same key.
@@ -232,27 +247,6 @@ def test_computed_proof_fails_when_arrivals_share_a_queue_key(monkeypatch):
     monkeypatch.setattr(loops, "_arrive", stuck)
     result = theorems.computed_within_tokens_unbounded(30)
     assert not result.proved and result.detail.startswith("arrival iteration")
-
-
-def test_computed_proof_fails_when_preemption_keeps_num_computed_tokens(monkeypatch):
-    preempt = loops._preempt
-
-    def keeping(ops, cfg, w, victim, do):
-        kept = list(w.ncomp)
-        preempt(ops, cfg, w, victim, do)
-        w.ncomp = kept
-    monkeypatch.setattr(loops, "_preempt", keeping)
-    result = theorems.computed_within_tokens_unbounded(30)
-    assert not result.proved and result.detail.startswith("allocate-or-preempt iteration")
-
-
-def test_computed_proof_fails_without_the_preemption_gate(monkeypatch):
-    # A request preempted and re-admitted in one step is scheduled its whole sequence,
-    # more than num_tokens - num_computed_tokens at the step's start.
-    monkeypatch.setattr(loops, "RuleConfig",
-                        functools.partial(RuleConfig, preemption_gate=False))
-    result = theorems.computed_within_tokens_unbounded(30)
-    assert not result.proved and result.detail.startswith("waiting loop starts")
 
 
 def test_computed_proof_concludes_the_catalogues_property(monkeypatch):
@@ -310,15 +304,6 @@ def test_rank_proof_fails_when_serving_does_not_advance_the_rank(monkeypatch):
     assert not result.proved and result.detail.startswith("running-loop iteration ends")
 
 
-def test_rank_proof_fails_without_the_preemption_gate(monkeypatch):
-    # Without the gate a preempted running request may be resumed after a waiting one is
-    # admitted (under PRIORITY, a waiting request of higher priority goes first).
-    monkeypatch.setattr(loops, "RuleConfig",
-                        functools.partial(RuleConfig, preemption_gate=False))
-    result = theorems.running_before_waiting_unbounded(30)
-    assert not result.proved and result.detail.startswith("waiting loop starts")
-
-
 def test_requeued_proof_fails_when_preemption_appends_to_the_tail(monkeypatch):
     preempt = loops._preempt
 
@@ -330,12 +315,6 @@ def test_requeued_proof_fails_when_preemption_appends_to_the_tail(monkeypatch):
     monkeypatch.setattr(loops, "_preempt", appending)
     result = theorems.preempted_requeued_unbounded(30)
     assert not result.proved and result.detail.startswith("allocate-or-preempt iteration")
-
-
-def test_requeued_proof_needs_the_fcfs_victim_to_be_the_rules_choice(monkeypatch):
-    monkeypatch.setattr(loops, "_victim", lambda ops, cfg, w, specs: [True] * len(w.status))
-    result = theorems.preempted_requeued_unbounded(30)
-    assert result.detail == "allocate-or-preempt iteration (FCFS victim rule): sat"
 
 
 def test_requeued_proof_fails_when_priority_keys_do_not_scale_with_the_requests(monkeypatch):
