@@ -92,6 +92,17 @@ class ConcreteOps:
         return value
 
 
+def _connective(xs: Sequence[Bool], absorbing: bool, join: Any) -> Bool:
+    """`xs` joined by `join` (z3.And or z3.Or) with Python constants folded: the
+    `absorbing` one decides the whole, the other drops out (and is the value of none)."""
+    if any(x is absorbing for x in xs):
+        return absorbing
+    terms = [x for x in xs if x is not (not absorbing)]
+    if not terms:
+        return not absorbing
+    return terms[0] if len(terms) == 1 else join(*terms)
+
+
 class SymbolicOps:
     """Ops over z3 terms: the rules become the transition relation.
 
@@ -127,21 +138,11 @@ class SymbolicOps:
 
     def and_(self, *xs: Bool) -> Bool:
         """Conjunction, dropping constant True."""
-        if any(x is False for x in xs):
-            return False
-        terms = [x for x in xs if x is not True]
-        if not terms:
-            return True
-        return terms[0] if len(terms) == 1 else z3.And(*terms)
+        return _connective(xs, False, z3.And)
 
     def or_(self, *xs: Bool) -> Bool:
         """Disjunction, dropping constant False."""
-        if any(x is True for x in xs):
-            return True
-        terms = [x for x in xs if x is not False]
-        if not terms:
-            return False
-        return terms[0] if len(terms) == 1 else z3.Or(*terms)
+        return _connective(xs, True, z3.Or)
 
     def not_(self, x: Bool) -> Bool:
         """Negation."""
