@@ -35,34 +35,36 @@ def _family(config: str) -> tuple[Family, Bounds]:
 pytestmark = pytest.mark.usefixtures("fresh_induction_caches")
 
 
-def _plain_inductive(family: Family, slots: int) -> bool:
-    """The invariant's inductive step as one query, no lemmas, z3's default solver."""
+def _plain_step(family: Family, slots: int, tag: str) -> tuple[Any, ...]:
+    """One symbolic step of the family's rules from a state (constants named `tag`.*):
+    (engine, rule config, slot specs, ops, next state, observation, and the assumptions:
+    the config's and specs' constraints and the invariant on the state before)."""
     engine = engines.get(family.engine)
     cfg, _, cfg_cons = family_config(family)
     specs, spec_cons = slot_specs(slots, cfg)
-    s0 = fresh_state("p0", engine.initial_state(slots, cfg), z3.Int("p0.step"))
+    s0 = fresh_state(tag, engine.initial_state(slots, cfg), z3.Int(f"{tag}.step"))
     ops = SymbolicOps()
-    s1, _ = engine.step(ops, cfg, specs, s0, tuple(z3.Bool(f"p0.eos{i}")
-                                                   for i in range(slots)))
+    s1, observed = engine.step(ops, cfg, specs, s0, tuple(z3.Bool(f"{tag}.eos{i}")
+                                                          for i in range(slots)))
+    assumptions = [*cfg_cons, *spec_cons, engine.well_formed(ops, cfg, specs, s0)]
+    return engine, cfg, specs, ops, s1, observed, assumptions
+
+
+def _plain_inductive(family: Family, slots: int) -> bool:
+    """The invariant's inductive step as one query, no lemmas, z3's default solver."""
+    engine, cfg, specs, ops, s1, _, assumptions = _plain_step(family, slots, "p0")
     solver = z3.Solver()
-    solver.add(*cfg_cons, *spec_cons, engine.well_formed(ops, cfg, specs, s0),
-               z3.Not(engine.well_formed(ops, cfg, specs, s1)), *ops.take_definitions())
+    solver.add(*assumptions, z3.Not(engine.well_formed(ops, cfg, specs, s1)),
+               *ops.take_definitions())
     return solver.check() == z3.unsat
 
 
 def _plain_one_inductive(prop: Property, family: Family, slots: int) -> bool:
     """The property's 1-inductive step as one plain query."""
-    engine = engines.get(family.engine)
-    cfg, _, cfg_cons = family_config(family)
-    specs, spec_cons = slot_specs(slots, cfg)
-    s0 = fresh_state("q0", engine.initial_state(slots, cfg), z3.Int("q0.step"))
-    ops = SymbolicOps()
-    _, observed = engine.step(ops, cfg, specs, s0, tuple(z3.Bool(f"q0.eos{i}")
-                                                         for i in range(slots)))
+    _, _, _, ops, _, observed, assumptions = _plain_step(family, slots, "q0")
     goal = prop.holds(ops, [observed], 0)
     solver = z3.Solver()
-    solver.add(*cfg_cons, *spec_cons, engine.well_formed(ops, cfg, specs, s0),
-               z3.Not(z3.BoolVal(goal) if isinstance(goal, bool) else goal),
+    solver.add(*assumptions, z3.Not(z3.BoolVal(goal) if isinstance(goal, bool) else goal),
                *ops.take_definitions())
     return solver.check() == z3.unsat
 
