@@ -8,7 +8,9 @@ shrinker, rendering) always run.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -491,16 +493,6 @@ def test_the_generated_batch_reaches_every_reachable_upstream_branch():
     assert missing_reachable(counts) == ()
 
 
-@pytest.mark.conformance
-@needs_vllm
-def test_the_reference_agrees_with_the_real_scheduler_on_every_generated_step():
-    from checker.conformance.compare import compare
-
-    for seed in BATCH:
-        divergence = compare(random_workload(seed))
-        assert divergence is None, f"seed {seed}:\n{divergence.render()}"
-
-
 # The one known departure: model/vllm_config.check_field_types raises a plain InputError
 # (no rule) for max_num_batched_tokens / max_num_seqs < 1, where vLLM's pydantic
 # constraint (vllm/config/scheduler.py:48, 62: ge=1) is RULES' "positive_fields".
@@ -690,16 +682,6 @@ def test_cache_facts_appear_only_with_prefix_caching_on():
 
 @pytest.mark.conformance
 @needs_vllm
-def test_the_reference_agrees_on_every_generated_prefix_caching_step():
-    from checker.conformance.compare import compare
-
-    for seed in PREFIX_BATCH:
-        divergence = compare(random_prefix_workload(seed))
-        assert divergence is None, f"seed {seed}:\n{divergence.render()}"
-
-
-@pytest.mark.conformance
-@needs_vllm
 def test_the_prefix_batch_reaches_every_prefix_branch_and_feature():
     from checker.conformance.branches import BRANCH_SETS, missing_reachable, trace
     from checker.conformance.generate import run_features
@@ -882,15 +864,25 @@ def test_a7_a_request_with_eos_in_flight_preempts_another():
     assert sync[3].finished == (("W", "length"),)
 
 
-@pytest.mark.conformance
-@needs_vllm
-@pytest.mark.parametrize("generate", [random_async_workload, random_async_prefix_workload])
-def test_the_reference_agrees_on_every_generated_async_step(generate):
-    from checker.conformance.compare import compare
-
-    for seed in ASYNC_BATCH:
+def assert_all_agree(compare: Callable[[Workload], Any],
+                     generate: Callable[[int], Workload], seeds: Iterable[int]) -> None:
+    """`compare` (a real scheduler against the reference) finds no divergence on the
+    workload `generate(seed)` of any of `seeds`; a failure renders the first one."""
+    for seed in seeds:
         divergence = compare(generate(seed))
         assert divergence is None, f"seed {seed}:\n{divergence.render()}"
+
+
+# Every generated batch: the base mode, prefix caching, and the two async modes.
+@pytest.mark.conformance
+@needs_vllm
+@pytest.mark.parametrize(("generate", "seeds"), [
+    (random_workload, BATCH), (random_prefix_workload, PREFIX_BATCH),
+    (random_async_workload, ASYNC_BATCH), (random_async_prefix_workload, ASYNC_BATCH)])
+def test_the_reference_agrees_with_the_real_scheduler_on_every_generated_step(generate, seeds):
+    from checker.conformance.compare import compare
+
+    assert_all_agree(compare, generate, seeds)
 
 
 @pytest.mark.conformance

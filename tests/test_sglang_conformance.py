@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from test_conformance import assert_all_agree
 
 from checker.conformance.sglang_generate import (
     FEATURES,
@@ -263,9 +264,7 @@ def test_outside_the_scope_the_real_scheduler_reuses_the_retracted_prompt():
 def test_generated_workloads_agree_on_every_step():
     from checker.conformance.sglang_real import compare
 
-    for seed in BATCH:
-        divergence = compare(random_sglang_workload(seed))
-        assert divergence is None, f"seed {seed}\n{divergence.render()}"
+    assert_all_agree(compare, random_sglang_workload, BATCH)
 
 
 @pytest.mark.conformance
