@@ -10,8 +10,11 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+import z3
 
 from checker.methods.symbolic import Family
 from model.core.engine import EngineModel
@@ -25,6 +28,27 @@ class TheoremResult:
     proved: bool
     seconds: float
     detail: str
+
+
+def valid(claim: z3.BoolRef, timeout_s: float) -> z3.CheckSatResult:
+    """unsat when `claim` is valid (its negation has no model), within `timeout_s`; z3's
+    seed is fixed, so the answer does not vary from run to run."""
+    s = z3.Solver()
+    s.set(random_seed=0, timeout=max(1, int(timeout_s * 1000)))
+    s.add(z3.Not(claim))
+    return s.check()
+
+
+def discharge(obligations: Sequence[tuple[str, Callable[[], z3.BoolRef]]], timeout_s: float,
+              start: float, proved: str) -> TheoremResult:
+    """Each obligation (name, claim) shown `valid` in turn, within what is left of
+    `timeout_s` since `start` (a time.monotonic() reading): the first that is not fails the
+    theorem, named with z3's answer (sat, unknown); all valid: proved, saying `proved`."""
+    for name, claim in obligations:
+        result = valid(claim(), timeout_s - (time.monotonic() - start))
+        if result != z3.unsat:
+            return TheoremResult(False, time.monotonic() - start, f"{name}: {result}")
+    return TheoremResult(True, time.monotonic() - start, proved)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,16 +17,9 @@ from collections.abc import Callable
 
 import z3
 
-from checker.methods.theorems import Premise, Theorem, TheoremResult
+from checker.methods.theorems import Premise, Theorem, TheoremResult, discharge
 from model.core.ops import SymbolicOps
 from model.sglang.rules import continuation_len, decode_runs, new_chunk_len
-
-
-def _valid(claim: z3.BoolRef, timeout_s: float) -> z3.CheckSatResult:
-    s = z3.Solver()
-    s.set(random_seed=0, timeout=max(1, int(timeout_s * 1000)))
-    s.add(z3.Not(claim))
-    return s.check()
 
 
 def decode_stall_unbounded(timeout_s: float) -> TheoremResult:
@@ -70,14 +63,10 @@ def decode_stall_unbounded(timeout_s: float) -> TheoremResult:
                                      z3.And(nc >= big_l,
                                             z3.Implies(exact, nc - big_c < big_l)))),
     ]
-    for name, claim in obligations:
-        result = _valid(claim(), timeout_s - (time.monotonic() - start))
-        if result != z3.unsat:
-            return TheoremResult(False, time.monotonic() - start, f"{name}: {result}")
-    return TheoremResult(True, time.monotonic() - start,
-                         "induction over the chunk steps: admission, progress, no decode and "
-                         "count valid for all L and C (n steps, nC >= L, and nC - C < L when "
-                         "served first with memory to spare)")
+    return discharge(obligations, timeout_s, start,
+                     "induction over the chunk steps: admission, progress, no decode and "
+                     "count valid for all L and C (n steps, nC >= L, and nC - C < L when "
+                     "served first with memory to spare)")
 
 
 MIXED_CHUNK_OFF = Premise(

@@ -17,7 +17,7 @@ from typing import Any
 import z3
 
 from checker.methods.symbolic import Family
-from checker.methods.theorems import Premise, Theorem, TheoremResult, field_range
+from checker.methods.theorems import Premise, Theorem, TheoremResult, discharge, field_range
 from checker.methods.theorems.vllm_v1_loops import (
     _Acc,
     _Argument,
@@ -29,7 +29,6 @@ from checker.methods.theorems.vllm_v1_loops import (
     _Req,
     _running,
     _tag,
-    _valid,
 )
 from model.core.ops import SymbolicOps
 from model.vllm.rules import (
@@ -93,13 +92,9 @@ def decodes_exhaust_budget_unbounded(timeout_s: float) -> TheoremResult:
         ("conclusion", lambda: z3.Implies(z3.And(ranges, inv(d, budget, ib, p), d >= big_b),
                                           z3.Not(z3.And(z3.Not(p), budget > 0, ib > 0)))),
     ]
-    for name, claim in obligations:
-        result = _valid(claim(), timeout_s - (time.monotonic() - start))
-        if result != z3.unsat:
-            return TheoremResult(False, time.monotonic() - start, f"{name}: {result}")
-    return TheoremResult(True, time.monotonic() - start,
-                         "1-induction over the running loop: base, step and conclusion valid "
-                         "for all B, D, P")
+    return discharge(obligations, timeout_s, start,
+                     "1-induction over the running loop: base, step and conclusion valid "
+                     "for all B, D, P")
 
 
 def exhausting_decodes_fill_max_num_seqs_unbounded(timeout_s: float) -> TheoremResult:
@@ -118,12 +113,8 @@ def exhausting_decodes_fill_max_num_seqs_unbounded(timeout_s: float) -> TheoremR
     claim = z3.Implies(z3.And(big_b >= seqs, seqs >= 1, big_d <= running, running <= seqs,
                               big_d >= big_b),
                        z3.And(big_d == big_b, big_b == seqs))
-    for name, c in (("lemma", lemma_step), ("claim", claim)):
-        result = _valid(c, timeout_s - (time.monotonic() - start))
-        if result != z3.unsat:
-            return TheoremResult(False, time.monotonic() - start, f"{name}: {result}")
-    return TheoremResult(True, time.monotonic() - start,
-                         "for all D, B, max_num_seqs: D <= len(running) <= max_num_seqs <= B")
+    return discharge([("lemma", lambda: lemma_step), ("claim", lambda: claim)], timeout_s,
+                     start, "for all D, B, max_num_seqs: D <= len(running) <= max_num_seqs <= B")
 
 
 def _budget_covers_seats(family: Family) -> bool:
@@ -172,6 +163,14 @@ ACTIVE_WITHIN_SEATS = Premise(
 # (The framework is in vllm_v1_loops.py.)
 
 
+#: How the proofs below argue, as their results say it: the induction over steps of the
+#: loops of one step, and the per-request form (the requests an iteration touches and two
+#: bystanders).
+_OVER_STEPS = ("induction over steps, each step a 1-induction over the arrival, running (with "
+               "allocate-or-preempt), waiting and release loops' iterations")
+_ON_TOUCHED = "on the requests each touches and two bystanders (base, step, conclusion valid)"
+
+
 def _budget_argument() -> _Argument:
     def inv(l_: _Loops, acc: _Acc) -> Any:
         budget = l_.cfg.token_budget
@@ -216,10 +215,8 @@ def running_within_max_num_seqs_unbounded(timeout_s: float) -> TheoremResult:
     loop adds a RUNNING request, and only while the count is below max_num_active_reqs
     <= max_num_seqs (premise); preemption, release and arrival never add one."""
     return _prove(_running_argument(), timeout_s,
-                  "induction over steps, each step a 1-induction over the arrival, running "
-                  "(with allocate-or-preempt), waiting and release loops' iterations "
-                  "(base, step, conclusion valid); invariant: RUNNING count <= "
-                  "max_num_seqs")
+                  f"{_OVER_STEPS} (base, step, conclusion valid); invariant: RUNNING count "
+                  "<= max_num_seqs")
 
 
 def _kv_argument() -> _Argument:
@@ -250,10 +247,8 @@ def kv_blocks_conserved_unbounded(timeout_s: float) -> TheoremResult:
     free + held = usable and free >= 0; within a RUNNING-loop iteration, an allocation
     that fitted still fits when the request is served (nothing is preempted after it)."""
     return _prove(_kv_argument(), timeout_s,
-                  "induction over steps, each step a 1-induction over the arrival, running "
-                  "(with allocate-or-preempt), waiting and release loops' iterations "
-                  "(base, step, conclusion valid); invariant: free + held = usable, "
-                  "free >= 0")
+                  f"{_OVER_STEPS} (base, step, conclusion valid); invariant: free + held = "
+                  "usable, free >= 0")
 
 
 def _no_admission_argument() -> _Argument:
@@ -364,11 +359,9 @@ def computed_within_tokens_unbounded(timeout_s: float) -> TheoremResult:
     and (FCFS: the victim is not yet served; PRIORITY: it gives its tokens back) has
     nothing scheduled."""
     return _prove(_computed_argument(), timeout_s,
-                  "induction over steps, each step a 1-induction over the arrival, running "
-                  "(with allocate-or-preempt), waiting and release loops' iterations on "
-                  "the requests each touches and two bystanders (base, step, conclusion "
-                  "valid); per-request invariant: a request not started has computed "
-                  "nothing, num_computed_tokens + scheduled <= num_tokens")
+                  f"{_OVER_STEPS} {_ON_TOUCHED}; per-request invariant: a request not "
+                  "started has computed nothing, num_computed_tokens + scheduled <= "
+                  "num_tokens")
 
 
 def _whole_prompt_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
@@ -414,8 +407,7 @@ def whole_prompt_without_chunking_unbounded(timeout_s: float) -> TheoremResult:
     lacks, num_tokens (num_computed_tokens 0, 1129), and nothing changes it later."""
     return _prove(_whole_prompt_argument(), timeout_s,
                   "1-induction over the running loop's iterations (nobody joined) and the "
-                  "waiting loop's iterations on the requests each touches and two "
-                  "bystanders (base, step, conclusion valid); per-request invariant: a "
+                  f"waiting loop's iterations {_ON_TOUCHED}; per-request invariant: a "
                   "request joined is scheduled num_tokens")
 
 
@@ -449,9 +441,9 @@ def running_before_waiting_unbounded(timeout_s: float) -> TheoremResult:
     nobody (scheduler.py:900)."""
     return _prove(_rank_argument(), timeout_s,
                   "1-induction over the running loop's iterations and the waiting loop's "
-                  "iterations on the requests each touches and two bystanders (base, step, "
-                  "conclusion valid); per-request invariant: a running request served has "
-                  "a rank below the waiting loop's first, a request joined one at or above")
+                  f"iterations {_ON_TOUCHED}; per-request invariant: a running request "
+                  "served has a rank below the waiting loop's first, a request joined one "
+                  "at or above")
 
 
 def _requeued_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
@@ -490,11 +482,8 @@ def preempted_requeued_unbounded(timeout_s: float) -> TheoremResult:
     and one waiting and not preempted a key above the latter. Under PRIORITY the rules'
     `_queue_key` over any number of requests orders by (priority, arrival index)."""
     return _prove(_requeued_argument(), timeout_s,
-                  "induction over steps, each step a 1-induction over the arrival, running "
-                  "(with allocate-or-preempt), waiting and release loops' iterations on "
-                  "the requests each touches and two bystanders (base, step, conclusion "
-                  "valid); per-request invariant: a preempted request is reset and keyed "
-                  "below every waiting request not preempted")
+                  f"{_OVER_STEPS} {_ON_TOUCHED}; per-request invariant: a preempted request "
+                  "is reset and keyed below every waiting request not preempted")
 
 
 def _plain_sync(family: Family) -> bool:

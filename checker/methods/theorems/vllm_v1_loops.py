@@ -29,7 +29,7 @@ from typing import Any
 
 import z3
 
-from checker.methods.theorems import TheoremResult
+from checker.methods.theorems import TheoremResult, valid
 from model.core.ops import SymbolicOps
 from model.core.rule_parts import select_min
 from model.core.types import SlotSpec, Step
@@ -56,14 +56,6 @@ from model.vllm.state import (
     SlotState,
 )
 from properties import catalogue
-
-
-def _valid(claim: z3.BoolRef, timeout_s: float) -> z3.CheckSatResult:
-    s = z3.Solver()
-    s.set(random_seed=0, timeout=max(1, int(timeout_s * 1000)))
-    s.add(z3.Not(claim))
-    return s.check()
-
 
 _FRESH = itertools.count()
 # The FCFS victim rule, its ablation (running[0]) and PRIORITY: _preempt gives a victim's
@@ -696,7 +688,7 @@ def _prove(a: _Argument, timeout_s: float, kind: str) -> TheoremResult:
         rule = "PRIORITY" if priority else ("FCFS" if latest else "FCFS running[0]")
         for name, claim in _obligations(a, loops):
             obligation = claim()
-            result = _valid(obligation, timeout_s - (time.monotonic() - start))
+            result = valid(obligation, timeout_s - (time.monotonic() - start))
             if result == z3.unsat:
                 result = _satisfiable(obligation.arg(0), timeout_s - (time.monotonic() - start))
                 if result == z3.sat:
