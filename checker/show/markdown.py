@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from checker.show.timeline import DECODE, MARK_NAMES, PREFILL, Column, Timeline
+from checker.show.timeline import DECODE, MARK_NAMES, PREFILL, Column, Timeline, marked
 
 MAX_ROWS = 16  # chart rows; a larger budget puts several tokens in a row
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -24,15 +24,7 @@ def cell(col: Column, rid: str) -> str:
     if rid in tokens:
         b = tokens[rid]
         text = str(b.tokens) + {PREFILL: "p", DECODE: "d"}.get(b.phase, "")
-    if rid in col.admitted:
-        text = "+" + text
-    if rid in col.resumed:
-        text = "^" + text
-    if rid in col.preempted:
-        text += "!"
-    why = dict(col.finished).get(rid)
-    if why is not None:
-        text += "$" if why == "stop" else "#"
+    text = marked(text, rid, col)
     if not text and rid in col.idle:
         text = "."
     return text

@@ -9,22 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from checker.show.timeline import marked
 from model import registry as engines
 from model.core.types import StepRecord, Workload
 
 
 def _cell(rec: StepRecord, rid: str) -> str:
     sched = dict(rec.scheduled)
-    finished = dict(rec.finished)
-    text = str(sched[rid]) if rid in sched else ""
-    if rid in rec.admitted:
-        text = "+" + text
-    if rid in rec.resumed:
-        text = "^" + text
-    if rid in rec.preempted:
-        text += "!"
-    if rid in finished:
-        text += "$" if finished[rid] == "stop" else "#"
+    text = marked(str(sched[rid]) if rid in sched else "", rid, rec)
     if not text and rid in rec.waiting:
         text = "."
     if not text and rid in _swapped(rec):

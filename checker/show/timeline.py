@@ -14,10 +14,36 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from model.core.types import FINISH_STOP, RequestSpec, StepRecord, Workload
 
 PREFILL, DECODE, UNKNOWN = "prefill", "decode", "unknown"
+
+
+class StepEvents(Protocol):
+    """What a cell's marks read of a step: a StepRecord or a `Column`."""
+
+    admitted: tuple[str, ...]
+    resumed: tuple[str, ...]
+    preempted: tuple[str, ...]
+    finished: tuple[tuple[str, str], ...]
+
+
+def marked(text: str, rid: str, step: StepEvents) -> str:
+    """A timeline cell's `text` (its tokens) with the request's events in the step marked,
+    as every timeline shows them: `+` admitted and `^` resumed before it, `!` preempted,
+    then `$` finished by EOS or `#` by length after it."""
+    if rid in step.admitted:
+        text = "+" + text
+    if rid in step.resumed:
+        text = "^" + text
+    if rid in step.preempted:
+        text += "!"
+    why = dict(step.finished).get(rid)
+    if why is not None:
+        text += "$" if why == FINISH_STOP else "#"
+    return text
 
 
 @dataclass(frozen=True, slots=True)
