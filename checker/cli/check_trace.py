@@ -4,6 +4,9 @@ engine (`audit --save`), a log converter, or `batchproof simulate --json`. Nothi
 re-run (checker/methods/trace_check.py).
 
 The trace is one of:
+- a live trace, recorded from a running `vllm serve` (BATCHPROOF_TRACE, docs/live.md):
+  besides the properties, every step is compared with the reference replayed on the same
+  arrivals and aborts, and every request is accounted for (checker/live/verdict.py);
 - a simulation document (`engine`, `config`, `steps`) with the workload's `requests` (and
   `eos`) beside its steps, as `audit --save` writes it;
 - a simulation document (the output of `simulate --json`) with `--workload W.json`, the
@@ -23,6 +26,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from checker.live.trace import is_live_trace
 from checker.methods.trace_check import (
     DEPARTS,
     NOT_CHECKED,
@@ -122,6 +126,10 @@ def exit_code(verdicts: list[TraceVerdict], named: bool, strict: bool) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Check the trace; print the table or JSON; return the exit code."""
+    if is_live_trace(args.trace):
+        from checker.cli.live import run_live
+
+        return run_live(args)
     workload, records = load_trace(args.trace, args.workload, args.engine)
     verdicts = list(check_trace(workload.engine, workload, records,
                                 properties_for(workload.engine, args.property or ())))
@@ -158,9 +166,10 @@ def _status(v: TraceVerdict) -> str:
 
 
 def render_text(path: str, workload: Workload, records: tuple[StepRecord, ...],
-                verdicts: list[TraceVerdict]) -> str:
+                verdicts: list[TraceVerdict], timeline: bool = True) -> str:
     """The table (one row per property, as `check` prints verdicts), then each
-    violation with its step."""
+    violation with its step (and, with `timeline`, the step's record and the run drawn up
+    to the first violation)."""
     model = engines.get(workload.engine)
     lines = [f"check-trace {path}: {model.title} {model.version}, {len(records)} steps, "
              f"{len(workload.requests)} requests"]
@@ -179,11 +188,12 @@ def render_text(path: str, workload: Workload, records: tuple[StepRecord, ...],
         assert at is not None
         lines.append(f"\n{'departs' if v.status == DEPARTS else 'violated'}: {v.name} at step "
                      f"{at} ({v.why})")
-        lines.append(f"  step {at}: {json.dumps(records[at - 1].to_json())}")
+        if timeline:
+            lines.append(f"  step {at}: {json.dumps(records[at - 1].to_json())}")
     for v in verdicts:
         if v.verdict == NOT_CHECKED:
             lines.append(f"not checked: {v.name}: {v.detail}")
-    if violated:
+    if violated and timeline:
         first = min(v.violated_at or 0 for v in violated)
         lines.append("\n" + render.timeline(workload, records[: max(first, 1)],
                                             highlight=first).rstrip())

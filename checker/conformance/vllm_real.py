@@ -491,7 +491,7 @@ def make_request(spec: RequestSpec, arrival_time: int, block_size: int,
     )
 
 
-def _waiting(sched: Any) -> Iterator[Any]:
+def waiting_in_pop_order(sched: Any) -> Iterator[Any]:
     """The waiting requests in pop order. 0.31.0+ drains `kv_holding_waiting` first;
     0.18.0-0.30.0 have a persistent `skipped_waiting` queue instead, which only requests
     skipped for reasons outside the scope join (remote KV, structured output, a stale
@@ -503,8 +503,8 @@ def _waiting(sched: Any) -> Iterator[Any]:
     yield from sched.waiting
 
 
-def _admitted_resumed(v: SimpleNamespace, sched: Any, out: Any,
-                      status_before: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def admitted_and_resumed(v: SimpleNamespace, sched: Any, out: Any,
+                         status_before: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(admitted, resumed) ids of this step, each in admission order."""
     new_ids = tuple(r.req_id for r in out.scheduled_new_reqs)
     cached = out.scheduled_cached_reqs
@@ -783,7 +783,7 @@ class _SpecProbe:
                 self.events.add("spec:drafts_trimmed_budget")
 
 
-def _cache_facts(sched: Any, scheduled: tuple[tuple[str, int], ...],
+def cache_facts(sched: Any, scheduled: tuple[tuple[str, int], ...],
                  entering: set[str], held: dict[str, Any]) -> list[tuple[str, object]]:
     """The extra facts read right after `schedule()` (see the module doc)."""
     kv = sched.kv_cache_manager
@@ -935,31 +935,31 @@ def run_real_vllm_detailed(workload: Workload,
             held[spec.id] = make_request(spec, position, cfg.block_size, prompt)
             sched.add_request(held[spec.id])
         aborted = abort(aborts_before.get(step, ()))
-        status_before = {r.request_id: r.status for r in _waiting(sched)}
+        status_before = {r.request_id: r.status for r in waiting_in_pop_order(sched)}
         log.ids.clear()
         if spec_probe is not None:
             spec_probe.before_schedule()
         try:
             out = sched.schedule()
         except AssertionError as exc:
-            if not k or (crashed := _scheduler_assertion(exc)) == "":
+            if not k or (crashed := scheduler_assertion(exc)) == "":
                 raise
             records.append(_crash_record(step, crashed, sched))
             sampled_ids.append(frozenset())
             events.append(frozenset({"spec:assertion"}))
             continue
         scheduled = tuple(out.num_scheduled_tokens.items())
-        admitted, resumed = _admitted_resumed(v, sched, out, status_before)
+        admitted, resumed = admitted_and_resumed(v, sched, out, status_before)
         preempted = tuple(log.ids)
         if set(preempted) != set(out.preempted_req_ids or ()):
             raise RuntimeError(f"step {step}: recorded preemptions {preempted} != "
                                f"SchedulerOutput.preempted_req_ids {out.preempted_req_ids}")
         running = tuple(r.request_id for r in sched.running)
-        waiting = tuple(r.request_id for r in _waiting(sched))
+        waiting = tuple(r.request_id for r in waiting_in_pop_order(sched))
         computed = tuple((r.request_id, r.num_computed_tokens)
-                         for r in (*sched.running, *_waiting(sched)))
+                         for r in (*sched.running, *waiting_in_pop_order(sched)))
         free_blocks = sched.kv_cache_manager.block_pool.get_num_free_blocks()
-        facts = (_cache_facts(sched, scheduled, {*admitted, *resumed}, held)
+        facts = (cache_facts(sched, scheduled, {*admitted, *resumed}, held)
                  if caching else [])
         req_ids = [rid for rid, _ in scheduled]
         samples = tuple(rid for rid in req_ids if not held[rid].is_prefill_chunk)
@@ -1064,7 +1064,7 @@ def _spec_choices(step: int, out: Any, req_ids: list[str], samples: tuple[str, .
 PAD_ASSERTION_LINE = 1372
 
 
-def _scheduler_assertion(exc: AssertionError) -> str:
+def scheduler_assertion(exc: AssertionError) -> str:
     """The engine-assertion fact for an AssertionError raised in scheduler.py's
     `schedule()`, as the reference words it; "" for one raised anywhere else.
 

@@ -1,0 +1,164 @@
+"""Check a live trace: what the real server did against the catalogue and the reference.
+
+Three questions, each answered on the trace as recorded:
+- **properties**: every property of the engine's catalogue that its manifest lists, on the
+  real StepRecords (checker/methods/trace_check.py), with the manifest's expectation for
+  the trace's config;
+- **agreement**: the reference scheduler replayed on the same arrivals, aborts, stop
+  tokens and drafts gives the same StepRecord at every step (checker/conformance/
+  compare.py, field by field as the conformance harness compares);
+- **accounting**: every request the engine took ended in the trace (stop, length, abort) or
+  is still held at its end; none is lost.
+
+On a finding, `minimal_workload` shrinks the trace's workload to a small one that still
+shows it: for a property violation, on the reference (the reference run must violate the
+same property); for a disagreement, with vLLM's real Scheduler in this process (the code
+the server ran, the same overlay on sys.path) against the reference.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from checker.conformance.compare import Divergence, _reference_records, first_divergence
+from checker.live.trace import LiveTrace
+from checker.methods.trace_check import DEPARTS, TraceVerdict, check_trace, properties_for
+from model.core.types import StepRecord, Workload
+
+MINIMAL_CALLS = 400  # predicate runs the greedy shrink may spend after the cut
+
+
+@dataclass(frozen=True, slots=True)
+class LiveReport:
+    """The three answers for one live trace (see the module doc)."""
+
+    trace: LiveTrace
+    verdicts: tuple[TraceVerdict, ...]
+    divergence: Divergence | None
+    reference_error: str = ""
+
+    @property
+    def departs(self) -> tuple[TraceVerdict, ...]:
+        """Violations of properties the manifest expects to hold on this config."""
+        return tuple(v for v in self.verdicts if v.status == DEPARTS)
+
+    @property
+    def steps_agreeing(self) -> int:
+        """Steps before the first disagreement (all of them without one)."""
+        if self.divergence is None and not self.reference_error:
+            return len(self.trace.records)
+        return (self.divergence.step - 1) if self.divergence is not None else 0
+
+    @property
+    def lost(self) -> tuple[str, ...]:
+        """Requests the engine took that neither ended nor are held at the end: always
+        empty for a trace `load_live` accepted, kept as the accounting's answer."""
+        return tuple(rid for rid, end in self.trace.ends.items()
+                     if end not in ("stop", "length", "abort", "held"))
+
+    @property
+    def clean(self) -> bool:
+        """No departing violation, every step agrees, nothing lost."""
+        return not self.departs and self.divergence is None and not self.reference_error \
+            and not self.lost
+
+
+def check_live(trace: LiveTrace, names: Sequence[str] = ()) -> LiveReport:
+    """Properties, agreement and accounting of `trace` (see the module doc)."""
+    w = trace.workload
+    verdicts = tuple(check_trace(w.engine, w, trace.records, properties_for(w.engine, names)))
+    reference: list[StepRecord] = []
+    error = ""
+    try:
+        for record in _reference_records(w):
+            reference.append(record)
+    except Exception as exc:  # noqa: BLE001 - a refusal of the replay is a finding
+        error = f"the reference refused the replay at step {len(reference) + 1}: " \
+                f"{type(exc).__name__}: {exc}"
+    divergence = first_divergence(w, trace.records[: len(reference)], tuple(reference)) \
+        if reference or not error else None
+    return LiveReport(trace=trace, verdicts=verdicts, divergence=divergence,
+                      reference_error=error if divergence is None else "")
+
+
+def violates_on_reference(prop_name: str) -> Callable[[Workload], bool]:
+    """The predicate "the reference's run of the workload violates `prop_name`"."""
+    from model.vllm.reference import simulate
+
+    (prop,) = properties_for("vllm-v1", (prop_name,))
+
+    def fails(w: Workload) -> bool:
+        try:
+            records = simulate(w)
+        except Exception:  # noqa: BLE001 - a workload the reference refuses shows nothing
+            return False
+        verdicts = check_trace(w.engine, w, records, (prop,))
+        return any(v.verdict == "VIOLATED" for v in verdicts)
+
+    return fails
+
+
+def real_disagrees() -> Callable[[Workload], bool]:
+    """The predicate "vLLM's real Scheduler in this process and the reference disagree
+    on the workload" (needs vLLM importable: the code the server ran)."""
+    from checker.conformance.compare import compare
+
+    def fails(w: Workload) -> bool:
+        try:
+            return compare(w) is not None
+        except Exception:  # noqa: BLE001 - a workload the driver refuses shows nothing
+            return False
+
+    return fails
+
+
+def minimal_workload(workload: Workload, fails: Callable[[Workload], bool], at_step: int,
+                     seed: int = 0) -> Workload:
+    """A small workload on which `fails` still holds, from the trace's: cut to the
+    finding's step, then chunks of requests dropped (halves, quarters, ... as delta
+    debugging does), then the conformance shrinker's greedy moves
+    (checker/conformance/shrink.py). Events naming a dropped request go with it.
+    `workload` must fail on entry."""
+    from checker.conformance.shrink import shrink
+
+    current = consistent(replace(workload, steps=max(at_step, 1)))
+    if not fails(current):
+        current = workload
+    rng = random.Random(seed)
+    chunk = max(len(current.requests) // 2, 1)
+    while chunk >= 1 and len(current.requests) > 1:
+        ids = [r.id for r in current.requests]
+        rng.shuffle(ids)
+        dropped = False
+        for start in range(0, len(ids), chunk):
+            candidate = without(current, set(ids[start:start + chunk]))
+            if candidate.requests and fails(candidate):
+                current, dropped = candidate, True
+        if not dropped:
+            chunk //= 2
+    for events in ("aborts", "eos"):
+        for e in getattr(current, events):
+            candidate = replace(current, **{events: tuple(
+                x for x in getattr(current, events) if x != e)})
+            if fails(candidate):
+                current = candidate
+    return consistent(shrink(current, lambda w: fails(consistent(w)), MINIMAL_CALLS))
+
+
+def without(w: Workload, ids: set[str]) -> Workload:
+    """`w` without the requests `ids` and every event that names one of them."""
+    return consistent(replace(w, requests=tuple(r for r in w.requests if r.id not in ids)))
+
+
+def consistent(w: Workload) -> Workload:
+    """`w` with only the events that name one of its requests within its steps (shrinking
+    moves drop requests and steps, not the events about them)."""
+    ids = {r.id for r in w.requests}
+
+    def keep(events: tuple, last: int) -> tuple:
+        return tuple(e for e in events if e.id in ids and e.step <= last)
+
+    return replace(w, eos=keep(w.eos, w.steps), accepted=keep(w.accepted, w.steps),
+                   drafts=keep(w.drafts, w.steps - 1), aborts=keep(w.aborts, w.steps))
