@@ -10,11 +10,11 @@ A property is either
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from model.core.modules import optional_module
 from model.core.ops import Bool, Int, Ops
 from model.core.types import SlotObs, Step
 
@@ -287,11 +287,8 @@ def _extras() -> tuple[tuple[Property, ...], dict[str, Callable[..., Property]]]
     props: list[Property] = []
     factories: dict[str, Callable[..., Property]] = {}
     for module in EXTRA_MODULES:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+        mod = optional_module(module)
+        if mod is None:
             continue
         props += getattr(mod, "PROPERTIES", ())
         factories.update(getattr(mod, "FACTORIES", {}))

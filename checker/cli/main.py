@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from checker.runner.stops import INTERRUPTED, quiet_broken_pipe
 from model.core.errors import InputError
+from model.core.modules import optional_module
 
 EXIT_OK = 0
 EXIT_DEPARTS = 1
@@ -68,11 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="on an internal error, show the traceback instead of one line")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     for name, (module_name, help_text) in _COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
+        module = optional_module(module_name)
+        if module is None:
             continue
         module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
     return parser

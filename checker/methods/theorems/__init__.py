@@ -8,7 +8,6 @@ any other the job says which premise fails and goes on to the other methods.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -18,6 +17,7 @@ import z3
 
 from checker.methods.symbolic import Family
 from model.core.engine import EngineModel
+from model.core.modules import optional_module
 from properties.catalogue import Property
 
 
@@ -104,9 +104,5 @@ def field_range(family: Family, name: str) -> tuple[int, int]:
 def for_engine(engine: EngineModel) -> Mapping[str, Theorem]:
     """The engine's theorems (none when its room has no theorem module)."""
     module = f"{__name__}.{engine.folder}"
-    try:
-        return importlib.import_module(module).THEOREMS
-    except ModuleNotFoundError as exc:
-        if exc.name != module:
-            raise
-        return {}
+    found = optional_module(module)
+    return {} if found is None else found.THEOREMS
