@@ -97,6 +97,23 @@ def find_with(make: Callable[[], z3.Solver], strengthen: bool = False) -> Find:
     return find
 
 
+def _lowered_by_assumptions(s: z3.Solver, u: Unrolling,
+                            model: z3.ModelRef) -> z3.ModelRef | None:
+    """Each objective in turn lowered on the incremental solver `s` (its value in `model`,
+    then in each better model), the objective below its value as an assumption, until
+    unsat; then fixed there (a bit already 0 fixed at once). None if a check gives up."""
+    for objective in objectives(u):
+        value = model.eval(objective, model_completion=True).as_long()
+        if not (value == 0 and minimize._is_bit(objective)):
+            while (answer := s.check(objective < value)) == z3.sat:
+                model = s.model()
+                value = model.eval(objective, model_completion=True).as_long()
+            if answer != z3.unsat:
+                return None
+        s.add(objective == value)
+    return model
+
+
 def minimise_before(u: Unrolling, violation: Bool, first: z3.ModelRef,
                     cap_s: float) -> z3.ModelRef | None:
     """minimize.minimal_model before this benchmark: z3's incremental solver, objectives
@@ -106,19 +123,7 @@ def minimise_before(u: Unrolling, violation: Bool, first: z3.ModelRef,
     s.set(timeout=int(cap_s * 1000))
     if s.check() != z3.sat:
         return None
-    model = s.model()
-    for objective in objectives(u):
-        value = model.eval(objective, model_completion=True).as_long()
-        if value == 0 and minimize._is_bit(objective):
-            s.add(objective == 0)
-            continue
-        while (answer := s.check(objective < value)) == z3.sat:
-            model = s.model()
-            value = model.eval(objective, model_completion=True).as_long()
-        if answer != z3.unsat:
-            return None
-        s.add(objective == value)
-    return model
+    return _lowered_by_assumptions(s, u, s.model())
 
 
 def minimise_kept(u: Unrolling, violation: Bool, first: z3.ModelRef,
@@ -181,17 +186,7 @@ def minimise_preprocessed_once(u: Unrolling, violation: Bool, first: z3.ModelRef
     s = _incremental(2)
     s.add(*list(pre))
     s.set(timeout=int(cap_s * 1000))
-    model = first
-    for objective in objectives(u):
-        value = model.eval(objective, model_completion=True).as_long()
-        if not (value == 0 and minimize._is_bit(objective)):
-            while (answer := s.check(objective < value)) == z3.sat:
-                model = s.model()
-                value = model.eval(objective, model_completion=True).as_long()
-            if answer != z3.unsat:
-                return None
-        s.add(objective == value)
-    return model
+    return _lowered_by_assumptions(s, u, first)
 
 
 Seconds = tuple[float, float]  # wall, CPU
