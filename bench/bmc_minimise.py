@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import z3
+from timing import write_between
 
 from checker.methods import bmc, minimize
 from checker.methods.jobs import family_of, symbolic_bounds
@@ -141,9 +142,7 @@ def main() -> None:
     text = f"{head}\n\n{table(rows)}"
     print(text)
     if args.write:
-        page = args.write.read_text()
-        a, b = page.index(BEGIN) + len(BEGIN), page.index(END)
-        args.write.write_text(page[:a] + "\n" + text + "\n" + page[b:])
+        write_between(args.write, BEGIN, END, text)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import z3
+from timing import write_between
 
 from checker.methods import bmc, induction, minimize
 from checker.methods.minimize import check_with, minimal_model, new_solver, objectives
@@ -358,10 +359,7 @@ def main() -> None:
     text = f"{head}\n\n{table(rows)}"
     print(text)
     if args.write:
-        page = args.write.read_text()
-        begin, end = (m.format(args.proof_depth) for m in MARKERS)
-        a, b = page.index(begin) + len(begin), page.index(end)
-        args.write.write_text(page[:a] + "\n" + text + "\n" + page[b:])
+        write_between(args.write, *(m.format(args.proof_depth) for m in MARKERS), text)
 
 
 if __name__ == "__main__":

@@ -20,11 +20,10 @@ import argparse
 import json
 import os
 import platform
-import resource
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from timing import timed_run
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIGS = ("tiny_fcfs", "tiny_priority", "tiny_cached", "tiny_async")
@@ -36,12 +35,7 @@ def ablate_all(config: str, method: str, jobs: int, timeout: float
     cmd = [sys.executable, "-m", "checker.cli", "diff", "vllm-v1", "--ablate-all",
            "--manifest-config", config, "--jobs", str(jobs), "--timeout", str(timeout),
            "--method", method, "--json"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.monotonic()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
-    seconds = time.monotonic() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    seconds, cpu, done = timed_run(cmd, ROOT)
     if done.returncode not in (0, 1, 3):
         raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()}")
     return seconds, cpu, json.loads(done.stdout)

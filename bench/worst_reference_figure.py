@@ -27,12 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from timing import timed_run
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCHPROOF = [sys.executable, "-m", "checker.cli"]
@@ -43,14 +43,8 @@ FIGURE = ["--max-num-batched-tokens", "8", "--max-num-seqs", "4", "--block-size"
 
 
 def _timed(argv: list[str]) -> tuple[float, float, subprocess.CompletedProcess[str]]:
-    """Wall seconds, CPU seconds of the child, and its result."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=ROOT)
-    wall = time.monotonic() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, done
+    """Wall seconds, CPU seconds of the child, and its result (run in the repository)."""
+    return timed_run(argv, ROOT)
 
 
 def worst_row(depth: int, strategy: str, timeout: float, out: str) -> dict[str, object]:
