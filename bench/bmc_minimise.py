@@ -15,15 +15,12 @@ Not a test: timings depend on the machine and its load (printed).
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import z3
-from timing import write_between
+from timing import measured_by, table_parser, write_between
 
 from checker.methods import bmc, minimize
 from checker.methods.jobs import family_of, symbolic_bounds
@@ -126,8 +123,7 @@ def table(rows: list[Row]) -> str:
 
 def main() -> None:
     """Run the benchmark and print (or write) its table."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--write", type=Path, help="replace the table between the markers")
+    ap = table_parser(__doc__)
     ap.add_argument("--no-spin", action="store_true", help="skip the SPIN-setting row")
     ap.add_argument("--cap", type=float, default=600.0, help="seconds per minimiser")
     args = ap.parse_args()
@@ -135,10 +131,7 @@ def main() -> None:
     rows = [r for c in cases(not args.no_spin)
             if (r := measure(*c, cap_s=args.cap)) is not None]
     after = os.getloadavg()[0]
-    head = (f"Measured by `python bench/bmc_minimise.py` on "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.platform()}, "
-            f"{os.cpu_count()} cores, z3 {z3.get_version_string()}; load average (1 min) "
-            f"{before:.1f} before and {after:.1f} after.")
+    head = measured_by("python bench/bmc_minimise.py", before, after)
     text = f"{head}\n\n{table(rows)}"
     print(text)
     if args.write:

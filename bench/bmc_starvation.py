@@ -24,16 +24,13 @@ Not a test: timings depend on the machine and its load.
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import z3
-from timing import write_between
+from timing import measured_by, table_parser, write_between
 
 from checker.methods import bmc, induction, minimize
 from checker.methods.minimize import check_with, minimal_model, new_solver, objectives
@@ -336,8 +333,7 @@ def table(rows: list[Row]) -> str:
 
 def main() -> None:
     """Run every variant and print (or write) the table."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--write", type=Path, help="replace the table between the markers")
+    ap = table_parser(__doc__)
     ap.add_argument("--proof-depth", type=int, default=7, help="depth of the k=6 proof")
     ap.add_argument("--cap", type=float, default=900.0, help="seconds per question")
     ap.add_argument("--only", help="comma-separated variant numbers (1-based) to run")
@@ -350,12 +346,8 @@ def main() -> None:
         print(table(rows[-1:]).splitlines()[-1], flush=True)
     after = os.getloadavg()[0]
     only = f" --only {args.only}" if args.only else ""
-    head = (f"Measured by `python bench/bmc_starvation.py --proof-depth {args.proof_depth}"
-            f"{only}` on "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.platform()}, "
-            f"{os.cpu_count()} cores, z3 {z3.get_version_string()}; load average (1 min) "
-            f"{before:.1f} before and {after:.1f} after. Wall seconds, CPU seconds in "
-            f"brackets.")
+    head = measured_by(f"python bench/bmc_starvation.py --proof-depth {args.proof_depth}"
+                       f"{only}", before, after) + " Wall seconds, CPU seconds in brackets."
     text = f"{head}\n\n{table(rows)}"
     print(text)
     if args.write:
