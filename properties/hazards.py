@@ -49,6 +49,17 @@ def _window(ops: Ops, steps: Sequence[Step], t: int, k: int,
                       for i in range(n)])
 
 
+def _never_in_a_row(name: str, k: int, at: Callable[[Ops, Step, int], Bool],
+                    text: str) -> Property:
+    """The window property `name` (parameter k): no slot satisfies `at` in each of k
+    consecutive steps (`_window`); it holds trivially before the k-th step."""
+    def holds(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+        if t < k - 1:
+            return True
+        return ops.not_(_window(ops, steps, t, k, at))
+    return Property(name, "window", text, holds, window=k, params=(("k", k),))
+
+
 def _blocked_behind(ops: Ops, s: Step, i: int) -> Bool:
     """Slot i fits now but waits behind a request that is itself left waiting (the head
     whose failure ended admission, scheduler.py:1160-1167, 1275-1282)."""
@@ -62,13 +73,8 @@ def _blocked_behind(ops: Ops, s: Step, i: int) -> Bool:
 def make_head_of_line_blocking(k: int) -> Property:
     """A waiting request that would be admitted is never held for k consecutive steps
     behind one that is not (strict head-of-line, scheduler.py:1275-1282)."""
-    def holds(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
-        if t < k - 1:
-            return True
-        return ops.not_(_window(ops, steps, t, k, _blocked_behind))
-    return Property("head_of_line_blocking", "window",
-                    f"no request that fits waits {k} step(s) behind one that does not",
-                    holds, window=k, params=(("k", k),))
+    return _never_in_a_row("head_of_line_blocking", k, _blocked_behind,
+                           f"no request that fits waits {k} step(s) behind one that does not")
 
 
 def _unchunked_head_refused(ops: Ops, s: Step, i: int) -> Bool:
@@ -90,14 +96,10 @@ def _unchunked_head_refused(ops: Ops, s: Step, i: int) -> Bool:
 def make_unchunked_prefill_blocked(k: int) -> Property:
     """With chunked prefill off, the waiting head is never refused k steps in a row only
     because the running requests left too little of the budget."""
-    def holds(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
-        if t < k - 1:
-            return True
-        return ops.not_(_window(ops, steps, t, k, _unchunked_head_refused))
-    return Property("unchunked_prefill_blocked", "window",
-                    f"with chunked prefill off, the waiting head is not refused {k} step(s) "
-                    "in a row for lack of the budget the running requests used", holds,
-                    window=k, params=(("k", k),))
+    return _never_in_a_row("unchunked_prefill_blocked", k, _unchunked_head_refused,
+                           f"with chunked prefill off, the waiting head is not refused {k} "
+                           "step(s) in a row for lack of the budget the running requests "
+                           "used")
 
 
 def _fold_max(ops: Ops, xs: Sequence[Int], floor: int) -> Int:
@@ -125,13 +127,9 @@ def _priority_inverted(ops: Ops, s: Step, i: int) -> Bool:
 def make_priority_inversion(k: int) -> Property:
     """Under the PRIORITY policy, a request is never left waiting k steps in a row behind
     running requests of worse priority while every seat is taken."""
-    def holds(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
-        if t < k - 1:
-            return True
-        return ops.not_(_window(ops, steps, t, k, _priority_inverted))
-    return Property("priority_inversion", "window",
-                    f"no better-priority request waits {k} step(s) while worse-priority "
-                    "ones hold every seat", holds, window=k, params=(("k", k),))
+    return _never_in_a_row("priority_inversion", k, _priority_inverted,
+                           f"no better-priority request waits {k} step(s) while "
+                           "worse-priority ones hold every seat")
 
 
 def make_repeated_preemption(m: int) -> Property:
