@@ -10,15 +10,14 @@ from dataclasses import fields, replace
 
 import pytest
 import z3
+from test_vllm_v0_refinement import rules_steps
 
 from checker.cli.main import main
 from checker.conformance.vllm_v0_real import random_workload
 from model import registry
 from model.core.errors import InputError
 from model.core.ops import CONCRETE, SymbolicOps
-from model.core.slots import lay_out
 from model.core.types import RequestSpec, SlotObs, Step, Workload
-from model.vllm_v0 import rules
 from model.vllm_v0.config import ENGINE_VLLM_V0, Config
 from model.vllm_v0.engine import ENGINE, check_admissible, observe
 from model.vllm_v0.reference import VllmV0Scheduler, simulate
@@ -31,18 +30,8 @@ _SLOT_FIELDS = [f.name for f in fields(SlotObs) if f.name not in _ORDER_ONLY]
 _STEP_FIELDS = [f.name for f in fields(Step) if f.name != "slots"]
 
 
-def rules_steps(w: Workload) -> list[Step]:
-    sw = lay_out(w, RuleConfig.from_config(w.config))
-    state = rules.initial_state(len(sw.specs), sw.cfg)
-    out = []
-    for eos in sw.eos:
-        state, observed = rules.step(CONCRETE, sw.cfg, sw.specs, state, eos)
-        out.append(observed)
-    return out
-
-
 def assert_observed_as_the_rules(w: Workload) -> None:
-    by_rules = rules_steps(w)
+    by_rules = [observed for observed, _ in rules_steps(w)[1]]
     by_reference = observe(w, simulate(w))
     assert len(by_rules) == len(by_reference)
     for got, want in zip(by_reference, by_rules, strict=True):

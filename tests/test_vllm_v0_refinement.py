@@ -20,22 +20,30 @@ from checker.conformance.vllm_v0_real import random_workload
 from model.core.errors import InputError
 from model.core.ops import CONCRETE, SymbolicOps, as_python
 from model.core.slots import lay_out
-from model.core.types import EosEvent, RequestSpec, SlotSpec, StepRecord, Workload
+from model.core.types import EosEvent, RequestSpec, SlotSpec, Step, StepRecord, Workload
 from model.vllm_v0 import rules
 from model.vllm_v0.config import ENGINE_VLLM_V0, Config
 from model.vllm_v0.reference import simulate
-from model.vllm_v0.state import RuleConfig
+from model.vllm_v0.state import RuleConfig, SchedState
 
 
-def run_rules(w: Workload) -> list[StepRecord]:
-    """The rules under ConcreteOps as StepRecords (slot i = i-th request in arrival order)."""
+def rules_steps(w: Workload) -> tuple[tuple[str, ...], list[tuple[Step, SchedState]]]:
+    """The rules under ConcreteOps on `w` laid out on slots (slot i = i-th request in
+    arrival order): the slots' request ids, and each step's observation with the state it
+    left."""
     sw = lay_out(w, RuleConfig.from_config(w.config))
     state = rules.initial_state(len(sw.specs), sw.cfg)
     out = []
     for eos in sw.eos:
         state, observed = rules.step(CONCRETE, sw.cfg, sw.specs, state, eos)
-        out.append(rules.to_record(observed, sw.ids, state))
-    return out
+        out.append((observed, state))
+    return tuple(sw.ids), out
+
+
+def run_rules(w: Workload) -> list[StepRecord]:
+    """The rules under ConcreteOps as StepRecords (slot i = i-th request in arrival order)."""
+    ids, steps = rules_steps(w)
+    return [rules.to_record(observed, ids, state) for observed, state in steps]
 
 
 def assert_agree(w: Workload) -> None:
