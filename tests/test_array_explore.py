@@ -266,13 +266,17 @@ def test_the_least_counterexample_is_bmcs():
     assert (found.status, found.depth, found.workload) == ("violated", 3, searched.workload)
 
 
+def without_numpy(code: str) -> str:
+    """What a fresh interpreter prints running `code` as if numpy were not installed."""
+    return subprocess.run([sys.executable, "-c", "import sys; sys.modules['numpy'] = None\n"
+                           + code], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 def test_the_core_imports_without_numpy_and_the_explorer_names_the_fix():
-    code = ("import sys; sys.modules['numpy'] = None\n"
-            "import model.core.array_ops, checker.methods.jobs\n"
-            "try:\n    import checker.methods.array\n"
-            "except ImportError as e:\n    print(e)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout.strip()
+    out = without_numpy("import model.core.array_ops, checker.methods.jobs\n"
+                        "try:\n    import checker.methods.array\n"
+                        "except ImportError as e:\n    print(e)\n")
     assert out == "the array explorer needs numpy; numpy is a core dependency of " \
                   "batchproof: reinstall it (pip install -e .)"
 
@@ -441,14 +445,11 @@ def test_where_it_does_not_apply_the_array_explorer_is_unknown(capsys):
 
 
 def test_without_numpy_auto_falls_back_to_the_reference_explorer():
-    code = ("import sys; sys.modules['numpy'] = None\n"
-            "from checker.methods.jobs import Job, explorer_of\n"
-            "from properties import manifest\n"
-            "nc = manifest.load().configs['budget_grid']\n"
-            "print(explorer_of(Job('vllm-v1', 'budget_respected', (), nc, 'HOLDS', 60,"
-            " method='explore')))\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout.strip()
+    out = without_numpy("from checker.methods.jobs import Job, explorer_of\n"
+                        "from properties import manifest\n"
+                        "nc = manifest.load().configs['budget_grid']\n"
+                        "print(explorer_of(Job('vllm-v1', 'budget_respected', (), nc, "
+                        "'HOLDS', 60, method='explore')))\n")
     assert out == "('reference', 'the array explorer needs numpy; numpy is a core " \
                   "dependency of batchproof: reinstall it (pip install -e .)')"
 
