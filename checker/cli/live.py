@@ -36,24 +36,7 @@ def run_live(args: argparse.Namespace, shrink_divergence: bool = False) -> int:
         print(f"UNKNOWN: outside the model: {exc}")
         return 3
     report = check_live(trace, getattr(args, "property", None) or ())
-    minimal, minimal_of = None, ""
-    if report.departs:
-        first = min(report.departs, key=lambda v: v.violated_at or 0)
-        fails = violates_on_reference(first.property)
-        if fails(trace.workload):
-            minimal_of = f"{first.name} violated (shrunk on the reference)"
-            minimal = minimal_workload(trace.workload, fails, first.violated_at or 1)
-        else:
-            minimal_of = (f"{first.name}: the reference does not violate it on the trace's "
-                          "workload, so the real engine departs from the model there (see "
-                          "agreement)")
-    elif report.divergence is not None and shrink_divergence:
-        minimal_of = "the real Scheduler and the reference disagree (shrunk with both)"
-        fails = real_disagrees()
-        if fails(trace.workload):
-            minimal = minimal_workload(trace.workload, fails, report.divergence.step)
-        else:
-            minimal_of += ": the in-process Scheduler does not reproduce the live run"
+    minimal, minimal_of = finding_workload(report, shrink_divergence)
     code = 0 if report.clean else 1
     if getattr(args, "json", False):
         json.dump(live_json(args.trace, report, minimal, minimal_of, code), sys.stdout,
@@ -62,6 +45,32 @@ def run_live(args: argparse.Namespace, shrink_divergence: bool = False) -> int:
     else:
         print(render_live(args.trace, report, minimal, minimal_of, shrink_divergence))
     return code
+
+
+def finding_workload(report: LiveReport, shrink_divergence: bool) -> tuple[Any, str]:
+    """(the minimal workload of the report's first finding or None, what it shows).
+    A disagreement is shrunk with the real Scheduler in this process when
+    `shrink_divergence` (it names the code that is wrong: the engine's or the model's);
+    otherwise a departing violation is shrunk on the reference, when the reference
+    violates it too."""
+    trace = report.trace
+    if report.divergence is not None and shrink_divergence:
+        fails = real_disagrees()
+        if not fails(trace.workload):
+            return None, ("the in-process Scheduler does not reproduce the live run's "
+                          "disagreement (is this the vLLM the server ran?)")
+        return (minimal_workload(trace.workload, fails, report.divergence.step),
+                "the real Scheduler and the reference disagree (shrunk with both)")
+    if not report.departs:
+        return None, ""
+    first = min(report.departs, key=lambda v: v.violated_at or 0)
+    fails = violates_on_reference(first.property)
+    if not fails(trace.workload):
+        return None, (f"{first.name}: the reference does not violate it on the trace's "
+                      "workload, so the real engine departs from the model there (see "
+                      "agreement)")
+    return (minimal_workload(trace.workload, fails, first.violated_at or 1),
+            f"{first.name} violated (shrunk on the reference)")
 
 
 def render_live(path: str, report: LiveReport, minimal: Any, minimal_of: str,
@@ -91,7 +100,9 @@ def render_live(path: str, report: LiveReport, minimal: Any, minimal_of: str,
     ends = _count(t.ends.values())
     lines.append("accounting: " + ", ".join(f"{n} {k}" for k, n in sorted(ends.items()))
                  + f"; {len(report.lost)} lost"
-                 + (f"; {len(t.late)} arrived after the last step" if t.late else ""))
+                 + (f"; {len(t.late)} arrived after the last step" if t.late else "")
+                 + (f"; {len(t.aborted_unseen)} aborted before reaching the scheduler"
+                    if t.aborted_unseen else ""))
     if minimal is not None:
         lines.append(f"\nminimal workload ({minimal_of}): {len(minimal.requests)} requests, "
                      f"{minimal.steps} steps")
@@ -134,7 +145,8 @@ def live_json(path: str, report: LiveReport, minimal: Any, minimal_of: str, code
                           if report.divergence is not None else [],
                           "error": report.reference_error},
             "accounting": {"ends": _count(t.ends.values()), "lost": list(report.lost),
-                           "late": len(t.late)},
+                           "late": len(t.late),
+                           "aborted_before_scheduler": list(t.aborted_unseen)},
             "cut_short": t.cut_short, "recorder_error": t.recorder_error,
             "minimal": workload_to_json(minimal) if minimal is not None else None,
             "minimal_of": minimal_of, "exit_code": code}

@@ -17,7 +17,8 @@ What is written, one JSON object per line:
   max_tokens, priority, the chained hashes of its prompt's full blocks when prefix caching
   is on (16 hex digits each; no token is written), and what of it the model does not cover;
 - `abort`: EngineCore.abort_requests -> finish_requests(FINISHED_ABORTED), the ids the
-  scheduler held in the order it freed them, and whether a schedule() awaits its update;
+  scheduler held in the order it freed them, the ids it did not hold (`unheld`: not added
+  yet, or finished already), and whether a schedule() awaits its update;
 - `schedule`: one step's SchedulerOutput and the scheduler right after it, as
   checker/conformance/vllm_real.py reads it in the conformance harness;
 - `update`: update_from_output, which step's schedule it processes, the requests it
@@ -88,7 +89,7 @@ class _Recording:
 
     def finish_requests(self, request_ids: Any, finished_status: Any) -> list[Any]:
         done = super().finish_requests(request_ids, finished_status)  # type: ignore[misc]
-        self._batchproof.call("finished_from_outside", done, finished_status)
+        self._batchproof.call("finished_from_outside", done, finished_status, request_ids)
         return done
 
     def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
@@ -164,6 +165,7 @@ class Recorder:
         self.write({"ev": "header", "format": FORMAT, "schema": SCHEMA,
                     "vllm_version": vllm.__version__.split("+")[0],
                     "scheduler": type(self.sched).__mro__[2].__name__,
+                    "vllm_path": os.path.dirname(vllm.__file__),
                     "config": engine_config(self.sched), "pid": os.getpid()})
 
     def added(self, request: Any) -> None:
@@ -175,13 +177,16 @@ class Recorder:
                                    for h in request.block_hashes]} if caching else {}),
                     **({"outside": outside} if (outside := outside_model(request)) else {})})
 
-    def finished_from_outside(self, done: list[Any], status: Any) -> None:
-        if not done:
+    def finished_from_outside(self, done: list[Any], status: Any, asked: Any) -> None:
+        ids = [r.request_id for r in done]
+        asked = [asked] if isinstance(asked, str) else list(asked or ())
+        unheld = [rid for rid in asked if rid not in ids]  # unknown or finished already
+        if not ids and not unheld:
             return
         line = {"ev": "abort" if status == self.status.FINISHED_ABORTED else "finish",
                 "step": self.step if self.awaiting_update else self.step + 1,
-                "after_schedule": self.awaiting_update,
-                "ids": [r.request_id for r in done]}
+                "after_schedule": self.awaiting_update, "ids": ids,
+                **({"unheld": unheld} if unheld else {})}
         if line["ev"] == "finish":
             line["status"] = status.name
         self.write(line)

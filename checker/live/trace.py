@@ -49,8 +49,9 @@ class OutsideModel(InputError):
 class LiveTrace:
     """A live trace read: the workload it ran, the real StepRecords, and per request how it
     ended (`ends`: "stop", "length", "abort", or "held" when the trace ends first), the
-    requests added after the last complete step (`late`), and whether the recorder
-    stopped early (`recorder_error`)."""
+    requests added after the last complete step (`late`), the ids aborted before they
+    reached the scheduler (`aborted_unseen`: the front end aborted them while they were
+    still on their way), and whether the recorder stopped early (`recorder_error`)."""
 
     path: str
     vllm_version: str
@@ -61,6 +62,7 @@ class LiveTrace:
     late: tuple[str, ...] = ()
     recorder_error: str = ""
     cut_short: bool = False
+    aborted_unseen: tuple[str, ...] = ()  # aborted before they reached the scheduler
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -151,6 +153,7 @@ class _Builder:
         self.eos: list[EosEvent] = []
         self.drafts: list[DraftEvent] = []
         self.recorder_error = ""
+        self.unheld_aborts: list[str] = []  # aborted before the scheduler had them
 
     def build(self, events: Sequence[dict[str, Any]]) -> LiveTrace:
         for e in events:
@@ -181,7 +184,9 @@ class _Builder:
         return LiveTrace(path=self.path, vllm_version=str(self.head.get("vllm_version")),
                          scheduler=str(self.head.get("scheduler")), workload=workload,
                          records=records, ends=_ends(requests, records), late=late,
-                         recorder_error=self.recorder_error, cut_short=cut_short)
+                         recorder_error=self.recorder_error, cut_short=cut_short,
+                         aborted_unseen=tuple(dict.fromkeys(
+                             rid for rid in self.unheld_aborts if rid not in self.requests)))
 
     # ---- events --------------------------------------------------------------------------
 
@@ -199,6 +204,10 @@ class _Builder:
         self.blocks[rid] = tuple(e.get("blocks", ()))
 
     def on_abort(self, e: dict[str, Any]) -> None:
+        self.unheld_aborts.extend(rid for rid in e.get("unheld", ())
+                                  if rid not in self.requests)
+        if not e["ids"]:
+            return
         if e.get("after_schedule"):
             if not self.steps or self.steps[-1].update is not None:
                 raise InputError(f"{self.path}: an abort after a schedule that has none")

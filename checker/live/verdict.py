@@ -115,36 +115,68 @@ def real_disagrees() -> Callable[[Workload], bool]:
 
 
 def minimal_workload(workload: Workload, fails: Callable[[Workload], bool], at_step: int,
-                     seed: int = 0) -> Workload:
+                     seed: int = 0, rounds: int = 4) -> Workload:
     """A small workload on which `fails` still holds, from the trace's: cut to the
-    finding's step, then chunks of requests dropped (halves, quarters, ... as delta
-    debugging does), then the conformance shrinker's greedy moves
-    (checker/conformance/shrink.py). Events naming a dropped request go with it.
-    `workload` must fail on entry."""
+    finding's step, then, round after round until nothing changes: chunks of requests
+    dropped (halves, quarters, ... as delta debugging does), the run moved earlier to
+    start at its first arrival, and the conformance shrinker's greedy moves
+    (checker/conformance/shrink.py; MINIMAL_CALLS a round). Events naming a dropped
+    request go with it. `workload` must fail on entry."""
     from checker.conformance.shrink import shrink
 
     current = consistent(replace(workload, steps=max(at_step, 1)))
     if not fails(current):
         current = workload
     rng = random.Random(seed)
-    chunk = max(len(current.requests) // 2, 1)
-    while chunk >= 1 and len(current.requests) > 1:
-        ids = [r.id for r in current.requests]
+    for _ in range(rounds):
+        before = current
+        current = _drop_chunks(current, fails, rng)
+        moved = earlier(current, min(r.arrival_step for r in current.requests) - 1)
+        if moved != current and fails(moved):
+            current = moved
+        current = consistent(shrink(current, lambda w: fails(consistent(w)), MINIMAL_CALLS))
+        if current == before:
+            break
+    return current
+
+
+def _drop_chunks(w: Workload, fails: Callable[[Workload], bool], rng: random.Random
+                 ) -> Workload:
+    """Delta debugging over the requests: drop chunks while `fails` holds, halving the
+    chunk size when no chunk can go."""
+    chunk = max(len(w.requests) // 2, 1)
+    while chunk >= 1 and len(w.requests) > 1:
+        ids = [r.id for r in w.requests]
         rng.shuffle(ids)
         dropped = False
         for start in range(0, len(ids), chunk):
-            candidate = without(current, set(ids[start:start + chunk]))
+            candidate = without(w, set(ids[start:start + chunk]))
             if candidate.requests and fails(candidate):
-                current, dropped = candidate, True
+                w, dropped = candidate, True
         if not dropped:
             chunk //= 2
     for events in ("aborts", "eos"):
-        for e in getattr(current, events):
-            candidate = replace(current, **{events: tuple(
-                x for x in getattr(current, events) if x != e)})
+        for e in getattr(w, events):
+            candidate = replace(w, **{events: tuple(
+                x for x in getattr(w, events) if x != e)})
             if fails(candidate):
-                current = candidate
-    return consistent(shrink(current, lambda w: fails(consistent(w)), MINIMAL_CALLS))
+                w = candidate
+    return w
+
+
+def earlier(w: Workload, by: int) -> Workload:
+    """`w` with every arrival and event `by` steps earlier and `by` fewer steps."""
+    if by <= 0:
+        return w
+
+    def moved(events: tuple) -> tuple:
+        return tuple(replace(e, step=e.step - by) for e in events if e.step > by)
+
+    return consistent(replace(
+        w, steps=max(w.steps - by, 1),
+        requests=tuple(replace(r, arrival_step=r.arrival_step - by) for r in w.requests),
+        eos=moved(w.eos), accepted=moved(w.accepted), drafts=moved(w.drafts),
+        aborts=moved(w.aborts)))
 
 
 def without(w: Workload, ids: set[str]) -> Workload:
