@@ -68,7 +68,8 @@ def _layer(module: str) -> str:
             return f"model.{parts[1]}"
         return "model"
     if parts[0] == "checker" and len(parts) > 1 and parts[1] in {
-            "methods", "show", "config", "sweep", "runner", "docs", "cli", "conformance"}:
+            "methods", "show", "config", "sweep", "runner", "docs", "cli", "conformance",
+            "live"}:
         return f"checker.{parts[1]}"
     return parts[0]
 
@@ -89,6 +90,10 @@ for i, part in enumerate(_CHECKER_ORDER):
     ALLOWED[part] = {"properties", "checker", *_MODEL_ALL, *_CHECKER_ORDER[:i]}
 ALLOWED["checker.conformance"] = {"properties", "checker", "checker.methods", *_MODEL_ALL}
 ALLOWED["checker.cli"].add("checker.conformance")  # `audit` drives the real engines
+# The live engine reads a recorded server against the reference and the real Scheduler.
+ALLOWED["checker.live"] = {"properties", "checker", "checker.methods", "checker.conformance",
+                           *_MODEL_ALL}
+ALLOWED["checker.cli"].add("checker.live")
 ALLOWED["checker"] = set()
 
 

@@ -160,3 +160,18 @@ def test_shrinking_moves_keep_events_consistent():
     assert moved.steps == w.steps - 3
     assert all(e.step >= 1 for e in (*moved.eos, *moved.aborts))
     assert min(r.arrival_step for r in moved.requests) >= -2
+
+
+def test_every_line_of_the_recorded_trace_fits_the_schema():
+    import jsonschema
+
+    schema = json.loads((Path(__file__).parents[1] / "docs" / "schema"
+                         / "live_trace.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    kinds = set()
+    for line in _lines():
+        validator.validate(line)
+        kinds.add(line["ev"])
+    assert {"header", "add", "abort", "schedule", "update"} <= kinds
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate({"ev": "schedule", "step": 0})

@@ -245,7 +245,7 @@ def test_a_job_that_raises_is_an_unknown_row_with_the_reason():
     assert out.detail == "error: KeyError: 'no_such_property'"
 
 
-@pytest.mark.slow  # about 9 s; CI step 10 runs it (-m 'slow or not slow')
+@pytest.mark.slow  # about 9 s; CI step 11 runs it (-m 'slow or not slow')
 def test_a_worst_metric_row_is_the_worst_commands_answer():
     job = _job("worst: [starvation_steps]\nbounds: {slots: 2, depth: 4}")
     [out] = work.execute_batch((job,))

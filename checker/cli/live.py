@@ -12,15 +12,16 @@ import json
 import sys
 from typing import Any
 
-from checker.cli.check_trace import render_text
 from checker.live.trace import LiveTrace, OutsideModel, load_live
 from checker.live.verdict import (
     LiveReport,
     check_live,
+    cut_at,
     minimal_workload,
     real_disagrees,
     violates_on_reference,
 )
+from checker.show.trace_table import render_text
 from model.workload import workload_to_json
 
 JSON_SCHEMA = 1
@@ -56,10 +57,12 @@ def finding_workload(report: LiveReport, shrink_divergence: bool) -> tuple[Any, 
     trace = report.trace
     if report.divergence is not None and shrink_divergence:
         fails = real_disagrees()
-        if not fails(trace.workload):
+        start = cut_at(trace.workload, report.divergence.step)
+        if not fails(start):
+            why = getattr(fails, "refused", "") or "is this the vLLM the server ran?"
             return None, ("the in-process Scheduler does not reproduce the live run's "
-                          "disagreement (is this the vLLM the server ran?)")
-        return (minimal_workload(trace.workload, fails, report.divergence.step),
+                          f"disagreement on its first {start.steps} steps ({why})")
+        return (minimal_workload(start, fails, report.divergence.step),
                 "the real Scheduler and the reference disagree (shrunk with both)")
     if not report.departs:
         return None, ""

@@ -138,3 +138,31 @@ def send(url: str, p: LoadPlan) -> tuple[Outcome, ...]:
     """Send the load of `p` to the server at `url`; every request's outcome, in plan
     order."""
     return asyncio.run(_run(url, plan(p), p.concurrency))
+
+
+def engine_ids(outcomes: Sequence[Outcome], trace_ids: Sequence[str]) -> dict[str, str]:
+    """Client id -> the engine's request id (`cmpl-<id>-<index>-<suffix>`, see the module
+    doc), for the clients whose request reached the scheduler."""
+    by_client: dict[str, str] = {}
+    for rid in trace_ids:
+        if rid.startswith("cmpl-"):
+            by_client[rid[len("cmpl-"):].rsplit("-", 2)[0]] = rid
+    return {o.id: by_client[o.id] for o in outcomes if o.id in by_client}
+
+
+def unaccounted(outcomes: Sequence[Outcome], ends: dict[str, str]) -> list[str]:
+    """Where the clients and the trace disagree on how a request ended: a finished client
+    whose request the trace ends otherwise (or not at all), a trace request no client sent.
+    An aborting client may find its request already finished (the abort came late) or
+    never scheduled (the front end dropped it first); both are accounted for."""
+    ids = engine_ids(outcomes, list(ends))
+    problems = []
+    for o in outcomes:
+        end = ends.get(ids[o.id]) if o.id in ids else None
+        if o.kind == "finished" and end != o.reason:
+            problems.append(f"{o.id}: the client saw {o.reason!r}, the trace {end!r}")
+        elif o.kind == "aborted" and end not in (None, "abort", "stop", "length"):
+            problems.append(f"{o.id}: aborted by its client, the trace ends it {end!r}")
+    strangers = set(ends) - set(ids.values())
+    problems += [f"{rid}: in the trace, sent by no client" for rid in sorted(strangers)]
+    return problems

@@ -28,15 +28,20 @@ What is written, one JSON object per line:
 - `error`: the recorder itself failed; it writes this and stops recording, never raising
   into the engine.
 
-Each line is written and flushed when its call returns, so a killed server leaves a trace
-up to its last call.
+The handlers only snapshot what they read; a thread of the recorder's serialises and
+writes the lines (and flushes when it has caught up), while the engine core waits on the
+model runner. A server stopped with SIGTERM or SIGINT leaves every line; one killed
+outright may lose the lines still queued, and the reader keeps the complete steps.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import queue
 import threading
+import time
 import traceback
 from types import SimpleNamespace
 from typing import IO, Any
@@ -137,7 +142,9 @@ class Recorder:
         self.entering: dict[int, set[str]] = {}  # step -> admitted or resumed in it
         self.lock = threading.Lock()
         self.broken = False
-        self.out: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives with the engine
+        self.spent = 0.0  # seconds in the handlers so far (bench/live_overhead.py)
+        self.schedule_began = 0.0
+        self.writer = _Writer(path)
         self.call("header")
 
     def call(self, what: str, *args: Any) -> None:
@@ -145,8 +152,10 @@ class Recorder:
         if self.broken:
             return
         with self.lock:
+            start = time.perf_counter()
             try:
                 getattr(self, what)(*args)
+                self.spent += time.perf_counter() - start
             except Exception as exc:  # noqa: BLE001 - the engine must never see it
                 self.broken = True
                 self.write({"ev": "error", "step": self.step, "in": what,
@@ -154,8 +163,8 @@ class Recorder:
                             "where": traceback.format_exc(limit=3)[-600:]})
 
     def write(self, line: dict[str, Any]) -> None:
-        self.out.write(json.dumps(line, separators=(",", ":")) + "\n")
-        self.out.flush()
+        """Hand one event to the writer thread (the handlers only snapshot)."""
+        self.writer.put(line)
 
     # ---- handlers ----------------------------------------------------------------------
 
@@ -195,6 +204,7 @@ class Recorder:
         self.preempted.append(request.request_id)
 
     def before_schedule(self) -> None:
+        self.schedule_began = time.monotonic()
         self.preempted = []
         self.waiting_status = {r.request_id: r.status for r in self._waiting()}
 
@@ -234,6 +244,7 @@ class Recorder:
             "waiting": [r.request_id for r in waiting],
             "samples": [rid for rid, _ in scheduled
                         if rid in sched.requests and not sched.requests[rid].is_prefill_chunk],
+            "t": round(self.schedule_began, 6), "recorder_s": round(self.spent, 6),
         }
         if sched.cache_config.enable_prefix_caching:
             line["cache"] = dict(cache_facts(sched, scheduled, entering, sched.requests))
@@ -280,6 +291,36 @@ class Recorder:
         from checker.conformance.vllm_real import waiting_in_pop_order
 
         return list(waiting_in_pop_order(self.sched))
+
+
+class _Writer:
+    """Serialises and writes the events on a thread of its own, so the engine core pays
+    only for the snapshot: its loop waits on the model runner's process every step
+    (v1/engine/core.py:668-672), and the writer runs then. Each line is flushed as it is
+    written; at exit the queue is drained."""
+
+    def __init__(self, path: str) -> None:
+        self.queue: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
+        self.out: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives with the engine
+        self.thread = threading.Thread(target=self.run, name="batchproof-trace", daemon=True)
+        self.thread.start()
+        atexit.register(self.close)
+
+    def put(self, line: dict[str, Any]) -> None:
+        self.queue.put(line)
+
+    def run(self) -> None:
+        while (line := self.queue.get()) is not None:
+            self.out.write(json.dumps(line, separators=(",", ":")) + "\n")
+            if self.queue.empty():
+                self.out.flush()
+        self.out.flush()
+
+    def close(self) -> None:
+        """Write what is queued and stop (at interpreter exit)."""
+        if self.thread.is_alive():
+            self.queue.put(None)
+            self.thread.join(timeout=10)
 
 
 def _finish_reason(status: Any, statuses: Any) -> str:

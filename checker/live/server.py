@@ -73,7 +73,7 @@ class Server:
 
     process: subprocess.Popen[bytes]
     port: int
-    trace: Path
+    trace: Path | None
     log: Path
 
     @property
@@ -92,15 +92,17 @@ class Server:
                 self.process.wait(10)
 
 
-def start(trace: Path, options: ServeOptions, log: Path,
+def start(trace: Path | None, options: ServeOptions, log: Path,
           pythonpath: Sequence[Path] = (), python: str = sys.executable) -> Server:
-    """Start `vllm serve` of the tiny model recording to `trace`; wait until /health
-    answers; RuntimeError with the log's tail if it dies or does not answer in time.
-    `pythonpath` goes first on the server's sys.path (a patched vLLM copy, as audit's
-    overlays)."""
+    """Start `vllm serve` of the tiny model recording to `trace` (None: not recording);
+    wait until /health answers; RuntimeError with the log's tail if it dies or does not
+    answer in time. `pythonpath` goes first on the server's sys.path (a patched vLLM copy,
+    as audit's overlays)."""
     port = free_port()
     env = dict(os.environ)
-    env[ENV_TRACE] = str(trace)
+    env.pop(ENV_TRACE, None)
+    if trace is not None:
+        env[ENV_TRACE] = str(trace)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -27,7 +27,7 @@ from checker.live.trace import LiveTrace
 from checker.methods.trace_check import DEPARTS, TraceVerdict, check_trace, properties_for
 from model.core.types import StepRecord, Workload
 
-MINIMAL_CALLS = 400  # predicate runs the greedy shrink may spend after the cut
+MINIMAL_CALLS = 1500  # predicate runs the greedy shrink may spend in one round
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +108,11 @@ def real_disagrees() -> Callable[[Workload], bool]:
     def fails(w: Workload) -> bool:
         try:
             return compare(w) is not None
-        except Exception:  # noqa: BLE001 - a workload the driver refuses shows nothing
+        except Exception as exc:  # noqa: BLE001 - a workload the driver refuses shows nothing
+            fails.refused = f"{type(exc).__name__}: {exc}"  # type: ignore[attr-defined]
             return False
 
+    fails.refused = ""  # type: ignore[attr-defined]
     return fails
 
 
@@ -124,7 +126,7 @@ def minimal_workload(workload: Workload, fails: Callable[[Workload], bool], at_s
     request go with it. `workload` must fail on entry."""
     from checker.conformance.shrink import shrink
 
-    current = consistent(replace(workload, steps=max(at_step, 1)))
+    current = cut_at(workload, at_step)
     if not fails(current):
         current = workload
     rng = random.Random(seed)
@@ -177,6 +179,12 @@ def earlier(w: Workload, by: int) -> Workload:
         requests=tuple(replace(r, arrival_step=r.arrival_step - by) for r in w.requests),
         eos=moved(w.eos), accepted=moved(w.accepted), drafts=moved(w.drafts),
         aborts=moved(w.aborts)))
+
+
+def cut_at(w: Workload, step: int) -> Workload:
+    """`w` run to `step` only, without the requests that arrive after it."""
+    w = replace(w, steps=max(step, 1))
+    return without(w, {r.id for r in w.requests if r.arrival_step > w.steps})
 
 
 def without(w: Workload, ids: set[str]) -> Workload:
