@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
@@ -84,8 +85,8 @@ def fake(tmp_path, monkeypatch):
     folder.mkdir()
     (folder / "__init__.py").write_text(FAKE_ENGINE)
     monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("fakesched", None)  # a fresh module each test: FAULT starts as None
     module = importlib.import_module("fakesched")
-    monkeypatch.setitem(sys.modules, "fakesched", module)
     real = audit._vllm_harness()
 
     def compare(workload: Workload, run: FakeRun):
@@ -120,21 +121,30 @@ def test_a_faithful_engine_gives_a_clean_audit(fake):
     assert report.location.endswith("fakesched")
 
 
-def test_a_budget_overrun_is_a_divergence_and_a_new_violation(fake):
+def test_a_budget_overrun_is_one_finding_its_violation_folded_under_the_divergence(fake):
     fake.FAULT = "overrun"
     report = audit.audit(_options(sources=("random",), shrink_calls=2000))
     assert audit.exit_code(report) == 1
-    kinds = {f.kind: f for f in report.findings}
-    assert set(kinds) == {audit.DIVERGENCE, audit.VIOLATION}
-    violation = next(f for f in report.findings if f.facts.get("property") == "budget_respected")
-    assert violation.facts["expected"] == "HOLDS"
-    assert 1 <= violation.count < report.audited  # those that fill the budget in a step
+    # One cause, one group: the overrun breaks budget_respected on the workloads that
+    # fill the budget in a step, each of which diverges at or before that step.
+    [divergence] = report.findings
+    assert divergence.kind == audit.DIVERGENCE and divergence.count == report.audited
+    assert divergence.symptoms["divergence"] == report.audited
+    assert 1 <= divergence.symptoms["violation budget_respected"] < report.audited
+    # the overrun breaks others too (computed tokens beyond the prompt ...): all folded
+    assert all(k.startswith("violation ") for k in divergence.follow_ons)
     # shrunk to one request and one step: the first step already overruns
-    assert (len(violation.workload.requests), violation.workload.steps) == (1, 1)
-    assert violation.shrunk
-    divergence = kinds[audit.DIVERGENCE]
+    assert (len(divergence.workload.requests), divergence.workload.steps) == (1, 1)
+    assert divergence.shrunk
     assert divergence.step == 1 and "scheduled" in divergence.facts["fields"]
+    # the stand-in has no vLLM source to trace: the cause is told by the observable, the
+    # rules-table row of the waiting loop
+    cause = divergence.cause
+    assert cause is not None and cause.how == "observable"
+    assert cause.function == "VllmV1Scheduler._schedule_waiting"
     assert divergence.title.startswith("step 1: scheduled real r0:")
+    assert divergence.title.endswith("(rule: VllmV1Scheduler._schedule_waiting, "
+                                     "vllm/v1/core/sched/scheduler.py)")
     assert divergence.rules[0][1] == "VllmV1Scheduler._schedule_waiting"
     assert divergence.rules[0][0].startswith("vllm/v1/core/sched/scheduler.py:912-1369")
 
@@ -183,23 +193,27 @@ def test_every_output_format(fake, tmp_path, capsys):
                  str(html), "--save", str(saved)])
     assert code == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema"] == 1 and doc["command"] == "audit" and doc["seed"] == 5
+    assert doc["schema"] == 2 and doc["command"] == "audit" and doc["seed"] == 5
     assert doc["version"] == {**doc["version"], "installed": "0.33.0", "pinned": "0.32.0",
                               "same": False}
-    assert doc["summary"]["findings"] == len(doc["findings"]) == 2
+    assert doc["summary"]["findings"] == len(doc["findings"]) == 1  # the violation folded
     assert doc["summary"]["exit_code"] == 1
     assert doc["timing"]["workloads_per_s"] > 0 and 0 <= doc["timing"]["engine_share"] <= 1
     finding = doc["findings"][0]
-    assert {"kind", "title", "first", "step", "rules", "workload", "real", "reference"} <= set(
-        finding)
+    assert {"kind", "title", "first", "step", "rules", "workload", "real", "reference",
+            "cause", "symptoms"} <= set(finding)
+    assert finding["symptoms"]["divergence"] == 3
+    assert all(k.startswith("violation ") for k in finding["symptoms"] if k != "divergence")
+    assert finding["cause"]["how"] == "observable"
+    assert doc["timing"]["first_finding_s"] <= doc["timing"]["total_s"]
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert suite is not None and suite.get("failures") == "2"
+    assert suite is not None and suite.get("failures") == "1"
     assert [c.get("name") for c in suite.findall("testcase")][0] == "random (3 workloads)"
     page = html.read_text()
-    assert page.count('<div class="sides">') == 2 and page.count("<svg") == 4
+    assert page.count('<div class="sides">') == 1 and page.count("<svg") == 2
     assert "real engine" in page and "reference" in page
     # each saved real trace is a check-trace document: the overrun departs there too
-    trace = next(saved.glob("*-violation.real.json"))
+    trace = next(saved.glob("*-divergence.real.json"))
     assert main(["check-trace", str(trace), "--property", "budget_respected"]) == 1
     capsys.readouterr()
 
@@ -242,6 +256,185 @@ def test_an_engine_whose_harness_does_not_import(monkeypatch, capsys):
     assert main(["audit", "--engine", "sglang"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "audit --engine sglang is not available yet" in err
+
+
+# ------------------------------------------- findings by cause, printed as found
+
+def test_each_finding_is_printed_as_it_is_found_not_at_the_end(fake, monkeypatch, capsys):
+    """The CLI prints a finding while the audit goes on: on stdout, the finding's lines
+    come before the markers of the workloads audited after it (and the summary last)."""
+    fake.FAULT = "crash"
+    real = audit.audit_workload
+
+    def marked(h, aw, *args, **kwargs):
+        if aw.source != "shrink":
+            print(f"@@ audited {aw.label}")
+        return real(h, aw, *args, **kwargs)
+
+    monkeypatch.setattr(audit, "audit_workload", marked)
+    assert main(["audit", "--seed", "3", "--count", "20", "--sources", "random", "--modes",
+                 "off", "--shrink-calls", "30"]) == 1
+    lines = capsys.readouterr().out.split("\n")
+    audited = [i for i, line in enumerate(lines) if line.startswith("@@ audited")]
+    first = next(i for i, line in enumerate(lines) if line.startswith("[1] crash: "))
+    assert len(audited) == 20 and audited[0] < first < audited[-1]
+    assert lines.index(next(x for x in lines if x.startswith("findings: 1 group"))) > audited[-1]
+    assert lines[0] == "batchproof audit: vLLM V1's real scheduler, as installed here"
+
+
+def test_on_finding_hears_each_group_once_before_the_audit_ends(fake):
+    fake.FAULT = "crash"
+    heard: list[tuple[str, int]] = []
+    report = audit.audit(_options(sources=("random",), count=20, shrink_calls=30),
+                         progress=lambda line: heard.append(("progress", 0)),
+                         on_finding=lambda f: heard.append(("finding", f.first_index)))
+    [crash] = report.findings
+    finding_at = heard.index(("finding", crash.first_index))
+    assert heard[finding_at + 1:].count(("progress", 0)) > 1  # the audit went on after it
+    assert crash.count > 1 and report.first_finding_s is not None
+    assert report.first_finding_s < report.timing.total
+
+
+def test_a_check_of_batchproofs_driver_is_labelled_a_driver_error(fake, monkeypatch, capsys):
+    """An exception raised in batchproof's driver (here: a check compiled as if it were
+    checker/conformance/vllm_real.py's, as the driver's probes run when the engine calls
+    them) is the driver's, never "the real engine raised"."""
+    driver_file = str(Path(audit.__file__).with_name("vllm_real.py"))
+    namespace: dict[str, object] = {}
+    exec(compile("def check(step):\n    raise RuntimeError(f'step {step}: recorded "
+                 "preemptions differ')\n", driver_file, "exec"), namespace)
+    check = namespace["check"]
+    harness = audit.HARNESSES["vllm-v1"]()
+
+    def run(w: Workload):
+        records = tuple(fake.run(w))
+        if any(r.preempted for r in records):
+            check(next(r.step for r in records if r.preempted))  # type: ignore[operator]
+        return FakeRun(records)
+
+    monkeypatch.setitem(audit.HARNESSES, "vllm-v1", lambda: replace(harness, run=run))
+    report = audit.audit(_options(sources=("random",), count=20, shrink_calls=30))
+    [driver] = report.findings
+    assert driver.kind == audit.DRIVER_ERROR and driver.facts["driver"] is True
+    assert driver.facts["where"] == "checker/conformance/vllm_real.py:2 in check"
+    assert re.match(r"batchproof's driver stopped the run at step \d+: its check at "
+                    r"checker/conformance/vllm_real.py:2 in check failed, RuntimeError: step "
+                    r"\d+: recorded preemptions differ \(a driver error: ", driver.title)
+    assert "the real engine raised" not in driver.title
+    assert audit.exit_code(report) == 1  # still a finding: the run could not be recorded
+    assert cli.finding_lines(1, driver)[0].startswith("[1] driver error: batchproof's driver")
+    assert cli.finding_json(driver)["kind"] == "driver"
+
+
+def test_a_choice_the_reference_refuses_is_compared_past_not_reported():
+    """An EOS the real run sampled where the reference does not schedule the request is
+    where the two part: the choice is dropped from what the reference runs and the step
+    compared; a refusal of the workload itself is returned as it is."""
+    w = parse_workload({"engine": "vllm-v1", "config": {},
+                        "requests": [{"id": "r0", "prompt_len": 2, "max_tokens": 3},
+                                     {"id": "r1", "prompt_len": 2, "max_tokens": 3}],
+                        "eos": [{"id": "r1", "step": 2}, {"id": "r0", "step": 3}],
+                        "steps": 4})
+    seen: list[Workload] = []
+
+    @dataclass(frozen=True)
+    class Stub:
+        workload: Workload
+        error: str | None
+        step: int = 2
+
+    def compare(workload: Workload, _run: object) -> Stub:
+        seen.append(workload)
+        if any(e.id == "r1" for e in workload.eos):
+            return Stub(workload, "InputError: eos for request 'r1' in step 2: the request "
+                                  "samples no token in that step (it is not scheduled)")
+        return Stub(workload, None)
+
+    got = audit.compare_past_refusals(compare, w, None)
+    assert got.error is None and [e.id for e in got.workload.eos] == ["r0"]
+    assert len(seen) == 2 and seen[0] == w
+    assert audit.refused_choice(
+        "InputError: accepted 2 for request 'r3' in step 5: its drafts are padding") == (
+            "accepted", "r3", 5, None)
+    assert audit.refused_choice("InputError: request 'r0': prompt_len 9 must be in") is None
+
+
+def test_a_workload_the_reference_refuses_as_input_is_counted_not_a_finding(fake,
+                                                                            monkeypatch):
+    harness = audit.HARNESSES["vllm-v1"]()
+    refusal = "InputError: request 'r0': prompt_len 40 must be in [1, max_model_len=34)"
+
+    def compare(workload: Workload, run: FakeRun):
+        return first_divergence(replace(workload, eos=()), run.records, ()) and replace(
+            first_divergence(replace(workload, eos=()), run.records, ()), error=refusal)
+
+    monkeypatch.setitem(audit.HARNESSES, "vllm-v1", lambda: replace(harness, compare=compare))
+    report = audit.audit(_options(sources=("random",), count=5))
+    assert report.findings == () and report.audited == 0
+    assert [label for label, _ in report.refused] == [f"random off seed {s}"
+                                                      for s in range(3, 8)]
+    assert report.refused[0][1] == refusal
+    assert audit.exit_code(report) == 3  # nothing was compared: inconclusive
+    summary = "\n".join(cli.summary_lines(report, 3))
+    assert ("not compared: 5 workload(s) the reference refuses as input (not a finding "
+            "about the engine)") in summary
+
+
+def _cause(key: str) -> audit.Cause:
+    return audit.Cause(key=key, how="flow", file="fakesched/__init__.py", function="run",
+                       line=1, statement="x", lines=((1, "x"),), detail="they part")
+
+
+def test_symptoms_of_one_cause_are_one_group_and_a_confirmed_signature_is_not_traced(
+        fake, monkeypatch):
+    fake.FAULT = "overrun"
+    harness = audit.HARNESSES["vllm-v1"]()
+    calls: list[int] = []
+
+    def locate(h, workload, reference_workload, step):
+        calls.append(step)
+        return _cause("flow:fakesched:1")
+
+    monkeypatch.setitem(audit.HARNESSES, "vllm-v1",
+                        lambda: replace(harness, locate=locate))
+    report = audit.audit(_options(sources=("random",), count=12, shrink_calls=0))
+    [group] = report.findings
+    assert group.signature == "flow:fakesched:1" and group.count == 12
+    assert group.cause == _cause("flow:fakesched:1")
+    assert group.title == ("the real engine and the reference take different ways at "
+                           "fakesched/__init__.py:1 in run: `x`")
+    # located on the first CONFIRMATIONS workloads of the raw signature (and once more
+    # for the group's minimal workload), the rest grouped by the signature alone
+    assert len(calls) == audit.CONFIRMATIONS + 1
+
+
+def test_a_signature_whose_workloads_disagree_on_the_cause_is_traced_every_time(
+        fake, monkeypatch):
+    fake.FAULT = "overrun"
+    harness = audit.HARNESSES["vllm-v1"]()
+    calls: list[int] = []
+
+    def locate(h, workload, reference_workload, step):
+        calls.append(step)
+        return _cause(f"flow:fakesched:{len(workload.requests) % 2}")
+
+    monkeypatch.setitem(audit.HARNESSES, "vllm-v1",
+                        lambda: replace(harness, locate=locate))
+    report = audit.audit(_options(sources=("random",), count=12, shrink_calls=0))
+    keys = {f.signature for f in report.findings}
+    assert keys == {"flow:fakesched:0", "flow:fakesched:1"}
+    assert sum(f.count for f in report.findings) == 12
+    assert len(calls) >= 12  # every workload located once its signature is ambiguous
+
+
+def test_cited_lines_are_five_to_twenty_of_the_installed_source(tmp_path):
+    path = tmp_path / "a.py"
+    path.write_text("\n".join(f"line {n}" for n in range(1, 101)) + "\n")
+    assert [n for n, _ in audit.cited_lines(path, [(50, 50)])] == [48, 49, 50, 51, 52]
+    assert [n for n, _ in audit.cited_lines(path, [(10, 60)])] == list(range(10, 30))
+    assert [n for n, _ in audit.cited_lines(path, [(3, 4), (9, 9)])] == [3, 4, 9]
+    cause = replace(_cause("k"), lines=audit.cited_lines(path, [(3, 4), (9, 9)]))
+    assert cause.span == "fakesched/__init__.py:3-4, 9"
 
 
 # ------------------------------------------------------- claims and their premises
@@ -626,6 +819,115 @@ def test_an_unpatched_copy_audits_clean(tmp_path):
     code, doc, _ = mut.run_audit(overlay, ["--seed", "1000", "--count", "20", "--modes",
                                            "off,prefix", "--sources", "random"])
     assert code == 0 and doc["findings"] == []
+
+
+def _changed_lines(patch: Path) -> dict[str, set[int]]:
+    """The lines a unified diff writes, by file (`vllm/...`), in the patched numbering."""
+    out: dict[str, set[int]] = {}
+    file, line = "", 0
+    for text in patch.read_text().split("\n"):
+        if text.startswith("+++ b/"):
+            file = text[len("+++ b/"):].split("\t")[0]
+        elif text.startswith("@@"):
+            line = int(re.match(r"@@ -\d+(?:,\d+)? \+(\d+)", text)[1])  # type: ignore[index]
+        elif file and text.startswith("+"):
+            out.setdefault(file, set()).add(line)
+            line += 1
+        elif file and text.startswith(" "):
+            line += 1
+    return out
+
+
+@needs_vllm
+@pytest.mark.conformance
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MUTATIONS)
+def test_each_mutation_is_one_finding_that_names_its_lines(name, tmp_path):
+    """A one-line bug is one finding: every divergence, follow-on violation and crash it
+    causes on the default sources (stored counterexamples, BMC's witnesses, random
+    workloads of every mode) is one group, located at the lines the patch changed, and
+    printed long before the audit ends."""
+    mut = _mutations_module()
+    patch = mut.mutations()[name]
+    overlay = mut.build_overlay([patch], tmp_path)
+    code, doc, seconds = mut.run_audit(overlay, ["--seed", "1000", "--count", "25"])
+    assert code == 1
+    [group] = doc["findings"]
+    assert group["kind"] == "divergence", group["title"]
+    cause = group["cause"]
+    [(file, changed)] = _changed_lines(patch).items()
+    assert cause["file"] == file and cause["how"] != "observable", cause
+    assert changed & {line["line"] for line in cause["lines"]}, (changed, cause["span"])
+    assert 5 <= len(cause["lines"]) <= 20
+    assert group["count"] >= group["symptoms"]["divergence"] >= 1
+    assert doc["timing"]["first_finding_s"] < doc["timing"]["total_s"]
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_the_parting_data_is_the_installed_releases():
+    """parting_vllm.json's fingerprint is the installed release's lines, every reliable
+    anchor and valued statement starts a statement there, the valued ones where the
+    tracer reads their decision."""
+    import vllm
+
+    from checker.conformance import parting
+
+    home = Path(vllm.__file__).parent
+    assert parting.data()["version"] == vllm.__version__ == "0.32.0"
+    assert parting.fingerprint(home) == parting.data()["lines"]
+    sources = parting.engine_sources(str(home))
+    for point in parting._reliable() | {parting.PREEMPT, parting.SCHEDULE_RUNNING,
+                                        parting.SCHEDULE_WAITING}:
+        assert point.line in sources[point.file].pinned_starts, point
+    assert parting.statement_text(home / parting.PREEMPT.file, parting.PREEMPT.line) == (
+        "self._preempt_request(")
+    assert parting.statement_text(home / parting.SCHEDULE_WAITING.file,
+                                  parting.SCHEDULE_WAITING.line) == (
+        "num_scheduled_tokens[request_id] = num_new_tokens")
+    assert parting.function_at(home / parting.PREEMPT.file, 912) == "Scheduler.schedule"
+
+
+@needs_vllm
+@pytest.mark.conformance
+@pytest.mark.slow
+def test_the_reliable_anchors_are_what_a_calibration_finds():
+    import vllm
+
+    from checker.conformance import parting
+    from checker.conformance.modes import MODES
+    from checker.conformance.vllm_real import run_real_vllm_detailed
+
+    workloads = [m.generate(seed, 30) for m in MODES.values() for seed in range(12)]
+    reliable, _ = parting.calibrate(workloads, run_real_vllm_detailed,
+                                    str(Path(vllm.__file__).parent))
+    assert reliable == parting._reliable()
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_a_check_of_the_real_driver_is_a_driver_error(monkeypatch):
+    """The driver checks that the preemptions it recorded are the SchedulerOutput's: an
+    engine whose output leaves them out fails that check, and the finding says it is the
+    driver's check, at its line of checker/conformance/vllm_real.py."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    schedule = Scheduler.schedule
+
+    def forgetful(self):  # type: ignore[no-untyped-def]
+        out = schedule(self)
+        out.preempted_req_ids = set()
+        return out
+
+    monkeypatch.setattr(Scheduler, "schedule", forgetful)
+    report = audit.audit(audit.Options(seed=1000, count=12, modes=("off",),
+                                       sources=("random",), shrink_calls=30))
+    [driver] = report.findings
+    assert driver.kind == audit.DRIVER_ERROR
+    assert driver.facts["where"].startswith("checker/conformance/vllm_real.py:")
+    assert "recorded preemptions" in driver.facts["error"]
+    assert driver.title.startswith("batchproof's driver stopped the run at step ")
+    assert "the real engine raised" not in driver.title
 
 
 NEUTRAL = ROOT / "tests" / "audit_mutations" / "neutral" / "lines_moved.patch"

@@ -2,8 +2,10 @@
 environment (a release, or your checkout installed with `pip install -e`) through the
 stored counterexamples, BMC's witnesses and the conformance generator's modes; check
 every catalogue property on each real trace, compare it step by step with the
-reference, and catch any exception the engine raises. Each finding is shrunk to a
-minimal workload (checker/conformance/audit.py).
+reference, and catch any exception the engine raises. Findings are grouped by cause (the
+rule at which the real engine and the reference part), each shrunk to a minimal workload
+and printed as soon as it is found, while the audit goes on; the summary with every
+group's final counts comes at the end (checker/conformance/audit.py).
 
 Exit codes: 0 clean; 1 a finding (a divergence, a new property violation, a crash);
 2 bad usage, or the engine's real scheduler is not available here; 3 inconclusive
@@ -25,7 +27,15 @@ from typing import TextIO
 from checker.cli.check import _check_writable, _writing
 from checker.config.flags import bounded_int, bounded_seconds
 from checker.conformance import audit
-from checker.conformance.audit import CRASH, DIVERGENCE, VIOLATION, Finding, Report
+from checker.conformance.audit import (
+    CRASH,
+    DIVERGENCE,
+    DRIVER_ERROR,
+    VIOLATION,
+    Finding,
+    Head,
+    Report,
+)
 from checker.show import svg
 from checker.show import timeline as tl
 from checker.show.sources import token_budget
@@ -33,7 +43,9 @@ from model.core.errors import InputError
 from model.core.types import StepRecord, Workload
 from model.workload import workload_to_json
 
-JSON_SCHEMA = 1  # bump it when the --json shape changes meaning
+# bump it when the --json shape changes meaning (2: findings are groups by cause, with
+# `cause` and `symptoms`; `refused`)
+JSON_SCHEMA = 2
 MAX_COUNT = 1_000_000
 MAX_STEPS = 1_000
 SHOWN_SKIPPED = 5
@@ -41,6 +53,11 @@ SHOWN_SKIPPED = 5
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of `batchproof audit`."""
+    parser.add_argument("--trace", metavar="LIVE.jsonl",
+                        help="audit a trace recorded from a running vllm serve "
+                        "(BATCHPROOF_TRACE, docs/live.md) instead of random workloads: "
+                        "its properties, every step against the reference, and a "
+                        "disagreement shrunk with the vLLM this process imports")
     parser.add_argument("--engine", default="vllm-v1",
                         help="the engine whose real scheduler is audited: vllm-v1 "
                         "(default) or sglang")
@@ -97,6 +114,10 @@ def _list(text: str | None) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the audit; print the summary or JSON; write the files asked for."""
+    if args.trace:
+        from checker.cli.live import run_live
+
+        return run_live(args, shrink_divergence=True)
     for flag in ("junit", "html"):
         if getattr(args, flag):
             _check_writable(f"--{flag}", getattr(args, flag))
@@ -112,8 +133,23 @@ def run(args: argparse.Namespace) -> int:
         shrink_calls=args.shrink_calls, timeout_s=args.timeout,
         time_limit_s=args.time_limit or 0.0, fail_fast=args.fail_fast)
     line = _ProgressLine(sys.stderr, show=not args.quiet and not args.json)
+    out = sys.stdout
+    shown: list[Finding] = []
+
+    def start(head: Head) -> None:
+        if not args.json:
+            line.clear()
+            out.write("\n".join(head_lines(head, fresh)) + "\n")
+            out.flush()
+
+    def found(finding: Finding) -> None:
+        shown.append(finding)
+        if not args.json:
+            line.clear()
+            print_finding(finding, len(shown), out)
+
     try:
-        report = audit.audit(options, progress=line.say)
+        report = audit.audit(options, progress=line.say, on_start=start, on_finding=found)
     finally:
         line.close()
     code = audit.exit_code(report)
@@ -121,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(json_document(report, code, fresh), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        print(render_text(report, code, fresh))
+        print("\n".join(summary_lines(report, code)))
     if args.junit:
         _writing("--junit", args.junit, lambda: Path(args.junit).write_text(
             render_junit(report), encoding="utf-8"))
@@ -148,6 +184,13 @@ class _ProgressLine:
             self._stream.write(f"\r\x1b[Kaudit: {text[:100]}")
             self._stream.flush()
 
+    def clear(self) -> None:
+        """Wipe the line before other output (it is redrawn by the next `say`)."""
+        if self._show:
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()
+            self._last = 0.0
+
     def close(self) -> None:
         if self._show:
             self._stream.write("\r\x1b[K")
@@ -156,7 +199,7 @@ class _ProgressLine:
 
 # ----------------------------------------------------------------------- text
 
-def version_line(report: Report) -> str:
+def version_line(report: Report | Head) -> str:
     """The installed version and the model's pinned one; when they differ, what that
     means for a divergence."""
     line = (f"version: {report.title} {report.installed} installed ({report.location}); "
@@ -170,7 +213,7 @@ def version_line(report: Report) -> str:
     return line
 
 
-def _seed_line(report: Report, fresh: bool) -> str:
+def _seed_line(report: Report | Head, fresh: bool) -> str:
     how = (f"fresh; repeat this audit with --seed {report.seed}" if fresh
            else "given with --seed")
     return f"seed: {report.seed} ({how})"
@@ -205,17 +248,26 @@ def _throughput(report: Report) -> str:
             f"in all {t.total:.1f} s")
 
 
-def render_text(report: Report, code: int, fresh: bool) -> str:
-    """The summary: version, seed, sources, throughput, expected violations, then each
-    finding with its minimal workload and detail."""
-    lines = [f"batchproof audit: {report.title}'s real scheduler, as installed here",
-             version_line(report), _seed_line(report, fresh), _sources_line(report),
-             _throughput(report)]
+def head_lines(head: Report | Head, fresh: bool) -> list[str]:
+    """What is audited, printed before the first workload: the title, version and seed
+    lines."""
+    return [f"batchproof audit: {head.title}'s real scheduler, as installed here",
+            version_line(head), _seed_line(head, fresh)]
+
+
+def summary_lines(report: Report, code: int) -> list[str]:
+    """What is printed after the last workload: the sources, the throughput, what was
+    skipped or refused, the known violations and each finding group's final counts."""
+    lines = [_sources_line(report), _throughput(report)]
     if report.skipped:
         lines.append(f"skipped {len(report.skipped)} workload(s) the engine refuses:")
         lines += [f"  {label}: {_clip(why)}" for label, why in report.skipped[:SHOWN_SKIPPED]]
         if len(report.skipped) > SHOWN_SKIPPED:
             lines.append(f"  ... and {len(report.skipped) - SHOWN_SKIPPED} more")
+    if report.refused:
+        lines.append(f"not compared: {len(report.refused)} workload(s) the reference refuses "
+                     "as input (not a finding about the engine), the first: "
+                     f"{report.refused[0][0]}: {_clip(report.refused[0][1], 160)}")
     lines.append(f"properties checked on every real trace: {len(report.properties)}")
     if report.expected:
         lines.append("expected violations (the manifest records them, the reference shows "
@@ -227,11 +279,44 @@ def render_text(report: Report, code: int, fresh: bool) -> str:
         verdict = ("inconclusive (exit 3)" if code == 3 else "none: the real scheduler agrees "
                    "with the reference on every step and breaks no property it should hold")
         lines.append(f"findings: {verdict}")
-        return "\n".join(lines)
-    lines.append(f"findings: {len(report.findings)} (exit 1)")
+        return lines
+    first = (f"; the first printed {report.first_finding_s:.1f} s after the start"
+             if report.first_finding_s is not None else "")
+    lines.append(f"findings: {len(report.findings)} group(s) by cause (exit 1){first}")
+    lines += [f"  {group_line(i, f)}" for i, f in enumerate(report.findings, start=1)]
+    return lines
+
+
+def group_line(i: int, f: Finding) -> str:
+    """`[1] scheduler.py:912 in Scheduler.schedule: 42 workload(s); follow-ons: ...`."""
+    where = f.cause.headline if f.cause is not None else f.title
+    follow = f.follow_ons
+    folded = ("; folded under it: " + ", ".join(f"{k} ({n})" for k, n in follow.items())
+              if follow else "")
+    return (f"[{i}] {_clip(where, 160)}: {f.count} workload(s), {f.symptoms.get(f.own, 0)} "
+            f"with the {_clip(f.own, 80)}{folded}")
+
+
+def _own(f: Finding) -> str:
+    return "driver error" if f.kind == DRIVER_ERROR else f.kind
+
+
+def render_text(report: Report, code: int, fresh: bool) -> str:
+    """The whole text report at once: what is audited, each finding with its minimal
+    workload and detail, then the summary (the CLI prints the findings as they are
+    found instead, `print_finding`)."""
+    lines = head_lines(report, fresh)
     for i, f in enumerate(report.findings, start=1):
-        lines += ["", *finding_lines(i, f)]
+        lines += [*finding_lines(i, f), ""]
+    lines += summary_lines(report, code)
     return "\n".join(lines)
+
+
+def print_finding(finding: Finding, number: int, stream: TextIO) -> None:
+    """Print finding `number` to `stream` at once (flushed), a blank line after it: what
+    the CLI calls for each finding as the audit finds it."""
+    stream.write("\n".join([*finding_lines(number, finding), ""]) + "\n")
+    stream.flush()
 
 
 def _size(requests: int, steps: int) -> str:
@@ -239,14 +324,25 @@ def _size(requests: int, steps: int) -> str:
 
 
 def finding_lines(i: int, f: Finding) -> list[str]:
-    """One finding as text: title, where it was first seen, the rules involved, the
-    minimal workload and the detail."""
-    lines = [f"[{i}] {f.kind}: {f.title}",
-             f"    seen on {f.count} workload(s); first: {f.first.label} (workload "
-             f"{f.first_index} of the audit)"]
-    for upstream, reference, rules in f.rules:
-        lines.append(f"    rule involved: {upstream}  (reference {reference}, rules "
-                     f"{rules}; docs/rules_{_folder(f)}.md)")
+    """One finding as text: title; where the real engine and the reference part (the
+    rule's lines as installed, the line they part at marked `>`) or the rules involved;
+    where it was first seen; the minimal workload and the detail."""
+    lines = [f"[{i}] {_own(f)}: {f.title}"]
+    if f.cause is not None:
+        c = f.cause
+        lines.append(f"    {c.detail}")
+        lines.append(f"    {c.span}, as installed:")
+        width = len(str(c.lines[-1][0])) if c.lines else 1
+        lines += [f"    {'>' if n == c.line else ' '} {n:>{width}} | {text}"
+                  for n, text in c.lines]
+        for _, reference, rules in c.rows[:1]:
+            lines.append(f"    in the model: reference {reference}, rules {rules} "
+                         f"(docs/rules_{_folder(f)}.md)")
+    else:
+        for upstream, reference, rules in f.rules:
+            lines.append(f"    rule involved: {upstream}  (reference {reference}, rules "
+                         f"{rules}; docs/rules_{_folder(f)}.md)")
+    lines.append(f"    first seen on workload {f.first_index} of the audit ({f.first.label})")
     shrunk = (f"shrunk from {_size(*f.original_size)} to "
               f"{_size(len(f.workload.requests), f.workload.steps)}" if f.shrunk
               else "not shrunk")
@@ -280,15 +376,25 @@ def finding_json(f: Finding) -> dict[str, object]:
         "original": {"requests": f.original_size[0], "steps": f.original_size[1]},
         "real": _records(f.real), "reference": _records(f.reference),
         "reference_error": f.reference_error or None, "facts": dict(f.facts), "text": f.text,
+        "cause": cause_json(f.cause) if f.cause is not None else None,
+        "symptoms": dict(f.symptoms),
     }
+
+
+def cause_json(c: audit.Cause) -> dict[str, object]:
+    """The `--json` object of a finding's cause."""
+    return {"key": c.key, "how": c.how, "file": c.file, "function": c.function,
+            "line": c.line, "statement": c.statement, "span": c.span,
+            "lines": [{"line": n, "text": t} for n, t in c.lines], "detail": c.detail,
+            "step": c.step}
 
 
 def json_document(report: Report, code: int, fresh: bool) -> dict[str, object]:
     """The `--json` document, schema 1."""
     t = report.timing
     per_workload = t.engine + t.batchproof
-    kinds = {k: sum(f.kind == k for f in report.findings) for k in (DIVERGENCE, VIOLATION,
-                                                                     CRASH)}
+    kinds = {k: sum(f.kind == k for f in report.findings)
+             for k in (DIVERGENCE, VIOLATION, CRASH, DRIVER_ERROR)}
     return {
         "schema": JSON_SCHEMA, "command": "audit", "engine": report.engine,
         "version": {"installed": report.installed, "location": report.location,
@@ -301,15 +407,19 @@ def json_document(report: Report, code: int, fresh: bool) -> dict[str, object]:
         "witnesses": {"searches": report.witness_searches, "cached": report.witnesses_cached,
                       "unknown": list(report.witness_unknown)},
         "skipped": [{"label": a, "why": b} for a, b in report.skipped],
+        "refused": [{"label": a, "why": b} for a, b in report.refused],
         "expected_violations": dict(report.expected),
         "findings": [finding_json(f) for f in report.findings],
         "summary": {"audited": report.audited, "steps": report.steps,
-                    "skipped": len(report.skipped), "findings": len(report.findings),
+                    "skipped": len(report.skipped), "refused": len(report.refused),
+                    "findings": len(report.findings),
                     **{f"{k}s": n for k, n in kinds.items()}, "stopped": report.stopped or None,
                     "exit_code": code},
         "timing": {"engine_s": round(t.engine, 3), "batchproof_s": round(t.batchproof, 3),
                    "shrink_s": round(t.shrink, 3), "witnesses_s": round(t.witnesses, 3),
                    "startup_s": round(t.startup, 3), "total_s": round(t.total, 3),
+                   "first_finding_s": round(report.first_finding_s, 3)
+                   if report.first_finding_s is not None else None,
                    "workloads_per_s": round(report.audited / per_workload, 2)
                    if per_workload > 0 else None,
                    "engine_share": round(t.engine / per_workload, 3)
@@ -334,7 +444,7 @@ def render_junit(report: Report) -> str:
     for i, f in enumerate(report.findings, start=1):
         case = ET.SubElement(suite, "testcase", classname=report.engine,
                              name=f"[{i}] {f.kind}: {f.title}"[:200], time="0.000")
-        tag = "error" if f.kind == CRASH else "failure"
+        tag = "error" if f.kind in (CRASH, DRIVER_ERROR) else "failure"
         ET.SubElement(case, tag, type=f.kind, message=f"{f.title}; first: {f.first.label}"
                       ).text = "\n".join(finding_lines(i, f))
     if report.stopped:
@@ -381,7 +491,7 @@ def _timeline_svg(workload: Workload, records: Sequence[StepRecord] | None, titl
 
 
 def _finding_html(i: int, f: Finding) -> list[str]:
-    real_title = "real engine" + (" (up to the crash)" if f.kind == CRASH else "")
+    real_title = "real engine" + (" (up to the crash)" if f.kind in (CRASH, DRIVER_ERROR) else "")
     ref_sub = (f"the reference raised {f.reference_error}" if f.reference is None
                else "model/<engine>/reference.py")
     out = [f'<section class="finding" id="finding-{i}">',
@@ -391,6 +501,14 @@ def _finding_html(i: int, f: Finding) -> list[str]:
            f"{escape(_size(len(f.workload.requests), f.workload.steps))}"
            + (f", shrunk from {escape(_size(*f.original_size))}" if f.shrunk else "")
            + "</p>"]
+    if f.cause is not None:
+        c = f.cause
+        out.append(f"<p>{escape(c.detail)}</p><pre>" + "\n".join(
+            f"{'&gt;' if n == c.line else ' '} {n} | {escape(text)}" for n, text in c.lines)
+            + f"</pre><p class=\"muted\">{escape(c.span)}, as installed</p>")
+    if f.follow_ons:
+        out.append("<p>folded under it: " + escape(", ".join(
+            f"{k} ({n})" for k, n in f.follow_ons.items())) + "</p>")
     if f.rules:
         out.append("<table><tr><th>rule involved: upstream file:line</th><th>reference "
                    "function</th><th>rules function</th></tr>")

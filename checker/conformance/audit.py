@@ -2,37 +2,51 @@
 developer's own checkout installed with `pip install -e`) driven through every workload
 batchproof knows how to make, each run checked three ways.
 
-Sources, in this order (`SOURCES`):
+Sources (`SOURCES`), audited in this order:
 - `counterexamples`: the workload of every stored counterexample
   (counterexamples/<folder>/*.itf.json, `#meta.workload`);
+- `random`: the conformance generator, in each mode of `checker.conformance.modes` (the
+  harness's modes for other engines), seeds `seed .. seed + count - 1`;
 - `witnesses`: the workloads BMC finds violating a property: every property the manifest
   records VIOLATED somewhere, on every validated configuration of the default suite, at
   small bounds (the entry's own where there is one); cached by the sources of the model,
-  the properties and the methods, since they are a pure function of them;
-- `random`: the conformance generator, in each mode of `checker.conformance.modes` (the
-  harness's modes for other engines), seeds `seed .. seed + count - 1`.
+  the properties and the methods, since they are a pure function of them. Their
+  searches run in the background from the start (`BackgroundWitnesses`), so they come
+  last and never hold up the first finding.
 
 For every workload: (a) every catalogue property the engine's manifest names is decided
 on the real trace (`checker.methods.trace_check`, the engine's `observe`); (b) the trace
 is compared step by step with the reference; (c) an exception the real engine raises (or
 a run that outlasts `timeout_s`) is caught and recorded with the workload and the
-raising frame's file:line inside the engine's package. An engine assertion (the
-`assertion` fact of a step, or the statement a crash was raised at) is identified by its
-meaning, `Site`: its file, function and condition or statement text, read from the source
-the engine ran; the line is shown but not compared, so a patch that only moves lines
-changes nothing (`compare_by_meaning`, `Crash.signature`).
+raising frame's file:line inside the engine's package; one raised by batchproof's own
+driver (its consistency checks of what the engine did) is told apart as a driver error.
+An engine assertion (the `assertion` fact of a step, or the statement a crash was raised
+at) is identified by its meaning, `Site`: its file, function and condition or statement
+text, read from the source the engine ran; the line is shown but not compared, so a
+patch that only moves lines changes nothing (`compare_by_meaning`, `Crash.signature`).
+When the reference refuses a choice of the workload as the real run applied it (an EOS
+for a request the reference does not schedule in that step), the run has already parted
+from the reference there: the refused choices are dropped and the step compared
+(`compare_past_refusals`); a workload the reference refuses as input is not a finding
+about the engine, only counted (`Report.refused`).
 
-A finding is a divergence, a new property violation or a crash. A violation is *new*
+A symptom is a divergence, a new property violation or a crash. A violation is *new*
 when the manifest expects the property to hold on the workload's config, or when the
 reference does not show the same violation at the same step; otherwise it is *expected*
-(the model predicts it and the manifest knows it) and only counted. Findings are grouped
-(a divergence by the rules-table rows of the rule involved, a violation by its property,
-a crash by its exception and site); the first workload of each group is shrunk to a
-minimal one that shows the same finding.
+(the model predicts it and the manifest knows it) and only counted. Symptoms are grouped
+by cause (`Cause`): the first rule at which the real engine and the reference part, as
+the harness locates it (`Harness.locate`; vLLM: `checker.conformance.parting`, the
+statement where the two paths through the step part, or the decision whose value
+differs), else the first differing observable's rule. A violation on a workload that
+diverges at or before the violating step is a follow-on of that divergence and folds
+under its group, as does a crash whose workload parts from the reference at the same
+rule. A finding is one group: the first workload of each is shrunk to a minimal one that
+shows the same symptom and handed to `on_finding` as soon as it is described, while the
+audit goes on (`audit`); the report has every group with its final counts.
 
 The engine harnesses are rows of `HARNESSES`: an engine plugs in with a driver (run a
-workload, compare a run with the reference), a generator, a shrinker and its map from
-differing fields to rules-table rows.
+workload, compare a run with the reference), a generator, a shrinker, its map from
+differing fields to rules-table rows and, optionally, a locator of causes.
 """
 
 from __future__ import annotations
@@ -49,6 +63,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -57,6 +72,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from checker.conformance.causes import Cause, cited_lines, refused_choice, without_choice
 from checker.methods.trace_check import (
     VIOLATED,
     TraceMismatch,
@@ -75,7 +91,7 @@ from properties.catalogue import Property
 from properties.manifest import Manifest, load
 
 SOURCES = ("counterexamples", "witnesses", "random")
-DIVERGENCE, VIOLATION, CRASH = "divergence", "violation", "crash"
+DIVERGENCE, VIOLATION, CRASH, DRIVER_ERROR = "divergence", "violation", "crash", "driver"
 ROOT = Path(__file__).resolve().parents[2]
 COUNTEREXAMPLES = ROOT / "counterexamples"
 # Bounds of a witness search whose (property, config) is no manifest entry: two
@@ -83,6 +99,9 @@ COUNTEREXAMPLES = ROOT / "counterexamples"
 WITNESS_SLOTS, WITNESS_DEPTH = 2, 4
 #: A crash of the engine outside its package (the driver's own consistency checks).
 DRIVER = "driver"
+#: How many workloads of one raw signature must give the same cause before the rest are
+#: grouped by the signature alone, without locating their cause (`_Groups`).
+CONFIRMATIONS = 3
 
 
 class Unavailable(InputError):
@@ -91,6 +110,29 @@ class Unavailable(InputError):
 
 class EngineTimeout(Exception):
     """The real engine did not finish a workload in time (raised by SIGALRM)."""
+
+
+# ----------------------------------------------------------------------------- causes
+
+def observable_cause(h: Harness, divergence: Any, real: Sequence[StepRecord]) -> Cause:
+    """A cause by the first differing observable alone, for an engine whose harness does
+    not locate one (or when it finds none): the narrowest rules-table row of the rule
+    involved, its upstream lines read from the installed package where they are."""
+    rows = rules_involved(h, divergence, real)
+    first = next((f for g in _CAUSE_ORDER for f in divergence.fields if f in g),
+                 divergence.fields[0] if divergence.fields else "error")
+    upstream, reference, _ = rows[0]
+    cited, _, span = upstream.split()[0].partition(":")
+    lo, _, hi = span.partition("-")
+    home = _package_dir(h.package)
+    lines: tuple[tuple[int, str], ...] = ()
+    if home is not None and lo.isdigit():
+        rel = cited.removeprefix(f"{h.package}/")
+        lines = cited_lines(Path(home) / rel, [(int(lo), int(hi or lo))])
+    return Cause(key=f"observable:{first}:{reference}", how="observable", file=cited,
+                 function=reference, line=None, statement="", lines=lines,
+                 detail=f"the first field that differs is {first}; the rule is told by the "
+                        "observable alone", step=divergence.step, rows=rows)
 
 
 # ------------------------------------------------------------------------- harnesses
@@ -102,10 +144,13 @@ class Harness:
     `run(workload)` returns the real run (its `records`, `effective(workload)`: the workload
     as the run applied it);
     `compare(workload, run)` the first divergence from the reference (an object with
-    `step`, `fields`, `real`, `reference`, `error`, `workload`, `summary()` and
-    `render()`), or None; `generate(mode, seed, steps)` a random workload; `shrink(w,
-    fails, max_calls)` the shrinker; `field_rules` maps a differing field to the rules
-    table's reference functions, most specific first (`rules_for` refines it)."""
+    `step`, `fields`, `real`, `reference`, `error`, `workload` (what the reference ran),
+    `summary()` and `render()`), or None; `generate(mode, seed, steps)` a random workload;
+    `shrink(w, fails, max_calls)` the shrinker; `field_rules` maps a differing field to
+    the rules table's reference functions, most specific first (`rules_for` refines it);
+    `locate(h, workload, reference_workload, step)` the cause of a workload whose real
+    run (of `workload`) parts from the reference's (of `reference_workload`) on or before
+    `step`, or None when it cannot tell (then `observable_cause`)."""
 
     engine: str
     package: str  # the engine's top-level package: a crash names its frame inside it
@@ -119,6 +164,7 @@ class Harness:
     rules_for: Callable[[Harness, Any, Sequence[StepRecord]], tuple[str, ...]] | None = None
     # the harness for an older release the engine models, found installed (see `audit`)
     at_release: Callable[[Harness, str], Harness] | None = None
+    locate: Callable[[Harness, Workload, Workload, int], Cause | None] | None = None
 
     @property
     def model(self) -> Any:
@@ -133,10 +179,14 @@ def _vllm_harness() -> Harness:
     from checker.conformance.vllm_real import run_real_vllm_detailed, vllm_unavailable_reason
 
     s = "VllmV1Scheduler."
+
+    def by_meaning(w: Workload, run: Any) -> Any:
+        return compare_by_meaning(compare_run, w, run, _package_dir("vllm"))
+
     return Harness(
         engine="vllm-v1", package="vllm", modes=tuple(MODES),
         unavailable=vllm_unavailable_reason, run=run_real_vllm_detailed,
-        compare=lambda w, run: compare_by_meaning(compare_run, w, run, _package_dir("vllm")),
+        compare=lambda w, run: compare_past_refusals(by_meaning, w, run),
         generate=lambda mode, seed, steps: MODES[mode].generate(seed, steps),
         shrink=lambda w, fails, calls: shrink(w, fails, max_calls=calls),
         field_rules={
@@ -151,7 +201,16 @@ def _vllm_harness() -> Harness:
             # a cache fact (`extra`): the KV manager's allocation with prefix hits
             "": (f"{s}_allocate_slots",),
         },
-        rules_for=_vllm_rules_for, at_release=_vllm_at_release)
+        rules_for=_vllm_rules_for, at_release=_vllm_at_release, locate=_vllm_locate)
+
+
+def _vllm_locate(h: Harness, workload: Workload, reference_workload: Workload, step: int
+                 ) -> Cause | None:
+    """vLLM's cause: where the two paths part (`checker.conformance.parting`)."""
+    from checker.conformance import parting
+
+    home = _package_dir(h.package)
+    return parting.locate(h, workload, reference_workload, step, home) if home else None
 
 
 def _vllm_at_release(h: Harness, version: str) -> Harness:
@@ -416,6 +475,28 @@ def compare_by_meaning(compare: Callable[[Workload, Any], Any], workload: Worklo
     return replace(again, real=original[again.step - 1])
 
 
+def compare_past_refusals(compare: Callable[[Workload, Any], Any], workload: Workload,
+                          run: Any) -> Any:
+    """`compare(workload, run)`, going on past the reference's refusal of a choice the real
+    run took (an EOS where the reference does not sample, accepted drafts it did not
+    schedule): records agree up to that step, so the two runs part there, and the refusal
+    only hides how. The refused choice is dropped from the workload the reference runs
+    (the real run is the same run) and the step compared again, until no such refusal
+    is left; the divergence carries the workload the reference ran. A refusal of
+    anything else (the workload itself) is returned as it is."""
+    divergence = compare(workload, run)
+    for _ in range(len(workload.eos) + len(workload.accepted) + len(workload.drafts)):
+        refused = refused_choice(divergence.error if divergence is not None else None)
+        if refused is None:
+            return divergence
+        smaller = without_choice(workload, refused)
+        if smaller is None:
+            return divergence
+        workload = smaller
+        divergence = compare(workload, run)
+    return divergence
+
+
 # --------------------------------------------------------------------------- sources
 
 @dataclass(frozen=True, slots=True)
@@ -536,34 +617,32 @@ class Witnesses:
     cached: bool
 
 
-def witnesses(engine: str, timeout_s: float, jobs: int = 2,
-              cache_dir: Path | None = None) -> Witnesses:
-    """Run (or read from `cache_dir`) every witness search of `engine`."""
-    start = time.monotonic()
+def _witness_plan(engine: str, timeout_s: float, cache_dir: Path | None
+                  ) -> tuple[tuple[WitnessJob, ...], Path | None, list[Any] | None]:
+    """(the searches, their cache file, their results when the cache has them)."""
     todo = witness_jobs(engine, timeout_s)
     key = hashlib.sha256(repr((_sources_key(), todo)).encode()).hexdigest()[:20]
     path = cache_dir / f"witnesses-{engine}-{key}.json" if cache_dir is not None else None
-    results: list[tuple[str, dict[str, Any] | None, float]] | None = None
+    results: list[Any] | None = None
     if path is not None and path.is_file():
         try:
-            results = [tuple(r) for r in json.loads(path.read_text())]  # type: ignore[misc]
+            results = [tuple(r) for r in json.loads(path.read_text())]
         except (OSError, ValueError):
             results = None
-    cached = results is not None and len(results) == len(todo)
-    if not cached:
-        if jobs > 1 and len(todo) > 1:
-            # spawn: the parent may already hold the engine (torch), which fork would copy
-            with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-                results = list(pool.map(run_witness_job, todo))
-        else:
-            results = [run_witness_job(j) for j in todo]
-        if path is not None:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(results))
-            except OSError:
-                pass  # a cache that cannot be written only costs the next run time
-    assert results is not None
+    return todo, path, results if results is not None and len(results) == len(todo) else None
+
+
+def _store(path: Path | None, results: list[Any]) -> None:
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(results))
+        except OSError:
+            pass  # a cache that cannot be written only costs the next run time
+
+
+def _witnesses(todo: Sequence[WitnessJob], results: Sequence[Any], start: float,
+               cached: bool) -> Witnesses:
     found, unknown, seen = [], [], set()
     for job, (status, doc, _) in zip(todo, results, strict=True):
         if status == "unknown":
@@ -576,6 +655,60 @@ def witnesses(engine: str, timeout_s: float, jobs: int = 2,
             found.append(AuditWorkload(workload, "witnesses", job.label))
     return Witnesses(tuple(found), tuple(unknown), len(todo), time.monotonic() - start,
                      cached)
+
+
+def witnesses(engine: str, timeout_s: float, jobs: int = 2,
+              cache_dir: Path | None = None) -> Witnesses:
+    """Run (or read from `cache_dir`) every witness search of `engine`."""
+    start = time.monotonic()
+    todo, path, results = _witness_plan(engine, timeout_s, cache_dir)
+    if results is not None:
+        return _witnesses(todo, results, start, True)
+    if jobs > 1 and len(todo) > 1:
+        # spawn: the parent may already hold the engine (torch), which fork would copy
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+            results = list(pool.map(run_witness_job, todo))
+    else:
+        results = [run_witness_job(j) for j in todo]
+    _store(path, results)
+    return _witnesses(todo, results, start, False)
+
+
+class BackgroundWitnesses:
+    """The witness searches of `engine` running in `jobs` spawned processes while the
+    audit goes on (or read from the cache at once): `result()` waits for them, `cancel()`
+    drops those not started (an audit that stopped early)."""
+
+    def __init__(self, engine: str, timeout_s: float, jobs: int, cache_dir: Path | None
+                 ) -> None:
+        self.start = time.monotonic()
+        self.todo, self.path, results = _witness_plan(engine, timeout_s, cache_dir)
+        self.done = (_witnesses(self.todo, results, self.start, True)
+                     if results is not None else None)
+        self.pool: ProcessPoolExecutor | None = None
+        if self.done is None and self.todo:
+            self.pool = ProcessPoolExecutor(max(1, jobs), mp_context=get_context("spawn"))
+            self.futures = [self.pool.submit(run_witness_job, j) for j in self.todo]
+        elif self.done is None:
+            self.done = _witnesses((), [], self.start, False)
+
+    def result(self) -> Witnesses:
+        """The searches' workloads (waiting for the searches; the cache written)."""
+        if self.done is None:
+            assert self.pool is not None
+            results = [f.result() for f in self.futures]
+            self.pool.shutdown()
+            _store(self.path, results)
+            self.done = _witnesses(self.todo, results, self.start, False)
+        return self.done
+
+    def cancel(self) -> Witnesses:
+        """Stop waiting: the searches not started are dropped (none is reported)."""
+        if self.done is None and self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.done = Witnesses((), (), len(self.todo), time.monotonic() - self.start, False)
+        assert self.done is not None
+        return self.done
 
 
 def random_workloads(h: Harness, modes: Sequence[str], seed: int, count: int, steps: int
@@ -605,6 +738,12 @@ class Crash:
     records: tuple[StepRecord, ...]
     timeout: bool = False
     site: Site | None = None  # `where` by meaning: file, function, statement
+    driver: bool = False  # raised by batchproof's driver, not by the engine
+
+    @property
+    def kind(self) -> str:
+        """CRASH, or DRIVER_ERROR for one of the driver's own checks."""
+        return DRIVER_ERROR if self.driver else CRASH
 
     @property
     def signature(self) -> str:
@@ -615,12 +754,16 @@ class Crash:
             return "crash:timeout"
         at = (f"{self.site.file} in {self.site.function}: {self.site.text}"
               if self.site is not None else self.where)
-        return f"crash:{self.error.split(':', 1)[0]}:{at}"
+        return f"{self.kind}:{self.error.split(':', 1)[0]}:{at}"
 
     @property
     def summary(self) -> str:
-        """One line."""
+        """One line: the engine raised (or hung), or batchproof's driver stopped the run."""
         at = f"at step {self.step}" if self.step is not None else "outside the steps"
+        if self.driver:
+            return (f"batchproof's driver stopped the run {at}: its check at {self.where} "
+                    f"failed, {self.error} (a driver error: the engine did something the "
+                    "driver cannot record, or the driver is wrong)")
         what = "did not finish in time" if self.timeout else f"raised {self.error}"
         return f"the real engine {what} {at} ({self.where})"
 
@@ -652,18 +795,25 @@ def crash_of(h: Harness, exc: BaseException) -> Crash:
                 kept = frame.f_locals.get("records")
                 if isinstance(kept, list) and all(isinstance(r, StepRecord) for r in kept):
                     records = tuple(kept)
-    if inside:
+    innermost = frames[-1][0].f_code.co_filename if frames else ""
+    # The driver's own check raised (the innermost frame is the driver's, even when the
+    # engine called into it, as its probes are): the driver's error, not the engine's.
+    driver = not isinstance(exc, EngineTimeout) and innermost.startswith(drivers)
+    if inside and not driver:
         where = inside[-1]
     else:
         frame, line = frames[-1] if frames else (None, 0)
         name = (os.path.relpath(frame.f_code.co_filename, ROOT)
                 if frame is not None else "?")
-        where = f"{DRIVER} {name}:{line}"
+        where = f"{name}:{line} in {frame.f_code.co_name}" if frame is not None else "?"
+        if not driver:
+            where = f"{DRIVER} {where}"
         if frame is not None:
-            site = site_in_source(Path(frame.f_code.co_filename), line, f"{DRIVER} {name}")
+            site = site_in_source(Path(frame.f_code.co_filename), line,
+                                  name if driver else f"{DRIVER} {name}")
     text = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:300]
     return Crash(text, where, tuple(inside), step, records, isinstance(exc, EngineTimeout),
-                 site)
+                 site, driver)
 
 
 @contextmanager
@@ -688,22 +838,32 @@ def deadline(seconds: float) -> Iterator[None]:
 @dataclass(frozen=True, slots=True)
 class Violation:
     """A property violated on the real trace; `new` unless the manifest and the
-    reference both account for it (`why` says which)."""
+    reference both account for it (`why` says which). `shown`: the reference violates it
+    at the same step (always so when the two agree up to that step); a new violation the
+    reference does not show is a follow-on of the divergence before it."""
 
     verdict: TraceVerdict
     new: bool
     why: str
+    shown: bool = True
 
     @property
     def signature(self) -> str:
         """What two violations share to be one finding."""
         return f"violation:{self.verdict.name}"
 
+    @property
+    def follow_on(self) -> bool:
+        """A new violation that only the divergence before it explains."""
+        return self.new and not self.shown
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """One workload audited. `compared` is the workload as compared (EOS entries that
-    took no effect on the real run dropped); `skipped` why it was not run."""
+    took no effect on the real run dropped); `skipped` why it was not run (the engine
+    refuses it), `refused` why the reference refuses it as input (then it is not
+    compared: it says nothing of the engine)."""
 
     audited: AuditWorkload
     compared: Workload | None = None
@@ -713,15 +873,18 @@ class Outcome:
     violations: tuple[Violation, ...] = ()
     crash: Crash | None = None
     skipped: str = ""
+    refused: str = ""
     trace_note: str = ""
     engine_seconds: float = 0.0
     batchproof_seconds: float = 0.0
 
     def findings(self, h: Harness) -> tuple[tuple[str, str], ...]:
-        """(kind, signature) of each finding on this workload."""
+        """(kind, raw signature) of each symptom on this workload: a crash by its type and
+        site, a divergence by the rules-table row of its first differing observable, a
+        new violation by its property (what a shrink keeps; `_Groups` groups by cause)."""
         out: list[tuple[str, str]] = []
         if self.crash is not None:
-            out.append((CRASH, self.crash.signature))
+            out.append((self.crash.kind, self.crash.signature))
         if self.divergence is not None:
             rows = rules_involved(h, self.divergence, self.records)
             out.append((DIVERGENCE, "divergence:" + ",".join(r[1] for r in rows[:1])))
@@ -729,22 +892,37 @@ class Outcome:
         return tuple(out)
 
 
+#: Seconds the first run of a speculative method may take: building its config inspects
+#: the drafter's model class once per process (vLLM's registry runs it in a subprocess:
+#: seconds, tens of them on a loaded machine), which is not a hang of the scheduler.
+FIRST_RUN_S = 300.0
+_RUN_BEFORE: set[tuple[str, object]] = set()
+
+
 def audit_workload(h: Harness, aw: AuditWorkload, props: Sequence[Property],
                    manifest: Manifest, timeout_s: float = 0.0) -> Outcome:
     """Run `aw` on the real engine, compare it with the reference, decide `props` on
     the real trace and classify each violation (see the module doc)."""
     start = time.monotonic()
+    kind = (h.engine, getattr(aw.workload.config, "speculative_method", None))
+    limit = timeout_s if kind in _RUN_BEFORE or not timeout_s else max(timeout_s, FIRST_RUN_S)
     try:
-        with deadline(timeout_s):
+        with deadline(limit):
             run = h.run(aw.workload)
     except InputError as exc:  # the engine refuses the workload or its config
         return Outcome(aw, skipped=" ".join(str(exc).split()),
                        engine_seconds=time.monotonic() - start)
     except Exception as exc:  # noqa: BLE001 - any failure of the real engine is a finding
         return Outcome(aw, crash=crash_of(h, exc), engine_seconds=time.monotonic() - start)
+    finally:
+        _RUN_BEFORE.add(kind)
     ran = time.monotonic()
     compared = run.effective(aw.workload)
     divergence = h.compare(aw.workload, run)
+    if (divergence is not None and divergence.error is not None
+            and divergence.error.startswith("InputError")):
+        return Outcome(aw, compared, run.records, refused=" ".join(divergence.error.split()),
+                       engine_seconds=ran - start, batchproof_seconds=time.monotonic() - ran)
     note, verdicts = "", ()
     try:
         verdicts = check_trace(h.engine, compared, run.records, props, manifest)
@@ -759,17 +937,18 @@ def audit_workload(h: Harness, aw: AuditWorkload, props: Sequence[Property],
 
 def _classify(h: Harness, compared: Workload, divergence: Any, v: TraceVerdict,
               props: Sequence[Property]) -> Violation:
-    if v.status == "departs":
-        return Violation(v, True, v.why)
     at = v.violated_at
     assert at is not None
     if divergence is None or divergence.step > at:
         shown = True  # the records agree up to the violating step
     else:
-        shown = _reference_violates(h, compared, v, props) == at
+        reference = getattr(divergence, "workload", None) or compared
+        shown = _reference_violates(h, reference, v, props) == at
+    if v.status == "departs":
+        return Violation(v, True, v.why, shown)
     if not shown:
-        return Violation(v, True, f"the reference does not violate it at step {at}")
-    return Violation(v, False, f"{v.why}; the reference shows it at step {at}")
+        return Violation(v, True, f"the reference does not violate it at step {at}", shown)
+    return Violation(v, False, f"{v.why}; the reference shows it at step {at}", shown)
 
 
 def _reference_violates(h: Harness, compared: Workload, v: TraceVerdict,
@@ -807,12 +986,18 @@ class Options:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One finding: its kind, its group, the first workload that showed it and the
-    minimal workload that shows it, with both runs of that workload.
+    """One finding, a group of symptoms with one cause: the kind of its first symptom,
+    the group's key (`signature`), the first workload that showed it and the minimal
+    workload that shows it, with both runs of that workload.
 
     `step` is the first diverging step, the violating step or the crashing step;
     `rules` the rules-table rows involved; `text` the rendered detail (a divergence's
-    side-by-side table, a crash's stack, the violating step's record)."""
+    side-by-side table, a crash's stack, the violating step's record); `cause` the rule
+    at which the real engine and the reference part (None for a violation or crash no
+    divergence explains); `count` the workloads that showed the group so far (final in
+    the report) and `symptoms` how many workloads showed each of its symptoms
+    ("divergence", "violation starvation k=3", "crash ...": the follow-ons folded
+    under it)."""
 
     kind: str
     signature: str
@@ -830,6 +1015,37 @@ class Finding:
     rules: tuple[tuple[str, str, str], ...]
     text: str
     facts: Mapping[str, object] = field(default_factory=dict)
+    cause: Cause | None = None
+    symptoms: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def own(self) -> str:
+        """The group's first symptom ("divergence", "crash AssertionError at ...")."""
+        return next(iter(self.symptoms), self.kind)
+
+    @property
+    def follow_ons(self) -> dict[str, int]:
+        """The symptoms folded under the first one, by workloads showing each."""
+        return {k: n for k, n in self.symptoms.items() if k != self.own}
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """What an audit is about, known before its first workload: the engine, the version
+    installed and where, the version the model is pinned to, the seed and the modes."""
+
+    engine: str
+    title: str
+    installed: str
+    location: str
+    pinned: str
+    seed: int
+    modes: tuple[str, ...]
+
+    @property
+    def same_version(self) -> bool:
+        """The installed engine is the version the model is pinned to."""
+        return self.installed == self.pinned
 
 
 @dataclass(frozen=True, slots=True)
@@ -870,6 +1086,9 @@ class Report:
     witnesses_cached: bool
     stopped: str  # why the audit stopped before the end of its sources, or ""
     timing: Timing
+    # (label, why) of the workloads the reference refuses as input: not compared
+    refused: tuple[tuple[str, str], ...] = ()
+    first_finding_s: float | None = None  # seconds from the start to the first finding
 
     @property
     def same_version(self) -> bool:
@@ -877,11 +1096,18 @@ class Report:
         return self.installed == self.pinned
 
     @property
+    def head(self) -> Head:
+        """What the audit was about (`Head`)."""
+        return Head(self.engine, self.title, self.installed, self.location, self.pinned,
+                    self.seed, self.modes)
+
+    @property
     def inconclusive(self) -> bool:
         """Nothing was found but not everything was audited: the time limit stopped the
-        audit, or every workload was skipped."""
-        return not self.findings and (self.stopped.startswith("time limit")
-                                      or (self.audited == 0 and bool(self.skipped)))
+        audit, or every workload was skipped (or refused by the reference)."""
+        return not self.findings and (
+            self.stopped.startswith("time limit")
+            or (self.audited == 0 and bool(self.skipped or self.refused)))
 
 
 def release_harness(h: Harness, installed: str) -> Harness:
@@ -912,25 +1138,110 @@ def installed_version(h: Harness) -> tuple[str, str]:
     return version, _package_dir(h.package) or "?"
 
 
+@dataclass
+class _Group:
+    """One group while the audit runs: its first symptom (kind, raw signature, the
+    workload's index and outcome, the cause located there) and what it has gathered."""
+
+    key: str
+    kind: str
+    raw: str
+    index: int
+    outcome: Outcome
+    cause: Cause | None
+    count: int = 0
+    symptoms: Counter[str] = field(default_factory=Counter)
+    finding: Finding | None = None
+
+
 class _Groups:
-    """Findings grouped by signature while the audit runs: the first outcome of each."""
+    """Symptoms grouped by cause while the audit runs (see the module doc). A symptom's
+    raw signature is cheap; its cause takes a second, traced run, so the cause of a raw
+    signature is located on its first `CONFIRMATIONS` workloads and, when they agree, the
+    later ones are grouped by the signature alone (a signature whose workloads disagree
+    is located every time)."""
 
-    def __init__(self) -> None:
-        self.first: dict[str, tuple[int, Outcome, str]] = {}
-        self.count: dict[str, int] = {}
+    def __init__(self, h: Harness) -> None:
+        self.h = h
+        self.groups: dict[str, _Group] = {}
+        self.raw: dict[str, str] = {}  # raw signature -> group key
+        self.confirmed: Counter[str] = Counter()
+        self.ambiguous: set[str] = set()
 
-    def add(self, index: int, outcome: Outcome, h: Harness) -> bool:
-        found = outcome.findings(h)
-        for kind, sig in found:
-            self.first.setdefault(sig, (index, outcome, kind))
-            self.count[sig] = self.count.get(sig, 0) + 1
-        return bool(found)
+    def _key(self, raw: str, locate: Callable[[], Cause | None]) -> tuple[str, Cause | None]:
+        if (raw in self.raw and raw not in self.ambiguous
+                and self.confirmed[raw] >= CONFIRMATIONS):
+            return self.raw[raw], None
+        cause = locate()
+        key = cause.key if cause is not None else raw
+        if self.raw.setdefault(raw, key) != key:
+            self.ambiguous.add(raw)
+        self.confirmed[raw] += 1
+        return key, cause
+
+    def symptoms(self, outcome: Outcome) -> list[tuple[str, str, str, str, Cause | None]]:
+        """(group key, kind, raw signature, label, cause) of each symptom of `outcome`."""
+        h = self.h
+        out: list[tuple[str, str, str, str, Cause | None]] = []
+        crash, divergence = outcome.crash, outcome.divergence
+        if crash is not None:
+            workload = outcome.audited.workload
+
+            def locate_crash() -> Cause | None:
+                return _crash_cause(h, crash, workload)
+
+            key, cause = self._key(crash.signature, locate_crash)
+            label = ("driver error" if crash.driver else "crash") + f" {_crash_label(crash)}"
+            out.append((key, crash.kind, crash.signature, label, cause))
+        divergence_key = None
+        if divergence is not None:
+            raw = next(s for k, s in outcome.findings(h) if k == DIVERGENCE)
+
+            def locate_divergence() -> Cause:
+                found = None
+                if h.locate is not None and outcome.compared is not None:
+                    found = h.locate(h, outcome.compared,
+                                     getattr(divergence, "workload", None) or outcome.compared,
+                                     divergence.step)
+                return found or observable_cause(h, divergence, outcome.records)
+
+            divergence_key, cause = self._key(raw, locate_divergence)
+            out.append((divergence_key, DIVERGENCE, raw, DIVERGENCE, cause))
+        for v in outcome.violations:
+            if not v.new:
+                continue
+            label = f"violation {v.verdict.name}"
+            if v.follow_on and divergence_key is not None:
+                out.append((divergence_key, VIOLATION, v.signature, label, None))
+            else:
+                out.append((v.signature, VIOLATION, v.signature, label, None))
+        return out
+
+    def add(self, index: int, outcome: Outcome) -> list[_Group]:
+        """Group the symptoms of `outcome`; the groups it opens, in order."""
+        opened = []
+        for_workload: set[str] = set()
+        for key, kind, raw, label, cause in self.symptoms(outcome):
+            group = self.groups.get(key)
+            if group is None:
+                group = self.groups[key] = _Group(key, kind, raw, index, outcome, cause)
+                opened.append(group)
+            group.symptoms[label] += 1
+            if key not in for_workload:
+                for_workload.add(key)
+                group.count += 1
+        return opened
 
 
-def audit(options: Options, progress: Callable[[str], None] | None = None) -> Report:
+def audit(options: Options, progress: Callable[[str], None] | None = None,
+          on_start: Callable[[Head], None] | None = None,
+          on_finding: Callable[[Finding], None] | None = None) -> Report:
     """Run the audit `options` describe; Unavailable when the engine does not run here.
 
-    `progress(line)` is told what is being done (for a progress line on a terminal)."""
+    `progress(line)` is told what is being done (for a progress line on a terminal);
+    `on_start(head)` what is audited, before the first workload; `on_finding(finding)`
+    each finding as soon as its group opens and it is shrunk and described, while the
+    audit goes on (its `count` and `symptoms` so far: the report has the final ones)."""
     say = progress or (lambda _line: None)
     start = time.monotonic()
     h = harness(options.engine)
@@ -957,125 +1268,243 @@ def audit(options: Options, progress: Callable[[str], None] | None = None) -> Re
                          f"the model has it for {engines.get(engines.base_name(h.engine)).version} "
                          f"only; modes: {', '.join(h.modes)}")
     modes = options.modes or h.modes
+    head = Head(h.engine, h.model.title, installed, location, h.model.version, options.seed,
+                tuple(modes))
+    if on_start is not None:
+        on_start(head)
     startup = time.monotonic() - start
-    found_witnesses = Witnesses((), (), 0, 0.0, False)
-    if "witnesses" in options.sources:
-        say("finding BMC witnesses")
-        found_witnesses = witnesses(h.engine, options.witness_timeout_s, options.jobs,
+    searches = (BackgroundWitnesses(h.engine, options.witness_timeout_s, options.jobs,
                                     options.cache_dir)
+                if "witnesses" in options.sources else None)
 
     def stream() -> Iterator[AuditWorkload]:
+        # The witnesses come last: their searches (a minute or two on a cold cache) run
+        # in the background meanwhile, so the first finding is not held up by them.
         if "counterexamples" in options.sources:
             yield from stored_counterexamples(h.engine)
-        if "witnesses" in options.sources:
-            yield from found_witnesses.workloads
         if "random" in options.sources:
             yield from random_workloads(h, modes, options.seed, options.count, options.steps)
+        if searches is not None:
+            say("waiting for the BMC witness searches")
+            yield from searches.result().workloads
 
-    groups = _Groups()
+    groups = _Groups(h)
     sources: dict[str, int] = {}
     expected: dict[str, int] = {}
     skipped: list[tuple[str, str]] = []
+    refused: list[tuple[str, str]] = []
     audited = steps = 0
-    engine_s = batchproof_s = 0.0
+    engine_s = batchproof_s = shrink_s = 0.0
+    first_finding_s = None
     stopped = ""
-    for index, aw in enumerate(stream(), start=1):
-        if options.time_limit_s and time.monotonic() - start > options.time_limit_s:
-            stopped = f"time limit of {options.time_limit_s:g} s reached"
-            break
-        say(f"{index}: {aw.label}")
-        outcome = audit_workload(h, aw, props, manifest, options.timeout_s)
-        engine_s += outcome.engine_seconds
-        batchproof_s += outcome.batchproof_seconds
-        if outcome.skipped:
-            skipped.append((aw.label, outcome.skipped))
-            continue
-        audited += 1
-        sources[aw.source] = sources.get(aw.source, 0) + 1
-        steps += len(outcome.records)
-        for v in outcome.violations:
-            if not v.new:
-                expected[v.verdict.name] = expected.get(v.verdict.name, 0) + 1
-        if groups.add(index, outcome, h) and options.fail_fast:
-            stopped = f"--fail-fast: a finding on workload {index}"
-            break
-    shrink_start = time.monotonic()
-    findings = []
-    for sig, (index, outcome, kind) in groups.first.items():
-        say(f"shrinking {kind} ({sig})")
-        findings.append(_finding(h, kind, sig, index, outcome, groups.count[sig], props,
-                                 manifest, options))
-    shrink_s = time.monotonic() - shrink_start
+    try:
+        for index, aw in enumerate(stream(), start=1):
+            if options.time_limit_s and time.monotonic() - start > options.time_limit_s:
+                stopped = f"time limit of {options.time_limit_s:g} s reached"
+                break
+            say(f"{index}: {aw.label}")
+            outcome = audit_workload(h, aw, props, manifest, options.timeout_s)
+            engine_s += outcome.engine_seconds
+            batchproof_s += outcome.batchproof_seconds
+            if outcome.skipped:
+                skipped.append((aw.label, outcome.skipped))
+                continue
+            if outcome.refused:
+                refused.append((aw.label, outcome.refused))
+                continue
+            audited += 1
+            sources[aw.source] = sources.get(aw.source, 0) + 1
+            steps += len(outcome.records)
+            for v in outcome.violations:
+                if not v.new:
+                    expected[v.verdict.name] = expected.get(v.verdict.name, 0) + 1
+            located = time.monotonic()
+            opened = groups.add(index, outcome)
+            batchproof_s += time.monotonic() - located
+            for group in opened:
+                say(f"shrinking {group.kind} ({group.key})")
+                began = time.monotonic()
+                group.finding = _finding(h, group, props, manifest, options)
+                shrink_s += time.monotonic() - began
+                if first_finding_s is None:
+                    first_finding_s = time.monotonic() - start
+                if on_finding is not None:
+                    on_finding(group.finding)
+            if opened and options.fail_fast:
+                stopped = f"--fail-fast: a finding on workload {index}"
+                break
+    finally:  # the searches an early stop (or an error) leaves are not waited for
+        found_witnesses = (searches.cancel() if searches is not None
+                           else Witnesses((), (), 0, 0.0, False))
+    findings = tuple(replace(g.finding, count=g.count, symptoms=dict(g.symptoms))
+                     for g in groups.groups.values() if g.finding is not None)
     return Report(
         engine=h.engine, title=h.model.title, installed=installed, location=location,
         pinned=h.model.version, seed=options.seed, options=options, modes=tuple(modes),
         properties=tuple(" ".join([p.name, *(f"{k}={v}" for k, v in p.params)])
                          for p in props),
         sources=sources, audited=audited, steps=steps, skipped=tuple(skipped),
-        expected=dict(sorted(expected.items())), findings=tuple(findings),
+        expected=dict(sorted(expected.items())), findings=findings,
         witness_unknown=found_witnesses.unknown,
         witness_searches=found_witnesses.searches,
         witnesses_cached=found_witnesses.cached, stopped=stopped,
         timing=Timing(engine_s, batchproof_s, shrink_s, found_witnesses.seconds, startup,
-                      time.monotonic() - start))
+                      time.monotonic() - start),
+        refused=tuple(refused), first_finding_s=first_finding_s)
+
+
+def _crash_label(crash: Crash) -> str:
+    """`AssertionError at vllm/v1/core/sched/scheduler.py:1413 in schedule`."""
+    if crash.timeout:
+        return f"timeout at {crash.where}"
+    return f"{crash.error.split(':', 1)[0]} at {crash.where}"
 
 
 # ----------------------------------------------------------------- shrinking
 
 def _shows(h: Harness, kind: str, sig: str, props: Sequence[Property], manifest: Manifest,
-           timeout_s: float) -> Callable[[Workload], bool]:
-    """The predicate a shrink keeps true: the workload still shows finding `sig`."""
+           timeout_s: float, cause: str | None = None) -> Callable[[Workload], bool]:
+    """The predicate a shrink keeps true: the workload still shows the symptom `sig` of
+    `kind` (and, given `cause`, the same cause)."""
     wanted = [p for p in props if f"violation:{_name(p)}" == sig] if kind == VIOLATION else []
 
     def fails(w: Workload) -> bool:
         outcome = audit_workload(h, AuditWorkload(w, "shrink", "shrink"), wanted, manifest,
                                  timeout_s)
-        return not outcome.skipped and any(s == sig for _, s in outcome.findings(h))
+        if outcome.skipped or outcome.refused:
+            return False
+        if not any(s == sig for _, s in outcome.findings(h)):
+            return False
+        if cause is None:
+            return True
+        found = _cause_of(h, kind, outcome)
+        return found is not None and found.key == cause
 
     return fails
+
+
+def _crash_cause(h: Harness, crash: Crash, workload: Workload) -> Cause | None:
+    """The cause of a crash when its run parted from the reference before it raised (a
+    step before, another way in the same step, another value): None when the real path
+    only ends where it raised, and the crash's own site is its cause."""
+    if crash.timeout or h.locate is None:
+        return None
+    step = crash.step if crash.step is not None else len(crash.records) + 1
+    cause = h.locate(h, workload, workload, step)
+    if cause is not None and cause.real_stops and cause.step == step:
+        return None
+    return cause
+
+
+def _cause_of(h: Harness, kind: str, outcome: Outcome) -> Cause | None:
+    """The cause of the symptom of `kind` on `outcome` (see `_Groups`)."""
+    if kind in (CRASH, DRIVER_ERROR) and outcome.crash is not None:
+        return _crash_cause(h, outcome.crash, outcome.audited.workload)
+    divergence = outcome.divergence
+    if kind != DIVERGENCE or divergence is None or outcome.compared is None:
+        return None
+    found = None
+    if h.locate is not None:
+        found = h.locate(h, outcome.compared,
+                         getattr(divergence, "workload", None) or outcome.compared,
+                         divergence.step)
+    return found or observable_cause(h, divergence, outcome.records)
 
 
 def _name(p: Property) -> str:
     return " ".join([p.name, *(f"{k}={v}" for k, v in p.params)])
 
 
-def _finding(h: Harness, kind: str, sig: str, index: int, first: Outcome, count: int,
-             props: Sequence[Property], manifest: Manifest, options: Options) -> Finding:
-    """The finding `sig` first shown by `first`, shrunk and described."""
+def _finding(h: Harness, group: _Group, props: Sequence[Property], manifest: Manifest,
+             options: Options) -> Finding:
+    """The finding of `group`, its first symptom's workload shrunk (keeping the symptom
+    and, when the group has a cause, the cause) and described."""
+    kind, sig, first = group.kind, group.raw, group.outcome
     original = first.compared or first.audited.workload
-    minimal = original
-    shrunk = False
-    if options.shrink_calls > 0:
-        minimal = h.shrink(original, _shows(h, kind, sig, props, manifest, options.timeout_s),
-                           options.shrink_calls)
-        shrunk = minimal != original
+    minimal, shrunk = original, False
     wanted = [p for p in props if f"violation:{_name(p)}" == sig] if kind == VIOLATION else []
-    outcome = audit_workload(h, AuditWorkload(minimal, "shrink", "minimal"), wanted,
-                             manifest, options.timeout_s)
-    if not any(s == sig for _, s in outcome.findings(h)):  # flaky: keep the first workload
-        minimal, shrunk, outcome = original, False, first
+
+    def run(w: Workload) -> Outcome:
+        return audit_workload(h, AuditWorkload(w, "shrink", "minimal"), wanted, manifest,
+                              options.timeout_s)
+
+    def keeps(outcome: Outcome) -> tuple[bool, Cause | None]:
+        """(it shows the symptom for the group's cause, that cause as located there)."""
+        if not any(s == sig for _, s in outcome.findings(h)):
+            return False, None
+        if group.cause is None:
+            return True, None
+        cause = _cause_of(h, kind, outcome)
+        return cause is not None and cause.key == group.key, cause
+
+    outcome = first
+    if options.shrink_calls > 0:
+        minimal = tidy(h.shrink(original, _shows(h, kind, sig, props, manifest,
+                                                 options.timeout_s), options.shrink_calls))
+        outcome = run(minimal)
+        if not keeps(outcome)[0] and group.cause is not None:
+            # the smaller workload shows the symptom for another cause: shrink again,
+            # keeping the cause too, on a smaller budget
+            minimal = tidy(h.shrink(original, _shows(h, kind, sig, props, manifest,
+                                                     options.timeout_s, cause=group.key),
+                                    max(1, options.shrink_calls // 4)))
+            outcome = run(minimal)
+        shrunk = minimal != original
+    kept, cause = keeps(outcome)
+    if not kept:  # flaky, or another cause: keep the first workload
+        minimal, shrunk, outcome, cause = original, False, first, None
+    cause = cause or group.cause
     workload = outcome.compared or minimal
     title, step, real, rules, text, facts = _describe(h, kind, sig, outcome)
-    reference, reference_error = _reference_run(workload)
-    return Finding(kind=kind, signature=sig, title=title, first=first.audited,
-                   first_index=index, count=count, workload=workload, shrunk=shrunk,
-                   original_size=(len(first.audited.workload.requests),
-                                  first.audited.workload.steps),
+    if cause is not None:
+        rules = cause.rows or rules
+        title = _cause_title(cause, kind, title)
+    divergence = outcome.divergence
+    reference_workload = (getattr(divergence, "workload", None) if divergence is not None
+                          else None) or workload
+    reference, reference_error = _reference_run(reference_workload)
+    return Finding(kind=kind, signature=group.key, title=title, first=first.audited,
+                   first_index=group.index, count=group.count, workload=workload,
+                   shrunk=shrunk, original_size=(len(first.audited.workload.requests),
+                                                 first.audited.workload.steps),
                    step=step, real=real, reference=reference,
-                   reference_error=reference_error, rules=rules, text=text, facts=facts)
+                   reference_error=reference_error, rules=rules, text=text, facts=facts,
+                   cause=cause, symptoms=dict(group.symptoms))
+
+
+def tidy(workload: Workload) -> Workload:
+    """`workload` without the entries a shrink left behind that name a request it dropped
+    or a step past its end (they take no effect; the workload parser refuses them)."""
+    ids = {r.id for r in workload.requests}
+
+    def keep(entries: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(e for e in entries if e.id in ids and e.step <= workload.steps)
+
+    return replace(workload, eos=keep(workload.eos), accepted=keep(workload.accepted),
+                   drafts=keep(workload.drafts), aborts=keep(workload.aborts))
+
+
+def _cause_title(cause: Cause, kind: str, symptom: str) -> str:
+    """A group's title: where the two part (the first symptom too, unless a divergence
+    located by its path)."""
+    if cause.how == "observable":
+        return f"{symptom} (rule: {cause.function}, {cause.span})"
+    what = ("the real engine and the reference take different ways at" if cause.how == "flow"
+            else f"another {cause.how} at")  # a value parting
+    return f"{what} {cause.headline}" + ("" if kind == DIVERGENCE else f": {symptom}")
 
 
 def _describe(h: Harness, kind: str, sig: str, outcome: Outcome
               ) -> tuple[str, int | None, tuple[StepRecord, ...],
                          tuple[tuple[str, str, str], ...], str, dict[str, object]]:
     """(title, step, real records, rules rows, text, facts) of a finding on `outcome`."""
-    if kind == CRASH:
+    if kind in (CRASH, DRIVER_ERROR):
         crash = outcome.crash
         assert crash is not None
         text = "\n".join([crash.summary, *(f"  {f}" for f in crash.stack)])
         return (crash.summary, crash.step, crash.records, _crash_rules(h, crash), text,
                 {"error": crash.error, "where": crash.where, "stack": list(crash.stack),
-                 "timeout": crash.timeout,
+                 "timeout": crash.timeout, "driver": crash.driver,
                  "site": str(crash.site) if crash.site is not None else None})
     if kind == DIVERGENCE:
         div = outcome.divergence
