@@ -3,7 +3,9 @@ recorded from a running `vllm serve` (docs/live.md), checked by checker/live/ver
 
 Exit codes: 0 clean (no property the manifest expects to hold is violated, every step
 agrees with the reference, every request accounted for); 1 a finding; 2 bad input;
-3 UNKNOWN: the trace records something outside the model (the reason is printed)."""
+3 UNKNOWN: the trace records something outside the model (the reason is printed), or
+the engine made calls the model's step does not have from some step on (the steps before
+are checked and printed, clean)."""
 
 from __future__ import annotations
 
@@ -37,8 +39,12 @@ def run_live(args: argparse.Namespace, shrink_divergence: bool = False) -> int:
         print(f"UNKNOWN: outside the model: {exc}")
         return 3
     report = check_live(trace, getattr(args, "property", None) or ())
+    if trace.stopped and report.clean:  # clean as far as it goes, which is not the end
+        code_if_clean = 3
+    else:
+        code_if_clean = 0
     minimal, minimal_of = finding_workload(report, shrink_divergence)
-    code = 0 if report.clean else 1
+    code = code_if_clean if report.clean else 1
     if getattr(args, "json", False):
         json.dump(live_json(args.trace, report, minimal, minimal_of, code), sys.stdout,
                   indent=1)
@@ -120,6 +126,9 @@ def _notes(t: LiveTrace) -> list[str]:
     if t.cut_short:
         out.append("note: the trace ends mid-step (the server stopped); its complete "
                    "steps are checked")
+    if t.stopped:
+        out.append(f"UNKNOWN beyond step {len(t.records)}: outside the model: {t.stopped}; "
+                   f"steps 1-{len(t.records)} are checked")
     if t.recorder_error:
         out.append(f"note: the recorder stopped at {t.recorder_error}; the steps before "
                    "are checked")
@@ -151,5 +160,6 @@ def live_json(path: str, report: LiveReport, minimal: Any, minimal_of: str, code
                            "late": len(t.late),
                            "aborted_before_scheduler": list(t.aborted_unseen)},
             "cut_short": t.cut_short, "recorder_error": t.recorder_error,
+            "stopped": t.stopped,
             "minimal": workload_to_json(minimal) if minimal is not None else None,
             "minimal_of": minimal_of, "exit_code": code}

@@ -112,7 +112,7 @@ class _Recording:
         return out
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        self._batchproof.call("before_update", scheduler_output)
+        self._batchproof.call("before_update", scheduler_output, model_runner_output)
         outputs = super().update_from_output(  # type: ignore[misc]
             scheduler_output, model_runner_output)
         self._batchproof.call("updated", scheduler_output, model_runner_output)
@@ -138,6 +138,7 @@ class Recorder:
         self.waiting_status: dict[str, Any] = {}
         self.finished_before: set[str] = set()
         self.updating: dict[str, Any] = {}
+        self.sampled_counts: dict[str, int] = {}
         self.free_after_schedule = 0
         self.entering: dict[int, set[str]] = {}  # step -> admitted or resumed in it
         self.lock = threading.Lock()
@@ -195,6 +196,7 @@ class Recorder:
         line = {"ev": "abort" if status == self.status.FINISHED_ABORTED else "finish",
                 "step": self.step if self.awaiting_update else self.step + 1,
                 "after_schedule": self.awaiting_update, "ids": ids,
+                "free_blocks": self.sched.kv_cache_manager.block_pool.get_num_free_blocks(),
                 **({"unheld": unheld} if unheld else {})}
         if line["ev"] == "finish":
             line["status"] = status.name
@@ -220,10 +222,11 @@ class Recorder:
 
         sched = self.sched
         self.step += 1
-        if self.awaiting_update and not sched.scheduler_config.async_scheduling:
-            raise RuntimeError("schedule() twice without update_from_output")
-        self.awaiting_update = True
         self.of_output[id(out)] = self.step
+        # An update is due before the next schedule: this one's (synchronous) or an
+        # earlier one's (async). After an async engine's first schedule none is: an abort
+        # then comes before the next step's schedule, as the input queue delivers it.
+        self.awaiting_update = not _is_async(sched) or len(self.of_output) > 1
         scheduled = tuple(out.num_scheduled_tokens.items())
         admitted, resumed = admitted_and_resumed(
             SimpleNamespace(RequestStatus=self.status), sched, out, self.waiting_status)
@@ -257,11 +260,17 @@ class Recorder:
                                    for r in sched.running}
         self.write(line)
 
-    def before_update(self, out: Any) -> None:
+    def before_update(self, out: Any, model_output: Any) -> None:
         # The scheduler forgets a request it finishes (_free_request): keep the objects.
         self.updating = {rid: self.sched.requests.get(rid) for rid in out.num_scheduled_tokens}
         self.finished_before = {rid for rid, r in self.updating.items()
                                 if r is None or r.is_finished()}
+        # Counted now: update_from_output cuts a stopped request's list in place.
+        index = model_output.req_id_to_index if model_output is not None else {}
+        sampled = model_output.sampled_token_ids if model_output is not None else []
+        self.sampled_counts = {rid: len(sampled[index[rid]]) for rid in out.num_scheduled_tokens
+                               if rid in index and index[rid] < len(sampled)
+                               and rid not in self.finished_before}
 
     def updated(self, out: Any, model_output: Any) -> None:
         self.awaiting_update = False
@@ -269,11 +278,7 @@ class Recorder:
         for rid, r in self.updating.items():
             if rid not in self.finished_before and r.is_finished():
                 finished.append([rid, _finish_reason(r.status, self.status)])
-        index = model_output.req_id_to_index if model_output is not None else {}
-        sampled = model_output.sampled_token_ids if model_output is not None else []
-        tokens = {rid: len(sampled[index[rid]]) for rid in out.num_scheduled_tokens
-                  if rid in index and index[rid] < len(sampled)
-                  and rid not in self.finished_before}
+        tokens = self.sampled_counts
         pool = self.sched.kv_cache_manager.block_pool
         self.write({"ev": "update", "step": self.step,
                     "output_of": self.of_output.pop(id(out), None),
@@ -349,7 +354,8 @@ def engine_config(sched: Any) -> dict[str, Any]:
         "long_prefill_token_threshold": sc.long_prefill_token_threshold,
         "policy": sc.policy,
         "enable_prefix_caching": bool(cc.enable_prefix_caching),
-        "async_scheduling": bool(sc.async_scheduling),
+        # The class decides (a harness may build an AsyncScheduler on a sync config).
+        "async_scheduling": bool(sc.async_scheduling) or _is_async(sched),
     }
     for name in ("long_prefill_token_threshold_adaptive", "watermark",
                  "scheduler_reserve_full_isl", "max_num_active_seqs"):
@@ -364,6 +370,12 @@ def engine_config(sched: Any) -> dict[str, Any]:
         out["disable_eagle_block_drop"] = bool(getattr(spec, "disable_eagle_block_drop", False))
     out["outside"] = engine_outside_model(sched)
     return out
+
+
+def _is_async(sched: Any) -> bool:
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+    return isinstance(sched, AsyncScheduler)
 
 
 def engine_outside_model(sched: Any) -> list[str]:

@@ -63,6 +63,7 @@ class LiveTrace:
     recorder_error: str = ""
     cut_short: bool = False
     aborted_unseen: tuple[str, ...] = ()  # aborted before they reached the scheduler
+    stopped: str = ""  # why the walk stopped before the trace's end (outside the model)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -138,6 +139,7 @@ class _Step:
     aborts_after: list[str] = field(default_factory=list)
     update: dict[str, Any] | None = None
     crash: str = ""
+    released_by_aborts: int = 0  # blocks the after-schedule aborts freed (no update yet)
 
 
 class _Builder:
@@ -154,19 +156,26 @@ class _Builder:
         self.drafts: list[DraftEvent] = []
         self.recorder_error = ""
         self.unheld_aborts: list[str] = []  # aborted before the scheduler had them
+        self.stopped = ""  # the call pattern the model's step lacks, where the walk stopped
+
+    def _complete(self, step: int) -> bool:
+        """Step `step` (1-based) has all its calls: its update (none is due after the
+        first schedule of an async engine, whose output the next step processes)."""
+        s = self.steps[step - 1]
+        return bool(s.crash) or s.update is not None or (
+            self.cfg.async_scheduling and step == 1 and len(self.steps) > 1)
 
     def build(self, events: Sequence[dict[str, Any]]) -> LiveTrace:
         for e in events:
             getattr(self, "on_" + e["ev"], self.on_unknown)(e)
-            if self.recorder_error:
+            if self.recorder_error or self.stopped:
                 break
-        complete = [s for s in self.steps if s.update is not None or s.crash]
-        cut_short = len(complete) < len(self.steps)
-        if cut_short and any(s.update is not None or s.crash
-                             for s in self.steps[len(complete):]):
+        n = sum(1 for i in range(1, len(self.steps) + 1) if self._complete(i))
+        if any(self._complete(i) for i in range(n + 1, len(self.steps) + 1)):
             raise InputError(f"{self.path}: a step without its update precedes complete "
                              "ones; the trace is damaged")
-        n = len(complete)
+        cut_short = n < len(self.steps) and not self.stopped
+        complete = self.steps[:n]
         records = tuple(self._record(i + 1, s) for i, s in enumerate(complete))
         arrived = {rid: r for rid, r in self.requests.items() if r.arrival_step <= n}
         late = tuple(rid for rid in self.requests if rid not in arrived)
@@ -185,6 +194,7 @@ class _Builder:
                          scheduler=str(self.head.get("scheduler")), workload=workload,
                          records=records, ends=_ends(requests, records), late=late,
                          recorder_error=self.recorder_error, cut_short=cut_short,
+                         stopped=self.stopped,
                          aborted_unseen=tuple(dict.fromkeys(
                              rid for rid in self.unheld_aborts if rid not in self.requests)))
 
@@ -212,6 +222,9 @@ class _Builder:
             if not self.steps or self.steps[-1].update is not None:
                 raise InputError(f"{self.path}: an abort after a schedule that has none")
             self.steps[-1].aborts_after.extend(e["ids"])
+            if "free_blocks" in e and self.steps[-1].schedule:
+                self.steps[-1].released_by_aborts = (int(e["free_blocks"])
+                                                     - int(self.steps[-1].schedule["free_blocks"]))
         else:
             self.pending_aborts.extend(e["ids"])
 
@@ -221,12 +234,14 @@ class _Builder:
                            "which the contract has no reason for")
 
     def on_schedule(self, e: dict[str, Any]) -> None:
-        if self.steps and self.steps[-1].update is None and not self.steps[-1].crash:
-            raise OutsideModel(
-                f"{self.path}: step {e['step']} was scheduled before step "
-                f"{len(self.steps)}'s output was processed (the engine core's batch queue "
-                "ran two schedules in a row, core.py:743-750); the model's async step "
-                "processes the previous output between two schedules")
+        first_async = self.cfg.async_scheduling and len(self.steps) == 1
+        if self.steps and not (self._complete(len(self.steps)) or first_async):
+            self.stopped = (
+                f"step {e['step']} was scheduled before step {len(self.steps)}'s update "
+                "(the engine core's batch queue ran two schedules in a row around an empty "
+                "batch, core.py:743-750); the model's step has one update between two "
+                "schedules")
+            return
         if e["step"] != len(self.steps) + 1:
             raise InputError(f"{self.path}: schedule of step {e['step']} after "
                              f"{len(self.steps)} steps; the trace is damaged")
@@ -244,8 +259,15 @@ class _Builder:
 
     def on_update(self, e: dict[str, Any]) -> None:
         if not self.steps or self.steps[-1].update is not None:
-            raise OutsideModel(f"{self.path}: an update with no schedule before it (step "
-                               f"{e['step']}); the engine core processed an output twice")
+            self.stopped = (f"an update with no schedule before it after step {e['step']} "
+                            "(the engine core drained its batch queue while idle, "
+                            "core.py:752-760); the model's step schedules before each update")
+            return
+        expected = len(self.steps) - 1 if self.cfg.async_scheduling else len(self.steps)
+        if e.get("output_of") != expected:
+            raise InputError(f"{self.path}: the update in step {len(self.steps)} processes "
+                             f"step {e.get('output_of')}'s output, not step {expected}'s; "
+                             "the trace is damaged")
         step = self.steps[-1]
         step.update = e
         source = e.get("output_of")
@@ -296,7 +318,8 @@ class _Builder:
         extra: list[tuple[str, object]] = []
         if self.cfg.enable_prefix_caching:
             extra += list(e["cache"].items())
-            extra.append(("released_blocks", int(u.get("released_blocks", 0))))
+            released = u.get("released_blocks", s.released_by_aborts)
+            extra.append(("released_blocks", int(released)))
         if self.cfg.async_scheduling:
             extra.append(("sampled", tuple(e["samples"])))
         if self.cfg.num_spec_tokens:
