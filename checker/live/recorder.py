@@ -129,7 +129,11 @@ class Recorder:
     def __init__(self, sched: Any, path: str) -> None:
         from vllm.v1.request import RequestStatus
 
+        from checker.conformance import vllm_real
+
+        self.harness = vllm_real  # reads the scheduler as the conformance harness does
         self.sched = sched
+        self.v2_runner = bool(getattr(sched, "use_v2_model_runner", False))
         self.status = RequestStatus
         self.step = 0  # schedule() calls so far
         self.awaiting_update = False  # a schedule() whose update has not come
@@ -208,7 +212,8 @@ class Recorder:
     def before_schedule(self) -> None:
         self.schedule_began = time.monotonic()
         self.preempted = []
-        self.waiting_status = {r.request_id: r.status for r in self._waiting()}
+        if self.v2_runner:  # it reports resumed requests as new: tell them by status
+            self.waiting_status = {r.request_id: r.status for r in self._waiting()}
 
     def crashed(self, exc: AssertionError) -> None:
         from checker.conformance.vllm_real import scheduler_assertion
@@ -218,8 +223,8 @@ class Recorder:
                     "assertion": scheduler_assertion(exc) or f"AssertionError: {exc}"})
 
     def scheduled(self, out: Any) -> None:
-        from checker.conformance.vllm_real import admitted_and_resumed, cache_facts
-
+        admitted_and_resumed = self.harness.admitted_and_resumed
+        cache_facts = self.harness.cache_facts
         sched = self.sched
         self.step += 1
         self.of_output[id(out)] = self.step
@@ -293,9 +298,7 @@ class Recorder:
         self.write({"ev": "drafts", "step": self.step, "counts": counts})
 
     def _waiting(self) -> list[Any]:
-        from checker.conformance.vllm_real import waiting_in_pop_order
-
-        return list(waiting_in_pop_order(self.sched))
+        return list(self.harness.waiting_in_pop_order(self.sched))
 
 
 class _Writer:
