@@ -853,13 +853,16 @@ def test_each_mutation_is_one_finding_that_names_its_lines(name, tmp_path):
     code, doc, seconds = mut.run_audit(overlay, ["--seed", "1000", "--count", "25"])
     assert code == 1
     [group] = doc["findings"]
-    assert group["kind"] == "divergence", group["title"]
+    # the first symptom may be a crash of vLLM's (victim_head trips scheduler.py:1413),
+    # with the divergences folded under it
+    assert group["kind"] in ("divergence", "crash"), group["title"]
+    assert group["symptoms"]["divergence"] >= 1
     cause = group["cause"]
     [(file, changed)] = _changed_lines(patch).items()
     assert cause["file"] == file and cause["how"] != "observable", cause
     assert changed & {line["line"] for line in cause["lines"]}, (changed, cause["span"])
     assert 5 <= len(cause["lines"]) <= 20
-    assert group["count"] >= group["symptoms"]["divergence"] >= 1
+    assert group["count"] >= group["symptoms"]["divergence"]
     assert doc["timing"]["first_finding_s"] < doc["timing"]["total_s"]
 
 

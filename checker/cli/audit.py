@@ -301,17 +301,6 @@ def _own(f: Finding) -> str:
     return "driver error" if f.kind == DRIVER_ERROR else f.kind
 
 
-def render_text(report: Report, code: int, fresh: bool) -> str:
-    """The whole text report at once: what is audited, each finding with its minimal
-    workload and detail, then the summary (the CLI prints the findings as they are
-    found instead, `print_finding`)."""
-    lines = head_lines(report, fresh)
-    for i, f in enumerate(report.findings, start=1):
-        lines += [*finding_lines(i, f), ""]
-    lines += summary_lines(report, code)
-    return "\n".join(lines)
-
-
 def print_finding(finding: Finding, number: int, stream: TextIO) -> None:
     """Print finding `number` to `stream` at once (flushed), a blank line after it: what
     the CLI calls for each finding as the audit finds it."""
