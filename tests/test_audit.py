@@ -223,7 +223,9 @@ def test_the_text_summary(fake, capsys):
     assert main(["audit", "--count", "8", "--sources", "random", "--modes", "off",
                  "--shrink-calls", "40"]) == 1
     out = capsys.readouterr().out
-    assert out.startswith("batchproof audit: vLLM V1's real scheduler, as installed here\n")
+    first = out.split("\n")[0]
+    assert first.startswith("batchproof audit: vLLM V1 ") and "'s real scheduler at " in first
+    assert first.endswith("fakesched")  # the version and the path it is imported from
     assert "seed: " in out and "fresh; repeat this audit with --seed " in out
     # the stand-in's frames are not a driver's, so the step is not known
     assert ("[1] crash: the real engine raised RuntimeError: no block to free outside the "
@@ -279,7 +281,7 @@ def test_each_finding_is_printed_as_it_is_found_not_at_the_end(fake, monkeypatch
     first = next(i for i, line in enumerate(lines) if line.startswith("[1] crash: "))
     assert len(audited) == 20 and audited[0] < first < audited[-1]
     assert lines.index(next(x for x in lines if x.startswith("findings: 1 group"))) > audited[-1]
-    assert lines[0] == "batchproof audit: vLLM V1's real scheduler, as installed here"
+    assert lines[0].startswith("batchproof audit: vLLM V1 ") and "real scheduler at" in lines[0]
 
 
 def test_on_finding_hears_each_group_once_before_the_audit_ends(fake):
@@ -819,6 +821,36 @@ def test_an_unpatched_copy_audits_clean(tmp_path):
     code, doc, _ = mut.run_audit(overlay, ["--seed", "1000", "--count", "20", "--modes",
                                            "off,prefix", "--sources", "random"])
     assert code == 0 and doc["findings"] == []
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_audit_vllm_path_audits_that_tree_and_names_it(tmp_path):
+    """`--vllm PATH`: the audit imports vLLM from PATH (here a victim_head-mutated copy
+    of the installed release, as audit's mutation test builds it), names the path in its
+    first line, and catches the mutation; the same tree unpatched audits clean."""
+    import subprocess
+
+    mut = _mutations_module()
+    for patches, want in (([], 0), ([mut.mutations()["victim_head"]], 1)):
+        root = tmp_path / f"tree{want}"
+        root.mkdir()
+        mut.build_overlay(patches, root)
+        done = subprocess.run(
+            [sys.executable, "-m", "checker.cli", "audit", "--vllm", str(root), "--seed",
+             "1000", "--count", "30", "--modes", "off", "--sources", "random",
+             "--shrink-calls", "50", "--quiet"],
+            capture_output=True, text=True, timeout=900)
+        first = done.stdout.split("\n")[0]
+        assert done.returncode == want, done.stdout[-2000:] + done.stderr[-2000:]
+        assert first.startswith("batchproof audit: vLLM V1 0.32.0's real scheduler at ")
+        assert first.endswith(str(root / "vllm")), first
+
+
+def test_audit_vllm_path_must_hold_a_vllm_package(tmp_path, capsys):
+    assert main(["audit", "--vllm", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--vllm {tmp_path}: no vllm package there" in err and len(err.splitlines()) == 1
 
 
 def _changed_lines(patch: Path) -> dict[str, set[int]]:

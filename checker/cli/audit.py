@@ -58,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(BATCHPROOF_TRACE, docs/live.md) instead of random workloads: "
                         "its properties, every step against the reference, and a "
                         "disagreement shrunk with the vLLM this process imports")
+    parser.add_argument("--vllm", metavar="PATH",
+                        help="audit the vLLM at PATH instead of the one `import vllm` finds: "
+                        "a source checkout's root or a tree holding vllm/ (an overlay, "
+                        "python -m checker.conformance.vllm_overlay), run over this "
+                        "environment's dependencies; the first line names it")
     parser.add_argument("--engine", default="vllm-v1",
                         help="the engine whose real scheduler is audited: vllm-v1 "
                         "(default) or sglang")
@@ -114,6 +119,8 @@ def _list(text: str | None) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the audit; print the summary or JSON; write the files asked for."""
+    if args.vllm:
+        use_vllm_tree(args.vllm, args.engine)
     if args.trace:
         from checker.cli.live import run_live
 
@@ -197,6 +204,29 @@ class _ProgressLine:
             self._stream.flush()
 
 
+def use_vllm_tree(path: str, engine: str) -> Path:
+    """Put the vLLM tree at `path` first on this process's import path and on its
+    workers' (PYTHONPATH), as the conformance harness runs an overlay. InputError when
+    there is no vllm package there, the engine is not vLLM, or vLLM is already imported
+    here (the tree would not be the one audited)."""
+    root = Path(path).expanduser().resolve()
+    if root.name == "vllm" and (root / "__init__.py").is_file():
+        root = root.parent
+    if not (root / "vllm" / "__init__.py").is_file():
+        raise InputError(f"--vllm {path}: no vllm package there; give a source checkout's "
+                         "root or a tree holding vllm/ (python -m "
+                         "checker.conformance.vllm_overlay VERSION DIR builds one)")
+    if not engine.startswith("vllm"):
+        raise InputError(f"--vllm is for vLLM; --engine is {engine}")
+    if "vllm" in sys.modules:
+        raise InputError(f"--vllm {path}: vLLM is already imported in this process; run "
+                         "batchproof audit --vllm in a fresh process")
+    sys.path.insert(0, str(root))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    return root
+
+
 # ----------------------------------------------------------------------- text
 
 def version_line(report: Report | Head) -> str:
@@ -249,10 +279,10 @@ def _throughput(report: Report) -> str:
 
 
 def head_lines(head: Report | Head, fresh: bool) -> list[str]:
-    """What is audited, printed before the first workload: the title, version and seed
-    lines."""
-    return [f"batchproof audit: {head.title}'s real scheduler, as installed here",
-            version_line(head), _seed_line(head, fresh)]
+    """What is audited, printed before the first workload: the engine with its version and
+    the path it is imported from (what --vllm chose), the version line and the seed line."""
+    return [f"batchproof audit: {head.title} {head.installed}'s real scheduler at "
+            f"{head.location}", version_line(head), _seed_line(head, fresh)]
 
 
 def summary_lines(report: Report, code: int) -> list[str]:
