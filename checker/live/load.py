@@ -153,15 +153,16 @@ def engine_ids(outcomes: Sequence[Outcome], trace_ids: Sequence[str]) -> dict[st
 def unaccounted(outcomes: Sequence[Outcome], ends: dict[str, str]) -> list[str]:
     """Where the clients and the trace disagree on how a request ended: a finished client
     whose request the trace ends otherwise (or not at all), a trace request no client sent.
-    An aborting client may find its request already finished (the abort came late) or
-    never scheduled (the front end dropped it first); both are accounted for."""
+    An aborting client may find its request already finished (the abort came late), never
+    scheduled (the front end dropped it first), or still held when the trace ends (the
+    server stopped before the abort reached the engine); all are accounted for."""
     ids = engine_ids(outcomes, list(ends))
     problems = []
     for o in outcomes:
         end = ends.get(ids[o.id]) if o.id in ids else None
         if o.kind == "finished" and end != o.reason:
             problems.append(f"{o.id}: the client saw {o.reason!r}, the trace {end!r}")
-        elif o.kind == "aborted" and end not in (None, "abort", "stop", "length"):
+        elif o.kind == "aborted" and end not in (None, "abort", "stop", "length", "held"):
             problems.append(f"{o.id}: aborted by its client, the trace ends it {end!r}")
     strangers = set(ends) - set(ids.values())
     problems += [f"{rid}: in the trace, sent by no client" for rid in sorted(strangers)]
