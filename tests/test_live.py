@@ -178,3 +178,19 @@ def test_every_line_of_the_recorded_trace_fits_the_schema():
     assert {"header", "add", "abort", "schedule", "update"} <= kinds
     with pytest.raises(jsonschema.ValidationError):
         validator.validate({"ev": "schedule", "step": 0})
+
+
+def test_clients_and_trace_are_reconciled():
+    from checker.live.load import Outcome, unaccounted
+
+    ends = {"cmpl-a-0-1f": "length", "cmpl-b-0-2e": "abort", "cmpl-c-0-3d": "held",
+            "cmpl-d-0-4c": "stop"}
+    outcomes = [Outcome("a", "finished", "length"), Outcome("b", "aborted"),
+                Outcome("c", "aborted"), Outcome("d", "finished", "stop"),
+                Outcome("e", "aborted")]  # e never reached the scheduler
+    assert unaccounted(outcomes, ends) == []
+    wrong = [Outcome("a", "finished", "stop"), Outcome("b", "aborted"),
+             Outcome("c", "finished", "length"), Outcome("d", "finished", "stop")]
+    assert unaccounted(wrong, ends) == ["a: the client saw 'stop', the trace 'length'",
+                                        "c: the client saw 'length', the trace 'held'"]
+    assert unaccounted(outcomes[:3], ends) == ["cmpl-d-0-4c: in the trace, sent by no client"]
