@@ -662,6 +662,7 @@ def test_a_witness_search_and_its_cache(tmp_path, monkeypatch):
                            (("depth", 3), ("max_max_tokens", 3), ("max_prompt_len", 4),
                             ("slots", 2)), 30.0)
     monkeypatch.setattr(audit, "witness_jobs", lambda engine, timeout_s: (job,))
+    monkeypatch.setattr(audit, "SHIPPED_WITNESSES", tmp_path / "none")  # searched, not shipped
     first = audit.witnesses("vllm-v1", 30.0, jobs=1, cache_dir=tmp_path)
     assert not first.cached and first.searches == 1
     [found] = first.workloads
@@ -988,3 +989,59 @@ def test_a_patch_that_only_moves_lines_audits_clean(tmp_path):
     assert doc["expected_violations"]["no_engine_assertion"] > 0  # the moved assertion
     assert doc["sources"]["counterexamples"] > 0 and doc["sources"]["random"] == 80
 
+
+
+def _shipped_doc() -> dict:
+    return json.loads((audit.SHIPPED_WITNESSES / "vllm-v1.json").read_text())
+
+
+def test_the_shipped_witnesses_still_violate_their_properties():
+    """checker/conformance/witnesses/vllm-v1.json (python -m checker.conformance.audit
+    --write-witnesses): every witness it ships, replayed on today's reference, violates
+    the property it was searched for (a lasso excepted: a finite replay cannot show it)."""
+    todo = {(j.label, json.dumps([list(b) for b in j.bounds])): j
+            for j in audit.witness_jobs("vllm-v1", 10.0)}
+    doc = _shipped_doc()
+    shipped = [e for e in doc["results"] if e["workload"] is not None]
+    assert len(doc["results"]) == len(todo) and len(shipped) >= 20
+    for e in shipped:
+        job = todo[(e["label"], json.dumps(e["bounds"]))]
+        if catalogue_kind(job.property) != "lasso":
+            assert audit._still_violates(job, e["workload"]), e["label"]
+
+
+def catalogue_kind(name: str) -> str:
+    from properties import catalogue
+
+    return catalogue.example(name).kind
+
+
+def test_a_cold_cache_reads_the_shipped_witnesses_without_a_search(tmp_path, monkeypatch):
+    doc = _shipped_doc()
+    monkeypatch.setattr(audit, "_plan_key", lambda todo: doc["key"])  # as if fresh
+
+    def no_search(job):
+        raise AssertionError(f"searched {job.label}")
+
+    monkeypatch.setattr(audit, "run_witness_job", no_search)
+    got = audit.witnesses("vllm-v1", 10.0, jobs=1, cache_dir=tmp_path)
+    assert got.cached and got.searches == len(doc["results"])
+    assert len(got.workloads) >= 20
+
+
+def test_stale_shipped_witnesses_are_replayed_and_the_rest_searched(tmp_path, monkeypatch):
+    monkeypatch.setattr(audit, "_plan_key", lambda todo: "other sources")
+    todo = audit.witness_jobs("vllm-v1", 10.0)
+    known = audit.shipped_results("vllm-v1", todo)
+    assert len(known) >= 20 and {status for status, _, _ in known.values()} == {"violated"}
+    searched = []
+
+    def search(job):
+        searched.append(job)
+        return ("holds", None, 0.0)
+
+    monkeypatch.setattr(audit, "run_witness_job", search)
+    got = audit.witnesses("vllm-v1", 10.0, jobs=1, cache_dir=tmp_path)
+    assert len(searched) == len(todo) - len(known)  # only the ones not shipped as witnesses
+    assert not {todo[i] for i in known} & set(searched)
+    assert len(got.workloads) >= 20 and not got.cached

@@ -618,8 +618,10 @@ class Witnesses:
 
 
 def _witness_plan(engine: str, timeout_s: float, cache_dir: Path | None
-                  ) -> tuple[tuple[WitnessJob, ...], Path | None, list[Any] | None]:
-    """(the searches, their cache file, their results when the cache has them)."""
+                  ) -> tuple[tuple[WitnessJob, ...], Path | None, list[Any] | None,
+                             dict[int, tuple[str, dict[str, Any] | None, float]]]:
+    """(the searches, their cache file, their results when the cache or the shipped file
+    has them all, else the results the shipped file gives for some of them)."""
     todo = witness_jobs(engine, timeout_s)
     key = hashlib.sha256(repr((_sources_key(), todo)).encode()).hexdigest()[:20]
     path = cache_dir / f"witnesses-{engine}-{key}.json" if cache_dir is not None else None
@@ -629,7 +631,75 @@ def _witness_plan(engine: str, timeout_s: float, cache_dir: Path | None
             results = [tuple(r) for r in json.loads(path.read_text())]
         except (OSError, ValueError):
             results = None
-    return todo, path, results if results is not None and len(results) == len(todo) else None
+    if results is not None and len(results) == len(todo):
+        return todo, path, results, {}
+    known = shipped_results(engine, todo)
+    if len(known) == len(todo):
+        return todo, path, [known[i] for i in range(len(todo))], {}
+    return todo, path, None, known
+
+
+# The witness searches' results shipped with batchproof (python -m checker.conformance.audit
+# --write-witnesses), so a CI runner with a cold cache does not search them anew.
+SHIPPED_WITNESSES = ROOT / "checker" / "conformance" / "witnesses"
+
+
+def _plan_key(todo: Sequence[WitnessJob]) -> str:
+    """What a search's result depends on: the sources and the searches, not their time
+    limit (the shipped results were searched with a longer one)."""
+    plan = [replace(j, timeout_s=0.0) for j in todo]
+    return hashlib.sha256(repr((_sources_key(), plan)).encode()).hexdigest()[:20]
+
+
+def shipped_results(engine: str, todo: Sequence[WitnessJob]
+                    ) -> dict[int, tuple[str, dict[str, Any] | None, float]]:
+    """The shipped results usable for `todo`, by index: all of them when the file was
+    written from these sources and searches; otherwise only the witnesses that still
+    violate their property when replayed on the reference (a search that found none, or a
+    lasso a finite replay cannot confirm, is searched again)."""
+    path = SHIPPED_WITNESSES / f"{engine}.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    fresh = doc.get("key") == _plan_key(todo)
+    by_job = {(e["label"], json.dumps(e["bounds"])): e for e in doc.get("results", ())}
+    out: dict[int, tuple[str, dict[str, Any] | None, float]] = {}
+    for i, job in enumerate(todo):
+        e = by_job.get((job.label, json.dumps([list(b) for b in job.bounds])))
+        if e is None or (e["status"] == "unknown" and not fresh):
+            continue
+        if fresh or (e["workload"] is not None and _still_violates(job, e["workload"])):
+            out[i] = (e["status"], e["workload"], 0.0)
+    return out
+
+
+def _still_violates(job: WitnessJob, doc: dict[str, Any]) -> bool:
+    """The witness, replayed on the current reference, violates the job's property."""
+    from model.run import simulate
+
+    try:
+        workload = parse_workload(doc)
+        verdicts = check_trace(job.engine, workload, simulate(workload),
+                               (catalogue.get(job.property, **dict(job.params)),))
+    except Exception:  # noqa: BLE001 - a witness the model no longer runs is searched again
+        return False
+    return any(v.verdict == "VIOLATED" for v in verdicts)
+
+
+def write_shipped_witnesses(engine: str, timeout_s: float, jobs: int) -> Path:
+    """Search every witness of `engine` (no cache) and write the shipped file."""
+    todo = witness_jobs(engine, timeout_s)
+    with ProcessPoolExecutor(max(1, jobs), mp_context=get_context("spawn")) as pool:
+        results = list(pool.map(run_witness_job, todo))
+    SHIPPED_WITNESSES.mkdir(parents=True, exist_ok=True)
+    path = SHIPPED_WITNESSES / f"{engine}.json"
+    doc = {"schema": 1, "engine": engine, "key": _plan_key(todo), "timeout_s": timeout_s,
+           "results": [{"label": j.label, "bounds": [list(b) for b in j.bounds],
+                        "status": status, "workload": workload, "seconds": round(sec, 2)}
+                       for j, (status, workload, sec) in zip(todo, results, strict=True)]}
+    path.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
+    return path
 
 
 def _store(path: Path | None, results: list[Any]) -> None:
@@ -661,15 +731,17 @@ def witnesses(engine: str, timeout_s: float, jobs: int = 2,
               cache_dir: Path | None = None) -> Witnesses:
     """Run (or read from `cache_dir`) every witness search of `engine`."""
     start = time.monotonic()
-    todo, path, results = _witness_plan(engine, timeout_s, cache_dir)
+    todo, path, results, known = _witness_plan(engine, timeout_s, cache_dir)
     if results is not None:
         return _witnesses(todo, results, start, True)
-    if jobs > 1 and len(todo) > 1:
+    rest = [j for i, j in enumerate(todo) if i not in known]
+    if jobs > 1 and len(rest) > 1:
         # spawn: the parent may already hold the engine (torch), which fork would copy
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-            results = list(pool.map(run_witness_job, todo))
+            searched = iter(pool.map(run_witness_job, rest))
     else:
-        results = [run_witness_job(j) for j in todo]
+        searched = iter([run_witness_job(j) for j in rest])
+    results = [known[i] if i in known else next(searched) for i in range(len(todo))]
     _store(path, results)
     return _witnesses(todo, results, start, False)
 
@@ -682,21 +754,25 @@ class BackgroundWitnesses:
     def __init__(self, engine: str, timeout_s: float, jobs: int, cache_dir: Path | None
                  ) -> None:
         self.start = time.monotonic()
-        self.todo, self.path, results = _witness_plan(engine, timeout_s, cache_dir)
+        self.todo, self.path, results, self.known = _witness_plan(engine, timeout_s,
+                                                                  cache_dir)
         self.done = (_witnesses(self.todo, results, self.start, True)
                      if results is not None else None)
         self.pool: ProcessPoolExecutor | None = None
-        if self.done is None and self.todo:
+        rest = [(i, j) for i, j in enumerate(self.todo) if i not in self.known]
+        if self.done is None and rest:
             self.pool = ProcessPoolExecutor(max(1, jobs), mp_context=get_context("spawn"))
-            self.futures = [self.pool.submit(run_witness_job, j) for j in self.todo]
+            self.futures = {i: self.pool.submit(run_witness_job, j) for i, j in rest}
         elif self.done is None:
-            self.done = _witnesses((), [], self.start, False)
+            results = [self.known[i] for i in range(len(self.todo))]
+            self.done = _witnesses(self.todo, results, self.start, True)
 
     def result(self) -> Witnesses:
         """The searches' workloads (waiting for the searches; the cache written)."""
         if self.done is None:
             assert self.pool is not None
-            results = [f.result() for f in self.futures]
+            results = [self.known[i] if i in self.known else self.futures[i].result()
+                       for i in range(len(self.todo))]
             self.pool.shutdown()
             _store(self.path, results)
             self.done = _witnesses(self.todo, results, self.start, False)
@@ -1602,3 +1678,26 @@ def exit_code(report: Report) -> int:
     if report.findings:
         return 1
     return 3 if report.inconclusive else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m checker.conformance.audit --write-witnesses`: search every witness of the
+    engine (no cache) and write the shipped file audit reads on a cold cache."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--write-witnesses", action="store_true", required=True)
+    ap.add_argument("--engine", default="vllm-v1")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per search")
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args(argv)
+    path = write_shipped_witnesses(args.engine, args.timeout, args.jobs)
+    doc = json.loads(path.read_text())
+    counts = Counter(r["status"] for r in doc["results"])
+    print(f"wrote {path}: {len(doc['results'])} searches, {dict(counts)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
