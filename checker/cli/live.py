@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from typing import Any
 
 from checker.live.trace import LiveTrace, OutsideModel, load_live
@@ -106,7 +107,7 @@ def render_live(path: str, report: LiveReport, minimal: Any, minimal_of: str,
                          f"{path}` where vLLM is installed")
     else:
         lines.append(f"agreement: {report.reference_error}")
-    ends = _count(t.ends.values())
+    ends = Counter(t.ends.values())
     lines.append("accounting: " + ", ".join(f"{n} {k}" for k, n in sorted(ends.items()))
                  + f"; {len(report.lost)} lost"
                  + (f"; {len(t.late)} arrived after the last step" if t.late else "")
@@ -135,13 +136,6 @@ def _notes(t: LiveTrace) -> list[str]:
     return out
 
 
-def _count(values: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return out
-
-
 def live_json(path: str, report: LiveReport, minimal: Any, minimal_of: str, code: int
               ) -> dict[str, object]:
     """The `--json` document of a live trace, schema 1."""
@@ -156,7 +150,7 @@ def live_json(path: str, report: LiveReport, minimal: Any, minimal_of: str, code
                           "fields": list(report.divergence.fields)
                           if report.divergence is not None else [],
                           "error": report.reference_error},
-            "accounting": {"ends": _count(t.ends.values()), "lost": list(report.lost),
+            "accounting": {"ends": dict(Counter(t.ends.values())), "lost": list(report.lost),
                            "late": len(t.late),
                            "aborted_before_scheduler": list(t.aborted_unseen)},
             "cut_short": t.cut_short, "recorder_error": t.recorder_error,

@@ -73,6 +73,8 @@ from pathlib import Path
 from typing import Any
 
 from checker.conformance.causes import Cause, cited_lines, refused_choice, without_choice
+from checker.conformance.parting import enclosing
+from checker.conformance.shrink import tidy
 from checker.methods.trace_check import (
     VIOLATED,
     TraceMismatch,
@@ -389,26 +391,7 @@ def site_in_source(path: Path, line: int, file: str) -> Site:
         return Site(file, "?", "?", line)
     lines, tree = _source(str(path), stat.st_mtime_ns, stat.st_size)
     text = lines[line - 1].strip() if 1 <= line <= len(lines) else "?"
-    names: list[str] = []
-    statement: ast.stmt | None = None
-
-    def visit(node: ast.AST, scope: list[str]) -> None:
-        nonlocal names, statement
-        for child in ast.iter_child_nodes(node):
-            lo, hi = getattr(child, "lineno", None), getattr(child, "end_lineno", None)
-            if lo is None or hi is None or not lo <= line <= hi:
-                continue
-            inner = scope
-            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-                inner = [*scope, child.name]
-                if not isinstance(child, ast.ClassDef):
-                    names = inner
-            if isinstance(child, ast.stmt):
-                statement = child
-            visit(child, inner)
-
-    if tree is not None:
-        visit(tree, [])
+    names, statement = enclosing(tree, line)
     if isinstance(statement, ast.Assert):
         text = ast.unparse(statement.test)
     return Site(file, ".".join(names) or "<module>", text, line)
@@ -1546,18 +1529,6 @@ def _finding(h: Harness, group: _Group, props: Sequence[Property], manifest: Man
                    step=step, real=real, reference=reference,
                    reference_error=reference_error, rules=rules, text=text, facts=facts,
                    cause=cause, symptoms=dict(group.symptoms))
-
-
-def tidy(workload: Workload) -> Workload:
-    """`workload` without the entries a shrink left behind that name a request it dropped
-    or a step past its end (they take no effect; the workload parser refuses them)."""
-    ids = {r.id for r in workload.requests}
-
-    def keep(entries: tuple[Any, ...]) -> tuple[Any, ...]:
-        return tuple(e for e in entries if e.id in ids and e.step <= workload.steps)
-
-    return replace(workload, eos=keep(workload.eos), accepted=keep(workload.accepted),
-                   drafts=keep(workload.drafts), aborts=keep(workload.aborts))
 
 
 def _cause_title(cause: Cause, kind: str, symptom: str) -> str:

@@ -543,13 +543,14 @@ def statement_text(path: Path, line: int) -> str:
     return text if len(text) <= 100 else text[:97] + "..."
 
 
-def function_at(path: Path, line: int) -> str:
-    """`Class.method` of the innermost function holding `line` of `path`."""
-    _, tree = source(path)
+def enclosing(tree: ast.AST | None, line: int) -> tuple[list[str], ast.stmt | None]:
+    """(the innermost function holding `line`, qualified by its classes, as names; the
+    innermost statement holding it) in the parsed `tree` (([], None) without one)."""
     names: list[str] = []
+    statement: ast.stmt | None = None
 
     def visit(node: ast.AST, scope: list[str]) -> None:
-        nonlocal names
+        nonlocal names, statement
         for child in ast.iter_child_nodes(node):
             lo, hi = getattr(child, "lineno", None), getattr(child, "end_lineno", None)
             if lo is None or hi is None or not lo <= line <= hi:
@@ -559,11 +560,19 @@ def function_at(path: Path, line: int) -> str:
                 inner = [*scope, child.name]
                 if not isinstance(child, ast.ClassDef):
                     names = inner
+            if isinstance(child, ast.stmt):
+                statement = child
             visit(child, inner)
 
     if tree is not None:
         visit(tree, [])
-    return ".".join(names) or "<module>"
+    return names, statement
+
+
+def function_at(path: Path, line: int) -> str:
+    """`Class.method` of the innermost function holding `line` of `path`."""
+    _, tree = source(path)
+    return ".".join(enclosing(tree, line)[0]) or "<module>"
 
 
 def is_test(path: Path, line: int) -> bool:

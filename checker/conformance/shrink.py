@@ -212,3 +212,18 @@ MOVES: tuple[Move, ...] = (
 """The shrinking moves, in the order tried: the design's "minimal" is fewest steps, then
 fewest requests, then the least sharing, then smallest numbers; ids and groups are
 renamed r0, r1, ... and g0, g1, ... last."""
+
+
+def tidy(workload: Workload) -> Workload:
+    """`workload` without the entries a shrink left behind that name a request it dropped
+    or a step past its end (they take no effect; the workload parser refuses them). The
+    moves above drop requests and steps, not the choices about them; audit and the live
+    shrinker tidy what they keep."""
+    ids = {r.id for r in workload.requests}
+
+    def keep(entries: tuple) -> tuple:
+        return tuple(e for e in entries if e.id in ids and e.step <= workload.steps)
+
+    return replace(workload, eos=keep(workload.eos), accepted=keep(workload.accepted),
+                   drafts=keep(workload.drafts), aborts=keep(workload.aborts))
+

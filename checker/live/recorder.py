@@ -134,6 +134,7 @@ class Recorder:
         self.harness = vllm_real  # reads the scheduler as the conformance harness does
         self.sched = sched
         self.v2_runner = bool(getattr(sched, "use_v2_model_runner", False))
+        self.is_async = _is_async(sched)
         self.status = RequestStatus
         self.step = 0  # schedule() calls so far
         self.awaiting_update = False  # a schedule() whose update has not come
@@ -231,7 +232,7 @@ class Recorder:
         # An update is due before the next schedule: this one's (synchronous) or an
         # earlier one's (async). After an async engine's first schedule none is: an abort
         # then comes before the next step's schedule, as the input queue delivers it.
-        self.awaiting_update = not _is_async(sched) or len(self.of_output) > 1
+        self.awaiting_update = not self.is_async or len(self.of_output) > 1
         scheduled = tuple(out.num_scheduled_tokens.items())
         admitted, resumed = admitted_and_resumed(
             SimpleNamespace(RequestStatus=self.status), sched, out, self.waiting_status)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from checker.conformance.compare import Divergence, _reference_records, first_divergence
+from checker.conformance.shrink import shrink, tidy
 from checker.live.trace import LiveTrace
 from checker.methods.trace_check import DEPARTS, TraceVerdict, check_trace, properties_for
 from model.core.types import StepRecord, Workload
@@ -124,8 +125,6 @@ def minimal_workload(workload: Workload, fails: Callable[[Workload], bool], at_s
     start at its first arrival, and the conformance shrinker's greedy moves
     (checker/conformance/shrink.py; MINIMAL_CALLS a round). Events naming a dropped
     request go with it. `workload` must fail on entry."""
-    from checker.conformance.shrink import shrink
-
     current = cut_at(workload, at_step)
     if not fails(current):
         current = workload
@@ -136,7 +135,7 @@ def minimal_workload(workload: Workload, fails: Callable[[Workload], bool], at_s
         moved = earlier(current, min(r.arrival_step for r in current.requests) - 1)
         if moved != current and fails(moved):
             current = moved
-        current = consistent(shrink(current, lambda w: fails(consistent(w)), MINIMAL_CALLS))
+        current = tidy(shrink(current, lambda w: fails(tidy(w)), MINIMAL_CALLS))
         if current == before:
             break
     return current
@@ -174,7 +173,7 @@ def earlier(w: Workload, by: int) -> Workload:
     def moved(events: tuple) -> tuple:
         return tuple(replace(e, step=e.step - by) for e in events if e.step > by)
 
-    return consistent(replace(
+    return tidy(replace(
         w, steps=max(w.steps - by, 1),
         requests=tuple(replace(r, arrival_step=r.arrival_step - by) for r in w.requests),
         eos=moved(w.eos), accepted=moved(w.accepted), drafts=moved(w.drafts),
@@ -189,16 +188,4 @@ def cut_at(w: Workload, step: int) -> Workload:
 
 def without(w: Workload, ids: set[str]) -> Workload:
     """`w` without the requests `ids` and every event that names one of them."""
-    return consistent(replace(w, requests=tuple(r for r in w.requests if r.id not in ids)))
-
-
-def consistent(w: Workload) -> Workload:
-    """`w` with only the events that name one of its requests within its steps (shrinking
-    moves drop requests and steps, not the events about them)."""
-    ids = {r.id for r in w.requests}
-
-    def keep(events: tuple, last: int) -> tuple:
-        return tuple(e for e in events if e.id in ids and e.step <= last)
-
-    return replace(w, eos=keep(w.eos, w.steps), accepted=keep(w.accepted, w.steps),
-                   drafts=keep(w.drafts, w.steps - 1), aborts=keep(w.aborts, w.steps))
+    return tidy(replace(w, requests=tuple(r for r in w.requests if r.id not in ids)))
