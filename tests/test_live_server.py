@@ -81,8 +81,12 @@ def test_a_mutated_server_is_caught_with_a_minimal_workload(tmp_path):
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     mut.build_overlay([mut.mutations()["victim_head"]], overlay)
-    trace, _ = _serve_and_load(tmp_path, server.ServeOptions(),
-                               load.LoadPlan(requests=200, seed=5), pythonpath=(overlay,))
+    # KV pressure whatever the machine's speed: long own prompts and outputs, no sharing or
+    # early stops, all arriving at once; 32 open requests need far more than 47 blocks.
+    pressure = load.LoadPlan(requests=200, rate=2000.0, shared=0.0, own_len=320,
+                             max_tokens=128, stop_share=0.0, abort_share=0.0, seed=5)
+    trace, _ = _serve_and_load(tmp_path, server.ServeOptions(), pressure,
+                               pythonpath=(overlay,))
     report = check_live(load_live(trace))
     assert report.divergence is not None and "preempted" in report.divergence.fields
     env = {**os.environ, "PYTHONPATH": str(overlay)}
@@ -92,4 +96,5 @@ def test_a_mutated_server_is_caught_with_a_minimal_workload(tmp_path):
     assert done.returncode == 1, done.stderr[-2000:]
     doc = json.loads(done.stdout)
     assert doc["agreement"]["diverges_at"] == report.divergence.step
-    assert doc["minimal"] is not None and len(doc["minimal"]["requests"]) <= 3, doc["minimal"]
+    assert doc["minimal"] is not None, doc["minimal_of"]
+    assert len(doc["minimal"]["requests"]) <= 3, doc["minimal"]

@@ -64,7 +64,7 @@ def first_divergence(workload: Workload, real: tuple[StepRecord, ...],
     return first_divergence_of(Divergence, workload, real, reference)
 
 
-def _reference_records(workload: Workload) -> Iterator[StepRecord]:
+def reference_records(workload: Workload) -> Iterator[StepRecord]:
     """The reference's records, step by step (so an exception names its step)."""
     from model.vllm import reference as vllm_v1
 
@@ -91,7 +91,7 @@ def compare_run(workload: Workload, run: RealRun) -> Divergence | None:
     compared = run.effective(workload)
     reference: list[StepRecord] = []
     try:
-        for record in _reference_records(compared):
+        for record in reference_records(compared):
             reference.append(record)
     except Exception as exc:  # noqa: BLE001 - any failure of the reference is a finding
         early = first_divergence(compared, run.records[: len(reference)], tuple(reference))

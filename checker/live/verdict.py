@@ -18,11 +18,13 @@ the server ran, the same overlay on sys.path) against the reference.
 
 from __future__ import annotations
 
+import os
 import random
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from checker.conformance.compare import Divergence, _reference_records, first_divergence
+from checker.conformance.compare import Divergence, first_divergence, reference_records
 from checker.conformance.shrink import shrink, tidy
 from checker.live.trace import LiveTrace
 from checker.methods.trace_check import DEPARTS, TraceVerdict, check_trace, properties_for
@@ -73,7 +75,7 @@ def check_live(trace: LiveTrace, names: Sequence[str] = ()) -> LiveReport:
     reference: list[StepRecord] = []
     error = ""
     try:
-        for record in _reference_records(w):
+        for record in reference_records(w):
             reference.append(record)
     except Exception as exc:  # noqa: BLE001 - a refusal of the replay is a finding
         error = f"the reference refused the replay at step {len(reference) + 1}: " \
@@ -110,11 +112,33 @@ def real_disagrees() -> Callable[[Workload], bool]:
         try:
             return compare(w) is not None
         except Exception as exc:  # noqa: BLE001 - a workload the driver refuses shows nothing
+            if raised_in_vllm(exc) and _reference_runs(w):
+                # The real Scheduler's own code raised (an assertion, as a live engine
+                # dies at) where the reference runs on: they disagree.
+                return True
             fails.refused = f"{type(exc).__name__}: {exc}"  # type: ignore[attr-defined]
             return False
 
     fails.refused = ""  # type: ignore[attr-defined]
     return fails
+
+
+def raised_in_vllm(exc: BaseException) -> bool:
+    """The exception's innermost frame is vLLM's own code, not batchproof's driver."""
+    import vllm
+
+    home = os.path.dirname(vllm.__file__) + os.sep
+    frames = list(traceback.walk_tb(exc.__traceback__))
+    return bool(frames) and frames[-1][0].f_code.co_filename.startswith(home)
+
+
+def _reference_runs(w: Workload) -> bool:
+    try:
+        for _ in reference_records(w):
+            pass
+    except Exception:  # noqa: BLE001 - the reference refusing it too shows no disagreement
+        return False
+    return True
 
 
 def minimal_workload(workload: Workload, fails: Callable[[Workload], bool], at_step: int,
