@@ -130,11 +130,18 @@ def test_an_invariant_conjunct_a_step_breaks_is_not_proved(
         return ops.and_(real(ops, cfg, specs, s),
                         *[x.num_output_tokens == 0 for x in s.slots])
 
-    _patched(monkeypatch, well_formed=broken)
+    facts = engines.get(DEFAULT_ENGINE).invariant_facts
+    assert facts is not None
+
+    def broken_facts(ops: Any, cfg: Any, specs: Any, s: Any) -> Any:
+        return [*facts(ops, cfg, specs, s),
+                ("no output yet", ops.and_(*[x.num_output_tokens == 0 for x in s.slots]))]
+
+    _patched(monkeypatch, well_formed=broken, invariant_facts=broken_facts)
     family, bounds = _family("tiny_fcfs")
     result = induction.prove_well_formed(family, dataclasses.replace(bounds, slots=2), 60.0)
     assert not result.proved
-    assert result.reason.startswith("inductive step: sat")
+    assert result.reason == "inductive step: sat (breaks: no output yet)"
 
 
 def test_a_step_that_leaks_a_block_is_not_proved(monkeypatch: pytest.MonkeyPatch) -> None:

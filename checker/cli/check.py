@@ -84,6 +84,9 @@ COUNTEREXAMPLES = Path("counterexamples")
 # Where the counterexamples of a question without a manifest entry go (`--out`).
 DEFAULT_OUT = Path("batchproof-out")
 METHODS = ("auto", "bmc", "explore", "both")
+# `check` also takes "induction": auto, with k-induction tried where its invariant's proof
+# takes minutes (a prefix-cache pool past invariant.MAX_QUICK_POOL blocks).
+CHECK_METHODS = (*METHODS, "induction")
 ALL = "all"
 JSON_SCHEMA = 1  # docs/schema/check.schema.json; bump it when the --json shape changes
 # Sizes a check may ask for (docs/simulation_contract.md, limits). The rules' formula
@@ -128,12 +131,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", default=ENGINE_VLLM_V1,
                         help=f"engine to check: {', '.join(engines.names())}, or {ALL!r} "
                         "for every engine's manifest (default vllm-v1)")
-    parser.add_argument("--method", choices=METHODS, default="auto",
+    parser.add_argument("--method", choices=CHECK_METHODS, default="auto",
                         help="auto: theorem, k-induction, then the bounded search the "
                         "manifest config records as the faster one (bmc, or the explorer; "
                         "bmc for a question); bmc: theorem, k-induction, then bounded model "
                         "checking (z3); explore: explicit-state exploration (--explorer); "
-                        "both: run bmc and explore and require the same verdicts "
+                        "both: run bmc and explore and require the same verdicts; "
+                        "induction: auto, with k-induction also where its invariant's "
+                        "proof takes minutes (a prefix cache of more than 3 blocks) "
                         "(default auto)")
     parser.add_argument("--explorer", choices=EXPLORERS,
                         help="which explorer: auto runs, with --method explore, the array "
@@ -725,9 +730,12 @@ def run(args: argparse.Namespace) -> int:
                          "auto or both; add --method explore, or drop --explorer")
     # BMC runs the rules; beside it, `both` asks the reference for the independent view.
     explorer = getattr(args, "explorer", None) or (REFERENCE if args.method == "both" else "auto")
+    deep = args.method == "induction"
+    if deep:
+        methods = ("auto",)
     planned = [(Job(e.engine if e else nc.engine, prop, params, nc,
                     e.expected if e else None, args.timeout, method=_job_method(e, method),
-                    explorer=explorer, search=_search(e, nc)), e)
+                    explorer=explorer, search=_search(e, nc), slow_proofs=deep), e)
                for method in methods for e, nc, prop, params in rows
                if e is None or _checked_by(e, method)]
     if not planned:

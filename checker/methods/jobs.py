@@ -30,6 +30,7 @@ class Job:
     method: str = "bmc"  # "bmc" (theorem, induction, then BMC) | "explore" | "auto"
     explorer: str = "auto"  # with "explore" (or "auto" searching by it): one of EXPLORERS
     search: str = "bmc"  # with "auto": the bounded search after the proofs, one of SEARCHES
+    slow_proofs: bool = False  # try k-induction where its invariant's proof takes minutes
 
 
 #: Which explorer an explore job runs: `auto` the array explorer where it searches the
@@ -257,7 +258,12 @@ def _proofs(job: Job, start: float) -> tuple[JobResult | None, list[str]]:
         if th.proved:
             return JobResult(_verdict(job, start, PROVED, 0, th.detail, "theorem")), notes
         notes.append(f"theorem not proved ({th.detail})")
-    if beyond_symbolic(family, bounds) is None and prop.kind == "step" \
+    slow = engine.invariant_quick is not None and not engine.invariant_quick(
+        engine.rule_config(family.base))
+    if slow and not job.slow_proofs and prop.kind == "step":
+        notes.append("induction not tried: the invariant's proof over this prefix-cache "
+                     "pool takes minutes (--method induction tries it)")
+    elif beyond_symbolic(family, bounds) is None and prop.kind == "step" \
             and engine.well_formed is not None:
         # The full timeout, not what is left, so the cached proof is shared across jobs.
         wf = induction.prove_well_formed(family, bounds, job.timeout_s)

@@ -63,6 +63,12 @@ class EngineModel:
     # which rule configs it describes (default: all)
     well_formed: Callable[[Ops, Any, Sequence[SlotSpec], Any], Bool] | None = None
     invariant_covers: Callable[[Any], bool] | None = None
+    # optional: whether the invariant's proof on a rule config takes seconds, not minutes
+    # (default: always); `check` tries a slow one only when asked (--method induction)
+    invariant_quick: Callable[[Any], bool] | None = None
+    # optional: the invariant's conjuncts by name, to say which one a failed proof breaks
+    invariant_facts: Callable[[Ops, Any, Sequence[SlotSpec], Any],
+                              list[tuple[str, Bool]]] | None = None
     # optional: config families (a query ranges over these Config fields)
     ranged_fields: tuple[str, ...] = ()
     # (ops, base Config, field -> int or term) -> the rules' config over those values

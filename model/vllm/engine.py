@@ -26,7 +26,7 @@ from model.vllm.config import (
     parse_config,
     with_switches,
 )
-from model.vllm.invariant import well_formed
+from model.vllm.invariant import covers, facts, quick, well_formed
 from model.vllm.reference import VllmV1Scheduler
 from model.vllm.state import (
     PREEMPTED,
@@ -363,7 +363,9 @@ ENGINE = EngineModel(
     # accepted/proposed draft choices (symbolic.extend gives BMC 0..k each), so its proof
     # would cover only "none accepted, k proposed" (tests/test_vllm_invariant_async.py).
     well_formed=well_formed,
-    invariant_covers=lambda cfg: not cfg.prefix_caching,
+    invariant_facts=facts,
+    invariant_covers=covers,
+    invariant_quick=quick,
     ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
     family_constraints=validation_constraints, within_bounds=within_bounds,
     symbolic_limit=symbolic_limit, witness_config=cache_free, sets_fields=("assertion",),
