@@ -147,7 +147,7 @@ def _reachable(kind: str = "sync") -> tuple[tuple[int, Any, Any, Any], ...]:
     return tuple(states)
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("kind", ["sync", pytest.param("async", marks=pytest.mark.slow)])
 def test_the_runs_reach_shared_and_evictable_blocks(kind: str) -> None:
     shared = evictable = 0
     for _, _, _, s in _reachable(kind):
@@ -156,7 +156,7 @@ def test_the_runs_reach_shared_and_evictable_blocks(kind: str) -> None:
     assert shared > 20 and evictable > 20, (shared, evictable)
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("kind", ["sync", pytest.param("async", marks=pytest.mark.slow)])
 def test_the_invariant_holds_on_every_state_of_concrete_runs(kind: str) -> None:
     states = _reachable(kind)
     for seed, cfg, specs, state in states:
@@ -193,6 +193,7 @@ def test_the_pool_facts_are_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _refusal().startswith("inductive step: sat (breaks: r0: block table")
 
 
+@pytest.mark.slow  # about 45 s; the async proof on the small family stays in the default
 @pytest.mark.parametrize("fact", ["_delivery_order", "_running_placeholders"])
 def test_each_in_flight_fact_is_needed_with_the_cache(monkeypatch: pytest.MonkeyPatch,
                                                       fact: str) -> None:
