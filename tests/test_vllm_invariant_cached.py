@@ -66,6 +66,14 @@ def test_the_invariant_is_inductive_on_a_small_cached_family(async_scheduling: b
     assert _refusal(async_scheduling=async_scheduling) == ""
 
 
+def test_a_proof_out_of_time_is_undecided_not_refuted() -> None:
+    family, bounds = _family()  # tiny_cached: its free-count query alone takes a minute
+    result = induction.prove_well_formed(family, bounds, 2.0)
+    assert not result.proved
+    assert result.reason.startswith("inductive step: ") and "sat" not in result.reason, \
+        result.reason
+
+
 def _holds_entries() -> list[str]:
     return [e.property for e in load().entries
             if e.config == CONFIG and e.expected == "HOLDS"

@@ -191,17 +191,25 @@ def prove_well_formed(family: Family, bounds: Bounds, timeout_s: float) -> Induc
     rel = _relation(family, bounds)
     defs = []
     before = _well_formed(engine, rel.cfg, rel.specs, rel.before, defs)
-    broken = []
+    broken, undecided = [], []
     for name, fact in _after_facts(engine, rel, defs):
         ok, why = _unsat(timeout_s - (time.monotonic() - start), *rel.premises, *defs,
                          before, z3.Not(fact))
-        if not ok:
-            broken.append(name if why == "sat" else f"{name}: {why}")
+        if ok:
+            continue
+        if why != "sat":
+            undecided.append((name, why))
             if why == "time limit":
                 break
+        else:
+            broken.append(name)
     if broken:
+        also = "".join(f"; {name} undecided: {why}" for name, why in undecided)
         return InductionResult(False, 1, time.monotonic() - start,
-                               f"inductive step: sat (breaks: {'; '.join(broken)})")
+                               f"inductive step: sat (breaks: {'; '.join(broken)}){also}")
+    if undecided:  # no conjunct shown broken: the step is undecided, not refuted
+        return InductionResult(False, 1, time.monotonic() - start,
+                               f"inductive step: {undecided[0][1]}")
     return InductionResult(True, 1, time.monotonic() - start)
 
 
