@@ -67,12 +67,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 from checker.conformance.causes import Cause, cited_lines, refused_choice, without_choice
+from checker.conformance.divergence import value_text
 from checker.conformance.parting import enclosing
 from checker.conformance.shrink import tidy
 from checker.methods.trace_check import (
@@ -1558,7 +1559,7 @@ def _describe(h: Harness, kind: str, sig: str, outcome: Outcome
         facts = {"fields": list(div.fields), "error": div.error,
                  "real": div.real.to_json() if div.real is not None else None,
                  "reference": div.reference.to_json() if div.reference is not None else None,
-                 "differences": {f: [_value_text(f, div.real), _value_text(f, div.reference)]
+                 "differences": {f: [value_text(f, div.real), value_text(f, div.reference)]
                                  for f in div.fields}}
         return (_divergence_title(div), div.step, outcome.records,
                 rules_involved(h, div, outcome.records), div.render(), facts)
@@ -1586,8 +1587,8 @@ def _divergence_title(div: Any) -> str:
         return div.summary()
     first = next((f for g in _CAUSE_ORDER for f in div.fields if f in g), div.fields[0])
     more = len(div.fields) - 1
-    return (f"step {div.step}: {first} real {_value_text(first, div.real)}, reference "
-            f"{_value_text(first, div.reference)}"
+    return (f"step {div.step}: {first} real {value_text(first, div.real)}, reference "
+            f"{value_text(first, div.reference)}"
             + (f" (and {more} more field{'s' if more > 1 else ''})" if more else ""))
 
 
@@ -1622,26 +1623,6 @@ def _reference_run(workload: Workload) -> tuple[tuple[StepRecord, ...] | None, s
         return simulate(workload), ""
     except Exception as exc:  # noqa: BLE001 - the reference failing is shown, not raised
         return None, f"{type(exc).__name__}: {exc}"
-
-
-_RECORD_FIELDS = frozenset(f.name for f in fields(StepRecord))
-
-
-def _value_text(name: str, record: StepRecord | None) -> str:
-    """A record's field (or `extra` fact) as compact text."""
-    if record is None:
-        return "(no record)"
-    value = (getattr(record, name) if name in _RECORD_FIELDS
-             else dict(record.extra).get(name))
-    if isinstance(value, dict):
-        value = tuple(value.items())
-    if isinstance(value, tuple):
-        if not value:
-            return "-"
-        if all(isinstance(x, tuple) for x in value):
-            return " ".join(f"{k}:{v}" for k, v in value)
-        return " ".join(str(x) for x in value)
-    return str(value)
 
 
 def exit_code(report: Report) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from checker.conformance.divergence import StepDivergence, first_divergence_of, record_value
+from checker.conformance.divergence import StepDivergence, first_divergence_of, value_text
 from checker.conformance.vllm_real import RealRun
 from model.core.types import StepRecord, Workload
 from model.vllm.config import VLLM_VERSION
@@ -42,20 +42,7 @@ class Divergence(StepDivergence):
 def _show(name: str, record: StepRecord | None) -> str:
     """A field of a record as compact text: `a:1 b:2` for pairs and mappings, `a b` for id
     lists."""
-    if record is None:
-        return "(no record)"
-    value = record_value(name, record)
-    if value is None:
-        return "(absent)"
-    if isinstance(value, dict):
-        return " ".join(f"{k}:{v}" for k, v in value.items()) or "-"
-    if isinstance(value, tuple):
-        if not value:
-            return "-"
-        if all(isinstance(x, tuple) for x in value):
-            return " ".join(f"{k}:{v}" for k, v in value)
-        return " ".join(str(x) for x in value)
-    return str(value)
+    return value_text(name, record, absent="(absent)")
 
 
 def first_divergence(workload: Workload, real: tuple[StepRecord, ...],

@@ -13,7 +13,7 @@ import operator
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from model.core.types import StepRecord, Workload
 
@@ -90,6 +90,31 @@ def record_value(name: str, record: StepRecord) -> object:
     if name in RECORD_FIELDS:
         return getattr(record, name)
     return dict(record.extra).get(name)
+
+
+def items_text(value: Sequence[Any]) -> str:
+    """A sequence as compact text: `a:1 b:2` for (key, value) pairs, `a b` for an id list,
+    `-` when empty."""
+    if not value:
+        return "-"
+    if all(isinstance(x, tuple) for x in value):
+        return " ".join(f"{k}:{v}" for k, v in value)
+    return " ".join(str(x) for x in value)
+
+
+def value_text(name: str, record: StepRecord | None, absent: str = "None") -> str:
+    """A record's field (or `extra` fact) as compact text: a mapping or a tuple as
+    `items_text` writes it, a fact the record lacks as `absent`."""
+    if record is None:
+        return "(no record)"
+    value = record_value(name, record)
+    if value is None:
+        return absent
+    if isinstance(value, dict):
+        value = tuple(value.items())
+    if isinstance(value, tuple):
+        return items_text(value)
+    return str(value)
 
 
 def first_divergence_of(divergence: type[D], workload: Workload,

@@ -94,7 +94,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import json
 import logging
 import math
@@ -108,7 +107,13 @@ from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
-from checker.conformance.divergence import StepDivergence, first_divergence_of, record_value
+from checker.conformance.divergence import (
+    StepDivergence,
+    first_divergence_of,
+    items_text,
+    record_value,
+)
+from checker.conformance.importing import unavailable_reason
 from checker.conformance.sglang_generate import MAX_REQUESTS, check_drivable
 from model.core.errors import InputError
 from model.core.types import FINISH_LENGTH, FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
@@ -147,13 +152,7 @@ _RATIO_ENV = (
 @functools.cache
 def sglang_unavailable_reason() -> str | None:
     """None when SGLang's scheduler imports here, else why not (with the fix)."""
-    if importlib.util.find_spec("sglang") is None:
-        return f"sglang is not installed. {INSTALL_HINT}"
-    try:
-        _sglang()
-    except Exception as exc:  # noqa: BLE001 - any import failure means "not usable"
-        return f"sglang does not import ({type(exc).__name__}: {exc}). {INSTALL_HINT}"
-    return None
+    return unavailable_reason("sglang", _sglang, INSTALL_HINT)
 
 
 def sglang_available() -> bool:
@@ -791,11 +790,7 @@ def _show(name: str, record: StepRecord | None) -> str:
         return "(no record)"
     value = record_value(name, record)
     if isinstance(value, tuple | list):
-        if not value:
-            return "-"
-        if all(isinstance(x, tuple) for x in value):
-            return " ".join(f"{k}:{v}" for k, v in value)
-        return " ".join(str(x) for x in value)
+        return items_text(value)
     return str(value)
 
 

@@ -115,7 +115,6 @@ token count, with nothing scheduled, admitted, preempted or finished, no request
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import os
 import tempfile
@@ -124,6 +123,7 @@ from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
+from checker.conformance.importing import unavailable_reason
 from model.core.errors import InputError
 from model.core.types import (
     FINISH_ABORT,
@@ -167,13 +167,7 @@ _STUB_MODEL_CONFIG: dict[str, Any] = {
 @functools.cache
 def vllm_unavailable_reason() -> str | None:
     """None when vLLM's scheduler imports, else why not (with the fix)."""
-    if importlib.util.find_spec("vllm") is None:
-        return f"vllm is not installed. {INSTALL_HINT}"
-    try:
-        _vllm()
-    except Exception as exc:  # noqa: BLE001 - any import failure means "not usable"
-        return f"vllm does not import ({type(exc).__name__}: {exc}). {INSTALL_HINT}"
-    return None
+    return unavailable_reason("vllm", _vllm, INSTALL_HINT)
 
 
 def vllm_available() -> bool:
