@@ -37,6 +37,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -325,6 +326,40 @@ def _splice(path: Path, tables: str) -> str:
     return head + block + ("\n" + tail if tail else "")
 
 
+def _table(title: str, columns: Sequence[str],
+           rows: Iterable[Sequence[object]]) -> list[str]:
+    """A Markdown table under its heading: the head row, the rule, a line per row."""
+    def line(cells: Sequence[object]) -> str:
+        return "| " + " | ".join(map(str, cells)) + " |"
+
+    return [title, "", line(columns), "|" + "---|" * len(columns), *map(line, rows)]
+
+
+def _array_cells(a: dict[str, Any]) -> tuple[str, ...]:
+    """An array run's states, seconds, z3 seconds and peak MB."""
+    return (_fmt(a.get("states")), _fmt(a.get("seconds")), _fmt(a.get("proof_s")),
+            _fmt(a.get("peak_mb"), 0))
+
+
+def _safety_cells(label: object, f: dict[str, Any], r: dict[str, Any],
+                  a: dict[str, Any]) -> tuple[object, ...]:
+    """A safety row: SPIN in full (`f`), SPIN with RETIRE (`r`), the array explorer (`a`)."""
+    spin_cells = [cell for run in (f, r)
+                  for cell in (f"{_fmt(run.get('states'))} ({run.get('verdict')})",
+                               _fmt(run.get("seconds")), _fmt(run.get("peak_mb"), 0))]
+    return (label, *spin_cells, *_array_cells(a),
+            f"{a.get('verdict')} ({'depth' if _done(a) else 'layers finished:'} "
+            f"{a.get('depth')})", _ratio(f, a), _ratio(r, a))
+
+
+def _starve_cells(label: object, f: dict[str, Any], r: dict[str, Any],
+                  a: dict[str, Any]) -> tuple[object, ...]:
+    """A starvation row: SPIN in full (`f`), SPIN with RETIRE (`r`), the array explorer."""
+    return (label, f.get("verdict"), _fmt(f.get("states")), _fmt(f.get("seconds")),
+            r.get("verdict"), _fmt(r.get("seconds")), a.get("verdict"),
+            *_array_cells(a), _ratio(f, a), _ratio(r, a))
+
+
 def render(rows: dict[str, Any], meta: dict[str, Any]) -> str:
     """The measured tables (docs/bench_scale.md keeps them between the prose)."""
     big = meta.get("big_cap")
@@ -338,55 +373,38 @@ def render(rows: dict[str, Any], meta: dict[str, Any]) -> str:
            f"space. A ratio with `>` or `<` is a bound: one side was stopped by a limit.", ""]
     for note in meta.get("notes", ()):
         out += [note, ""]
-    out += ["### Cross-check: the same state space", "",
-            "| state space | SPIN states | array states | SPIN transitions | array "
-            "transitions | SPIN s | array s |", "|---|---|---|---|---|---|---|"]
-    for label, s, a in rows["cross"]:
-        out.append(f"| {label} | {_fmt(s.get('states'))} | {_fmt(a.get('states'))} | "
-                   f"{_fmt(s.get('transitions'))} | {_fmt(a.get('transitions'))} | "
-                   f"{_fmt(s.get('seconds'))} | {_fmt(a.get('seconds'))} |")
-    out += ["", "### Exhaustive safety (arrivals in steps 1..3)", "",
-            "| N | SPIN states | SPIN s | SPIN MB | SPIN (RETIRE) states | SPIN (RETIRE) s | "
-            "SPIN (RETIRE) MB | array states | array s | array z3 s | array MB | "
-            "array verdict | time SPIN / array | time SPIN (RETIRE) / array |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for label, s, a in rows["safety"]:
-        f, r = s["full"], s["retire"]
-        out.append(f"| {label} | {_fmt(f.get('states'))} ({f.get('verdict')}) | "
-                   f"{_fmt(f.get('seconds'))} | {_fmt(f.get('peak_mb'), 0)} | "
-                   f"{_fmt(r.get('states'))} ({r.get('verdict')}) | {_fmt(r.get('seconds'))} | "
-                   f"{_fmt(r.get('peak_mb'), 0)} | {_fmt(a.get('states'))} | "
-                   f"{_fmt(a.get('seconds'))} | {_fmt(a.get('proof_s'))} | "
-                   f"{_fmt(a.get('peak_mb'), 0)} | {a.get('verdict')} "
-                   f"({'depth' if _done(a) else 'layers finished:'} {a.get('depth')}) | "
-                   f"{_ratio(f, a)} | "
-                   f"{_ratio(r, a)} |")
-    out += ["", "### Starvation at N = 3 (a request waits k steps in a row with 0 tokens)", "",
-            "| bound | SPIN verdict | SPIN states | SPIN s | SPIN (RETIRE) verdict | "
-            "SPIN (RETIRE) s | array verdict | array states | array s | array z3 s | "
-            "array MB | time SPIN / array | time SPIN (RETIRE) / array |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for label, s, a in rows["starve"]:
-        f, r = s["full"], s["retire"]
-        out.append(f"| {label} | {f.get('verdict')} | {_fmt(f.get('states'))} | "
-                   f"{_fmt(f.get('seconds'))} | {r.get('verdict')} | {_fmt(r.get('seconds'))} | "
-                   f"{a.get('verdict')} | {_fmt(a.get('states'))} | {_fmt(a.get('seconds'))} | "
-                   f"{_fmt(a.get('proof_s'))} | {_fmt(a.get('peak_mb'), 0)} | "
-                   f"{_ratio(f, a)} | "
-                   f"{_ratio(r, a)} |")
-    out += ["", "### The reference explorer beside the array explorer (arrivals in any step "
-            "up to the depth)", "",
-            "| bounds | reference verdict | reference states | reference s | reference MB | "
-            "array verdict | array states | array s | array z3 s | array MB | "
-            "time reference / array |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for label, ref, a in rows["reference"]:
-        out.append(f"| {label} | {ref.get('verdict')} (depth {ref.get('depth')}) | "
-                   f"{_fmt(ref.get('states'))} | {_fmt(ref.get('seconds'))} | "
-                   f"{_fmt(ref.get('peak_mb'), 0)} | {a.get('verdict')} | "
-                   f"{_fmt(a.get('states'))} | {_fmt(a.get('seconds'))} | "
-                   f"{_fmt(a.get('proof_s'))} | {_fmt(a.get('peak_mb'), 0)} | "
-                   f"{_ratio(ref, a)} |")
+    out += _table("### Cross-check: the same state space",
+                  ("state space", "SPIN states", "array states", "SPIN transitions",
+                   "array transitions", "SPIN s", "array s"),
+                  ((label, _fmt(s.get("states")), _fmt(a.get("states")),
+                    _fmt(s.get("transitions")), _fmt(a.get("transitions")),
+                    _fmt(s.get("seconds")), _fmt(a.get("seconds")))
+                   for label, s, a in rows["cross"]))
+    out += ["", *_table("### Exhaustive safety (arrivals in steps 1..3)",
+                        ("N", "SPIN states", "SPIN s", "SPIN MB", "SPIN (RETIRE) states",
+                         "SPIN (RETIRE) s", "SPIN (RETIRE) MB", "array states", "array s",
+                         "array z3 s", "array MB", "array verdict", "time SPIN / array",
+                         "time SPIN (RETIRE) / array"),
+                        (_safety_cells(label, s["full"], s["retire"], a)
+                         for label, s, a in rows["safety"]))]
+    out += ["", *_table("### Starvation at N = 3 (a request waits k steps in a row with 0 "
+                        "tokens)",
+                        ("bound", "SPIN verdict", "SPIN states", "SPIN s",
+                         "SPIN (RETIRE) verdict", "SPIN (RETIRE) s", "array verdict",
+                         "array states", "array s", "array z3 s", "array MB",
+                         "time SPIN / array", "time SPIN (RETIRE) / array"),
+                        (_starve_cells(label, s["full"], s["retire"], a)
+                         for label, s, a in rows["starve"]))]
+    out += ["", *_table("### The reference explorer beside the array explorer (arrivals in "
+                        "any step up to the depth)",
+                        ("bounds", "reference verdict", "reference states", "reference s",
+                         "reference MB", "array verdict", "array states", "array s",
+                         "array z3 s", "array MB", "time reference / array"),
+                        ((label, f"{ref.get('verdict')} (depth {ref.get('depth')})",
+                          _fmt(ref.get("states")), _fmt(ref.get("seconds")),
+                          _fmt(ref.get("peak_mb"), 0), a.get("verdict"),
+                          *_array_cells(a), _ratio(ref, a))
+                         for label, ref, a in rows["reference"]))]
     return "\n".join(out) + "\n"
 
 
