@@ -201,10 +201,16 @@ def _parse_eos(index: int, raw: Any, ids: set[str]) -> EosEvent:
     rid = raw["id"]
     if not isinstance(rid, str):
         raise InputError(f"{where}: id must be a request id (a string), got {shown(rid)}")
-    if rid not in ids:
+    return EosEvent(id=_request_id(where, rid, ids),
+                    step=_int(where, "step", raw["step"], 1, MAX_INT))
+
+
+def _request_id(where: str, rid: object, ids: set[str]) -> str:
+    """`rid` when it names a request of the workload (one of `ids`), else an InputError."""
+    if not isinstance(rid, str) or rid not in ids:
         raise InputError(f"{where}: no request has id {shown(rid)}; name a request of the "
                          "workload")
-    return EosEvent(id=rid, step=_int(where, "step", raw["step"], 1, MAX_INT))
+    return rid
 
 
 def _parse_count(key: str, index: int, raw: Any, ids: set[str], steps: int,
@@ -214,10 +220,7 @@ def _parse_count(key: str, index: int, raw: Any, ids: set[str], steps: int,
     if not isinstance(raw, dict) or set(raw) != {"id", "step", "count"}:
         raise InputError(f"{where} must be an object {{\"id\": ..., \"step\": ..., "
                          f"\"count\": ...}}, got {shown(raw)}")
-    rid = raw["id"]
-    if not isinstance(rid, str) or rid not in ids:
-        raise InputError(f"{where}: no request has id {shown(rid)}; name a request of the "
-                         "workload")
+    rid = _request_id(where, raw["id"], ids)
     step = _int(where, "step", raw["step"], 1, steps)
     return kind(id=rid, step=step, count=_int(where, "count", raw["count"], 0, MAX_INT))
 
@@ -229,10 +232,7 @@ def _parse_abort(index: int, raw: Any, ids: set[str], steps: int) -> AbortEvent:
             or not set(raw) <= {"id", "step", "after_schedule"}):
         raise InputError(f"{where} must be an object {{\"id\": ..., \"step\": ...}} with an "
                          f"optional \"after_schedule\": true, got {shown(raw)}")
-    rid = raw["id"]
-    if not isinstance(rid, str) or rid not in ids:
-        raise InputError(f"{where}: no request has id {shown(rid)}; name a request of the "
-                         "workload")
+    rid = _request_id(where, raw["id"], ids)
     after = raw.get("after_schedule", False)
     if not isinstance(after, bool):
         raise InputError(f"{where}: after_schedule must be true or false, got {shown(after)}")
