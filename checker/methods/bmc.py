@@ -19,7 +19,6 @@ from checker.methods.symbolic import (
     new_unrolling,
     same_behaviour,
 )
-from model import registry as engines
 from model.core.ops import SYMBOLIC, Bool, SymbolicOps
 from model.core.types import Workload
 from properties.catalogue import Property
@@ -105,7 +104,7 @@ def _strengthen(family: Family, bounds: Bounds, limit_s: float) -> bool:
     invariant, so asserting it on the unrolling's states removes no run: verdicts, depths
     and least counterexamples stay the same, and deeper unsat checks get 2-3x faster
     (docs/bench_bmc_starvation.md)."""
-    if engines.get(family.engine).well_formed is None:
+    if family.model.well_formed is None:
         return False
     # The proof is over the family's rule config; `within_bounds` changes that config only
     # under prefix caching, which vLLM's invariant does not cover (the proof says so).

@@ -32,7 +32,6 @@ import networkx as nx
 
 from checker.methods.minimize import group_fields
 from checker.methods.symbolic import Bounds, Family, longest_prompt
-from model import registry as engines
 from model.core.engine import EngineModel, ReferenceScheduler
 from model.core.ops import CONCRETE
 from model.core.types import (
@@ -208,7 +207,7 @@ class Explorer:
             raise ValueError("only step properties share an exploration")
         self.props, self.family, self.bounds = tuple(props), family, bounds
         self.prop = self.props[0]  # the key shape: window and kind are the same for all
-        self.engine: EngineModel = engines.get(family.engine)
+        self.engine: EngineModel = family.model
         self.rule_cfg = self.engine.rule_config(family.base)
         self.kinds = menu(bounds, self.rule_cfg)
         self.deadline = time.monotonic() + timeout_s
@@ -407,7 +406,7 @@ MAX_FAMILY_CONFIGS = 64
 def family_members(family: Family) -> list[object]:
     """Every config of a ranged family (the base alone if it has no ranges) that the engine
     accepts when the family is validated: the explorer checks a family config by config."""
-    engine = engines.get(family.engine)
+    engine = family.model
     names = [name for name, _, _ in family.ranges]
     spans = [range(lo, hi + 1) for _, lo, hi in family.ranges]
     members = []

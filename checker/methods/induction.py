@@ -28,7 +28,6 @@ from checker.methods.symbolic import (
     fresh_state,
     slot_specs,
 )
-from model import registry as engines
 from model.core.engine import EngineModel
 from model.core.ops import SymbolicOps
 from model.core.types import SlotSpec, Step
@@ -120,7 +119,7 @@ class _Relation:
 def _relation(family: Family, bounds: Bounds) -> _Relation:
     """The step relation, built once per process: building it is most of a proof's time
     at many slots, and every query over one family and bounds shares it."""
-    engine = engines.get(family.engine)
+    engine = family.model
     cfg, _, cfg_cons = family_config(family)
     specs, spec_cons = slot_specs(bounds.slots, cfg)
     s0 = fresh_state("w0", engine.initial_state(bounds.slots, cfg), z3.Int("w0.step"))
@@ -176,7 +175,7 @@ def prove_well_formed(family: Family, bounds: Bounds, timeout_s: float) -> Induc
     """Prove `well_formed` inductive: it holds initially and every step preserves it.
     Cached per process: every step property of a family reuses the proof."""
     start = time.monotonic()
-    engine = engines.get(family.engine)
+    engine = family.model
     cfg, _, cfg_cons = family_config(family)
     if engine.invariant_covers is not None and not engine.invariant_covers(cfg):
         return InductionResult(False, 0, 0.0, "the engine's invariant does not describe "
@@ -233,7 +232,7 @@ def _base_case(prop: Property, family: Family, bounds: Bounds, k: int,
     step proves the steps after those)."""
     if k <= 1:
         return True, ""
-    engine = engines.get(family.engine)
+    engine = family.model
     cfg, _, cfg_cons = family_config(family)
     specs, spec_cons = slot_specs(bounds.slots, cfg)
     state = engine.initial_state(bounds.slots, cfg)
@@ -252,7 +251,7 @@ def _inductive_step(prop: Property, family: Family, bounds: Bounds, k: int,
                     timeout_s: float) -> tuple[bool, str]:
     """From k well-formed states in a row, k steps of which the first k-1 satisfy the
     property: the k-th does too. The first step is the cached relation."""
-    engine = engines.get(family.engine)
+    engine = family.model
     rel = _relation(family, bounds)
     defs: list = []
     assumptions = [_well_formed(engine, rel.cfg, rel.specs, rel.before, defs)]

@@ -4,9 +4,9 @@ rules, initial state and behaviour equivalence come from its EngineModel."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import z3
 
@@ -17,6 +17,33 @@ from model.core.types import DEFAULT_ENGINE, SlotSpec, Step
 
 #: z3's random seed in every query: same command, same result.
 Z3_SEED = 0
+
+T = TypeVar("T")
+
+
+def carried(owner: Any, slot: str, key: object, make: Callable[[], T]) -> T:
+    """What `make()` gives, made once and carried in `owner`'s `slot` (a field of a frozen
+    dataclass, default None, kept out of equality, hashing and repr) beside the `key` it
+    was made for: made again only when the key changed (`replace` copies the slot) or
+    the slot was emptied (unpickling: `without_carried`)."""
+    held = getattr(owner, slot)
+    if held is None or held[0] != key:
+        held = (key, make())
+        object.__setattr__(owner, slot, held)
+    return held[1]
+
+
+def without_carried(owner: Any, slots: Sequence[str]) -> list[object]:
+    """`owner`'s fields in order, those in `slots` emptied: the pickled state of a frozen
+    dataclass with `carried` objects (an EngineModel need not pickle, and a worker looks it
+    up again once)."""
+    return [None if f.name in slots else getattr(owner, f.name) for f in fields(owner)]
+
+
+def restore(owner: Any, state: Sequence[object]) -> None:
+    """Set a frozen dataclass's fields from `without_carried`'s state (unpickling)."""
+    for f, value in zip(fields(owner), state, strict=True):
+        object.__setattr__(owner, f.name, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +74,28 @@ class Family:
     `validated` restricts the family to configs the engine accepts. Ranges are supported
     for the fields an engine names in `EngineModel.ranged_fields` (vLLM V1's today); other
     engines' families are single configs.
+
+    `model` is the engine's EngineModel, looked up by name once per family (and carried
+    through `replace`); it is no part of the family's equality or hash, which key the
+    proof caches, and is not pickled.
     """
 
     base: Any
     ranges: tuple[tuple[str, int, int], ...] = ()
     validated: bool = True
     engine: str = DEFAULT_ENGINE
+    _model: tuple[str, EngineModel] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def model(self) -> EngineModel:
+        """The family's engine, looked up in the registry on first use only."""
+        return carried(self, "_model", self.engine, lambda: engines.get(self.engine))
+
+    def __getstate__(self) -> list[object]:
+        return without_carried(self, ("_model",))
+
+    def __setstate__(self, state: Sequence[object]) -> None:
+        restore(self, state)
 
 
 @dataclass(slots=True)
@@ -75,7 +118,7 @@ class Unrolling:
 def family_config(family: Family) -> tuple[Any, dict[str, z3.ArithRef], list[Bool]]:
     """The family as the engine's rule config with z3 constants for ranged fields, those
     constants, and their range (and, if validated, the engine's validation) constraints."""
-    engine = engines.get(family.engine)
+    engine = family.model
     if not family.ranges:
         cfg = engine.rule_config(family.base)
         return cfg, {}, []
@@ -191,7 +234,7 @@ def bind_state(fresh: Any, value: Any) -> list[Bool]:
 
 def beyond_symbolic(family: Family, bounds: Bounds) -> str | None:
     """None when the engine's symbolic rules take this bounded query, else why not."""
-    engine = engines.get(family.engine)
+    engine = family.model
     if engine.symbolic_limit is None:
         return None
     cfg = engine.rule_config(family.base)
@@ -203,7 +246,7 @@ def beyond_symbolic(family: Family, bounds: Bounds) -> str | None:
 
 def new_unrolling(family: Family, bounds: Bounds) -> Unrolling:
     """Symbols for a query: config family, request slots, the initial state."""
-    engine = engines.get(family.engine)
+    engine = family.model
     cfg, cfg_vars, cons = family_config(family)
     if engine.within_bounds is not None:
         cfg = engine.within_bounds(cfg, bounds.slots, bounds.depth,

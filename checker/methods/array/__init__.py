@@ -43,7 +43,7 @@ from checker.methods.explore import (  # noqa: E402
     menu,
 )
 from checker.methods.symbolic import Bounds, Family  # noqa: E402
-from model import registry as engines  # noqa: E402
+from model import registry as engines  # noqa: E402, F401  (tests patch ax.engines.get)
 from model.core.types import EosEvent, Workload  # noqa: E402
 from properties.catalogue import Property  # noqa: E402
 
@@ -61,7 +61,7 @@ def supports(family: Family) -> str | None:
     from model.core.array_ops import ArrayOps
     from model.core.types import SlotSpec
 
-    engine = engines.get(family.engine)
+    engine = family.model
     try:
         rule_cfg = engine.rule_config(family.base)
         state = engine.initial_state(2, rule_cfg)
@@ -90,7 +90,7 @@ def unsupported(family: Family, bounds: Bounds) -> str | None:
     decoding (the setting cross-checked state for state against SPIN, docs/bench_scale.md,
     and verdict for verdict against the reference explorer, tests/test_array_explore.py);
     bounds with an arrival window and with EOS off (`options_for`)."""
-    engine = engines.get(family.engine)
+    engine = family.model
     if not (engine.extra or {}).get(ARRAY_CHECKED):
         return (f"the array explorer is not cross-checked against {family.engine}'s "
                 "reference explorer")
@@ -174,7 +174,7 @@ def _workload_key(w: Workload | None) -> tuple[object, ...]:
 
 def _one(props: Sequence[Property], family: Family, bounds: Bounds, deadline: float,
          opts: Options) -> tuple[ExploreResult, ...]:
-    engine = engines.get(family.engine)
+    engine = family.model
     rule_cfg = engine.rule_config(family.base)
     kinds = menu(bounds, rule_cfg)
     start = time.monotonic()
