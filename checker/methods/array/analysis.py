@@ -46,7 +46,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import z3
@@ -555,10 +555,30 @@ _COMPARISONS = {z3.Z3_OP_LT, z3.Z3_OP_LE, z3.Z3_OP_GT, z3.Z3_OP_GE, z3.Z3_OP_EQ,
                 z3.Z3_OP_DISTINCT}
 
 
+@dataclass(frozen=True)
+class _Engine:
+    """An engine as a cache key: by its registry name (`EngineModel.name`, version
+    included), the model carried along unhashed."""
+
+    name: str
+    model: EngineModel = field(compare=False, repr=False)
+
+
+def _engine(engine: EngineModel | str) -> _Engine:
+    """The cache key of an engine's model (a name is looked up in the registry)."""
+    model = engines.get(engine) if isinstance(engine, str) else engine
+    return _Engine(model.name, model)
+
+
+def shape(engine: EngineModel | str, rule_cfg: Any, slots: int) -> Shape:
+    """The proved reductions of one engine config (cached by the engine's name: the proofs
+    take seconds). `engine` is the model, or its registry name."""
+    return _shape(_engine(engine), rule_cfg, slots)
+
+
 @functools.lru_cache(maxsize=64)
-def shape(engine_name: str, rule_cfg: Any, slots: int) -> Shape:
-    """The proved reductions of one engine config (cached: the proofs take seconds)."""
-    engine = engines.get(engine_name)
+def _shape(key: _Engine, rule_cfg: Any, slots: int) -> Shape:
+    engine = key.model
     a = _Analyser(engine, rule_cfg, slots)
     equal, order, proved = a.behaviour()
     arrival = a.arrival_read()
@@ -573,19 +593,23 @@ def shape(engine_name: str, rule_cfg: Any, slots: int) -> Shape:
                  constant=frozenset(field_of(p) for p in a.constant), notes=tuple(a.notes))
 
 
-@functools.lru_cache(maxsize=256)
-def permuted(engine_name: str, rule_cfg: Any, slots: int, obs_fields: frozenset[str]
-             ) -> bool:
+def permuted(engine: EngineModel | str, rule_cfg: Any, slots: int,
+             obs_fields: frozenset[str]) -> bool:
     """Whether the symmetry of `shape(...)` carries these SlotObs fields along (a property
     that reads one that it does not is searched without symmetry). Never `arrival_time`,
     which is the slot index itself."""
-    sh = shape(engine_name, rule_cfg, slots)
+    return _permuted(_engine(engine), rule_cfg, slots, obs_fields)
+
+
+@functools.lru_cache(maxsize=256)
+def _permuted(key: _Engine, rule_cfg: Any, slots: int, obs_fields: frozenset[str]) -> bool:
+    sh = _shape(key, rule_cfg, slots)
     if sh.symmetry == "none" or obs_fields & POSITIONAL:
         return False
     if not obs_fields:
         return True
     n = max(1, min(slots, PROOF_SLOTS))
-    a = _Analyser(engines.get(engine_name), rule_cfg, n)
+    a = _Analyser(key.model, rule_cfg, n)
     return a.permuted("none" if sh.symmetry == "full" else "priority", sorted(obs_fields))
 
 

@@ -116,7 +116,7 @@ class Search:
         self.deadline = deadline
         self.template = engine.initial_state(slots, rule_cfg)
         self.leaves: tuple[Leaf, ...] = leaves_of(self.template)
-        self.shape: Shape = analysis.shape(engine.name, rule_cfg, slots)
+        self.shape: Shape = analysis.shape(engine, rule_cfg, slots)
         self.reads = history.merged([history.reads(p, rule_cfg, slots) for p in props]
                                     ) if props else history.Reads((frozenset(),),
                                                                   (frozenset(),))
@@ -178,7 +178,7 @@ class Search:
         sym = sh.symmetry if self.opt.symmetric else "none"
         if self.props and self.props[0].kind == "lasso":
             sym = "none"  # a cycle up to a permutation of slots is not a cycle
-        if sym != "none" and not analysis.permuted(self.engine.name, self.cfg, n,
+        if sym != "none" and not analysis.permuted(self.engine, self.cfg, n,
                                                    frozenset(read_slot)):
             sym = "none"
         if self.atoms is not None and any(self._reads_a_slot(j) for j in
