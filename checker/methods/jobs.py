@@ -4,13 +4,22 @@ arguments, so jobs can run in a process pool here or on a cluster engine elsewhe
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from checker.methods import bmc, explore, induction, theorems
 from checker.methods.replay import DivergenceError, ReplayResult, replay
-from checker.methods.symbolic import Bounds, Family, beyond_symbolic
+from checker.methods.symbolic import (
+    Bounds,
+    Family,
+    beyond_symbolic,
+    carried,
+    restore,
+    without_carried,
+)
 from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED, Counterexample, Verdict
 from model import registry as engines
+from model.core.engine import EngineModel
 from model.core.types import Workload
 from properties import catalogue
 from properties.manifest import NamedConfig
@@ -18,7 +27,14 @@ from properties.manifest import NamedConfig
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """What to check."""
+    """What to check.
+
+    A job carries what its names resolve to, each looked up once on first use: `prop`
+    (the catalogue's property of `property` and `params`), `family` (its config's family,
+    whose `model` is the engine's EngineModel) and `model`. They are no part of the job's
+    equality, not shown and not pickled: a worker that unpickles a job looks them up again
+    once. `replace` carries them over (and a changed name or config is looked up anew).
+    """
 
     engine: str
     property: str
@@ -31,6 +47,32 @@ class Job:
     explorer: str = "auto"  # with "explore" (or "auto" searching by it): one of EXPLORERS
     search: str = "bmc"  # with "auto": the bounded search after the proofs, one of SEARCHES
     slow_proofs: bool = False  # try k-induction where its invariant's proof takes minutes
+    _prop: tuple[object, catalogue.Property] | None = field(default=None, compare=False, repr=False)
+    _family: tuple[NamedConfig, Family] | None = field(default=None, compare=False,
+                                                       repr=False)
+
+    @property
+    def prop(self) -> catalogue.Property:
+        """The job's property, looked up in the catalogue on first use only."""
+        return carried(self, "_prop", (self.property, self.params),
+                       lambda: catalogue.get(self.property, **dict(self.params)))
+
+    @property
+    def family(self) -> Family:
+        """The config family of the job's symbolic queries (`family_of`), made once."""
+        return carried(self, "_family", self.config, lambda: family_of(self.config))
+
+    @property
+    def model(self) -> EngineModel:
+        """The job's engine: its family's model (the registry looked up once per job)."""
+        family = self.family
+        return family.model if family.engine == self.engine else engines.get(self.engine)
+
+    def __getstate__(self) -> list[object]:
+        return without_carried(self, ("_prop", "_family"))
+
+    def __setstate__(self, state: Sequence[object]) -> None:
+        restore(self, state)
 
 
 #: Which explorer an explore job runs: `auto` the array explorer where it searches the
@@ -96,7 +138,7 @@ def run_batch(jobs: list[Job]) -> list[JobResult]:
                 out[i] = _with_params(_bmc_search(job, notes, start), job)
     shared: dict[tuple[object, ...], list[int]] = {}
     for i, job in explore_jobs.items():
-        step = catalogue.get(job.property, **dict(job.params)).kind == "step"
+        step = job.prop.kind == "step"
         # One exploration serves every step property of a config; any other kind its own.
         shared.setdefault((job.engine, job.config, job.timeout_s) if step else (i,),
                           []).append(i)
@@ -128,15 +170,16 @@ def _after_proofs(result: JobResult, notes: list[str], seconds: float) -> JobRes
     return replace(result, verdict=replace(v, seconds=v.seconds + seconds, detail=detail))
 
 
-def array_unsupported(nc: NamedConfig) -> str | None:
+def array_unsupported(nc: NamedConfig, family: Family | None = None) -> str | None:
     """None when the array explorer searches `nc`'s config and bounds exactly (the same
     environment, verdicts and least counterexamples as the reference explorer), else why
-    not: numpy missing, or what `checker.methods.array.unsupported` names."""
+    not: numpy missing, or what `checker.methods.array.unsupported` names. `family` is
+    `nc`'s family when the caller has it (`family_of(nc)` otherwise)."""
     try:
         from checker.methods import array as ax
     except ImportError as exc:
         return str(exc)
-    return ax.unsupported(family_of(nc), symbolic_bounds(nc))
+    return ax.unsupported(family or family_of(nc), symbolic_bounds(nc))
 
 
 def explorer_of(job: Job) -> tuple[str, str]:
@@ -146,18 +189,18 @@ def explorer_of(job: Job) -> tuple[str, str]:
         raise ValueError(f"explorer {job.explorer!r}: choose one of {', '.join(EXPLORERS)}")
     if job.explorer == REFERENCE:
         return REFERENCE, ""
-    why = array_unsupported(job.config)
+    why = array_unsupported(job.config, job.family)
     if job.explorer == ARRAY:
         return ARRAY, why or ""
     if why is None:
-        why = _small(job.config)
+        why = _small(job.family, symbolic_bounds(job.config))
     return (REFERENCE, why) if why else (ARRAY, "")
 
 
-def _small(nc: NamedConfig) -> str:
-    """Why the reference explorer is the faster one on `nc`'s environment ("" if not)."""
-    bounds = symbolic_bounds(nc)
-    kinds = len(explore.menu(bounds, engines.get(nc.engine).rule_config(nc.config)))
+def _small(family: Family, bounds: Bounds) -> str:
+    """Why the reference explorer is the faster one on the family's environment ("" if
+    not)."""
+    kinds = len(explore.menu(bounds, family.model.rule_config(family.base)))
     if bounds.slots >= ARRAY_MIN_SLOTS and kinds ** bounds.slots >= ARRAY_MIN_ARRIVALS:
         return ""
     return (f"a small environment, {bounds.slots} request(s) of {kinds} kinds: the array "
@@ -174,9 +217,9 @@ def run_explore(job: Job) -> JobResult:
 def run_explore_shared(jobs: list[Job]) -> list[JobResult]:
     """Explore jobs of one config and bounds in one exploration (step properties; a
     single job of any kind)."""
-    props = [catalogue.get(j.property, **dict(j.params)) for j in jobs]
+    props = [j.prop for j in jobs]
     first = jobs[0]
-    family, bounds = family_of(first.config), symbolic_bounds(first.config)
+    family, bounds = first.family, symbolic_bounds(first.config)
     which, why = explorer_of(first)
     if which == ARRAY and why:
         none = explore.ExploreStats(0, 0, 0, 0.0, 0)
@@ -218,7 +261,7 @@ def explored(job: Job, result: explore.ExploreResult) -> JobResult:
     assert result.workload is not None
     cex = _counterexample(job, result.workload, "explore", result.depth, result.loop)
     try:
-        replayed = replay(cex)
+        replayed = replay(cex, job.prop, job.model)
     except DivergenceError as exc:
         return JobResult(verdict(UNKNOWN, f"divergence: {exc}"), cex)
     return JobResult(verdict(VIOLATED, f"replayed on the reference; {detail}"), cex, replayed)
@@ -241,10 +284,9 @@ def _verdict(job: Job, start: float, v: str, depth: int, detail: str, method: st
 def _proofs(job: Job, start: float) -> tuple[JobResult | None, list[str]]:
     """PROVED by the engine's closed-form theorem or by k-induction, or None with why
     each did not decide (the notes the bounded search's verdict carries)."""
-    prop = catalogue.get(job.property, **dict(job.params))
-    family, bounds = family_of(job.config), symbolic_bounds(job.config)
+    prop, family, bounds = job.prop, job.family, symbolic_bounds(job.config)
     notes = []
-    engine = engines.get(job.engine)
+    engine = job.model
     theorem = theorems.for_engine(engine).get(job.property)
     if theorem is not None and not theorem.speaks_of(prop):
         notes.append("theorem does not apply: the property's definition is not the one it "
@@ -283,8 +325,7 @@ def _proofs(job: Job, start: float) -> tuple[JobResult | None, list[str]]:
 def _bmc_search(job: Job, notes: list[str], start: float) -> JobResult:
     """BMC after the proofs: VIOLATED (minimal, replayed; or carried over from the
     engine's cheaper witness config), HOLDS up to its depth, or UNKNOWN."""
-    prop = catalogue.get(job.property, **dict(job.params))
-    family, bounds = family_of(job.config), symbolic_bounds(job.config)
+    prop, family, bounds = job.prop, job.family, symbolic_bounds(job.config)
 
     def verdict(v: str, depth: int, detail: str) -> Verdict:
         return _verdict(job, start, v, depth, detail, "bmc")
@@ -307,7 +348,7 @@ def _bmc_search(job: Job, notes: list[str], start: float) -> JobResult:
     cex = _counterexample(job, result.workload, "bmc", result.depth, result.loop,
                           result.minimal)
     try:
-        replayed = replay(cex)
+        replayed = replay(cex, prop, job.model)
     except DivergenceError as exc:
         return JobResult(verdict(UNKNOWN, result.depth, f"divergence: {exc}"), cex)
     note = "" if result.minimal else "; not minimised (minimisation hit the time limit)"
@@ -322,7 +363,7 @@ def _carried_over(job: Job, prop: catalogue.Property, family: Family, bounds: Bo
     kept when the reference with the job's own config fails at the same step: a VIOLATED
     of the full config, minimal among the cheaper config's workloads only. None when there
     is no cheaper config, it finds nothing, or its witness does not carry over."""
-    engine = engines.get(job.engine)
+    engine = job.model
     cheaper = engine.witness_config(family.base) if engine.witness_config else None
     if cheaper is None:
         return None
@@ -334,7 +375,7 @@ def _carried_over(job: Job, prop: catalogue.Property, family: Family, bounds: Bo
     cex = _counterexample(job, replace(result.workload, config=family.base), "bmc",
                           result.depth, result.loop, minimal=False)
     try:
-        replayed = replay(cex)
+        replayed = replay(cex, prop, engine)
     except DivergenceError:
         return None
     return JobResult(Verdict(

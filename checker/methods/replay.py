@@ -21,10 +21,12 @@ from typing import Any
 
 from checker.methods.verdict import Counterexample
 from model import registry as engines
+from model.core.engine import EngineModel
 from model.core.ops import CONCRETE
 from model.core.types import StepRecord
 from model.run import simulate
 from properties import catalogue
+from properties.catalogue import Property
 
 
 class DivergenceError(RuntimeError):
@@ -40,17 +42,23 @@ class ReplayResult:
     loop: int | None = None
 
 
-def replay(cex: Counterexample) -> ReplayResult:
+def replay(cex: Counterexample, prop: Property | None = None,
+           model: EngineModel | None = None) -> ReplayResult:
     """Run the counterexample's workload on the reference; raise DivergenceError unless
-    the property fails there at the same step (or, for a lasso, the run cycles)."""
-    prop = catalogue.get(cex.property, **dict(cex.params))
+    the property fails there at the same step (or, for a lasso, the run cycles). `prop`
+    and `model` are the counterexample's property and engine when the caller has them
+    (a job does); otherwise, or when they are not the ones it names, they are looked up."""
+    if prop is None or prop.name != cex.property:
+        prop = catalogue.get(cex.property, **dict(cex.params))
     if prop.kind == "lasso":
         return _replay_lasso(cex)
     # Steps past the violation decide nothing (the first failure is what is checked), and
     # a workload may ask for up to MAX_STEPS of them.
     workload = replace(cex.workload, steps=min(cex.workload.steps, cex.violated_at))
     records = simulate(workload)
-    steps = engines.get(workload.engine).observe(workload, records)
+    if model is None or model.name != workload.engine:
+        model = engines.get(workload.engine)
+    steps = model.observe(workload, records)
     failing = [t for t in range(len(steps)) if not prop.holds(CONCRETE, steps, t)]
     if not failing:
         raise DivergenceError(

@@ -62,13 +62,11 @@ from checker.methods.jobs import (
     JobResult,
     array_unsupported,
     explored,
-    family_of,
     run,
     symbolic_bounds,
 )
 from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED, Verdict
 from model.core.types import Workload
-from properties import catalogue
 from properties.manifest import NamedConfig
 
 DECIDED, DISAGREE, UNDECIDED = "decided", "disagree", "undecided"
@@ -176,9 +174,9 @@ def explore_many(jobs: Sequence[Job]) -> tuple[list[JobResult], int | None]:
     from checker.methods import array as ax
 
     first = jobs[0]
-    props = [catalogue.get(j.property, **dict(j.params)) for j in jobs]
+    props = [j.prop for j in jobs]
     bounds = symbolic_bounds(first.config)
-    results = ax.check_many(props, family_of(first.config), bounds, first.timeout_s)
+    results = ax.check_many(props, first.family, bounds, first.timeout_s)
     out = []
     for job, r in zip(jobs, results, strict=True):
         res = explored(job, r)
@@ -240,7 +238,7 @@ def confirm_least(job: Job, found: JobResult,
     bmc_job = replace(job, method="bmc")
     d = found.verdict.depth
     cex = found.counterexample
-    family, bounds = family_of(job.config), symbolic_bounds(job.config)
+    family, bounds = job.family, symbolic_bounds(job.config)
 
     def verdict(v: str, depth: int, detail: str) -> Verdict:
         return Verdict(job.engine, job.property, job.config.name, "bmc", v, depth,
@@ -252,7 +250,7 @@ def confirm_least(job: Job, found: JobResult,
     too_big = beyond_symbolic(family, bounds)
     if too_big is not None:
         return JobResult(verdict(UNKNOWN, 0, too_big))
-    prop = catalogue.get(job.property, **dict(job.params))
+    prop = job.prop
     u = new_unrolling(family, bounds)
     solver = z3.Solver()
     solver.set(random_seed=Z3_SEED)
@@ -308,8 +306,7 @@ def explore_unbounded(job: Job) -> tuple[JobResult, int | None]:
     bounds = symbolic_bounds(nc)
     if bounds.arrival_window <= 0:
         raise ValueError("a search without a depth limit needs an arrival window")
-    prop = catalogue.get(job.property, **dict(job.params))
-    r = ax.check(prop, family_of(nc), bounds, job.timeout_s,
+    r = ax.check(job.prop, job.family, bounds, job.timeout_s,
                  options=Options(arrival_steps=bounds.arrival_window, exhaustive=True))
     res = explored(job, r)
     v = res.verdict
