@@ -1123,17 +1123,11 @@ class Timing:
 
 
 @dataclass(frozen=True, slots=True)
-class Report:
-    """Everything `audit` found and how it ran."""
+class Report(Head):
+    """Everything `audit` found and how it ran: what it was about (the `Head` fields),
+    then its options and results."""
 
-    engine: str
-    title: str
-    installed: str
-    location: str
-    pinned: str
-    seed: int
     options: Options
-    modes: tuple[str, ...]
     properties: tuple[str, ...]
     sources: Mapping[str, int]  # workloads audited per source
     audited: int
@@ -1149,17 +1143,6 @@ class Report:
     # (label, why) of the workloads the reference refuses as input: not compared
     refused: tuple[tuple[str, str], ...] = ()
     first_finding_s: float | None = None  # seconds from the start to the first finding
-
-    @property
-    def same_version(self) -> bool:
-        """The installed engine is the version the model is pinned to."""
-        return self.installed == self.pinned
-
-    @property
-    def head(self) -> Head:
-        """What the audit was about (`Head`)."""
-        return Head(self.engine, self.title, self.installed, self.location, self.pinned,
-                    self.seed, self.modes)
 
     @property
     def inconclusive(self) -> bool:
