@@ -11,20 +11,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import Any, Self, TextIO
 
 _FORMAT = "check {n_fmt}/{total_fmt} jobs |{bar:12}| {elapsed}{postfix}"
 
 
-class Progress:
-    """A progress line, or nothing: every method is a no-op when it is not shown."""
+class BarLine:
+    """A tqdm bar of jobs on a terminal, or nothing: every method is a no-op when it is not
+    shown. `check`'s `Progress` and the sweep's (checker/sweep/progress.py) draw one."""
 
-    def __init__(self, total: int, stream: TextIO, show: bool = True) -> None:
-        """Show a bar of `total` jobs on `stream` if `show`, the stream is a terminal and
-        tqdm is installed."""
+    def __init__(self, total: int, stream: TextIO, show: bool, bar_format: str,
+                 **options: Any) -> None:
+        """Show a bar of `total` jobs on `stream` in `bar_format` if `show`, the stream is a
+        terminal and tqdm is installed; `options` go to tqdm."""
         self._bar: Any = None
-        self._now = ""
-        self._last = ""
         if not (show and total > 0 and _isatty(stream)):
             return
         try:
@@ -38,12 +38,40 @@ class Progress:
             monitor_interval = 0
 
         self._bar = Bar(total=total, file=stream, leave=False, dynamic_ncols=True,
-                        bar_format=_FORMAT, mininterval=0.5)
+                        bar_format=bar_format, mininterval=0.5, **options)
 
     @property
     def shown(self) -> bool:
         """Whether anything is drawn."""
         return self._bar is not None
+
+    def tick(self) -> None:
+        """Redraw, so the elapsed time moves while a batch runs."""
+        if self._bar is not None:
+            self._bar.refresh()
+
+    def close(self) -> None:
+        """Erase the line (what the command prints follows)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Progress(BarLine):
+    """`check`'s progress line, or nothing: every method is a no-op when it is not shown."""
+
+    def __init__(self, total: int, stream: TextIO, show: bool = True) -> None:
+        """Show a bar of `total` jobs on `stream` if `show`, the stream is a terminal and
+        tqdm is installed."""
+        self._now = ""
+        self._last = ""
+        super().__init__(total, stream, show, _FORMAT)
 
     def running(self, label: str) -> None:
         """`label` is the batch now running."""
@@ -59,11 +87,6 @@ class Progress:
                 self._now = ""
             self._bar.update(jobs)
             self._refresh()
-
-    def tick(self) -> None:
-        """Redraw, so the elapsed time moves while a batch runs."""
-        if self._bar is not None:
-            self._bar.refresh()
 
     @contextmanager
     def ticking(self, every_s: float = 1.0) -> Iterator[None]:
@@ -84,18 +107,6 @@ class Progress:
         finally:
             stop.set()
             thread.join()
-
-    def close(self) -> None:
-        """Erase the line (the table or JSON follows on stdout)."""
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
-
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _refresh(self) -> None:
         parts = ([f"now: {self._now}"] if self._now else []) + (
