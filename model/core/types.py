@@ -8,8 +8,9 @@ configuration and rule state live in its room (model/<engine>/).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 # The workload contract's engine when a document names none (docs/simulation_contract.md).
 DEFAULT_ENGINE = "vllm-v1"
@@ -104,47 +105,47 @@ class Workload:
 
     def arrivals_by_step(self) -> dict[int, tuple[RequestSpec, ...]]:
         """For each step, the requests added just before it, in arrival order."""
-        out: dict[int, list[RequestSpec]] = {}
-        for spec in self.arrival_order():
-            out.setdefault(spec.arrival_step, []).append(spec)
+        out = _grouped((spec.arrival_step, spec) for spec in self.arrival_order())
         return {step: tuple(specs) for step, specs in out.items()}
 
     def eos_ids_by_step(self) -> dict[int, frozenset[str]]:
         """For each step, the requests whose token sampled in it is EOS."""
-        out: dict[int, set[str]] = {}
-        for e in self.eos:
-            out.setdefault(e.step, set()).add(e.id)
+        out = _grouped((e.step, e.id) for e in self.eos)
         return {step: frozenset(ids) for step, ids in out.items()}
 
     def accepted_by_step(self) -> dict[int, dict[str, int]]:
         """For each step, the accepted draft counts by request id."""
-        out: dict[int, dict[str, int]] = {}
-        for e in self.accepted:
-            out.setdefault(e.step, {})[e.id] = e.count
-        return out
+        out = _grouped((e.step, (e.id, e.count)) for e in self.accepted)
+        return {step: dict(counts) for step, counts in out.items()}
 
     def drafts_by_step(self) -> dict[int, dict[str, int]]:
         """For each step, the proposed draft counts by request id."""
-        out: dict[int, dict[str, int]] = {}
-        for e in self.drafts:
-            out.setdefault(e.step, {})[e.id] = e.count
-        return out
+        out = _grouped((e.step, (e.id, e.count)) for e in self.drafts)
+        return {step: dict(counts) for step, counts in out.items()}
 
     def aborts_by_step(self, after_schedule: bool) -> dict[int, tuple[str, ...]]:
         """For each step, the ids aborted before its schedule (or, with `after_schedule`,
         after it), in list order."""
-        out: dict[int, list[str]] = {}
-        for e in self.aborts:
-            if e.after_schedule == after_schedule:
-                out.setdefault(e.step, []).append(e.id)
+        out = _grouped((e.step, e.id) for e in self.aborts
+                       if e.after_schedule == after_schedule)
         return {step: tuple(ids) for step, ids in out.items()}
 
     def eos_steps(self) -> dict[str, frozenset[int]]:
         """For each request id, the steps in which it samples EOS."""
-        out: dict[str, set[int]] = {}
-        for e in self.eos:
-            out.setdefault(e.id, set()).add(e.step)
+        out = _grouped((e.id, e.step) for e in self.eos)
         return {k: frozenset(v) for k, v in out.items()}
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _grouped(pairs: Iterable[tuple[_K, _V]]) -> dict[_K, list[_V]]:
+    """The values of `pairs` by key, in order (keys in order of first appearance)."""
+    out: dict[_K, list[_V]] = {}
+    for key, value in pairs:
+        out.setdefault(key, []).append(value)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
