@@ -19,8 +19,10 @@ import json
 import re
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -387,19 +389,26 @@ def _cause(key: str) -> audit.Cause:
                        line=1, statement="x", lines=((1, "x"),), detail="they part")
 
 
-def test_symptoms_of_one_cause_are_one_group_and_a_confirmed_signature_is_not_traced(
-        fake, monkeypatch):
+def _audit_overruns(fake: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                    key_of: Callable[[Workload], str]) -> tuple[audit.Report, list[int]]:
+    """An audit of 12 overrunning workloads whose locator names the cause `key_of(workload)`:
+    the report and the steps the locator was called at."""
     fake.FAULT = "overrun"
     harness = audit.HARNESSES["vllm-v1"]()
     calls: list[int] = []
 
     def locate(h, workload, reference_workload, step):
         calls.append(step)
-        return _cause("flow:fakesched:1")
+        return _cause(key_of(workload))
 
     monkeypatch.setitem(audit.HARNESSES, "vllm-v1",
                         lambda: replace(harness, locate=locate))
-    report = audit.audit(_options(sources=("random",), count=12, shrink_calls=0))
+    return audit.audit(_options(sources=("random",), count=12, shrink_calls=0)), calls
+
+
+def test_symptoms_of_one_cause_are_one_group_and_a_confirmed_signature_is_not_traced(
+        fake, monkeypatch):
+    report, calls = _audit_overruns(fake, monkeypatch, lambda w: "flow:fakesched:1")
     [group] = report.findings
     assert group.signature == "flow:fakesched:1" and group.count == 12
     assert group.cause == _cause("flow:fakesched:1")
@@ -412,17 +421,8 @@ def test_symptoms_of_one_cause_are_one_group_and_a_confirmed_signature_is_not_tr
 
 def test_a_signature_whose_workloads_disagree_on_the_cause_is_traced_every_time(
         fake, monkeypatch):
-    fake.FAULT = "overrun"
-    harness = audit.HARNESSES["vllm-v1"]()
-    calls: list[int] = []
-
-    def locate(h, workload, reference_workload, step):
-        calls.append(step)
-        return _cause(f"flow:fakesched:{len(workload.requests) % 2}")
-
-    monkeypatch.setitem(audit.HARNESSES, "vllm-v1",
-                        lambda: replace(harness, locate=locate))
-    report = audit.audit(_options(sources=("random",), count=12, shrink_calls=0))
+    report, calls = _audit_overruns(fake, monkeypatch,
+                                    lambda w: f"flow:fakesched:{len(w.requests) % 2}")
     keys = {f.signature for f in report.findings}
     assert keys == {"flow:fakesched:0", "flow:fakesched:1"}
     assert sum(f.count for f in report.findings) == 12
