@@ -11,6 +11,19 @@ from hypothesis import HealthCheck, settings
 
 from checker.methods import induction
 
+# The modules whose tests prove invariants (10-40 s each) go first, so that neither
+# worker of `pytest -n auto` ends the run alone on one of them.
+FIRST = ("test_vllm_invariant_cached.py", "test_vllm_invariant_async.py",
+         "test_vllm_v0_invariant.py", "test_array_explore.py", "test_fuzz.py")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long modules first (`FIRST`), the rest in the order collected."""
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
+
+
 settings.register_profile(
     "ci", derandomize=True, deadline=None, max_examples=200,
     suppress_health_check=[HealthCheck.too_slow],
@@ -20,9 +33,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 
 @pytest.fixture
-def fresh_induction_caches() -> Iterator[None]:
-    """The test sees the rules and invariant it patches, not a cached proof (k-induction
-    caches the step relation and the invariant's proof per process)."""
+def fresh_induction_caches(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that patches the rules or the invariant (by `monkeypatch`) sees what it
+    patches, not a cached proof, and leaves no proof of the patched rules behind
+    (k-induction caches the step relation and the invariant's proof per process). A test
+    that patches nothing shares the proofs of the unpatched rules with its neighbours."""
+    if "monkeypatch" not in request.fixturenames:
+        yield
+        return
     induction.clear_caches()
     yield
     induction.clear_caches()

@@ -34,7 +34,10 @@ CONFIG = "tiny_cached"
 SMALL = dict(num_gpu_blocks=4, max_model_len=6)
 SEEDS = {"sync": range(12), "async": range(6)}  # the async runs cost twice as much
 
-pytestmark = pytest.mark.usefixtures("fresh_induction_caches")
+# One worker runs the module (xdist's loadgroup): its tests share the proofs and runs
+# of the unpatched rules that the per-process caches keep.
+pytestmark = [pytest.mark.usefixtures("fresh_induction_caches"),
+              pytest.mark.xdist_group("cached_invariant")]
 
 
 def _family(config: str = CONFIG, **changes: Any) -> tuple[Family, Bounds]:
@@ -61,7 +64,10 @@ def test_the_engine_covers_prefix_caching_on_small_pools_only() -> None:
     assert not ENGINE.invariant_covers(ENGINE.rule_config(configs["tiny_spec_cached"].config))
 
 
-@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+# The async proof (20 s) is deep: its fast siblings are this proof on the synchronous
+# Scheduler and the async proofs without the cache (tests/test_vllm_invariant_async.py).
+@pytest.mark.parametrize("async_scheduling", [
+    False, pytest.param(True, marks=pytest.mark.slow)], ids=["sync", "async"])
 def test_the_invariant_is_inductive_on_a_small_cached_family(async_scheduling: bool) -> None:
     assert _refusal(async_scheduling=async_scheduling) == ""
 
