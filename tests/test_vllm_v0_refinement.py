@@ -17,10 +17,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from checker.conformance.vllm_v0_real import random_workload
-from model.core.errors import InputError
 from model.core.ops import CONCRETE, SymbolicOps, as_python
 from model.core.slots import lay_out
 from model.core.types import EosEvent, RequestSpec, SlotSpec, Step, StepRecord, Workload
+from model.run import without_unsampled_eos
 from model.vllm_v0 import rules
 from model.vllm_v0.config import ENGINE_VLLM_V0, Config
 from model.vllm_v0.reference import simulate
@@ -204,14 +204,8 @@ def test_rules_put_swapped_in_decodes_before_swapped_in_prefills_in_chunked_mode
 
 def _valid_eos(w: Workload) -> Workload:
     """The workload less the EOS entries of steps where their request samples nothing."""
-    kept: list[EosEvent] = []
-    for e in sorted(w.eos, key=lambda e: (e.step, e.id)):
-        try:
-            simulate(replace(w, eos=(*kept, e)))
-        except InputError:
-            continue
-        kept.append(e)
-    return replace(w, eos=tuple(kept))
+    ordered = tuple(sorted(w.eos, key=lambda e: (e.step, e.id)))
+    return without_unsampled_eos(replace(w, eos=ordered))
 
 
 @st.composite
