@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from model.core.checks import MAX_INT
+from model.core.checks import check_config_int
 from model.core.errors import ConfigError, InputError, shown
 
 ENGINE_STATIC = "static"
@@ -79,14 +79,8 @@ def parse_config(raw: Any, base: BaselineConfig) -> BaselineConfig:
         elif name == "pad_finished":
             if not isinstance(value, bool):
                 raise InputError(f"pad_finished must be true or false, got {shown(value)}")
-        elif isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"baseline config {name} must be an integer, got {shown(value)}")
-        elif value < _MINIMUM[name]:
-            raise InputError(f"baseline config {name} must be >= {_MINIMUM[name]}, got "
-                             f"{value}; use a larger value")
-        elif value > MAX_INT:
-            raise InputError(f"baseline config {name} must be at most {MAX_INT} (64 bits), "
-                             f"got {shown(value)}")
+        else:
+            check_config_int("baseline", name, value, _MINIMUM[name])
     return replace(base, **raw)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from model.core.errors import InputError
+from model.core.errors import InputError, shown
 from model.core.types import Workload
 
 MAX_INT = 2**63 - 1  # every integer of a workload, config or flag fits in 64 bits
@@ -25,6 +25,19 @@ MAX_NESTING = 32  # JSON/YAML nesting; the deepest batchproof document nests 6 l
 MAX_YAML_ALIASES = 100
 MAX_YAML_NODES = 1_000_000
 MAX_FILE_BYTES = 64 * 2**20  # an input file
+
+
+def check_config_int(engine: str, name: str, value: object, minimum: int) -> None:
+    """An integer field `name` of `engine`'s config ("baseline", "mistralrs"): an int, not a
+    bool, from `minimum` to MAX_INT; else an InputError naming the bound it misses."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{engine} config {name} must be an integer, got {shown(value)}")
+    if value < minimum:
+        raise InputError(f"{engine} config {name} must be >= {minimum}, got {value}; use a "
+                         "larger value")
+    if value > MAX_INT:
+        raise InputError(f"{engine} config {name} must be at most {MAX_INT} (64 bits), got "
+                         f"{shown(value)}")
 
 
 def check_eos_steps(workload: Workload) -> None:

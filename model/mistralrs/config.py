@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from model.core.checks import MAX_INT
+from model.core.checks import check_config_int
 from model.core.errors import ConfigError, InputError, shown
 from model.core.switches import with_switches as set_switches
 
@@ -195,14 +195,7 @@ def parse_config(raw: Any, version: str = PINNED) -> MistralrsConfig:
                          f"{', '.join(FIELDS)}, rules")
     knobs = {k: v for k, v in raw.items() if k != "rules"}
     for name, value in knobs.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"mistralrs config {name} must be an integer, got {shown(value)}")
-        if value < _MINIMUM[name]:
-            raise InputError(f"mistralrs config {name} must be >= {_MINIMUM[name]}, got "
-                             f"{value}; use a larger value")
-        if value > MAX_INT:
-            raise InputError(f"mistralrs config {name} must be at most {MAX_INT} (64 bits), "
-                             f"got {shown(value)}")
+        check_config_int("mistralrs", name, value, _MINIMUM[name])
     rules = with_switches(VERSIONS[version], raw.get("rules", {}))
     return replace(MistralrsConfig(rules=rules, version=version), **knobs)
 
