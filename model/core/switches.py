@@ -35,6 +35,21 @@ def with_switches(rules: R, changes: Any, engine: str = "") -> R:
     return replace(rules, **dict(changes))  # type: ignore[type-var]
 
 
+def changed_switches(rules: Any, base: Any) -> dict[str, bool]:
+    """The switches of `rules` whose value differs from `base`'s (same rule set), by name."""
+    theirs = asdict(base)
+    return {k: v for k, v in asdict(rules).items() if theirs[k] != v}
+
+
+def with_rules(out: dict[str, object], rules: Any, base: Any) -> dict[str, object]:
+    """`out`, a config as workload JSON spells it, with under "rules" the switches of
+    `rules` that differ from `base`, its version's (no "rules" when none does)."""
+    changed = changed_switches(rules, base)
+    if changed:
+        out["rules"] = changed
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class RuleVersions:
     """An engine's modelled versions, as the registry reads them (model/registry.py,

@@ -20,11 +20,12 @@ and the lines before and after); VERSIONS maps the modelled versions to their sw
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from model.core.checks import check_config_int
 from model.core.errors import ConfigError, InputError, shown
+from model.core.switches import changed_switches, with_rules
 from model.core.switches import with_switches as set_switches
 
 ENGINE_MISTRALRS = "mistralrs"
@@ -48,8 +49,7 @@ class MistralrsRules:
 
     def changed(self, base: MistralrsRules) -> dict[str, bool]:
         """The switches whose value differs from `base`, by name."""
-        mine, theirs = asdict(self), asdict(base)
-        return {k: v for k, v in mine.items() if theirs[k] != v}
+        return changed_switches(self, base)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +169,8 @@ class MistralrsConfig:
     def to_dict(self) -> dict[str, object]:
         """The config as workload JSON spells it: the knobs, and under "rules" the switches
         that differ from its version's (none, unless one was toggled)."""
-        out: dict[str, object] = {name: getattr(self, name) for name in FIELDS}
-        changed = self.rules.changed(VERSIONS[self.version])
-        if changed:
-            out["rules"] = changed
-        return out
+        return with_rules({name: getattr(self, name) for name in FIELDS}, self.rules,
+                          VERSIONS[self.version])
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in fields(MistralrsConfig)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from model.core.checks import MAX_INT
 from model.core.errors import InputError, shown
+from model.core.switches import changed_switches, with_rules
 from model.core.switches import with_switches as set_switches
 from model.core.types import Workload
 
@@ -101,8 +102,7 @@ class VllmRules:
 
     def changed(self, base: VllmRules | None = None) -> dict[str, bool]:
         """The switches that differ from `base`'s (default: the pinned release's), by name."""
-        theirs = asdict(base if base is not None else VllmRules())
-        return {k: v for k, v in asdict(self).items() if theirs[k] != v}
+        return changed_switches(self, base if base is not None else VllmRules())
 
 
 RULE_SWITCHES: tuple[str, ...] = tuple(f.name for f in fields(VllmRules))
@@ -249,12 +249,9 @@ class Config:
     def to_dict(self) -> dict[str, object]:
         """The config as workload JSON spells it (vLLM field names), and under "rules" the
         switches that differ from its version's (none, unless one was changed)."""
-        out: dict[str, object] = {name: getattr(self, name) for name in CONFIG_FIELDS
-                                  if name not in SPEC_FIELDS or self.speculative_method}
-        changed = self.rules.changed(VERSIONS[self.version])
-        if changed:
-            out["rules"] = changed
-        return out
+        return with_rules({name: getattr(self, name) for name in CONFIG_FIELDS
+                           if name not in SPEC_FIELDS or self.speculative_method},
+                          self.rules, VERSIONS[self.version])
 
 
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config)
