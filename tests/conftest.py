@@ -17,11 +17,25 @@ FIRST = ("test_vllm_invariant_cached.py", "test_vllm_invariant_async.py",
          "test_vllm_v0_invariant.py", "test_array_explore.py", "test_fuzz.py")
 
 
+# The default suite's tests of these modules each run on one worker (xdist's loadgroup,
+# pyproject's addopts): they share the proofs and runs of the unpatched rules that the
+# per-process caches keep (v0_tiny's invariant takes 10-18 s, the cached runs 10 s). The
+# slow tests stay free, for balance: there one of them takes minutes.
+GROUPED = {"test_vllm_invariant_cached.py": "cached_invariant",
+           "test_vllm_invariant_async.py": "async_invariant",
+           "test_vllm_v0_invariant.py": "v0_invariant"}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long modules first (`FIRST`), the rest in the order collected."""
+    """The long modules first (`FIRST`), the rest in the order collected; the default
+    tests of each `GROUPED` module in one xdist group."""
     rank = {name: i for i, name in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
+    for item in items:
+        group = GROUPED.get(item.path.name)
+        if group is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 settings.register_profile(
@@ -56,3 +70,17 @@ def browser() -> Iterator[Browser]:
     b = Browser(*found)
     yield b
     b.close()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the figures a test recorded as its "summary" property (the fuzz survey's),
+    which reach the controller from xdist's workers where printed output would not."""
+    lines = [value for key in ("passed", "failed")
+             for report in terminalreporter.stats.get(key, [])
+             if report.when == "call"
+             for name, value in getattr(report, "user_properties", ()) if name == "summary"]
+    if lines:
+        terminalreporter.section("figures")
+        for line in lines:
+            terminalreporter.write_line(line)
+

@@ -265,6 +265,30 @@ def test_junit_of_a_clean_run_passes_every_testcase(capsys, tmp_path):
         {c.name: c for c in suite}["starvation[st_tiny, k=3] (bmc)"].system_out
 
 
+def test_json_file_is_the_json_document_beside_the_table(capsys, tmp_path):
+    path = tmp_path / "v.json"
+    argv = ["check", "--engine", "static", "--jobs", "1"]
+    assert main([*argv, "--json-file", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "8 checks, 8 as expected" in table
+    assert main([*argv, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    written = json.loads(path.read_text())
+
+    def timeless(doc):  # the same checks, run twice: only the seconds differ
+        rows = [{k: v for k, v in r.items() if k != "seconds"} for r in doc["verdicts"]]
+        return rows, {k: v for k, v in doc["summary"].items() if k != "seconds"}
+
+    assert timeless(written) == timeless(printed) and len(written["verdicts"]) == 8
+
+
+def test_an_unwritable_json_file_is_refused_before_any_check(capsys, tmp_path):
+    missing = tmp_path / "no" / "v.json"
+    assert main(["check", "--engine", "static", "--json-file", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"batchproof: error: cannot write --json-file {missing}")
+
+
 def test_junit_names_keep_parameters_apart():
     v = Verdict("mistralrs", "prefill_due_within", "mr_tiny", "bmc", HOLDS, 4, 0.0,
                 params=(("k", 2),))

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from checker.cli.main import main
@@ -741,27 +741,35 @@ def test_no_command_tracebacks_hangs_or_passes_bad_input(case, data):
     run_case(case, data)
 
 
+#: The survey in shards, so that `pytest -n auto` runs them side by side (one per core):
+#: each its own seed, each at least its share of the 3,000 invocations.
+SURVEY_SHARDS = 2
+
+
 @pytest.mark.slow
-def test_fuzz_three_thousand_invocations(capsys):
-    # A large derandomized run that records every finding before failing, so one run
-    # gives the whole list (the figures are printed with -s).
+@pytest.mark.parametrize("shard", range(SURVEY_SHARDS))
+def test_fuzz_three_thousand_invocations(shard, record_property):
+    # A large run with a fixed seed per shard that records every finding before failing,
+    # so one run gives the whole list; the figures reach the terminal summary (conftest),
+    # also from an xdist worker.
     STATS.clear()
     FINDINGS.clear()
 
-    @settings(max_examples=1800, derandomize=True, **FUZZ_SETTINGS)
+    @seed(shard)
+    @settings(max_examples=1800 // SURVEY_SHARDS, derandomize=False, database=None,
+              **FUZZ_SETTINGS)
     @given(case=cases(large=True), data=st.data())
     def survey(case, data):
         run_case(case, data, survey=True)
 
     survey()
-    with capsys.disabled():
-        codes = ", ".join(f"{k}: {v}" for k, v in sorted(STATS.items()) if k.startswith("exit "))
-        print(f"\nfuzz: {STATS['invocations']} invocations ({codes}); "
-              f"tracebacks {STATS['traceback']}, hangs {STATS['hang']}, "
-              f"false passes {STATS['false']}, other {STATS['bad'] + STATS['exit']}")
-        for line in FINDINGS[:50]:
-            print("  " + line)
-    assert STATS["invocations"] >= 3000
+    codes = ", ".join(f"{k}: {v}" for k, v in sorted(STATS.items()) if k.startswith("exit "))
+    figures = (f"fuzz survey, shard {shard + 1} of {SURVEY_SHARDS}: {STATS['invocations']} "
+               f"invocations ({codes}); tracebacks {STATS['traceback']}, hangs "
+               f"{STATS['hang']}, false passes {STATS['false']}, other "
+               f"{STATS['bad'] + STATS['exit']}")
+    record_property("summary", "\n".join([figures, *("  " + f for f in FINDINGS[:50])]))
+    assert STATS["invocations"] >= 3000 // SURVEY_SHARDS
     assert FINDINGS == []
 
 

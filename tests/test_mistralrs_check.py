@@ -4,6 +4,7 @@ step, and BMC and the explorer agree on the manifest's findings."""
 import json
 from pathlib import Path
 
+import both_methods
 import pytest
 
 from checker.cli.main import main
@@ -39,7 +40,10 @@ def test_bmc_and_explorer_agree_on_the_starvation_escape(capsys):
 
 @pytest.mark.slow
 def test_mistralrs_manifest_meets_both_methods(capsys):
-    code = main(["check", "--engine", "mistralrs", "--method", "both", "--json", "--jobs", "1",
-                 "--timeout", "120"])
-    rows = json.loads(capsys.readouterr().out)["verdicts"]
+    def run() -> tuple[int, dict]:
+        code = main(["check", "--engine", "mistralrs", "--method", "both", "--json", "--jobs",
+                     "1", "--timeout", "120"])
+        return code, json.loads(capsys.readouterr().out)
+
+    code, rows = both_methods.rows("mistralrs", run)
     assert code == 0, [r for r in rows if not r.get("as_expected", True)]

@@ -5,6 +5,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import both_methods
 import pytest
 
 from checker.cli.main import main
@@ -62,8 +63,11 @@ def test_initial_state_has_python_bool_leaves_for_the_generic_bmc():
 @pytest.mark.slow
 def test_the_sglang_manifest_is_met_and_both_methods_agree(capsys):
     """About five minutes on one core: every entry, BMC and the explorer."""
-    main(["check", "--engine", "sglang", "--method", "both", "--json", "--jobs", "1"])
-    rows = json.loads(capsys.readouterr().out)["verdicts"]
+    def run() -> tuple[int, dict]:
+        code = main(["check", "--engine", "sglang", "--method", "both", "--json", "--jobs", "1"])
+        return code, json.loads(capsys.readouterr().out)
+
+    _, rows = both_methods.rows("sglang", run)
     by_entry: dict = {}
     for r in rows:
         by_entry.setdefault((r["property"], r["config"]), {})[r["method"]] = r

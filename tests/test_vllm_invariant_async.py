@@ -55,10 +55,9 @@ def _family(config: str = CONFIG, **changes: Any) -> tuple[Family, Bounds]:
 
 
 # Every test sees the rules and invariant it patches, not a cached proof.
-# One worker runs the module (xdist's loadgroup): its tests share the proofs and runs
-# of the unpatched rules that the per-process caches keep.
-pytestmark = [pytest.mark.usefixtures("fresh_induction_caches"),
-              pytest.mark.xdist_group("async_invariant")]
+# Every test sees the rules and invariant it patches, not a cached proof; the default
+# suite's tests of the module run on one worker (tests/conftest.py, GROUPED).
+pytestmark = pytest.mark.usefixtures("fresh_induction_caches")
 
 
 def _refusal(config: str = CONFIG) -> str:

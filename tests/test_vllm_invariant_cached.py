@@ -34,10 +34,9 @@ CONFIG = "tiny_cached"
 SMALL = dict(num_gpu_blocks=4, max_model_len=6)
 SEEDS = {"sync": range(12), "async": range(6)}  # the async runs cost twice as much
 
-# One worker runs the module (xdist's loadgroup): its tests share the proofs and runs
-# of the unpatched rules that the per-process caches keep.
-pytestmark = [pytest.mark.usefixtures("fresh_induction_caches"),
-              pytest.mark.xdist_group("cached_invariant")]
+# Every test sees the rules and invariant it patches, not a cached proof; the default
+# suite's tests of the module run on one worker (tests/conftest.py, GROUPED).
+pytestmark = pytest.mark.usefixtures("fresh_induction_caches")
 
 
 def _family(config: str = CONFIG, **changes: Any) -> tuple[Family, Bounds]:

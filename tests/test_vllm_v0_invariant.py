@@ -27,10 +27,6 @@ from model.vllm_v0.state import SWAPPED, WAITING, RuleConfig
 from properties import catalogue
 from properties.manifest import load
 
-# One worker runs the module (xdist's loadgroup): its tests share the invariant proofs
-# that the per-process caches keep (v0_tiny's takes 10-18 s).
-pytestmark = pytest.mark.xdist_group("v0_invariant")
-
 ROOT = Path(__file__).resolve().parents[1]
 
 CONFIGS = ("v0_tiny", "v0_chunked")

@@ -215,6 +215,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write a self-contained HTML report (checker/show/report.py)")
     parser.add_argument("--junit", metavar="FILE",
                         help="also write the verdicts as JUnit XML, one testcase per check")
+    parser.add_argument("--json-file", metavar="FILE",
+                        help="also write the verdicts as JSON (the document --json prints), "
+                        "beside the table")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress line on stderr (shown only when stderr is a "
                         "terminal)")
@@ -715,9 +718,9 @@ def run(args: argparse.Namespace) -> int:
     notes = [ignored_line(args), *args.serve_notes]
     if not rows:
         raise InputError("no manifest entry matches; see 'batchproof check --list'")
-    for flag in ("html", "junit", "dot", "graphml"):
+    for flag in ("html", "junit", "json_file", "dot", "graphml"):
         if getattr(args, flag, None):
-            _check_writable(f"--{flag}", getattr(args, flag))
+            _check_writable(f"--{flag.replace('_', '-')}", getattr(args, flag))
     out_dir = Path(args.out) if getattr(args, "out", None) else DEFAULT_OUT
     if any(e is None for e, _, _, _ in rows):
         _check_out_dir(out_dir)
@@ -783,10 +786,10 @@ def run(args: argparse.Namespace) -> int:
     agreements = agreement.compare_all(pairs)
     code = exit_code(verdicts, agreements)
     configs = [job.config for job, _ in planned]
+    document = json_document(verdicts, agreements, code, args.method == "both",
+                             [bounds_of(nc) for nc in configs])
     if args.json:
-        json.dump(json_document(verdicts, agreements, code, args.method == "both",
-                                [bounds_of(nc) for nc in configs]),
-                  sys.stdout, indent=1)
+        json.dump(document, sys.stdout, indent=1)
         sys.stdout.write("\n")
         print_notes(notes, sys.stderr)
     else:
@@ -797,6 +800,9 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         from checker.show import report  # the report's imports are needed only here
         _writing("--html", args.html, lambda: report.write_html(args.html, results, verdicts))
+    if args.json_file:
+        _writing("--json-file", args.json_file, lambda: Path(args.json_file).write_text(
+            json.dumps(document, indent=1) + "\n"))
     if args.junit:
         from checker.show import junit
         _writing("--junit", args.junit,
