@@ -39,6 +39,10 @@ from model.core.ops import Bool, SymbolicOps
 from model.vllm.config import Config
 from properties import catalogue
 
+# Every proof timed here is proved, not read back from a cache of an earlier run
+# (checker/methods/proof_cache.py); subprocesses inherit the setting.
+os.environ.setdefault("BATCHPROOF_PROOF_CACHE", "off")
+
 SPIN_CFG = Config(max_num_batched_tokens=8, max_num_seqs=4, max_model_len=16, block_size=4,
                   num_gpu_blocks=6)
 #: the markers of the table of one k=6 proof depth in the page --write updates

@@ -27,6 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Every proof timed here is proved, not read back from a cache of an earlier run
+# (checker/methods/proof_cache.py); subprocesses inherit the setting.
+os.environ.setdefault("BATCHPROOF_PROOF_CACHE", "off")
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 

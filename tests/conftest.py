@@ -3,13 +3,15 @@ a fixture that clears k-induction's per-process caches around a test that patche
 rules or an invariant, and the headless browser of the browser tests."""
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
 from browser_driver import HOW_TO, Browser, find_browser
 from hypothesis import HealthCheck, settings
 
-from checker.methods import induction
+from checker.methods import induction, proof_cache
 
 # The modules whose tests prove invariants (10-40 s each) go first, so that neither
 # worker of `pytest -n auto` ends the run alone on one of them.
@@ -38,6 +40,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+_MADE = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The proofs kept on disk (checker/methods/proof_cache.py) go to a folder of this run,
+    shared by its xdist workers (they inherit the environment), never to the user's cache:
+    a test that patches the rules must not leave a proof behind for a real run."""
+    if "BATCHPROOF_PROOF_CACHE" not in os.environ:
+        made = tempfile.mkdtemp(prefix="batchproof-proofs-")
+        os.environ["BATCHPROOF_PROOF_CACHE"] = made
+        config.stash[_MADE] = made
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the run's proof folder (made by the controller, not by a worker)."""
+    made = config.stash.get(_MADE, None)
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
+        del os.environ["BATCHPROOF_PROOF_CACHE"]
+
+
 settings.register_profile(
     "ci", derandomize=True, deadline=None, max_examples=200,
     suppress_health_check=[HealthCheck.too_slow],
@@ -56,7 +79,8 @@ def fresh_induction_caches(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     induction.clear_caches()
-    yield
+    with proof_cache.disabled():  # nor a stored proof, nor one of the patched rules kept
+        yield
     induction.clear_caches()
 
 

@@ -76,6 +76,7 @@ from checker.conformance.causes import Cause, cited_lines, refused_choice, witho
 from checker.conformance.divergence import value_text
 from checker.conformance.parting import enclosing
 from checker.conformance.shrink import tidy
+from checker.methods import proof_cache
 from checker.methods.trace_check import (
     VIOLATED,
     TraceMismatch,
@@ -572,18 +573,6 @@ def run_witness_job(job: WitnessJob) -> tuple[str, dict[str, Any] | None, float]
     return result.status, workload, result.seconds
 
 
-def _sources_key() -> str:
-    """A digest of everything a witness search reads: the model, the properties (and
-    manifests) and the checking methods."""
-    digest = hashlib.sha256()
-    for part in ("model", "properties", "checker/methods"):
-        for path in sorted((ROOT / part).rglob("*")):
-            if path.suffix in (".py", ".toml") and path.is_file():
-                digest.update(str(path.relative_to(ROOT)).encode())
-                digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 def default_cache_dir() -> Path:
     """$XDG_CACHE_HOME/batchproof (~/.cache/batchproof)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -607,7 +596,7 @@ def _witness_plan(engine: str, timeout_s: float, cache_dir: Path | None
     """(the searches, their cache file, their results when the cache or the shipped file
     has them all, else the results the shipped file gives for some of them)."""
     todo = witness_jobs(engine, timeout_s)
-    key = hashlib.sha256(repr((_sources_key(), todo)).encode()).hexdigest()[:20]
+    key = hashlib.sha256(repr((proof_cache.sources_key(), todo)).encode()).hexdigest()[:20]
     path = cache_dir / f"witnesses-{engine}-{key}.json" if cache_dir is not None else None
     results: list[Any] | None = None
     if path is not None and path.is_file():
@@ -632,7 +621,7 @@ def _plan_key(todo: Sequence[WitnessJob]) -> str:
     """What a search's result depends on: the sources and the searches, not their time
     limit (the shipped results were searched with a longer one)."""
     plan = [replace(j, timeout_s=0.0) for j in todo]
-    return hashlib.sha256(repr((_sources_key(), plan)).encode()).hexdigest()[:20]
+    return hashlib.sha256(repr((proof_cache.sources_key(), plan)).encode()).hexdigest()[:20]
 
 
 def shipped_results(engine: str, todo: Sequence[WitnessJob]

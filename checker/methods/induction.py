@@ -20,6 +20,7 @@ from typing import Any
 
 import z3
 
+from checker.methods import proof_cache
 from checker.methods.symbolic import (
     Z3_SEED,
     Bounds,
@@ -173,7 +174,24 @@ def _unsat(timeout_s: float, *assertions: Any) -> tuple[bool, str]:
 @lru_cache(maxsize=32)
 def prove_well_formed(family: Family, bounds: Bounds, timeout_s: float) -> InductionResult:
     """Prove `well_formed` inductive: it holds initially and every step preserves it.
-    Cached per process: every step property of a family reuses the proof."""
+    Cached per process (every step property of a family reuses the proof) and on disk
+    (checker/methods/proof_cache.py: a decided result, keyed on the family, the bounds and
+    the sources, so another worker or a later run reads it back instead of proving it
+    again; its `seconds` are then 0)."""
+    name = proof_cache.key("invariant", family, bounds)
+    stored = proof_cache.load(name)
+    if stored is not None:
+        return InductionResult(bool(stored["proved"]), int(stored["k"]), 0.0,
+                               str(stored["reason"]))
+    result = _prove_well_formed(family, bounds, timeout_s)
+    if result.proved or result.reason.startswith(("base case: sat", "inductive step: sat")):
+        # decided: proved, or refuted with the conjuncts that break; never a time limit
+        proof_cache.store(name, {"proved": result.proved, "k": result.k,
+                                 "reason": result.reason})
+    return result
+
+
+def _prove_well_formed(family: Family, bounds: Bounds, timeout_s: float) -> InductionResult:
     start = time.monotonic()
     engine = family.model
     cfg, _, cfg_cons = family_config(family)

@@ -1,0 +1,102 @@
+"""Proofs kept on disk between processes and runs, keyed on the sources they read.
+
+A proof that took minutes (the prefix-cache pool's invariant on tiny_cached: about two)
+is paid once per machine, not once per `check` worker and run: its result is stored under
+a key that digests the question (its family and bounds, as `repr`) with every source file
+the proof reads (model/, properties/, checker/methods/) and z3's version. Any edit there
+gives a new key, so a stored result is only ever read back by the same code asking the
+same question.
+
+Where: $BATCHPROOF_PROOF_CACHE, else $XDG_CACHE_HOME/batchproof/proofs
+(~/.cache/batchproof/proofs); BATCHPROOF_PROOF_CACHE=off turns it off. Only decided
+results are stored (a proof, or a refutation the solver showed): never a time limit or a
+solver unknown, which a longer limit might decide."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import z3
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The folders whose sources a proof reads.
+SOURCES = ("model", "properties", "checker/methods")
+OFF = "off"
+
+_disabled = 0
+
+
+@lru_cache(maxsize=1)
+def sources_key() -> str:
+    """A digest of every source a proof or a search reads: the model, the properties (and
+    manifests) and the checking methods (read once per process)."""
+    digest = hashlib.sha256()
+    for part in SOURCES:
+        for path in sorted((ROOT / part).rglob("*")):
+            if path.suffix in (".py", ".toml") and path.is_file():
+                digest.update(str(path.relative_to(ROOT)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_dir() -> Path | None:
+    """Where proofs are kept, or None when the cache is off."""
+    chosen = os.environ.get("BATCHPROOF_PROOF_CACHE")
+    if _disabled or chosen == OFF:
+        return None
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "batchproof" / "proofs"
+
+
+def key(kind: str, *question: object) -> str:
+    """The key of a `kind` of proof of `question` (objects with a complete, stable repr)
+    by the current sources."""
+    text = repr((kind, sources_key(), z3.get_version_string(), question))
+    return f"{kind}-{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+
+
+def load(name: str) -> dict[str, Any] | None:
+    """The stored result of `key` `name`, or None (not stored, unreadable, or off)."""
+    where = cache_dir()
+    if where is None:
+        return None
+    try:
+        value = json.loads((where / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def store(name: str, value: dict[str, Any]) -> None:
+    """Keep `value` under `name`; a cache that cannot be written is skipped silently (the
+    proof stands; only the next run pays it again)."""
+    where = cache_dir()
+    if where is None:
+        return
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        partial = where / f".{name}.{os.getpid()}.tmp"
+        partial.write_text(json.dumps(value, sort_keys=True))
+        partial.replace(where / f"{name}.json")  # atomic: parallel workers may race
+    except OSError:
+        return
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Neither read nor write the cache inside (a test that patches the rules)."""
+    global _disabled
+    _disabled += 1
+    try:
+        yield
+    finally:
+        _disabled -= 1
