@@ -574,9 +574,8 @@ def run_witness_job(job: WitnessJob) -> tuple[str, dict[str, Any] | None, float]
 
 
 def default_cache_dir() -> Path:
-    """$XDG_CACHE_HOME/batchproof (~/.cache/batchproof)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "batchproof"
+    """$XDG_CACHE_HOME/batchproof (~/.cache/batchproof), the proofs' cache home too."""
+    return proof_cache.cache_home()
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,15 +46,18 @@ def sources_key() -> str:
     return digest.hexdigest()[:16]
 
 
+def cache_home() -> Path:
+    """batchproof's cache folder: $XDG_CACHE_HOME/batchproof (~/.cache/batchproof)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "batchproof"
+
+
 def cache_dir() -> Path | None:
     """Where proofs are kept, or None when the cache is off."""
     chosen = os.environ.get("BATCHPROOF_PROOF_CACHE")
     if _disabled or chosen == OFF:
         return None
-    if chosen:
-        return Path(chosen)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "batchproof" / "proofs"
+    return Path(chosen) if chosen else cache_home() / "proofs"
 
 
 def key(kind: str, *question: object) -> str:
