@@ -29,6 +29,7 @@ from checker.methods.theorems.vllm_v1_loops import (
     _Req,
     _running,
     _tag,
+    lookup_refines_abstract_hit,
 )
 from model.core.ops import SymbolicOps
 from model.vllm.rules import (
@@ -171,6 +172,45 @@ _OVER_STEPS = ("induction over steps, each step a 1-induction over the arrival, 
 _ON_TOUCHED = "on the requests each touches and two bystanders (base, step, conclusion valid)"
 
 
+def _with_and_without_cache(argument: Callable[[], _Argument], timeout_s: float, kind: str,
+                            capped: bool = False) -> TheoremResult:
+    """The argument proved on the exact loop bodies without the prefix cache, then on the
+    abstracted cache (`_Loops.cached`: any hit the lookup can return, any free count),
+    whose refinement by the exact lookup is checked first (`lookup_refines_abstract_hit`;
+    its hit capped at num_tokens - 1 when `capped`): one result for prefix caching off and
+    on."""
+    start = time.monotonic()
+    exact = _prove(argument(), timeout_s, kind)
+    if not exact.proved:
+        return exact
+    refined = _refinement(capped, timeout_s - exact.seconds)
+    if not refined.proved:
+        return TheoremResult(False, time.monotonic() - start,
+                             f"with prefix caching: {refined.detail}")
+    cached = _prove(argument(), timeout_s - (time.monotonic() - start), kind, cached=True,
+                    capped=capped)
+    if not cached.proved:
+        return TheoremResult(False, time.monotonic() - start,
+                             f"with prefix caching (abstracted): {cached.detail}")
+    obligations = cached.detail.split("(")[-1].split(" obligations")[0]
+    return TheoremResult(True, time.monotonic() - start,
+                         f"{exact.detail}; with prefix caching on, the same argument on the "
+                         f"abstracted cache ({obligations} obligations; any hit the exact "
+                         f"lookup can return, any free-block count; {refined.detail})")
+
+
+_REFINED: dict[bool, TheoremResult] = {}  # proved refinements, per capped (once a process)
+
+
+def _refinement(capped: bool, timeout_s: float) -> TheoremResult:
+    if capped not in _REFINED:
+        result = lookup_refines_abstract_hit(timeout_s, capped)
+        if not result.proved:
+            return result
+        _REFINED[capped] = result
+    return _REFINED[capped]
+
+
 def _budget_argument() -> _Argument:
     def inv(l_: _Loops, acc: _Acc) -> Any:
         budget = l_.cfg.token_budget
@@ -190,7 +230,7 @@ def budget_respected_unbounded(timeout_s: float) -> TheoremResult:
     left >= 0 and scheduled + budget left <= B; within a RUNNING-loop iteration the
     offered n (`running_tokens`) stays <= the budget left (a PRIORITY victim's tokens
     only raise it) and a fitted request has n >= 1."""
-    return _prove(_budget_argument(), timeout_s,
+    return _with_and_without_cache(_budget_argument, timeout_s,
                   "1-induction over the running loop's iterations (and its inner "
                   "allocate-or-preempt loop's) and the waiting loop's iterations (base, "
                   "step, conclusion valid); invariant: budget left >= 0 and tokens "
@@ -214,7 +254,7 @@ def running_within_max_num_seqs_unbounded(timeout_s: float) -> TheoremResult:
     Invariant over steps and every loop: RUNNING count <= max_num_seqs; only the WAITING
     loop adds a RUNNING request, and only while the count is below max_num_active_reqs
     <= max_num_seqs (premise); preemption, release and arrival never add one."""
-    return _prove(_running_argument(), timeout_s,
+    return _with_and_without_cache(_running_argument, timeout_s,
                   f"{_OVER_STEPS} (base, step, conclusion valid); invariant: RUNNING count "
                   "<= max_num_seqs")
 
@@ -268,7 +308,7 @@ def no_admission_after_preemption_unbounded(timeout_s: float) -> TheoremResult:
     preempted. Invariants: through the RUNNING loop nobody has joined (preemption only
     makes a RUNNING request PREEMPTED); through the WAITING loop, preempted implies
     stopped and nobody joined (stopped starts as preempted, scheduler.py:900)."""
-    return _prove(_no_admission_argument(), timeout_s,
+    return _with_and_without_cache(_no_admission_argument, timeout_s,
                   "1-induction over the running loop's iterations (nobody joined) and the "
                   "waiting loop's iterations (preempted implies stopped and nobody joined) "
                   "(base, step, conclusion valid)")
@@ -331,11 +371,14 @@ def _computed_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
     common = [r.ncomp >= 0, r.out >= 0, *_key_order(l_, acc, r, stage)]
     if stage == "between":
         return z3.And(*common, z3.Implies(_unstarted(r), r.ncomp == 0), r.ncomp <= r.ntok)
+    # A request admitted in this step starts from its prefix hit (0 without the cache),
+    # one RUNNING at the step's start had none (_Loops.start resets it).
     return z3.And(
         *common, r.ncomp0 >= 0, r.ncomp + r.scheduled <= r.ntok,
-        r.scheduled <= r.ntok - r.ncomp0,
+        r.scheduled <= r.ntok - r.ncomp0, l_.hit(r) >= 0,
+        z3.Implies(stage == "running", l_.hit(r) == 0),
         z3.Implies(_unstarted(r), z3.And(r.ncomp == 0, r.scheduled == 0)),
-        z3.Implies(_running(r), r.ncomp == r.ncomp0),
+        z3.Implies(_running(r), r.ncomp == r.ncomp0 + l_.hit(r)),
         z3.Implies(z3.And(_queued(r), z3.Not(r.pre)), r.ncomp0 == 0),
         z3.Implies(r.pre, acc.any_preempted))
 
@@ -358,7 +401,7 @@ def computed_within_tokens_unbounded(timeout_s: float) -> TheoremResult:
     a request waiting since the step's start computed nothing, and a preempted one is reset
     and (FCFS: the victim is not yet served; PRIORITY: it gives its tokens back) has
     nothing scheduled."""
-    return _prove(_computed_argument(), timeout_s,
+    return _with_and_without_cache(_computed_argument, timeout_s,
                   f"{_OVER_STEPS} {_ON_TOUCHED}; per-request invariant: a request not "
                   "started has computed nothing, num_computed_tokens + scheduled <= "
                   "num_tokens")
@@ -367,9 +410,9 @@ def computed_within_tokens_unbounded(timeout_s: float) -> TheoremResult:
 def _whole_prompt_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
     if stage == "running":  # nobody joins in the RUNNING loop
         return z3.Not(_joined(r))
-    if stage == "waiting":  # prefix_hit is 0 without a prefix cache (the rules' _Work)
+    if stage == "waiting":  # all it lacks beyond its prefix hit (0 without the cache)
         return z3.Or(l_.cfg.enable_chunked_prefill,
-                     z3.Implies(_joined(r), r.scheduled == r.ntok))
+                     z3.Implies(_joined(r), r.scheduled == r.ntok - l_.hit(r)))
     return True
 
 
@@ -405,7 +448,7 @@ def whole_prompt_without_chunking_unbounded(timeout_s: float) -> TheoremResult:
     RUNNING loop; in the WAITING loop an admission happens only if the threshold-capped
     chunk fits the budget (scheduler.py:1155-1167), which with no threshold is all it
     lacks, num_tokens (num_computed_tokens 0, 1129), and nothing changes it later."""
-    return _prove(_whole_prompt_argument(), timeout_s,
+    return _with_and_without_cache(_whole_prompt_argument, timeout_s,
                   "1-induction over the running loop's iterations (nobody joined) and the "
                   f"waiting loop's iterations {_ON_TOUCHED}; per-request invariant: a "
                   "request joined is scheduled num_tokens")
@@ -439,7 +482,7 @@ def running_before_waiting_unbounded(timeout_s: float) -> TheoremResult:
     mark and one joined a rank >= mark. A request RUNNING at the start is never admitted
     in the WAITING loop: it is waiting only if preempted, and then the loop admits
     nobody (scheduler.py:900)."""
-    return _prove(_rank_argument(), timeout_s,
+    return _with_and_without_cache(_rank_argument, timeout_s,
                   "1-induction over the running loop's iterations and the waiting loop's "
                   f"iterations {_ON_TOUCHED}; per-request invariant: a running request "
                   "served has a rank below the waiting loop's first, a request joined one "
@@ -481,15 +524,47 @@ def preempted_requeued_unbounded(timeout_s: float) -> TheoremResult:
     yet: run-key order), and has a key in (wait_head, wait_head at the step's start],
     and one waiting and not preempted a key above the latter. Under PRIORITY the rules'
     `_queue_key` over any number of requests orders by (priority, arrival index)."""
-    return _prove(_requeued_argument(), timeout_s,
+    return _with_and_without_cache(_requeued_argument, timeout_s,
                   f"{_OVER_STEPS} {_ON_TOUCHED}; per-request invariant: a preempted request "
                   "is reset and keyed below every waiting request not preempted")
+
+
+def _admitted_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
+    if stage == "running":  # nobody joins in the RUNNING loop
+        return z3.Not(_joined(r))
+    if stage == "waiting":
+        return z3.Implies(_joined(r), r.scheduled >= 1)
+    return True
+
+
+def _admitted_argument() -> _Argument:
+    return _Argument(lambda *_: True, lambda *_: True, lambda *_: True, lambda l_: [],
+                     each=_admitted_each, observed="admitted_with_tokens")
+
+
+def admitted_with_tokens_unbounded(timeout_s: float) -> TheoremResult:
+    """For every number of requests, prefix caching on or off: a request admitted or
+    resumed is scheduled at least one token (`assert num_new_tokens > 0`,
+    scheduler.py:1170). Per-request invariant: nobody joins in the RUNNING loop; the
+    WAITING loop admits only with budget left (918-919) and a hit of at most
+    num_tokens - 1 (kv_cache_manager.py:289-300), so what it lacks is >= 1 and so is the
+    chunk a threshold >= 1 or the budget cuts it to (1155-1169)."""
+    return _with_and_without_cache(_admitted_argument, timeout_s,
+                                   "1-induction over the running loop's iterations (nobody "
+                                   f"joined) and the waiting loop's iterations {_ON_TOUCHED}; "
+                                   "per-request invariant: a request joined is scheduled "
+                                   ">= 1 token", capped=True)
 
 
 def _plain_sync(family: Family) -> bool:
     base = family.base
     return not (base.enable_prefix_caching or base.speculative_method
                 or base.async_scheduling)
+
+
+def _synchronous(family: Family) -> bool:
+    base = family.base
+    return not (base.speculative_method or base.async_scheduling)
 
 
 def _budget_nonnegative(family: Family) -> bool:
@@ -502,6 +577,17 @@ PLAIN_SYNC = Premise(
     "plain_synchronous_scheduler",
     "prefix caching, speculative decoding and async scheduling are off (the loop bodies "
     "proved are the synchronous Scheduler's without them)", _plain_sync)
+SYNC_WITHOUT_DRAFTS = Premise(
+    "synchronous_scheduler_without_drafts",
+    "speculative decoding and async scheduling are off (the loop bodies proved are the "
+    "synchronous Scheduler's; prefix caching on or off: the cache abstracted, "
+    "docs/parameterised_proofs.md)", _synchronous)
+PREFIX_HIT_CAPPED = Premise(
+    "prefix_hit_capped",
+    "with prefix caching on, a hit is capped at num_tokens - 1 (kv_cache_manager.py:289-300; "
+    "rules.cap_prefix_hit; without it admitted_with_tokens is VIOLATED on "
+    "tiny_cached_uncapped)",
+    lambda f: f.base.rules.cap_prefix_hit or not f.base.enable_prefix_caching)
 BUDGET_NONNEGATIVE = Premise(
     "token_budget_nonnegative", "the token budget is >= 0 in every config of the family",
     _budget_nonnegative)
@@ -542,23 +628,30 @@ THEOREMS: dict[str, Theorem] = {
         states="fdb1d19823172fef"),
     # For every number of requests (loop invariants; docs/parameterised_proofs.md).
     "budget_respected": Theorem(budget_respected_unbounded,
-                                (PLAIN_SYNC, BUDGET_NONNEGATIVE), states="0e6d49755612bc27"),
+                                (SYNC_WITHOUT_DRAFTS, BUDGET_NONNEGATIVE),
+                                states="0e6d49755612bc27"),
     "running_within_max_num_seqs": Theorem(
         running_within_max_num_seqs_unbounded,
-        (PLAIN_SYNC, ACTIVE_WITHIN_SEATS, SEATS_NONNEGATIVE), states="015c2fb3f8cffee1"),
+        (SYNC_WITHOUT_DRAFTS, ACTIVE_WITHIN_SEATS, SEATS_NONNEGATIVE), states="015c2fb3f8cffee1"),
     "kv_blocks_conserved": Theorem(kv_blocks_conserved_unbounded,
                                    (PLAIN_SYNC, POOL_NONEMPTY, WATERMARK_NONNEGATIVE),
                                    states="68fea0a56159ef19"),
     "no_admission_after_preemption": Theorem(no_admission_after_preemption_unbounded,
-                                             (PLAIN_SYNC, PREEMPTION_GATE),
+                                             (SYNC_WITHOUT_DRAFTS, PREEMPTION_GATE),
                                              states="4801bd76f453ed0c"),
     "computed_within_tokens": Theorem(computed_within_tokens_unbounded,
-                                      (PLAIN_SYNC, PREEMPTION_GATE), states="62fbe5613fdb2e41"),
+                                      (SYNC_WITHOUT_DRAFTS, PREEMPTION_GATE),
+                                      states="62fbe5613fdb2e41"),
     "whole_prompt_without_chunking": Theorem(whole_prompt_without_chunking_unbounded,
-                                             (PLAIN_SYNC, NO_THRESHOLD_WITHOUT_CHUNKING),
+                                             (SYNC_WITHOUT_DRAFTS, NO_THRESHOLD_WITHOUT_CHUNKING),
                                              states="0c20ba639b9f514b"),
     "running_before_waiting": Theorem(running_before_waiting_unbounded,
-                                      (PLAIN_SYNC, PREEMPTION_GATE), states="2975efd1180e086c"),
+                                      (SYNC_WITHOUT_DRAFTS, PREEMPTION_GATE),
+                                      states="2975efd1180e086c"),
+    "admitted_with_tokens": Theorem(admitted_with_tokens_unbounded,
+                                    (SYNC_WITHOUT_DRAFTS, PREFIX_HIT_CAPPED),
+                                    states="4c33f8af6746634a"),
     "preempted_requeued": Theorem(preempted_requeued_unbounded,
-                                  (PLAIN_SYNC, PREEMPTION_GATE), states="aae4e6bee51a6d9a"),
+                                  (SYNC_WITHOUT_DRAFTS, PREEMPTION_GATE),
+                                  states="aae4e6bee51a6d9a"),
 }

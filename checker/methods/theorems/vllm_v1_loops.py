@@ -64,7 +64,7 @@ _VICTIM_RULES = ((False, True), (False, False), (True, True))  # (priority, vict
 
 
 _REQ_INTS = ("status", "before", "ncomp", "blocks", "scheduled", "prompt", "out", "ncomp0",
-             "rank", "wkey", "rkey", "prio", "idx")
+             "rank", "wkey", "rkey", "prio", "idx", "hit")
 _REQ_BOOLS = ("pre", "vis", "upd")
 
 
@@ -74,6 +74,7 @@ class _Req:
     num_computed_tokens, blocks held, tokens scheduled in this step, prompt_len and
     num_output_tokens (num_tokens is their sum), num_computed_tokens at the step's start,
     serve_rank, wait_key, run_key, priority, arrival index (its slot index, arrival_time),
+    the prefix-cache hit it was admitted with in this step (the rules' `prefix_hit`),
     preempted and visited in this step, and (a ghost) whether update_from_output has
     processed it yet."""
 
@@ -90,6 +91,7 @@ class _Req:
     rkey: Any
     prio: Any
     idx: Any
+    hit: Any
     pre: Any
     vis: Any
     upd: Any
@@ -234,10 +236,22 @@ class _ByIndex:
 class _Loops:
     """The loop bodies of one step, over a RuleConfig whose fields are all z3 constants
     (every budget, pool, watermark, threshold, max_model_len, block size), with
-    speculative decoding, prefix caching and async scheduling off (the premises
-    `PLAIN_SYNC` reject families with any of them)."""
+    speculative decoding and async scheduling off (premises in vllm_v1.py).
 
-    def __init__(self, priority: bool, victim_latest: bool) -> None:
+    `cached`: prefix caching on, abstracted (the rules' symbolic pool stops at a few
+    blocks, cache_rules.py): a lookup's result is any hit the exact lookup could return
+    (`_abstract_hit`), and the free-block count, which shared and evictable blocks make
+    depend on the whole pool, is a fresh value after every iteration that moves it. Every
+    behaviour of the exact rules is one of the abstraction's, so an argument proved on it
+    holds with the cache; an argument that reads the free count cannot be proved on it
+    (kv_blocks_conserved is proved without the cache only). `capped`: the hit leaves at
+    least one token to compute (the rules' `cap_prefix_hit`); without it the abstraction
+    allows a hit of the whole sequence, so a proof that does not need the cap holds
+    without it too."""
+
+    def __init__(self, priority: bool, victim_latest: bool, cached: bool = False,
+                 capped: bool = False) -> None:
+        self.cached, self.capped = cached, capped
         self.ops = SymbolicOps()
         b, mb, act, seqs, mml, usable, wm, thr, bs = z3.Ints(
             "B max_num_batched_tokens max_num_active_reqs max_num_seqs max_model_len "
@@ -271,14 +285,26 @@ class _Loops:
             preempted=[r.pre for r in reqs], visited=[r.vis for r in reqs], free=acc.free,
             token_budget=acc.token_budget, input_budget=acc.input_budget,
             next_run_key=acc.nrk, wait_head=acc.head, served=acc.served,
-            any_preempted=acc.any_preempted, prefix_hit=[0] * n)
+            any_preempted=acc.any_preempted,
+            prefix_hit=[self.hit(r) for r in reqs])
+
+    def hit(self, r: _Req) -> Any:
+        """The request's prefix hit in this step: 0 without the cache."""
+        return r.hit if self.cached else 0
+
+    def moved(self, acc: _Acc) -> _Acc:
+        """The accumulators after an iteration: with the abstracted cache the free count
+        is any value (a release frees only blocks nobody else holds, a hit takes only the
+        evictable ones; block_pool.py:752-805)."""
+        return replace(acc, free=z3.Int(_tag("free"))) if self.cached else acc
 
     @staticmethod
     def after(w: _Work, reqs: Sequence[_Req]) -> list[_Req]:
         """The touched requests as the iteration left them."""
         return [replace(r, status=w.status[i], ncomp=w.ncomp[i], blocks=w.blocks[i],
                         scheduled=w.scheduled[i], rank=w.serve_rank[i], wkey=w.wait_key[i],
-                        rkey=w.run_key[i], pre=w.preempted[i], vis=w.visited[i])
+                        rkey=w.run_key[i], hit=w.prefix_hit[i], pre=w.preempted[i],
+                        vis=w.visited[i])
                 for i, r in enumerate(reqs)]
 
     def step_start(self, state: _Acc) -> _Acc:
@@ -297,8 +323,8 @@ class _Loops:
         """A request when schedule() starts (rules.py step, the `_Work` it builds): its
         status and num_computed_tokens are the step's `before`, nothing scheduled,
         preempted or visited, serve_rank 0."""
-        return replace(r, before=r.status, ncomp0=r.ncomp, scheduled=0, rank=0, pre=False,
-                       vis=False, upd=False)
+        return replace(r, before=r.status, ncomp0=r.ncomp, scheduled=0, rank=0, hit=0,
+                       pre=False, vis=False, upd=False)
 
     def pick(self, acc: _Acc, sel: _Req, stopped: Any, eligible: Any,
              others: Sequence[_Req] = ()) -> tuple[_Acc, _Iter, list[z3.BoolRef]]:
@@ -343,8 +369,8 @@ class _Loops:
         hyps = [z3.Not(z3.And(hit_sel, hit_vic)), z3.Implies(hit_sel, _running(sel)),
                 z3.Implies(hit_vic, _running(vic)), z3.Implies(hit_sel, chosen[0]),
                 z3.Implies(hit_vic, chosen[1])]
-        return (_regather(acc, [sel, vic], new, w), new[0], replace(it, fits=fits, done=done),
-                hyps, new)
+        return (self.moved(_regather(acc, [sel, vic], new, w)), new[0],
+                replace(it, fits=fits, done=done), hyps, new)
 
     def serve(self, acc: _Acc, sel: _Req, other: _Req, it: _Iter
               ) -> tuple[_Acc, Any, list[_Req]]:
@@ -359,7 +385,7 @@ class _Loops:
                           ops.not_(it.active))
         w.visited[0] = ops.or_(w.visited[0], it.active)  # rules.py:264-265
         new = self.after(w, [sel, other])
-        return _regather(acc, [sel, other], new, w), stopped, new
+        return self.moved(_regather(acc, [sel, other], new, w)), stopped, new
 
     def waiting_start(self, acc: _Acc) -> Any:
         """The WAITING loop's initial stopped (rules.py:293, scheduler.py:900)."""
@@ -368,11 +394,11 @@ class _Loops:
     def admit(self, acc: _Acc, sel: _Req, other: _Req, stopped: Any, eligible: Any
               ) -> tuple[_Acc, Any, list[z3.BoolRef], list[_Req]]:
         """One WAITING-loop iteration (rules.py:294-352; scheduler.py:912-924, 1118-1170,
-        1259-1282, 1343-1369) without prefix caching or speculative decoding. The token
-        and admission arithmetic is hand-written, a copy of rules.py:304-333 with
-        `hit_blocks = evictable = computed = 0` (no prefix cache) and no padding
-        (`_padding` gives (False, False) when num_spec_tokens is 0; crash stays False);
-        the blocks come from the rules' `blocks_needed`, the accounting from the rules'
+        1259-1282, 1343-1369) without speculative decoding. The token and admission
+        arithmetic is hand-written, a copy of rules.py:304-333 with no padding (`_padding`
+        gives (False, False) when num_spec_tokens is 0; crash stays False) and the prefix
+        hit `_abstract_hit` (`hit_blocks = evictable = computed = 0` without a cache); the
+        blocks come from the rules' `blocks_needed`, the accounting from the rules'
         `_serve`. `sel` is the queue's head, if `eligible`."""
         ops, cfg, thr = self.ops, self.cfg, self.thr
         w = self.work(acc, [sel, other])
@@ -381,24 +407,47 @@ class _Loops:
                           w.input_budget > cfg.draft_slots, eligible,
                           num_running < cfg.max_num_active_reqs)
         total = sel.ntok
+        hit_blocks, evictable, computed, hit_hyps = self._abstract_hit(total)
         req_budget = ops.min(w.token_budget, w.input_budget - cfg.draft_slots)  # 1118
-        lacks = total  # 1129, num_computed_tokens 0 without a prefix hit
+        lacks = total - computed  # 1129
         n = ops.ite(ops.and_(thr > 0, thr < lacks), thr, lacks)  # 1155-1156
         too_long = ops.and_(ops.not_(cfg.enable_chunked_prefill), n > req_budget)  # 1160
         n = ops.min(n, req_budget)  # 1169
         wm = ops.ite(num_running > 0, cfg.watermark_blocks, 0)  # kv_cache_manager 509-516
-        full_need = blocks_needed(ops, cfg, total, 0)
+        full_need = blocks_needed(ops, cfg, total, hit_blocks) + evictable
         full_ok = ops.or_(ops.not_(cfg.scheduler_reserve_full_isl), full_need + wm <= w.free)
-        need = blocks_needed(ops, cfg, n + cfg.num_lookahead_tokens, 0)
+        fresh = blocks_needed(ops, cfg, computed + n + cfg.num_lookahead_tokens, hit_blocks)
+        need = fresh + evictable
         ok = ops.and_(active, ops.not_(too_long), full_ok, need + wm <= w.free)
-        _serve(ops, cfg, w, [True, False], ok, n, need, need)
+        _serve(ops, cfg, w, [True, False], ok, n, need, fresh + hit_blocks)
         w.status[0] = ops.ite(ok, RUNNING, w.status[0])  # 1343-1369: RUNNING, appended
         w.run_key[0] = ops.ite(ok, w.next_run_key, w.run_key[0])  # rules.py:348, 352
+        if self.cached:  # rules.py:346-350: it starts from its hit
+            w.ncomp[0] = ops.ite(ok, computed, w.ncomp[0])
+            w.prefix_hit[0] = ops.ite(ok, computed, w.prefix_hit[0])
         w.next_run_key = ops.ite(ok, w.next_run_key + 1, w.next_run_key)
         stopped = ops.or_(stopped, ops.not_(ok))  # every failure ends the loop
         new = self.after(w, [sel, other])
-        hyps = [z3.Implies(eligible, _is(sel.status, WAITING, PREEMPTED))]
-        return _regather(acc, [sel, other], new, w), stopped, hyps, new
+        hyps = [z3.Implies(eligible, _is(sel.status, WAITING, PREEMPTED)), *hit_hyps]
+        return self.moved(_regather(acc, [sel, other], new, w)), stopped, hyps, new
+
+    def _abstract_hit(self, total: Any) -> tuple[Any, Any, Any, list[z3.BoolRef]]:
+        """The prefix hit of a request of `total` tokens as (hit blocks, evictable hit
+        blocks, computed tokens, what is known of them). Without the cache: 0, 0, 0. With
+        it, any hit the exact lookup (cache_rules.lookup, over any pool) can return: whole
+        blocks, each evictable or not, and at most num_tokens tokens, num_tokens - 1 when
+        `capped` (kv_cache_manager.py:289-300; the premise `prefix_hit_capped`). That the
+        tokens
+        are the blocks times block_size is left out (a weaker fact, so still sound; it
+        keeps the arithmetic linear); `lookup_refines_abstract_hit` proves the exact
+        lookup within these facts."""
+        if not self.cached:
+            return 0, 0, 0, []
+        t = _tag("hit")
+        blocks, evictable, computed = z3.Ints(f"{t}.blocks {t}.evictable {t}.computed")
+        return blocks, evictable, computed, [
+            blocks >= 0, evictable >= 0, evictable <= blocks, computed >= 0,
+            computed <= total - (1 if self.capped else 0)]
 
     def arrive(self, acc: _Acc, req: _Req) -> tuple[_Acc, _Req]:
         """One request's arrival, by the rules' `_arrive` on a one-slot state
@@ -414,7 +463,7 @@ class _Loops:
                       blocks=s.blocks, wkey=s.wait_key)
         w = self.work(acc, [req])
         w.free = after.free_blocks
-        return replace(_regather(acc, [req], [new], w), tail=after.wait_tail), new
+        return replace(self.moved(_regather(acc, [req], [new], w)), tail=after.wait_tail), new
 
     def _one_step(self, acc: _Acc, reqs: Sequence[_Req], eos: Sequence[Any]
                   ) -> tuple[SchedState, Step, _Work]:
@@ -442,7 +491,7 @@ class _Loops:
         new = replace(req, status=s.status, ncomp=s.num_computed_tokens, blocks=s.blocks,
                       out=s.num_output_tokens, rkey=s.run_key, wkey=s.wait_key, upd=True)
         w.free = nxt.free_blocks
-        return _regather(acc, [req], [new], w), new
+        return self.moved(_regather(acc, [req], [new], w)), new
 
     def observe(self, acc: _Acc, reqs: Sequence[_Req], num_requests: Any) -> Step:
         """The step's observation of these requests (rules.py `_update`, `_slot_obs`).
@@ -454,7 +503,15 @@ class _Loops:
             specs = _ByIndex([(r.idx, r.spec(0, 0)) for r in reqs])
             slots = [replace(o, queue_key=_queue_key(self.cfg, specs, w, r.idx, num_requests))
                      for o, r in zip(slots, reqs, strict=True)]
-        return replace(step, slots=tuple(slots))
+        step = replace(step, slots=tuple(slots))
+        if not self.cached:
+            return step
+        # The pool's counts depend on every request's blocks and the pool's history: any
+        # value, so a property reading them is not proved on the abstraction.
+        t = _tag("pool")
+        return replace(step, **{f: z3.Int(f"{t}.{f}") for f in (
+            "free_blocks", "free_blocks_end", "shared_blocks", "cached_blocks",
+            "evictable_blocks")})
 
 
 Invariant = Callable[[_Loops, _Acc], Any]
@@ -678,13 +735,15 @@ def _satisfiable(hyps: z3.BoolRef, timeout_s: float) -> z3.CheckSatResult:
     return s.check()
 
 
-def _prove(a: _Argument, timeout_s: float, kind: str) -> TheoremResult:
-    """Discharge every obligation under each victim rule; an obligation whose hypotheses
-    are unsatisfiable would be valid for nothing, so that is a failure too."""
+def _prove(a: _Argument, timeout_s: float, kind: str, cached: bool = False,
+           capped: bool = False) -> TheoremResult:
+    """Discharge every obligation under each victim rule (with the abstracted prefix
+    cache when `cached`, its hit capped when `capped`); an obligation whose hypotheses are
+    unsatisfiable would be valid for nothing, so that is a failure too."""
     start = time.monotonic()
     count = 0
     for priority, latest in _VICTIM_RULES:
-        loops = _Loops(priority, latest)
+        loops = _Loops(priority, latest, cached, capped)
         rule = "PRIORITY" if priority else ("FCFS" if latest else "FCFS running[0]")
         for name, claim in _obligations(a, loops):
             obligation = claim()
@@ -702,3 +761,54 @@ def _prove(a: _Argument, timeout_s: float, kind: str) -> TheoremResult:
                          "each with satisfiable hypotheses, under the FCFS, running[0] and "
                          "PRIORITY victim rules)")
 
+
+
+#: The sizes at which `lookup_refines_abstract_hit` checks the exact lookup: table lengths
+#: and pools up to the symbolic cache's own limits (state.MAX_SYMBOLIC_TABLE / _POOL and
+#: beyond), block sizes 1..3, two requests of any prefix groups.
+REFINEMENT_SIZES = tuple((table, pool, bs) for table in (1, 2, 4, 6) for pool in (1, 3, 8)
+                         for bs in (1, 2, 3))
+
+
+def lookup_refines_abstract_hit(timeout_s: float, capped: bool) -> TheoremResult:
+    """The exact prefix lookup (cache_rules.lookup) returns only hits `_abstract_hit`
+    allows: hit blocks >= 0, evictable ones between 0 and the hit blocks, and hit tokens
+    (blocks x block_size) at most num_tokens (num_tokens - 1 with the cap), for every pool
+    content, every request (prompt, prefix group) and every num_tokens >= 1, at each of
+    `REFINEMENT_SIZES`. At any other size the same holds by lookup's form: position j
+    counts only while every earlier one did and j < cap = (num_tokens - cap) //
+    block_size, the same guard at every j."""
+    from model.vllm.cache_rules import CacheWork, lookup
+
+    start = time.monotonic()
+    for table, pool, bs in REFINEMENT_SIZES:
+        ops = SymbolicOps()
+        t = _tag("lookup")
+        cfg = RuleConfig(token_budget=1, max_num_batched_tokens=1, max_num_active_reqs=1,
+                         max_num_seqs=1, max_model_len=table * bs, usable_blocks=pool,
+                         watermark_blocks=0, enable_chunked_prefill=True,
+                         long_prefill_token_threshold=0, scheduler_reserve_full_isl=True,
+                         block_size=bs, policy_priority=False, prefix_caching=True,
+                         cap_prefix_hit=capped, pool_blocks=pool, table_len=table)
+        ints = {f: [z3.Int(f"{t}.{f}{b}") for b in range(pool)]
+                for f in ("ref", "hash", "queue_key", "cached_at")}
+        work = CacheWork(**ints, table=[[0] * table for _ in range(2)], num_cached=[0, 0],
+                         queue_tail=z3.Int(f"{t}.tail"), next_cached_at=z3.Int(f"{t}.next"))
+        specs = [SlotSpec(z3.Int(f"{t}.prompt{i}"), 1, 1, 0, z3.Int(f"{t}.cached{i}"),
+                          z3.Int(f"{t}.group{i}"), z3.Int(f"{t}.shared{i}"))
+                 for i in range(2)]
+        sel = z3.Bool(f"{t}.sel")
+        num_tokens = z3.Int(f"{t}.num_tokens")
+        hit = lookup(ops, cfg, work, specs, [sel, z3.Not(sel)], num_tokens)
+        facts = [hit.blocks >= 0, hit.evictable >= 0, hit.evictable <= hit.blocks,
+                 hit.blocks * bs <= num_tokens - (1 if capped else 0)]
+        claim = z3.Implies(z3.And(*ops.take_definitions(), num_tokens >= 1,
+                                  *[r >= 0 for r in ints["ref"]]), z3.And(*facts))
+        result = valid(claim, timeout_s - (time.monotonic() - start))
+        if result != z3.unsat:
+            return TheoremResult(False, time.monotonic() - start,
+                                 f"lookup refinement (table {table}, pool {pool}, block size "
+                                 f"{bs}): {result}")
+    return TheoremResult(True, time.monotonic() - start,
+                         f"the exact lookup refines the abstract hit at {len(REFINEMENT_SIZES)} "
+                         "sizes")
