@@ -172,31 +172,49 @@ _OVER_STEPS = ("induction over steps, each step a 1-induction over the arrival, 
 _ON_TOUCHED = "on the requests each touches and two bystanders (base, step, conclusion valid)"
 
 
-def _with_and_without_cache(argument: Callable[[], _Argument], timeout_s: float, kind: str,
-                            capped: bool = False) -> TheoremResult:
-    """The argument proved on the exact loop bodies without the prefix cache, then on the
-    abstracted cache (`_Loops.cached`: any hit the lookup can return, any free count),
-    whose refinement by the exact lookup is checked first (`lookup_refines_abstract_hit`;
-    its hit capped at num_tokens - 1 when `capped`): one result for prefix caching off and
-    on."""
+#: The modes a loop proof is run in, as (prefix caching, async scheduling), and how a
+#: result names them.
+EVERY_MODE = ((False, False), (True, False), (False, True), (True, True))
+SYNCHRONOUS = ((False, False), (True, False))  # computed_within_tokens: VIOLATED on async
+CACHE_FREE = ((False, False), (False, True))  # kv_blocks_conserved: the pool is not kept
+_MODE_NAMES = {(True, False): "with prefix caching on (the cache abstracted: any hit the "
+                              "exact lookup can return, any free-block count)",
+               (False, True): "on the AsyncScheduler (its in-flight state abstracted: any "
+                              "placeholders, stale tokens and previous output)",
+               (True, True): "with both"}
+
+
+def _in_modes(argument: Callable[[], _Argument], timeout_s: float, kind: str,
+              modes: tuple[tuple[bool, bool], ...] = EVERY_MODE,
+              capped: bool = False) -> TheoremResult:
+    """The argument proved on the exact synchronous loop bodies without the prefix cache,
+    then in each further mode of `modes` (`_Loops.cached`, `_Loops.asynchronous`); a mode
+    with the cache first checks that the exact lookup refines the abstract hit
+    (`lookup_refines_abstract_hit`, the hit capped at num_tokens - 1 when `capped`). One
+    result for every mode; the first that fails is named."""
     start = time.monotonic()
     exact = _prove(argument(), timeout_s, kind)
     if not exact.proved:
         return exact
-    refined = _refinement(capped, timeout_s - exact.seconds)
-    if not refined.proved:
-        return TheoremResult(False, time.monotonic() - start,
-                             f"with prefix caching: {refined.detail}")
-    cached = _prove(argument(), timeout_s - (time.monotonic() - start), kind, cached=True,
-                    capped=capped)
-    if not cached.proved:
-        return TheoremResult(False, time.monotonic() - start,
-                             f"with prefix caching (abstracted): {cached.detail}")
-    obligations = cached.detail.split("(")[-1].split(" obligations")[0]
+    said = []
+    for cached, asynchronous in modes[1:]:
+        left = timeout_s - (time.monotonic() - start)
+        name = _MODE_NAMES[(cached, asynchronous)]
+        if cached:
+            refined = _refinement(capped, left)
+            if not refined.proved:
+                return TheoremResult(False, time.monotonic() - start, f"{name}: {refined.detail}")
+            left = timeout_s - (time.monotonic() - start)
+        result = _prove(argument(), left, kind, cached=cached, capped=capped,
+                        asynchronous=asynchronous)
+        if not result.proved:
+            return TheoremResult(False, time.monotonic() - start, f"{name}: {result.detail}")
+        said.append(name)
+    if not said:
+        return exact
+    refinement = (f"; {_REFINED[capped].detail}" if any(c for c, _ in modes) else "")
     return TheoremResult(True, time.monotonic() - start,
-                         f"{exact.detail}; with prefix caching on, the same argument on the "
-                         f"abstracted cache ({obligations} obligations; any hit the exact "
-                         f"lookup can return, any free-block count; {refined.detail})")
+                         f"{exact.detail}; the same argument {', '.join(said)}{refinement}")
 
 
 _REFINED: dict[bool, TheoremResult] = {}  # proved refinements, per capped (once a process)
@@ -230,11 +248,11 @@ def budget_respected_unbounded(timeout_s: float) -> TheoremResult:
     left >= 0 and scheduled + budget left <= B; within a RUNNING-loop iteration the
     offered n (`running_tokens`) stays <= the budget left (a PRIORITY victim's tokens
     only raise it) and a fitted request has n >= 1."""
-    return _with_and_without_cache(_budget_argument, timeout_s,
-                  "1-induction over the running loop's iterations (and its inner "
-                  "allocate-or-preempt loop's) and the waiting loop's iterations (base, "
-                  "step, conclusion valid); invariant: budget left >= 0 and tokens "
-                  "scheduled + budget left <= B")
+    return _in_modes(_budget_argument, timeout_s,
+                     "1-induction over the running loop's iterations (and its inner "
+                     "allocate-or-preempt loop's) and the waiting loop's iterations (base, "
+                     "step, conclusion valid); invariant: budget left >= 0 and tokens "
+                     "scheduled + budget left <= B")
 
 
 def _running_argument() -> _Argument:
@@ -254,9 +272,9 @@ def running_within_max_num_seqs_unbounded(timeout_s: float) -> TheoremResult:
     Invariant over steps and every loop: RUNNING count <= max_num_seqs; only the WAITING
     loop adds a RUNNING request, and only while the count is below max_num_active_reqs
     <= max_num_seqs (premise); preemption, release and arrival never add one."""
-    return _with_and_without_cache(_running_argument, timeout_s,
-                  f"{_OVER_STEPS} (base, step, conclusion valid); invariant: RUNNING count "
-                  "<= max_num_seqs")
+    return _in_modes(_running_argument, timeout_s,
+                     f"{_OVER_STEPS} (base, step, conclusion valid); invariant: RUNNING count "
+                     "<= max_num_seqs")
 
 
 def _kv_argument() -> _Argument:
@@ -286,9 +304,9 @@ def kv_blocks_conserved_unbounded(timeout_s: float) -> TheoremResult:
     and free_blocks_end <= usable, at every step. Invariant over steps and every loop:
     free + held = usable and free >= 0; within a RUNNING-loop iteration, an allocation
     that fitted still fits when the request is served (nothing is preempted after it)."""
-    return _prove(_kv_argument(), timeout_s,
-                  f"{_OVER_STEPS} (base, step, conclusion valid); invariant: free + held = "
-                  "usable, free >= 0")
+    return _in_modes(_kv_argument, timeout_s,
+                     f"{_OVER_STEPS} (base, step, conclusion valid); invariant: free + held "
+                     "= usable, free >= 0", CACHE_FREE)
 
 
 def _no_admission_argument() -> _Argument:
@@ -308,10 +326,10 @@ def no_admission_after_preemption_unbounded(timeout_s: float) -> TheoremResult:
     preempted. Invariants: through the RUNNING loop nobody has joined (preemption only
     makes a RUNNING request PREEMPTED); through the WAITING loop, preempted implies
     stopped and nobody joined (stopped starts as preempted, scheduler.py:900)."""
-    return _with_and_without_cache(_no_admission_argument, timeout_s,
-                  "1-induction over the running loop's iterations (nobody joined) and the "
-                  "waiting loop's iterations (preempted implies stopped and nobody joined) "
-                  "(base, step, conclusion valid)")
+    return _in_modes(_no_admission_argument, timeout_s,
+                     "1-induction over the running loop's iterations (nobody joined) and the "
+                     "waiting loop's iterations (preempted implies stopped and nobody joined) "
+                     "(base, step, conclusion valid)")
 
 
 # --- per-request invariants (for every number of requests) ------------------------------
@@ -355,11 +373,13 @@ def _distinct_keys(l_: _Loops, acc: _Acc, p: _Req, q: _Req) -> Any:
 def _order_inner(l_: _Loops, acc: _Acc, sel: _Req, it: _Iter) -> Any:
     """Within a RUNNING-loop iteration: the current request's key is `cut`; while it is
     being allocated it is RUNNING and unvisited; a fitted one is RUNNING; its offered
-    tokens are at most what it lacks (`running_tokens` caps at `remaining`)."""
+    tokens are at most what it lacks (`running_tokens` caps at `remaining`; on the
+    AsyncScheduler what it lacks counts its placeholders, so that fact is not stated)."""
+    lacks = [] if l_.asynchronous else [it.n <= sel.ntok - it.ncomp]
     return z3.And(z3.Implies(it.wants, it.active), z3.Implies(it.active, sel.rkey == acc.cut),
                   z3.Implies(z3.And(it.wants, z3.Not(it.done)),
                              z3.And(_running(sel), z3.Not(sel.vis))),
-                  z3.Implies(it.fits, _running(sel)), it.n <= sel.ntok - it.ncomp)
+                  z3.Implies(it.fits, _running(sel)), *lacks)
 
 
 def _gated(l_: _Loops, acc: _Acc, stopped: Any) -> Any:
@@ -401,10 +421,10 @@ def computed_within_tokens_unbounded(timeout_s: float) -> TheoremResult:
     a request waiting since the step's start computed nothing, and a preempted one is reset
     and (FCFS: the victim is not yet served; PRIORITY: it gives its tokens back) has
     nothing scheduled."""
-    return _with_and_without_cache(_computed_argument, timeout_s,
-                  f"{_OVER_STEPS} {_ON_TOUCHED}; per-request invariant: a request not "
-                  "started has computed nothing, num_computed_tokens + scheduled <= "
-                  "num_tokens")
+    return _in_modes(_computed_argument, timeout_s,
+                     f"{_OVER_STEPS} {_ON_TOUCHED}; per-request invariant: a request not "
+                     "started has computed nothing, num_computed_tokens + scheduled <= "
+                     "num_tokens", SYNCHRONOUS)
 
 
 def _whole_prompt_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
@@ -448,10 +468,10 @@ def whole_prompt_without_chunking_unbounded(timeout_s: float) -> TheoremResult:
     RUNNING loop; in the WAITING loop an admission happens only if the threshold-capped
     chunk fits the budget (scheduler.py:1155-1167), which with no threshold is all it
     lacks, num_tokens (num_computed_tokens 0, 1129), and nothing changes it later."""
-    return _with_and_without_cache(_whole_prompt_argument, timeout_s,
-                  "1-induction over the running loop's iterations (nobody joined) and the "
-                  f"waiting loop's iterations {_ON_TOUCHED}; per-request invariant: a "
-                  "request joined is scheduled num_tokens")
+    return _in_modes(_whole_prompt_argument, timeout_s,
+                     "1-induction over the running loop's iterations (nobody joined) and the "
+                     f"waiting loop's iterations {_ON_TOUCHED}; per-request invariant: a "
+                     "request joined is scheduled num_tokens")
 
 
 def _rank_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
@@ -482,11 +502,11 @@ def running_before_waiting_unbounded(timeout_s: float) -> TheoremResult:
     mark and one joined a rank >= mark. A request RUNNING at the start is never admitted
     in the WAITING loop: it is waiting only if preempted, and then the loop admits
     nobody (scheduler.py:900)."""
-    return _with_and_without_cache(_rank_argument, timeout_s,
-                  "1-induction over the running loop's iterations and the waiting loop's "
-                  f"iterations {_ON_TOUCHED}; per-request invariant: a running request "
-                  "served has a rank below the waiting loop's first, a request joined one "
-                  "at or above")
+    return _in_modes(_rank_argument, timeout_s,
+                     "1-induction over the running loop's iterations and the waiting loop's "
+                     f"iterations {_ON_TOUCHED}; per-request invariant: a running request "
+                     "served has a rank below the waiting loop's first, a request joined one "
+                     "at or above")
 
 
 def _requeued_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
@@ -524,9 +544,9 @@ def preempted_requeued_unbounded(timeout_s: float) -> TheoremResult:
     yet: run-key order), and has a key in (wait_head, wait_head at the step's start],
     and one waiting and not preempted a key above the latter. Under PRIORITY the rules'
     `_queue_key` over any number of requests orders by (priority, arrival index)."""
-    return _with_and_without_cache(_requeued_argument, timeout_s,
-                  f"{_OVER_STEPS} {_ON_TOUCHED}; per-request invariant: a preempted request "
-                  "is reset and keyed below every waiting request not preempted")
+    return _in_modes(_requeued_argument, timeout_s,
+                     f"{_OVER_STEPS} {_ON_TOUCHED}; per-request invariant: a preempted request "
+                     "is reset and keyed below every waiting request not preempted")
 
 
 def _admitted_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
@@ -549,17 +569,11 @@ def admitted_with_tokens_unbounded(timeout_s: float) -> TheoremResult:
     WAITING loop admits only with budget left (918-919) and a hit of at most
     num_tokens - 1 (kv_cache_manager.py:289-300), so what it lacks is >= 1 and so is the
     chunk a threshold >= 1 or the budget cuts it to (1155-1169)."""
-    return _with_and_without_cache(_admitted_argument, timeout_s,
-                                   "1-induction over the running loop's iterations (nobody "
-                                   f"joined) and the waiting loop's iterations {_ON_TOUCHED}; "
-                                   "per-request invariant: a request joined is scheduled "
-                                   ">= 1 token", capped=True)
-
-
-def _plain_sync(family: Family) -> bool:
-    base = family.base
-    return not (base.enable_prefix_caching or base.speculative_method
-                or base.async_scheduling)
+    return _in_modes(_admitted_argument, timeout_s,
+                     "1-induction over the running loop's iterations (nobody "
+                     f"joined) and the waiting loop's iterations {_ON_TOUCHED}; "
+                     "per-request invariant: a request joined is scheduled "
+                     ">= 1 token", capped=True)
 
 
 def _synchronous(family: Family) -> bool:
@@ -573,15 +587,22 @@ def _budget_nonnegative(family: Family) -> bool:
     return field_range(family, "max_num_batched_tokens")[0] >= 0
 
 
-PLAIN_SYNC = Premise(
-    "plain_synchronous_scheduler",
-    "prefix caching, speculative decoding and async scheduling are off (the loop bodies "
-    "proved are the synchronous Scheduler's without them)", _plain_sync)
+WITHOUT_DRAFTS = Premise(
+    "no_speculative_decoding",
+    "speculative decoding is off (prefix caching and async scheduling on or off: the "
+    "loop bodies are proved synchronous and on the AsyncScheduler, without and with the "
+    "cache abstracted, docs/parameterised_proofs.md)",
+    lambda f: not f.base.speculative_method)
+CACHE_FREE_WITHOUT_DRAFTS = Premise(
+    "no_prefix_caching_or_speculative_decoding",
+    "prefix caching and speculative decoding are off (async scheduling on or off; the "
+    "argument reads the free-block count, which the cache abstraction does not keep)",
+    lambda f: not (f.base.speculative_method or f.base.enable_prefix_caching))
 SYNC_WITHOUT_DRAFTS = Premise(
     "synchronous_scheduler_without_drafts",
     "speculative decoding and async scheduling are off (the loop bodies proved are the "
-    "synchronous Scheduler's; prefix caching on or off: the cache abstracted, "
-    "docs/parameterised_proofs.md)", _synchronous)
+    "synchronous Scheduler's, prefix caching on or off; the property is VIOLATED on the "
+    "AsyncScheduler: tiny_async)", _synchronous)
 PREFIX_HIT_CAPPED = Premise(
     "prefix_hit_capped",
     "with prefix caching on, a hit is capped at num_tokens - 1 (kv_cache_manager.py:289-300; "
@@ -628,30 +649,31 @@ THEOREMS: dict[str, Theorem] = {
         states="fdb1d19823172fef"),
     # For every number of requests (loop invariants; docs/parameterised_proofs.md).
     "budget_respected": Theorem(budget_respected_unbounded,
-                                (SYNC_WITHOUT_DRAFTS, BUDGET_NONNEGATIVE),
+                                (WITHOUT_DRAFTS, BUDGET_NONNEGATIVE),
                                 states="0e6d49755612bc27"),
     "running_within_max_num_seqs": Theorem(
         running_within_max_num_seqs_unbounded,
-        (SYNC_WITHOUT_DRAFTS, ACTIVE_WITHIN_SEATS, SEATS_NONNEGATIVE), states="015c2fb3f8cffee1"),
+        (WITHOUT_DRAFTS, ACTIVE_WITHIN_SEATS, SEATS_NONNEGATIVE), states="015c2fb3f8cffee1"),
     "kv_blocks_conserved": Theorem(kv_blocks_conserved_unbounded,
-                                   (PLAIN_SYNC, POOL_NONEMPTY, WATERMARK_NONNEGATIVE),
+                                   (CACHE_FREE_WITHOUT_DRAFTS, POOL_NONEMPTY,
+                                    WATERMARK_NONNEGATIVE),
                                    states="68fea0a56159ef19"),
     "no_admission_after_preemption": Theorem(no_admission_after_preemption_unbounded,
-                                             (SYNC_WITHOUT_DRAFTS, PREEMPTION_GATE),
+                                             (WITHOUT_DRAFTS, PREEMPTION_GATE),
                                              states="4801bd76f453ed0c"),
     "computed_within_tokens": Theorem(computed_within_tokens_unbounded,
                                       (SYNC_WITHOUT_DRAFTS, PREEMPTION_GATE),
                                       states="62fbe5613fdb2e41"),
     "whole_prompt_without_chunking": Theorem(whole_prompt_without_chunking_unbounded,
-                                             (SYNC_WITHOUT_DRAFTS, NO_THRESHOLD_WITHOUT_CHUNKING),
+                                             (WITHOUT_DRAFTS, NO_THRESHOLD_WITHOUT_CHUNKING),
                                              states="0c20ba639b9f514b"),
     "running_before_waiting": Theorem(running_before_waiting_unbounded,
-                                      (SYNC_WITHOUT_DRAFTS, PREEMPTION_GATE),
+                                      (WITHOUT_DRAFTS, PREEMPTION_GATE),
                                       states="2975efd1180e086c"),
     "admitted_with_tokens": Theorem(admitted_with_tokens_unbounded,
-                                    (SYNC_WITHOUT_DRAFTS, PREFIX_HIT_CAPPED),
+                                    (WITHOUT_DRAFTS, PREFIX_HIT_CAPPED),
                                     states="4c33f8af6746634a"),
     "preempted_requeued": Theorem(preempted_requeued_unbounded,
-                                  (SYNC_WITHOUT_DRAFTS, PREEMPTION_GATE),
+                                  (WITHOUT_DRAFTS, PREEMPTION_GATE),
                                   states="aae4e6bee51a6d9a"),
 }

@@ -39,6 +39,7 @@ from model.vllm.rules import (
     _queue_key,
     _serve,
     _update,
+    _update_async,
     _victim,
     _Work,
     blocks_needed,
@@ -51,6 +52,7 @@ from model.vllm.state import (
     PREEMPTED,
     RUNNING,
     WAITING,
+    InFlight,
     RuleConfig,
     SchedState,
     SlotState,
@@ -247,11 +249,18 @@ class _Loops:
     (kv_blocks_conserved is proved without the cache only). `capped`: the hit leaves at
     least one token to compute (the rules' `cap_prefix_hit`); without it the abstraction
     allows a hit of the whole sequence, so a proof that does not need the cap holds
-    without it too."""
+    without it too.
+
+    `asynchronous`: the AsyncScheduler, its in-flight state abstracted: each request's
+    output placeholders, tokens in flight, stale share and the previous schedule's output
+    (state.InFlight) are any values wherever the rules read them (the RUNNING loop's
+    offer and its last-token guard, the WAITING loop's skip of a request with stale
+    output, update_from_output's delivery), so an argument proved here holds for every
+    in-flight state the engine can reach."""
 
     def __init__(self, priority: bool, victim_latest: bool, cached: bool = False,
-                 capped: bool = False) -> None:
-        self.cached, self.capped = cached, capped
+                 capped: bool = False, asynchronous: bool = False) -> None:
+        self.cached, self.capped, self.asynchronous = cached, capped, asynchronous
         self.ops = SymbolicOps()
         b, mb, act, seqs, mml, usable, wm, thr, bs = z3.Ints(
             "B max_num_batched_tokens max_num_active_reqs max_num_seqs max_model_len "
@@ -263,7 +272,8 @@ class _Loops:
             max_num_seqs=seqs, max_model_len=mml, usable_blocks=usable,
             watermark_blocks=wm, enable_chunked_prefill=chunked,
             long_prefill_token_threshold=thr, scheduler_reserve_full_isl=full_isl,
-            block_size=bs, policy_priority=priority, victim_latest=victim_latest)  # type: ignore[arg-type]
+            block_size=bs, policy_priority=priority, victim_latest=victim_latest,
+            async_scheduling=asynchronous)  # type: ignore[arg-type]
 
     def defs(self) -> list[z3.BoolRef]:
         """The definitions the rules named since the last call."""
@@ -286,7 +296,14 @@ class _Loops:
             token_budget=acc.token_budget, input_budget=acc.input_budget,
             next_run_key=acc.nrk, wait_head=acc.head, served=acc.served,
             any_preempted=acc.any_preempted,
-            prefix_hit=[self.hit(r) for r in reqs])
+            prefix_hit=[self.hit(r) for r in reqs],
+            **(self._in_flight(t, n) if self.asynchronous else {}))
+
+    @staticmethod
+    def _in_flight(t: str, n: int) -> dict[str, list[Any]]:
+        """The AsyncScheduler's per-request scratch (rules.py step): any values."""
+        return {f: [z3.Int(f"{t}.{f}{i}") for i in range(n)]
+                for f in ("placeholders", "in_flight", "stale")}
 
     def hit(self, r: _Req) -> Any:
         """The request's prefix hit in this step: 0 without the cache."""
@@ -335,9 +352,15 @@ class _Loops:
         ops, cfg = self.ops, self.cfg
         active = ops.and_(ops.not_(stopped), acc.token_budget > 0, eligible,
                           acc.input_budget > cfg.draft_slots)
-        n = running_tokens(ops, cfg, sel.ntok - sel.ncomp, sel.ncomp, self.thr,
+        # Async: what it lacks counts its output placeholders, any number here, and the
+        # last-token guard (rules.py:230-233, scheduler.py:664-677) is any condition.
+        t = _tag("flight")
+        ph = z3.Int(f"{t}.placeholders") if self.asynchronous else 0
+        n = running_tokens(ops, cfg, sel.ntok + ph - sel.ncomp, sel.ncomp, self.thr,
                            acc.token_budget, acc.input_budget)
         wants = ops.and_(active, n > 0)
+        if self.asynchronous:
+            wants = ops.and_(wants, z3.Bool(f"{t}.not_last"))
         unvisited = [z3.And(_running(r), z3.Not(r.vis)) for r in (sel, *others)]
         first = select_min(ops, unvisited, [(r.rkey,) for r in (sel, *others)])[0]
         return (replace(acc, cut=z3.If(active, sel.rkey, acc.cut)),
@@ -473,14 +496,27 @@ class _Loops:
                  for i, r in enumerate(reqs)]
         before = tuple(SlotState(status=r.before, num_computed_tokens=r.ncomp0,
                                  num_output_tokens=r.out, blocks=r.blocks, run_key=r.rkey,
-                                 wait_key=r.wkey) for r in reqs)
+                                 wait_key=r.wkey, in_flight=self._flight(f"{t}.{i}"))
+                       for i, r in enumerate(reqs))
         state = SchedState(slots=before, free_blocks=acc.free, next_run_key=acc.nrk,
                            wait_head=acc.head, wait_tail=acc.tail)
         w = self.work(acc, reqs)
-        nxt, step = _update(self.ops, self.cfg, specs, state, before,
-                            [num_tokens(sp, b) for sp, b in zip(specs, before, strict=True)],
-                            [z3.Bool(f"{t}.held{i}") for i in range(len(reqs))], w, eos)
+        update = _update_async if self.asynchronous else _update
+        nxt, step = update(self.ops, self.cfg, specs, state, before,
+                           [num_tokens(sp, b) for sp, b in zip(specs, before, strict=True)],
+                           [z3.Bool(f"{t}.held{i}") for i in range(len(reqs))], w, eos)
         return nxt, step, w
+
+    def _flight(self, t: str) -> tuple[InFlight, ...]:
+        """A request's in-flight state as update_from_output reads it: none when
+        synchronous; under async any values (the previous schedule's output included)."""
+        if not self.asynchronous:
+            return ()
+        ints = ("placeholders", "tokens", "stale", "pending_tokens", "pending_rank",
+                "pending_spec", "pending_accepted")
+        bools = ("prefill_chunk", "pending_sample", "pending_eos")
+        return (InFlight(**{f: z3.Int(f"{t}.{f}") for f in ints},
+                         **{f: z3.Bool(f"{t}.{f}") for f in bools}),)
 
     def release(self, acc: _Acc, req: _Req, eos: Any) -> tuple[_Acc, _Req]:
         """One request's turn in update_from_output, by the rules' `_update` on a one-slot
@@ -736,14 +772,15 @@ def _satisfiable(hyps: z3.BoolRef, timeout_s: float) -> z3.CheckSatResult:
 
 
 def _prove(a: _Argument, timeout_s: float, kind: str, cached: bool = False,
-           capped: bool = False) -> TheoremResult:
+           capped: bool = False, asynchronous: bool = False) -> TheoremResult:
     """Discharge every obligation under each victim rule (with the abstracted prefix
-    cache when `cached`, its hit capped when `capped`); an obligation whose hypotheses are
-    unsatisfiable would be valid for nothing, so that is a failure too."""
+    cache when `cached`, its hit capped when `capped`, on the AsyncScheduler when
+    `asynchronous`); an obligation whose hypotheses are unsatisfiable would be valid for
+    nothing, so that is a failure too."""
     start = time.monotonic()
     count = 0
     for priority, latest in _VICTIM_RULES:
-        loops = _Loops(priority, latest, cached, capped)
+        loops = _Loops(priority, latest, cached, capped, asynchronous)
         rule = "PRIORITY" if priority else ("FCFS" if latest else "FCFS running[0]")
         for name, claim in _obligations(a, loops):
             obligation = claim()
