@@ -24,7 +24,8 @@ CACHED = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, bloc
 SERVE_DEFAULTS = replace(CACHED, async_scheduling=True)
 EVERY_MODE = ("budget_respected", "running_within_max_num_seqs",
               "no_admission_after_preemption", "whole_prompt_without_chunking",
-              "running_before_waiting", "preempted_requeued", "admitted_with_tokens")
+              "running_before_waiting", "preempted_requeued", "admitted_with_tokens",
+              "prefix_hit_whole_blocks")
 
 
 def _theorem(prop):
@@ -113,6 +114,18 @@ def test_the_admission_proof_fails_without_the_cap():
     result = loops._prove(theorems._admitted_argument(), 30, "mutated", cached=True,
                           capped=False)
     assert not result.proved and result.detail.startswith("waiting-loop iteration")
+
+
+def test_the_whole_block_proof_needs_the_abstractions_whole_block_fact(monkeypatch):
+    # A hit of any number of tokens (not whole blocks) must not pass for one.
+    abstract = loops._Loops._abstract_hit
+
+    def ragged(self, total):
+        blocks, evictable, computed, facts = abstract(self, total)
+        return blocks, evictable, computed, facts[:-1]
+    monkeypatch.setattr(loops._Loops, "_abstract_hit", ragged)
+    result = theorems.prefix_hit_whole_blocks_unbounded(30)
+    assert not result.proved and result.detail.startswith("with prefix caching on")
 
 
 @pytest.mark.parametrize("capped", [True, False])

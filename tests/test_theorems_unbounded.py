@@ -30,6 +30,7 @@ PROOFS = {
     "running_before_waiting": theorems.running_before_waiting_unbounded,
     "preempted_requeued": theorems.preempted_requeued_unbounded,
     "admitted_with_tokens": theorems.admitted_with_tokens_unbounded,
+    "prefix_hit_whole_blocks": theorems.prefix_hit_whole_blocks_unbounded,
 }
 
 

@@ -576,6 +576,34 @@ def admitted_with_tokens_unbounded(timeout_s: float) -> TheoremResult:
                      ">= 1 token", capped=True)
 
 
+def _whole_blocks_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
+    if stage == "running":  # nobody joins in the RUNNING loop
+        return z3.Not(_joined(r))
+    if stage == "waiting":
+        hit, bs = l_.hit(r), l_.cfg.block_size
+        return z3.Implies(_joined(r), z3.And(hit >= 0, hit <= r.ntok - 1,
+                                             l_.ops.floordiv(hit, bs) * bs == hit))
+    return True
+
+
+def _whole_blocks_argument() -> _Argument:
+    return _Argument(lambda *_: True, lambda *_: True, lambda *_: True,
+                     lambda l_: [l_.cfg.block_size >= 1],
+                     each=_whole_blocks_each, observed="prefix_hit_whole_blocks")
+
+
+def prefix_hit_whole_blocks_unbounded(timeout_s: float) -> TheoremResult:
+    """For every number of requests: a request admitted or resumed starts from a prefix
+    hit of whole blocks, at most num_tokens - 1 tokens (0 without the cache). Per-request
+    invariant: nobody joins in the RUNNING loop; in the WAITING loop a request joined
+    has such a hit, the lookup's (single_type_kv_cache_manager.py:733-828 whole blocks,
+    kv_cache_manager.py:289-300 the cap), which nothing changes later in the step."""
+    return _in_modes(_whole_blocks_argument, timeout_s,
+                     "1-induction over the running loop's iterations (nobody joined) and the "
+                     f"waiting loop's iterations {_ON_TOUCHED}; per-request invariant: a "
+                     "request joined has a hit of whole blocks below num_tokens", capped=True)
+
+
 def _synchronous(family: Family) -> bool:
     base = family.base
     return not (base.speculative_method or base.async_scheduling)
@@ -607,8 +635,11 @@ PREFIX_HIT_CAPPED = Premise(
     "prefix_hit_capped",
     "with prefix caching on, a hit is capped at num_tokens - 1 (kv_cache_manager.py:289-300; "
     "rules.cap_prefix_hit; without it admitted_with_tokens is VIOLATED on "
-    "tiny_cached_uncapped)",
+    "tiny_cached_uncapped, and a hit may reach num_tokens)",
     lambda f: f.base.rules.cap_prefix_hit or not f.base.enable_prefix_caching)
+BLOCKS_POSITIVE = Premise(
+    "block_size_positive", "block_size is >= 1 in every config of the family",
+    lambda f: field_range(f, "block_size")[0] >= 1)
 BUDGET_NONNEGATIVE = Premise(
     "token_budget_nonnegative", "the token budget is >= 0 in every config of the family",
     _budget_nonnegative)
@@ -673,6 +704,9 @@ THEOREMS: dict[str, Theorem] = {
     "admitted_with_tokens": Theorem(admitted_with_tokens_unbounded,
                                     (WITHOUT_DRAFTS, PREFIX_HIT_CAPPED),
                                     states="4c33f8af6746634a"),
+    "prefix_hit_whole_blocks": Theorem(prefix_hit_whole_blocks_unbounded,
+                                       (WITHOUT_DRAFTS, PREFIX_HIT_CAPPED, BLOCKS_POSITIVE),
+                                       states="066ef673c9550608"),
     "preempted_requeued": Theorem(preempted_requeued_unbounded,
                                   (WITHOUT_DRAFTS, PREEMPTION_GATE),
                                   states="aae4e6bee51a6d9a"),

@@ -307,7 +307,7 @@ class _Loops:
 
     def hit(self, r: _Req) -> Any:
         """The request's prefix hit in this step: 0 without the cache."""
-        return r.hit if self.cached else 0
+        return r.hit if self.cached else z3.IntVal(0)
 
     def moved(self, acc: _Acc) -> _Acc:
         """The accumulators after an iteration: with the abstracted cache the free count
@@ -459,18 +459,20 @@ class _Loops:
         blocks, computed tokens, what is known of them). Without the cache: 0, 0, 0. With
         it, any hit the exact lookup (cache_rules.lookup, over any pool) can return: whole
         blocks, each evictable or not, and at most num_tokens tokens, num_tokens - 1 when
-        `capped` (kv_cache_manager.py:289-300; the premise `prefix_hit_capped`). That the
-        tokens
-        are the blocks times block_size is left out (a weaker fact, so still sound; it
-        keeps the arithmetic linear); `lookup_refines_abstract_hit` proves the exact
-        lookup within these facts."""
+        `capped` (kv_cache_manager.py:289-300; the premise `prefix_hit_capped`), a whole
+        number of blocks (c // block_size x block_size = c). That the tokens are the hit
+        blocks times block_size is left out (a weaker fact, so still sound);
+        `lookup_refines_abstract_hit` proves the exact lookup within these facts."""
         if not self.cached:
             return 0, 0, 0, []
         t = _tag("hit")
         blocks, evictable, computed = z3.Ints(f"{t}.blocks {t}.evictable {t}.computed")
+        bs = self.cfg.block_size
         return blocks, evictable, computed, [
             blocks >= 0, evictable >= 0, evictable <= blocks, computed >= 0,
-            computed <= total - (1 if self.capped else 0)]
+            computed <= total - (1 if self.capped else 0),
+            # Whole blocks, stated only where a block has a size (the refinement's sizes).
+            z3.Implies(bs >= 1, self.ops.floordiv(computed, bs) * bs == computed)]
 
     def arrive(self, acc: _Acc, req: _Req) -> tuple[_Acc, _Req]:
         """One request's arrival, by the rules' `_arrive` on a one-slot state
@@ -838,7 +840,8 @@ def lookup_refines_abstract_hit(timeout_s: float, capped: bool) -> TheoremResult
         num_tokens = z3.Int(f"{t}.num_tokens")
         hit = lookup(ops, cfg, work, specs, [sel, z3.Not(sel)], num_tokens)
         facts = [hit.blocks >= 0, hit.evictable >= 0, hit.evictable <= hit.blocks,
-                 hit.blocks * bs <= num_tokens - (1 if capped else 0)]
+                 hit.blocks * bs <= num_tokens - (1 if capped else 0),
+                 (hit.blocks * bs) / bs * bs == hit.blocks * bs]  # whole blocks
         claim = z3.Implies(z3.And(*ops.take_definitions(), num_tokens >= 1,
                                   *[r >= 0 for r in ints["ref"]]), z3.And(*facts))
         result = valid(claim, timeout_s - (time.monotonic() - start))
