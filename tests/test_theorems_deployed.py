@@ -28,6 +28,9 @@ EVERY_MODE = ("budget_respected", "running_within_max_num_seqs",
               "prefix_hit_whole_blocks")
 
 
+# A mutation test (monkeypatch) must prove its patched rules, not read a stored proof.
+pytestmark = pytest.mark.usefixtures("fresh_induction_caches")
+
 def _theorem(prop):
     return for_engine(registry.get("vllm-v1"))[prop]
 

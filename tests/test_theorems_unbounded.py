@@ -34,6 +34,9 @@ PROOFS = {
 }
 
 
+# A mutation test (monkeypatch) must prove its patched rules, not read a stored proof.
+pytestmark = pytest.mark.usefixtures("fresh_induction_caches")
+
 def _theorem(prop):
     return for_engine(registry.get("vllm-v1"))[prop]
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import z3
 
+from checker.methods import proof_cache
 from checker.methods.symbolic import Family
 from checker.methods.theorems import Premise, Theorem, TheoremResult, discharge, field_range
 from checker.methods.theorems.vllm_v1_loops import (
@@ -191,7 +192,21 @@ def _in_modes(argument: Callable[[], _Argument], timeout_s: float, kind: str,
     then in each further mode of `modes` (`_Loops.cached`, `_Loops.asynchronous`); a mode
     with the cache first checks that the exact lookup refines the abstract hit
     (`lookup_refines_abstract_hit`, the hit capped at num_tokens - 1 when `capped`). One
-    result for every mode; the first that fails is named."""
+    result for every mode; the first that fails is named. A proved result is kept on disk
+    (checker/methods/proof_cache.py, keyed on the argument, the modes and the sources),
+    so a later job reads it back with 0 seconds; a failure is never kept."""
+    name = proof_cache.key("theorem", argument.__qualname__, modes, capped, kind)
+    stored = proof_cache.load(name)
+    if stored is not None and stored.get("proved") is True:
+        return TheoremResult(True, 0.0, str(stored["detail"]))
+    result = _each_mode(argument, timeout_s, kind, modes, capped)
+    if result.proved:
+        proof_cache.store(name, {"proved": True, "detail": result.detail})
+    return result
+
+
+def _each_mode(argument: Callable[[], _Argument], timeout_s: float, kind: str,
+               modes: tuple[tuple[bool, bool], ...], capped: bool) -> TheoremResult:
     start = time.monotonic()
     exact = _prove(argument(), timeout_s, kind)
     if not exact.proved:
