@@ -15,8 +15,10 @@ from checker.methods.theorems import for_engine
 from checker.methods.theorems import vllm_v1 as theorems
 from checker.methods.theorems import vllm_v1_loops as loops
 from model import registry
+from model.core.rule_parts import arrive_at_tail
 from model.vllm import cache_rules
 from model.vllm.config import Config, VllmRules
+from model.vllm.state import ABSENT, RUNNING
 from properties.manifest import custom_config, with_bounds
 
 CACHED = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, block_size=2,
@@ -185,3 +187,75 @@ def test_a_job_on_a_cached_family_is_proved_by_the_theorem():
     res = run(job)
     assert res.verdict.verdict == "PROVED" and res.verdict.method == "theorem"
     assert "the cache abstracted" in res.verdict.detail
+
+
+# Each argument in the serve-defaults mode (cache and async, both abstracted) fails on a
+# deliberately wrong rule, as it does on the exact bodies (tests/test_theorems_unbounded.py).
+
+def _undercharging(serve):
+    def cheap(ops, cfg, w, sel, do, n, need, added=None):
+        serve(ops, cfg, w, sel, do, n, need, added)
+        w.token_budget = ops.ite(do, w.token_budget + 1, w.token_budget)
+    return cheap
+
+
+def _admitting(serve):
+    def admitting(ops, cfg, w, sel, do, n, need, added=None):
+        serve(ops, cfg, w, sel, do, n, need, added)
+        w.status = [ops.ite(do, RUNNING, s) for s in w.status]
+    return admitting
+
+
+def _unranked(serve):
+    def unranked(ops, cfg, w, sel, do, n, need, added=None):
+        served = w.served
+        serve(ops, cfg, w, sel, do, n, need, added)
+        w.served = served
+    return unranked
+
+
+def _short(serve):
+    def short(ops, cfg, w, sel, do, n, need, added=None):
+        serve(ops, cfg, w, sel, do, n, need, added)
+        w.scheduled = [ops.ite(ops.and_(do, s), n - 1, x)
+                       for s, x in zip(sel, w.scheduled, strict=True)]
+    return short
+
+
+def _appending(preempt):
+    def appending(ops, cfg, w, victim, do):
+        head = w.wait_head
+        preempt(ops, cfg, w, victim, do)
+        w.wait_key = [ops.ite(ops.and_(do, v), head + 1000, k)
+                      for v, k in zip(victim, w.wait_key, strict=True)]
+    return appending
+
+
+def _zero_offer(serve):
+    def zero(ops, cfg, w, sel, do, n, need, added=None):
+        serve(ops, cfg, w, sel, do, 0, need, added)
+    return zero
+
+
+def _joining_arrival(arrive):
+    def joining(ops, specs, state, t):
+        return arrive_at_tail(ops, specs, state, t, ABSENT, RUNNING)
+    return joining
+
+
+@pytest.mark.parametrize(("argument", "name", "wrong"), [
+    (theorems._budget_argument, "_serve", _undercharging),
+    (theorems._running_argument, "_arrive", _joining_arrival),
+    (theorems._no_admission_argument, "_serve", _admitting),
+    (theorems._whole_prompt_argument, "_serve", _short),
+    (theorems._rank_argument, "_serve", _unranked),
+    (theorems._requeued_argument, "_preempt", _appending),
+    (theorems._admitted_argument, "_serve", _zero_offer),
+    (theorems._whole_blocks_argument, "_serve", _admitting),
+])
+def test_each_argument_fails_on_a_wrong_rule_with_the_serve_defaults(monkeypatch, argument,
+                                                                     name, wrong):
+    monkeypatch.setattr(loops, name, wrong(getattr(loops, name)))
+    result = loops._prove(argument(), 30, "mutated", cached=True, capped=True,
+                          asynchronous=True)
+    assert not result.proved and result.detail.endswith(": sat"), result.detail
