@@ -27,7 +27,7 @@ SERVE_DEFAULTS = replace(CACHED, async_scheduling=True)
 EVERY_MODE = ("budget_respected", "running_within_max_num_seqs",
               "no_admission_after_preemption", "whole_prompt_without_chunking",
               "running_before_waiting", "preempted_requeued", "admitted_with_tokens",
-              "prefix_hit_whole_blocks")
+              "prefix_hit_whole_blocks", "kv_blocks_conserved")
 
 
 # A mutation test (monkeypatch) must prove its patched rules, not read a stored proof.
@@ -45,7 +45,8 @@ def test_each_theorem_covers_the_serve_defaults(prop):
     assert result.proved, result.detail
     assert result.detail.startswith("for every number of requests: ")
     for mode in ("with prefix caching on (the cache abstracted", "on the AsyncScheduler",
-                 "with both", "the exact lookup refines the abstract hit"):
+                 "with both", "the exact lookup refines the abstract hit",
+                 "the exact release refines the abstract freeing"):
         assert mode in result.detail
 
 
@@ -59,16 +60,31 @@ def test_computed_tokens_is_claimed_with_the_cache_not_on_the_async_scheduler():
     assert not result.proved
 
 
-def test_kv_conservation_is_claimed_on_the_async_scheduler_not_with_the_cache():
-    # The cache abstraction forgets the free count, so the KV argument cannot go through
-    # on it: the theorem keeps cached families out and leaves them to the slot model.
-    theorem = _theorem("kv_blocks_conserved")
-    assert theorem.broken(Family(replace(CACHED, enable_prefix_caching=False,
-                                         async_scheduling=True))) == ()
-    assert [p.name for p in theorem.broken(Family(CACHED))] == [
-        "no_prefix_caching_or_speculative_decoding"]
+def test_the_release_refinement_holds_and_fails_for_a_release_that_ignores_sharing(
+        monkeypatch):
+    assert loops.release_refines_abstract_freeing(120).proved
+    # A release that frees every position, shared or not (block_pool.py:774-805 frees a
+    # block only when its last holder lets go).
+    monkeypatch.setattr(cache_rules, "release",
+                        lambda ops, cfg, c, slot, num_blocks, do: num_blocks)
+    result = loops.release_refines_abstract_freeing(120)
+    assert not result.proved and result.detail.startswith("release refinement")
+
+
+def test_the_kv_proof_with_the_cache_needs_the_shared_references(monkeypatch):
+    # Without "a position not freed names a block another request holds", the blocks
+    # in use could exceed the table positions: the KV argument must not go through.
+    moved = loops._Loops.moved
+
+    def forgetful(self, old, acc, released=(), held=0):
+        out = moved(self, old, acc, released, held)
+        if self.cached and released:
+            self.ops.definitions.pop()  # the shared-references fact
+        return out
+    monkeypatch.setattr(loops._Loops, "moved", forgetful)
+    assert loops._prove(theorems._kv_argument(), 30, "exact").proved
     result = loops._prove(theorems._kv_argument(), 30, "mutated", cached=True)
-    assert not result.proved
+    assert not result.proved and result.detail.endswith(": sat")
 
 
 @pytest.mark.parametrize("prop", sorted(for_engine(registry.get("vllm-v1"))))
@@ -237,6 +253,14 @@ def _zero_offer(serve):
     return zero
 
 
+def _free_taking_nothing(serve):
+    def hoarding(ops, cfg, w, sel, do, n, need, added=None):
+        free = w.free
+        serve(ops, cfg, w, sel, do, n, need, added)
+        w.free = free  # the blocks given are not taken from the free count
+    return hoarding
+
+
 def _joining_arrival(arrive):
     def joining(ops, specs, state, t):
         return arrive_at_tail(ops, specs, state, t, ABSENT, RUNNING)
@@ -252,6 +276,7 @@ def _joining_arrival(arrive):
     (theorems._requeued_argument, "_preempt", _appending),
     (theorems._admitted_argument, "_serve", _zero_offer),
     (theorems._whole_blocks_argument, "_serve", _admitting),
+    (theorems._kv_argument, "_serve", _free_taking_nothing),
 ])
 def test_each_argument_fails_on_a_wrong_rule_with_the_serve_defaults(monkeypatch, argument,
                                                                      name, wrong):

@@ -31,6 +31,7 @@ from checker.methods.theorems.vllm_v1_loops import (
     _running,
     _tag,
     lookup_refines_abstract_hit,
+    release_refines_abstract_freeing,
 )
 from model.core.ops import SymbolicOps
 from model.vllm.rules import (
@@ -177,9 +178,9 @@ _ON_TOUCHED = "on the requests each touches and two bystanders (base, step, conc
 #: result names them.
 EVERY_MODE = ((False, False), (True, False), (False, True), (True, True))
 SYNCHRONOUS = ((False, False), (True, False))  # computed_within_tokens: VIOLATED on async
-CACHE_FREE = ((False, False), (False, True))  # kv_blocks_conserved: the pool is not kept
 _MODE_NAMES = {(True, False): "with prefix caching on (the cache abstracted: any hit the "
-                              "exact lookup can return, any free-block count)",
+                              "exact lookup can return, blocks in use and free counted, a "
+                              "release freeing any of its blocks no other request holds)",
                (False, True): "on the AsyncScheduler (its in-flight state abstracted: any "
                               "placeholders, stale tokens and previous output)",
                (True, True): "with both"}
@@ -227,21 +228,29 @@ def _each_mode(argument: Callable[[], _Argument], timeout_s: float, kind: str,
         said.append(name)
     if not said:
         return exact
-    refinement = (f"; {_REFINED[capped].detail}" if any(c for c, _ in modes) else "")
+    refinement = (f"; {_refinement(capped, timeout_s).detail}" if any(c for c, _ in modes)
+                  else "")
     return TheoremResult(True, time.monotonic() - start,
                          f"{exact.detail}; the same argument {', '.join(said)}{refinement}")
 
 
-_REFINED: dict[bool, TheoremResult] = {}  # proved refinements, per capped (once a process)
+_REFINED: dict[object, TheoremResult] = {}  # proved refinements (once a process)
 
 
 def _refinement(capped: bool, timeout_s: float) -> TheoremResult:
-    if capped not in _REFINED:
-        result = lookup_refines_abstract_hit(timeout_s, capped)
-        if not result.proved:
-            return result
-        _REFINED[capped] = result
-    return _REFINED[capped]
+    """The cache abstraction's two refinement checks: the exact lookup (its hit capped
+    when `capped`) and the exact release. Proved ones are kept for the process."""
+    start = time.monotonic()
+    checks = ((("lookup", capped), lambda left: lookup_refines_abstract_hit(left, capped)),
+              (("release",), release_refines_abstract_freeing))
+    for name, check in checks:
+        if name not in _REFINED:
+            result = check(timeout_s - (time.monotonic() - start))
+            if not result.proved:
+                return result
+            _REFINED[name] = result
+    return TheoremResult(True, time.monotonic() - start,
+                         "; ".join(_REFINED[name].detail for name, _ in checks))
 
 
 def _budget_argument() -> _Argument:
@@ -293,7 +302,13 @@ def running_within_max_num_seqs_unbounded(timeout_s: float) -> TheoremResult:
 
 
 def _kv_argument() -> _Argument:
+    # With the abstracted cache (`_Loops.moved`): the blocks in use (ref_cnt > 0) and the
+    # free ones make up the pool, and the references beyond the first to a shared block,
+    # the table positions less the blocks in use, are >= 0 (the property's shared_blocks).
     def conserved(l_: _Loops, acc: _Acc) -> Any:
+        if l_.cached:
+            return z3.And(acc.free + acc.inuse == l_.cfg.usable_blocks, acc.free >= 0,
+                          acc.inuse >= 0, acc.inuse <= acc.blocks)
         return z3.And(acc.free + acc.blocks == l_.cfg.usable_blocks, acc.free >= 0)
 
     def inner(l_: _Loops, acc: _Acc, sel: _Req, it: _Iter) -> Any:
@@ -303,9 +318,11 @@ def _kv_argument() -> _Argument:
         return z3.Implies(it.fits, need <= acc.free)
 
     def claim(l_: _Loops, acc: _Acc) -> Any:
-        # kv_blocks_conserved at the observation point; shared_blocks is 0 without a
-        # prefix cache (rules._cache_counts).
-        return z3.And(acc.free >= 0, acc.free + acc.blocks == l_.cfg.usable_blocks)
+        # kv_blocks_conserved at the observation point: free + held - shared = usable;
+        # shared_blocks is 0 without a prefix cache (rules._cache_counts).
+        shared = acc.blocks - acc.inuse if l_.cached else 0
+        return z3.And(acc.free >= 0, shared >= 0,
+                      acc.free + acc.blocks - shared == l_.cfg.usable_blocks)
 
     def end(l_: _Loops, acc: _Acc) -> Any:
         return acc.free <= l_.cfg.usable_blocks  # free_blocks_end
@@ -321,7 +338,7 @@ def kv_blocks_conserved_unbounded(timeout_s: float) -> TheoremResult:
     that fitted still fits when the request is served (nothing is preempted after it)."""
     return _in_modes(_kv_argument, timeout_s,
                      f"{_OVER_STEPS} (base, step, conclusion valid); invariant: free + held "
-                     "= usable, free >= 0", CACHE_FREE)
+                     "= usable, free >= 0 (with the cache: free + in use = usable)")
 
 
 def _no_admission_argument() -> _Argument:
@@ -636,11 +653,6 @@ WITHOUT_DRAFTS = Premise(
     "loop bodies are proved synchronous and on the AsyncScheduler, without and with the "
     "cache abstracted, docs/parameterised_proofs.md)",
     lambda f: not f.base.speculative_method)
-CACHE_FREE_WITHOUT_DRAFTS = Premise(
-    "no_prefix_caching_or_speculative_decoding",
-    "prefix caching and speculative decoding are off (async scheduling on or off; the "
-    "argument reads the free-block count, which the cache abstraction does not keep)",
-    lambda f: not (f.base.speculative_method or f.base.enable_prefix_caching))
 SYNC_WITHOUT_DRAFTS = Premise(
     "synchronous_scheduler_without_drafts",
     "speculative decoding and async scheduling are off (the loop bodies proved are the "
@@ -701,8 +713,7 @@ THEOREMS: dict[str, Theorem] = {
         running_within_max_num_seqs_unbounded,
         (WITHOUT_DRAFTS, ACTIVE_WITHIN_SEATS, SEATS_NONNEGATIVE), states="015c2fb3f8cffee1"),
     "kv_blocks_conserved": Theorem(kv_blocks_conserved_unbounded,
-                                   (CACHE_FREE_WITHOUT_DRAFTS, POOL_NONEMPTY,
-                                    WATERMARK_NONNEGATIVE),
+                                   (WITHOUT_DRAFTS, POOL_NONEMPTY, WATERMARK_NONNEGATIVE),
                                    states="68fea0a56159ef19"),
     "no_admission_after_preemption": Theorem(no_admission_after_preemption_unbounded,
                                              (WITHOUT_DRAFTS, PREEMPTION_GATE),

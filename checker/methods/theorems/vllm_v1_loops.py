@@ -132,6 +132,7 @@ class _Acc:
     head0: Any = 0
     mark: Any = 0
     cut: Any = 0
+    inuse: Any = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +160,7 @@ def _fresh_req() -> _Req:
 
 
 _ACC_INTS = ("token_budget", "input_budget", "free", "scheduled", "blocks", "running",
-             "joined", "served", "head", "tail", "nrk", "head0", "mark", "cut")
+             "joined", "served", "head", "tail", "nrk", "head0", "mark", "cut", "inuse")
 
 
 def _fresh_acc() -> _Acc:
@@ -309,11 +310,30 @@ class _Loops:
         """The request's prefix hit in this step: 0 without the cache."""
         return r.hit if self.cached else z3.IntVal(0)
 
-    def moved(self, acc: _Acc) -> _Acc:
-        """The accumulators after an iteration: with the abstracted cache the free count
-        is any value (a release frees only blocks nobody else holds, a hit takes only the
-        evictable ones; block_pool.py:752-805)."""
-        return replace(acc, free=z3.Int(_tag("free"))) if self.cached else acc
+    def moved(self, old: _Acc, acc: _Acc, released: Sequence[tuple[Any, Any]] = (),
+              held: Any = 0) -> _Acc:
+        """The accumulators after an iteration (`acc`, the cache-free accounting's) from
+        `old`. With the abstracted cache the pool is the count of blocks in use (ref_cnt
+        > 0; `inuse`) beside the free count: the table positions an allocation adds join
+        those in use, less the hit blocks another request already `held` (the free count
+        is the rules' own, which take the fresh and evictable ones from it); a request that gives
+        up d table positions (`released`: its blocks before and after) frees any f of
+        them with 0 <= f <= d, f <= the blocks in use, and d - f <= the shared references
+        (a position not freed names a block another request holds; block_pool.py:774-805,
+        kv_cache_manager.py:620-629). `release_refines_abstract_freeing` checks that on
+        the exact release."""
+        if not self.cached:
+            return acc
+        if not released:  # an allocation, or nothing moved
+            return replace(acc, inuse=old.inuse + acc.blocks - old.blocks - held)
+        t = _tag("freed")
+        given = [z3.If(b - a > 0, b - a, 0) for b, a in released]
+        freed = [z3.Int(f"{t}{i}") for i in range(len(released))]
+        self.ops.definitions += [*[z3.And(f >= 0, f <= d) for f, d in zip(freed, given,
+                                                                          strict=True)],
+                                 sum(freed) <= old.inuse,
+                                 sum(given) - sum(freed) <= old.blocks - old.inuse]
+        return replace(acc, free=old.free + sum(freed), inuse=old.inuse - sum(freed))
 
     @staticmethod
     def after(w: _Work, reqs: Sequence[_Req]) -> list[_Req]:
@@ -392,7 +412,8 @@ class _Loops:
         hyps = [z3.Not(z3.And(hit_sel, hit_vic)), z3.Implies(hit_sel, _running(sel)),
                 z3.Implies(hit_vic, _running(vic)), z3.Implies(hit_sel, chosen[0]),
                 z3.Implies(hit_vic, chosen[1])]
-        return (self.moved(_regather(acc, [sel, vic], new, w)), new[0],
+        released = [(r.blocks, n.blocks) for r, n in zip([sel, vic], new, strict=True)]
+        return (self.moved(acc, _regather(acc, [sel, vic], new, w), released), new[0],
                 replace(it, fits=fits, done=done), hyps, new)
 
     def serve(self, acc: _Acc, sel: _Req, other: _Req, it: _Iter
@@ -408,7 +429,7 @@ class _Loops:
                           ops.not_(it.active))
         w.visited[0] = ops.or_(w.visited[0], it.active)  # rules.py:264-265
         new = self.after(w, [sel, other])
-        return self.moved(_regather(acc, [sel, other], new, w)), stopped, new
+        return self.moved(acc, _regather(acc, [sel, other], new, w)), stopped, new
 
     def waiting_start(self, acc: _Acc) -> Any:
         """The WAITING loop's initial stopped (rules.py:293, scheduler.py:900)."""
@@ -452,7 +473,8 @@ class _Loops:
         stopped = ops.or_(stopped, ops.not_(ok))  # every failure ends the loop
         new = self.after(w, [sel, other])
         hyps = [z3.Implies(eligible, _is(sel.status, WAITING, PREEMPTED)), *hit_hyps]
-        return self.moved(_regather(acc, [sel, other], new, w)), stopped, hyps, new
+        held = ops.ite(ok, hit_blocks - evictable, 0)  # hit blocks another request holds
+        return self.moved(acc, _regather(acc, [sel, other], new, w), held=held), stopped, hyps, new
 
     def _abstract_hit(self, total: Any) -> tuple[Any, Any, Any, list[z3.BoolRef]]:
         """The prefix hit of a request of `total` tokens as (hit blocks, evictable hit
@@ -488,7 +510,7 @@ class _Loops:
                       blocks=s.blocks, wkey=s.wait_key)
         w = self.work(acc, [req])
         w.free = after.free_blocks
-        return replace(self.moved(_regather(acc, [req], [new], w)), tail=after.wait_tail), new
+        return replace(_regather(acc, [req], [new], w), tail=after.wait_tail), new
 
     def _one_step(self, acc: _Acc, reqs: Sequence[_Req], eos: Sequence[Any]
                   ) -> tuple[SchedState, Step, _Work]:
@@ -529,7 +551,7 @@ class _Loops:
         new = replace(req, status=s.status, ncomp=s.num_computed_tokens, blocks=s.blocks,
                       out=s.num_output_tokens, rkey=s.run_key, wkey=s.wait_key, upd=True)
         w.free = nxt.free_blocks
-        return self.moved(_regather(acc, [req], [new], w)), new
+        return self.moved(acc, _regather(acc, [req], [new], w), [(req.blocks, new.blocks)]), new
 
     def observe(self, acc: _Acc, reqs: Sequence[_Req], num_requests: Any) -> Step:
         """The step's observation of these requests (rules.py `_update`, `_slot_obs`).
@@ -852,3 +874,53 @@ def lookup_refines_abstract_hit(timeout_s: float, capped: bool) -> TheoremResult
     return TheoremResult(True, time.monotonic() - start,
                          f"the exact lookup refines the abstract hit at {len(REFINEMENT_SIZES)} "
                          "sizes")
+
+
+#: The sizes at which `release_refines_abstract_freeing` checks the exact release: request
+#: slots, table lengths and pools.
+RELEASE_SIZES = tuple((slots, table, pool) for slots in (2, 3) for table in (1, 2, 4)
+                      for pool in (1, 3, 6))
+
+
+def release_refines_abstract_freeing(timeout_s: float) -> TheoremResult:
+    """The exact release of a request's blocks (cache_rules.release) frees only what
+    `_Loops.moved` allows: f blocks with 0 <= f <= its b table positions, f <= the blocks
+    in use (ref_cnt > 0), and b - f <= the shared references (RUNNING requests' table
+    positions less the blocks in use), in every state the pool invariant describes (each
+    block's ref_cnt is the number of RUNNING table positions naming it, each RUNNING
+    table names pool blocks at its first `blocks` positions: invariant.py `_pool`,
+    `_block_table`), at each of `RELEASE_SIZES`. At any other size the same holds by
+    counting: a position whose block's ref_cnt drops to 0 is that block's last holder, so
+    the others name blocks another position also names."""
+    from checker.methods.symbolic import fresh_state
+    from model.vllm.cache_rules import CacheWork, release
+    from model.vllm.invariant import _block_table, _pool
+
+    start = time.monotonic()
+    for slots, table, pool in RELEASE_SIZES:
+        ops = SymbolicOps()
+        cfg = RuleConfig(token_budget=1, max_num_batched_tokens=1, max_num_active_reqs=slots,
+                         max_num_seqs=slots, max_model_len=table, usable_blocks=pool,
+                         watermark_blocks=0, enable_chunked_prefill=True,
+                         long_prefill_token_threshold=0, scheduler_reserve_full_isl=True,
+                         block_size=1, policy_priority=False, prefix_caching=True,
+                         pool_blocks=pool, table_len=table)
+        s = fresh_state(_tag("pool"), SchedState.initial(slots, cfg), 0)
+        facts = [f for _, f in _pool(ops, cfg, s)]
+        facts += [f for x in s.slots for _, f in _block_table(ops, cfg, x)]
+        in_use = sum(z3.If(b.ref_cnt > 0, 1, 0) for b in s.pool)
+        positions = sum(z3.If(x.status == RUNNING, x.blocks, 0) for x in s.slots)
+        victim = s.slots[0]
+        freed = release(ops, cfg, CacheWork.of(s), 0, victim.blocks, True)
+        claim = z3.Implies(
+            z3.And(*facts, *ops.take_definitions(), victim.status == RUNNING),
+            z3.And(freed >= 0, freed <= victim.blocks, freed <= in_use,
+                   victim.blocks - freed <= positions - in_use))
+        result = valid(claim, timeout_s - (time.monotonic() - start))
+        if result != z3.unsat:
+            return TheoremResult(False, time.monotonic() - start,
+                                 f"release refinement ({slots} slots, table {table}, pool "
+                                 f"{pool}): {result}")
+    return TheoremResult(True, time.monotonic() - start,
+                         f"the exact release refines the abstract freeing at "
+                         f"{len(RELEASE_SIZES)} sizes")
