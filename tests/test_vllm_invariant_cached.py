@@ -167,7 +167,8 @@ def _reachable(kind: str = "sync") -> tuple[tuple[int, Any, Any, Any], ...]:
     return tuple(states)
 
 
-@pytest.mark.parametrize("kind", ["sync", pytest.param("async", marks=pytest.mark.slow)])
+@pytest.mark.slow  # about 10 s each: long conformance runs (the small family stays fast)
+@pytest.mark.parametrize("kind", ["sync", "async"])
 def test_the_runs_reach_shared_and_evictable_blocks(kind: str) -> None:
     shared = evictable = 0
     for _, _, _, s in _reachable(kind):
@@ -176,7 +177,8 @@ def test_the_runs_reach_shared_and_evictable_blocks(kind: str) -> None:
     assert shared > 20 and evictable > 20, (shared, evictable)
 
 
-@pytest.mark.parametrize("kind", ["sync", pytest.param("async", marks=pytest.mark.slow)])
+@pytest.mark.slow  # about 10 s each: long conformance runs (the small family stays fast)
+@pytest.mark.parametrize("kind", ["sync", "async"])
 def test_the_invariant_holds_on_every_state_of_concrete_runs(kind: str) -> None:
     states = _reachable(kind)
     for seed, cfg, specs, state in states:
