@@ -1010,6 +1010,16 @@ def test_the_shipped_witnesses_still_violate_their_properties():
             assert audit._still_violates(job, e["workload"]), e["label"]
 
 
+def test_the_shipped_witnesses_are_of_the_current_sources():
+    """An edit under model/, properties/ or checker/methods/ makes the shipped witnesses
+    stale: a cold-cache audit (a CI runner) then replays or searches them again (about 80
+    s). Regenerate them with `python -m checker.conformance.audit --write-witnesses`."""
+    todo = audit.witness_jobs("vllm-v1", 10.0)
+    assert _shipped_doc()["key"] == audit._plan_key(todo), (
+        "checker/conformance/witnesses/vllm-v1.json is stale: run "
+        "python -m checker.conformance.audit --write-witnesses")
+
+
 def catalogue_kind(name: str) -> str:
     from properties import catalogue
 
