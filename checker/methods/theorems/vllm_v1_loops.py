@@ -21,6 +21,7 @@ definition on the rules' observation of two arbitrary requests.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +30,7 @@ from typing import Any
 
 import z3
 
-from checker.methods.theorems import TheoremResult, valid
+from checker.methods.theorems import TheoremResult, discharge, valid
 from model.core.ops import SymbolicOps
 from model.core.rule_parts import select_min
 from model.core.types import SlotSpec, Step
@@ -839,41 +840,45 @@ def lookup_refines_abstract_hit(timeout_s: float, capped: bool) -> TheoremResult
     `REFINEMENT_SIZES`. At any other size the same holds by lookup's form: position j
     counts only while every earlier one did and j < cap = (num_tokens - cap) //
     block_size, the same guard at every j."""
+    claims = [(f"lookup refinement (table {table}, pool {pool}, block size {bs})",
+               functools.partial(_lookup_claim, table, pool, bs, capped))
+              for table, pool, bs in REFINEMENT_SIZES]
+    return discharge(claims, timeout_s, time.monotonic(),
+                     f"the exact lookup refines the abstract hit at {len(claims)} sizes")
+
+
+def _cache_rule_config(slots: int, table: int, pool: int, bs: int,
+                       capped: bool = True) -> RuleConfig:
+    """A concrete rule config with the symbolic prefix cache at these sizes."""
+    return RuleConfig(token_budget=1, max_num_batched_tokens=1, max_num_active_reqs=slots,
+                      max_num_seqs=slots, max_model_len=table * bs, usable_blocks=pool,
+                      watermark_blocks=0, enable_chunked_prefill=True,
+                      long_prefill_token_threshold=0, scheduler_reserve_full_isl=True,
+                      block_size=bs, policy_priority=False, prefix_caching=True,
+                      cap_prefix_hit=capped, pool_blocks=pool, table_len=table)
+
+
+def _lookup_claim(table: int, pool: int, bs: int, capped: bool) -> z3.BoolRef:
     from model.vllm.cache_rules import CacheWork, lookup
 
-    start = time.monotonic()
-    for table, pool, bs in REFINEMENT_SIZES:
-        ops = SymbolicOps()
-        t = _tag("lookup")
-        cfg = RuleConfig(token_budget=1, max_num_batched_tokens=1, max_num_active_reqs=1,
-                         max_num_seqs=1, max_model_len=table * bs, usable_blocks=pool,
-                         watermark_blocks=0, enable_chunked_prefill=True,
-                         long_prefill_token_threshold=0, scheduler_reserve_full_isl=True,
-                         block_size=bs, policy_priority=False, prefix_caching=True,
-                         cap_prefix_hit=capped, pool_blocks=pool, table_len=table)
-        ints = {f: [z3.Int(f"{t}.{f}{b}") for b in range(pool)]
-                for f in ("ref", "hash", "queue_key", "cached_at")}
-        work = CacheWork(**ints, table=[[0] * table for _ in range(2)], num_cached=[0, 0],
-                         queue_tail=z3.Int(f"{t}.tail"), next_cached_at=z3.Int(f"{t}.next"))
-        specs = [SlotSpec(z3.Int(f"{t}.prompt{i}"), 1, 1, 0, z3.Int(f"{t}.cached{i}"),
-                          z3.Int(f"{t}.group{i}"), z3.Int(f"{t}.shared{i}"))
-                 for i in range(2)]
-        sel = z3.Bool(f"{t}.sel")
-        num_tokens = z3.Int(f"{t}.num_tokens")
-        hit = lookup(ops, cfg, work, specs, [sel, z3.Not(sel)], num_tokens)
-        facts = [hit.blocks >= 0, hit.evictable >= 0, hit.evictable <= hit.blocks,
-                 hit.blocks * bs <= num_tokens - (1 if capped else 0),
-                 (hit.blocks * bs) / bs * bs == hit.blocks * bs]  # whole blocks
-        claim = z3.Implies(z3.And(*ops.take_definitions(), num_tokens >= 1,
-                                  *[r >= 0 for r in ints["ref"]]), z3.And(*facts))
-        result = valid(claim, timeout_s - (time.monotonic() - start))
-        if result != z3.unsat:
-            return TheoremResult(False, time.monotonic() - start,
-                                 f"lookup refinement (table {table}, pool {pool}, block size "
-                                 f"{bs}): {result}")
-    return TheoremResult(True, time.monotonic() - start,
-                         f"the exact lookup refines the abstract hit at {len(REFINEMENT_SIZES)} "
-                         "sizes")
+    ops = SymbolicOps()
+    t = _tag("lookup")
+    cfg = _cache_rule_config(2, table, pool, bs, capped)
+    ints = {f: [z3.Int(f"{t}.{f}{b}") for b in range(pool)]
+            for f in ("ref", "hash", "queue_key", "cached_at")}
+    work = CacheWork(**ints, table=[[0] * table for _ in range(2)], num_cached=[0, 0],
+                     queue_tail=z3.Int(f"{t}.tail"), next_cached_at=z3.Int(f"{t}.next"))
+    specs = [SlotSpec(z3.Int(f"{t}.prompt{i}"), 1, 1, 0, z3.Int(f"{t}.cached{i}"),
+                      z3.Int(f"{t}.group{i}"), z3.Int(f"{t}.shared{i}"))
+             for i in range(2)]
+    sel = z3.Bool(f"{t}.sel")
+    num_tokens = z3.Int(f"{t}.num_tokens")
+    hit = lookup(ops, cfg, work, specs, [sel, z3.Not(sel)], num_tokens)
+    facts = [hit.blocks >= 0, hit.evictable >= 0, hit.evictable <= hit.blocks,
+             hit.blocks * bs <= num_tokens - (1 if capped else 0),
+             (hit.blocks * bs) / bs * bs == hit.blocks * bs]  # whole blocks
+    return z3.Implies(z3.And(*ops.take_definitions(), num_tokens >= 1,
+                             *[r >= 0 for r in ints["ref"]]), z3.And(*facts))
 
 
 #: The sizes at which `release_refines_abstract_freeing` checks the exact release: request
@@ -892,35 +897,28 @@ def release_refines_abstract_freeing(timeout_s: float) -> TheoremResult:
     `_block_table`), at each of `RELEASE_SIZES`. At any other size the same holds by
     counting: a position whose block's ref_cnt drops to 0 is that block's last holder, so
     the others name blocks another position also names."""
+    claims = [(f"release refinement ({slots} slots, table {table}, pool {pool})",
+               functools.partial(_release_claim, slots, table, pool))
+              for slots, table, pool in RELEASE_SIZES]
+    return discharge(claims, timeout_s, time.monotonic(),
+                     f"the exact release refines the abstract freeing at {len(claims)} sizes")
+
+
+def _release_claim(slots: int, table: int, pool: int) -> z3.BoolRef:
     from checker.methods.symbolic import fresh_state
     from model.vllm.cache_rules import CacheWork, release
     from model.vllm.invariant import _block_table, _pool
 
-    start = time.monotonic()
-    for slots, table, pool in RELEASE_SIZES:
-        ops = SymbolicOps()
-        cfg = RuleConfig(token_budget=1, max_num_batched_tokens=1, max_num_active_reqs=slots,
-                         max_num_seqs=slots, max_model_len=table, usable_blocks=pool,
-                         watermark_blocks=0, enable_chunked_prefill=True,
-                         long_prefill_token_threshold=0, scheduler_reserve_full_isl=True,
-                         block_size=1, policy_priority=False, prefix_caching=True,
-                         pool_blocks=pool, table_len=table)
-        s = fresh_state(_tag("pool"), SchedState.initial(slots, cfg), 0)
-        facts = [f for _, f in _pool(ops, cfg, s)]
-        facts += [f for x in s.slots for _, f in _block_table(ops, cfg, x)]
-        in_use = sum(z3.If(b.ref_cnt > 0, 1, 0) for b in s.pool)
-        positions = sum(z3.If(x.status == RUNNING, x.blocks, 0) for x in s.slots)
-        victim = s.slots[0]
-        freed = release(ops, cfg, CacheWork.of(s), 0, victim.blocks, True)
-        claim = z3.Implies(
-            z3.And(*facts, *ops.take_definitions(), victim.status == RUNNING),
-            z3.And(freed >= 0, freed <= victim.blocks, freed <= in_use,
-                   victim.blocks - freed <= positions - in_use))
-        result = valid(claim, timeout_s - (time.monotonic() - start))
-        if result != z3.unsat:
-            return TheoremResult(False, time.monotonic() - start,
-                                 f"release refinement ({slots} slots, table {table}, pool "
-                                 f"{pool}): {result}")
-    return TheoremResult(True, time.monotonic() - start,
-                         f"the exact release refines the abstract freeing at "
-                         f"{len(RELEASE_SIZES)} sizes")
+    ops = SymbolicOps()
+    cfg = _cache_rule_config(slots, table, pool, 1)
+    s = fresh_state(_tag("pool"), SchedState.initial(slots, cfg), 0)
+    facts = [f for _, f in _pool(ops, cfg, s)]
+    facts += [f for x in s.slots for _, f in _block_table(ops, cfg, x)]
+    in_use = sum(z3.If(b.ref_cnt > 0, 1, 0) for b in s.pool)
+    positions = sum(z3.If(x.status == RUNNING, x.blocks, 0) for x in s.slots)
+    victim = s.slots[0]
+    freed = release(ops, cfg, CacheWork.of(s), 0, victim.blocks, True)
+    return z3.Implies(
+        z3.And(*facts, *ops.take_definitions(), victim.status == RUNNING),
+        z3.And(freed >= 0, freed <= victim.blocks, freed <= in_use,
+               victim.blocks - freed <= positions - in_use))
