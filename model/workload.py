@@ -17,7 +17,7 @@ from model.core.checks import (
     check_nesting,
     check_size,
 )
-from model.core.errors import ConfigError, InputError, shown
+from model.core.errors import ConfigError, InputError, refuse_unknown, shown
 from model.core.types import (
     DEFAULT_ENGINE,
     AbortEvent,
@@ -93,10 +93,7 @@ def parse_workload(doc: Any, need_requests: bool = True) -> Workload:
         raise InputError("a workload must be a JSON object with 'config' and 'requests', got "
                          f"{shown(doc)}")
     check_nesting(doc, "the workload", "pass a workload JSON object")
-    unknown = sorted(set(doc) - _TOP_KEYS, key=str)
-    if unknown:
-        raise InputError(f"unknown workload key {shown(unknown[0])}; known keys: "
-                         f"{sorted(_TOP_KEYS)}")
+    refuse_unknown(doc, _TOP_KEYS, "unknown workload key", f"known keys: {sorted(_TOP_KEYS)}")
     engine = doc.get("engine", DEFAULT_ENGINE)
     if not isinstance(engine, str):
         raise InputError(f"'engine' must be a string, got {shown(engine)}")
@@ -143,10 +140,8 @@ def _parse_request(index: int, raw: Any) -> RequestSpec:
     if not isinstance(raw, dict):
         raise InputError(f"{where} must be an object with id, prompt_len and max_tokens, got "
                          f"{shown(raw)}")
-    unknown = sorted(set(raw) - _REQUEST_KEYS, key=str)
-    if unknown:
-        raise InputError(
-            f"{where}: unknown key {shown(unknown[0])}; known keys: {sorted(_REQUEST_KEYS)}")
+    refuse_unknown(raw, _REQUEST_KEYS, f"{where}: unknown key",
+                   f"known keys: {sorted(_REQUEST_KEYS)}")
     for key in ("id", "prompt_len", "max_tokens"):
         if key not in raw:
             raise InputError(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import symmetry_cases
 
 from checker.methods import array as ax
 from checker.methods import bmc, explore
@@ -194,9 +195,7 @@ def test_symmetry_and_retired_slots_merge_exactly_the_states_they_claim_to():
     assert reduced.states == len(canonical) + 1  # + the initial state
 
 
-@pytest.mark.parametrize("name,params", [("starvation", {"k": 2}), ("head_of_line", {"k": 2}),
-                                          ("running_before_waiting", {}),
-                                          ("preemption_storm", {"m": 0})])
+@pytest.mark.parametrize("name,params", symmetry_cases.CASES)
 def test_symmetry_and_retired_slots_change_no_verdict(name, params):
     prop = catalogue.get(name, **params)
     bounds = Bounds(slots=3, depth=4, max_prompt_len=3, max_max_tokens=2)

@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 import both_methods
 import networkx as nx
 import pytest
+import symmetry_cases
 
 from checker.methods import agreement, bmc, explore
 from checker.methods.jobs import Job, run, run_batch
@@ -47,9 +48,7 @@ def test_a_property_that_holds_is_explored_to_the_full_depth():
     assert deep.stats.transitions > deep.stats.states
 
 
-@pytest.mark.parametrize("name,params", [("starvation", {"k": 2}), ("head_of_line", {"k": 2}),
-                                          ("running_before_waiting", {}),
-                                          ("preemption_storm", {"m": 0})])
+@pytest.mark.parametrize("name,params", symmetry_cases.CASES)
 def test_symmetry_reduction_changes_no_verdict_and_never_adds_states(name, params):
     prop = catalogue.get(name, **params)
     bounds = Bounds(slots=2, depth=4, max_prompt_len=3, max_max_tokens=2)

@@ -96,19 +96,6 @@ def test_speculative_families_stay_outside_the_loop_theorems(prop):
     assert all("speculative" in name or "drafts" in name for name in broken)
 
 
-def test_the_kv_proof_fails_on_an_async_release_that_frees_nothing(monkeypatch):
-    update = loops._update_async
-
-    def hoarding(ops, cfg, specs, state, before, ntok, held, w, eos, choices=None):
-        nxt, step = update(ops, cfg, specs, state, before, ntok, held, w, eos, choices)
-        return replace(nxt, free_blocks=w.free), step  # blocks dropped, none freed
-    monkeypatch.setattr(loops, "_update_async", hoarding)
-    result = theorems.kv_blocks_conserved_unbounded(30)
-    assert not result.proved
-    assert result.detail.startswith("on the AsyncScheduler")
-    assert "release iteration" in result.detail
-
-
 def test_the_async_offer_counts_placeholders():
     # On the AsyncScheduler what a running request lacks counts its output placeholders
     # (rules.py:225-229): "offered <= num_tokens - num_computed_tokens" holds on the

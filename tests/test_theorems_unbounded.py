@@ -189,15 +189,21 @@ def test_the_proofs_fail_when_preemption_keeps_what_it_takes(monkeypatch, proof,
     assert not result.proved and result.detail.startswith("allocate-or-preempt iteration")
 
 
-def test_kv_proof_fails_when_the_release_frees_nothing(monkeypatch):
-    update = loops._update
+# The synchronous release, and the AsyncScheduler's (tests/test_theorems_deployed.py has
+# the rest of the deployed mode): the proof names the mode it fails in.
+@pytest.mark.parametrize(("update_name", "where"), [("_update", "release iteration"),
+                                                    ("_update_async", "on the AsyncScheduler")],
+                         ids=["sync", "async"])
+def test_kv_proof_fails_when_the_release_frees_nothing(monkeypatch, update_name, where):
+    update = getattr(loops, update_name)
 
-    def hoarding(ops, cfg, specs, state, before, ntok, held, w, eos, spec=None):
-        nxt, step = update(ops, cfg, specs, state, before, ntok, held, w, eos, spec)
+    def hoarding(ops, cfg, specs, state, before, ntok, held, w, eos, *options):
+        nxt, step = update(ops, cfg, specs, state, before, ntok, held, w, eos, *options)
         return replace(nxt, free_blocks=w.free), step  # blocks dropped, none freed
-    monkeypatch.setattr(loops, "_update", hoarding)
+    monkeypatch.setattr(loops, update_name, hoarding)
     result = theorems.kv_blocks_conserved_unbounded(30)
-    assert not result.proved and result.detail.startswith("release iteration")
+    assert not result.proved and result.detail.startswith(where)
+    assert "release iteration" in result.detail
 
 
 # Without the gate a request preempted and re-admitted in one step is scheduled its whole

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import ClassVar
 
 from checker.conformance.divergence import StepDivergence, first_divergence_of, value_text
 from checker.conformance.vllm_real import RealRun
@@ -29,20 +30,20 @@ REFERENCE = "model.reference.vllm_v1"
 @dataclass(frozen=True, slots=True)
 class Divergence(StepDivergence):
     """The first step at which the reference departs from vLLM's real scheduler
-    (divergence.py `StepDivergence`)."""
+    (divergence.py `StepDivergence`); its table wraps long cells."""
 
-    def render(self) -> str:
-        """A readable side-by-side table of the diverging step (differing rows marked *)."""
-        if self.error is not None:
-            return f"{self.summary()}\nvLLM's record of that step: {self.real}\n"
-        real_name = f"vLLM {self.workload.config.version} (real)"  # REAL at 0.32.0
-        return self.side_by_side(real_name, REFERENCE, _show, wrap=True)
+    real_engine: ClassVar[str] = "vLLM"
+    reference_name: ClassVar[str] = REFERENCE
+    wrap_cells: ClassVar[bool] = True
 
+    def real_name(self) -> str:
+        """vLLM at the workload's version (`REAL` at 0.32.0)."""
+        return f"vLLM {self.workload.config.version} (real)"
 
-def _show(name: str, record: StepRecord | None) -> str:
-    """A field of a record as compact text: `a:1 b:2` for pairs and mappings, `a b` for id
-    lists."""
-    return value_text(name, record, absent="(absent)")
+    def show(self, name: str, record: StepRecord | None) -> str:
+        """A field of a record as compact text: `a:1 b:2` for pairs and mappings, `a b` for
+        id lists."""
+        return value_text(name, record, absent="(absent)")
 
 
 def first_divergence(workload: Workload, real: tuple[StepRecord, ...],

@@ -4,7 +4,8 @@ conformance comparisons (vLLM's compare.py, SGLang's sglang_real.py) find and re
 A record is compared field by field (`RECORD_FIELDS`, every StepRecord field but the step
 and `extra`), then each engine-specific fact of `extra` as a field named by its key, in
 order of first appearance; the order of `extra` does not matter. Each engine's module
-subclasses `StepDivergence` with its own rendering and passes its own equality.
+subclasses `StepDivergence` with the names and the cell text of its rendering and passes
+its own equality.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import operator
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from model.core.types import StepRecord, Workload
 
@@ -38,6 +39,29 @@ class StepDivergence:
     real: StepRecord | None
     reference: StepRecord | None
     error: str | None = None
+
+    # Set by each engine's subclass: the real engine as the error line names it (and, by
+    # default, the real column's heading), the reference column's heading, and whether
+    # `render` wraps long cells.
+    real_engine: ClassVar[str] = "the real engine"
+    reference_name: ClassVar[str] = "the reference"
+    wrap_cells: ClassVar[bool] = False
+
+    def real_name(self) -> str:
+        """The real column's heading in `render`."""
+        return self.real_engine
+
+    def show(self, name: str, record: StepRecord | None) -> str:
+        """A cell of `render`: the field (or `extra` fact) `name` of `record` as text."""
+        return value_text(name, record)
+
+    def render(self) -> str:
+        """The diverging step side by side (`side_by_side`, differing rows marked *); when
+        the reference raised instead, the summary and the real engine's record of it."""
+        if self.error is not None:
+            return f"{self.summary()}\n{self.real_engine}'s record of that step: {self.real}\n"
+        return self.side_by_side(self.real_name(), self.reference_name, self.show,
+                                 wrap=self.wrap_cells)
 
     def summary(self) -> str:
         """One line: where and in what the two schedulers differ."""

@@ -105,7 +105,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 from checker.conformance.divergence import (
     StepDivergence,
@@ -778,20 +778,17 @@ class Divergence(StepDivergence):
     """The first step at which the reference departs from SGLang's real scheduler
     (divergence.py `StepDivergence`)."""
 
-    def render(self) -> str:
-        """The diverging step side by side (differing rows marked *)."""
-        if self.error is not None:
-            return f"{self.summary()}\n{REAL}'s record of that step: {self.real}\n"
-        return self.side_by_side(REAL, REFERENCE, _show)
+    real_engine: ClassVar[str] = REAL
+    reference_name: ClassVar[str] = REFERENCE
 
-
-def _show(name: str, record: StepRecord | None) -> str:
-    if record is None:
-        return "(no record)"
-    value = record_value(name, record)
-    if isinstance(value, tuple | list):
-        return items_text(value)
-    return str(value)
+    def show(self, name: str, record: StepRecord | None) -> str:
+        """A field of a record as text, a sequence as `items_text` writes it."""
+        if record is None:
+            return "(no record)"
+        value = record_value(name, record)
+        if isinstance(value, tuple | list):
+            return items_text(value)
+        return str(value)
 
 
 def first_divergence(workload: Workload, real: Sequence[StepRecord],

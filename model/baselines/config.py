@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from model.core.checks import check_config_int
-from model.core.errors import ConfigError, InputError, shown
+from model.core.errors import ConfigError, InputError, refuse_unknown, shown
 
 ENGINE_STATIC = "static"
 ENGINE_DYNAMIC = "dynamic"
@@ -67,10 +67,8 @@ def parse_config(raw: Any, base: BaselineConfig) -> BaselineConfig:
     if not isinstance(raw, dict):
         raise InputError(f"'config' must be a JSON object of baseline field names, got "
                          f"{shown(raw)}")
-    unknown = sorted(set(raw) - set(FIELDS), key=str)
-    if unknown:
-        raise InputError(f"unknown baseline config field {shown(unknown[0])}; known fields: "
-                         f"{', '.join(FIELDS)}")
+    refuse_unknown(raw, FIELDS, "unknown baseline config field",
+                   f"known fields: {', '.join(FIELDS)}")
     for name, value in raw.items():
         if name == "launch":
             if value not in (LAUNCH_FULL, LAUNCH_IDLE):

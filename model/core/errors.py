@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
+
 SHOWN_CHARS = 60  # an error line names the value, never a whole document
 
 
@@ -16,6 +18,15 @@ class ConfigError(InputError):
     def __init__(self, rule: str, message: str) -> None:
         super().__init__(message)
         self.rule = rule
+
+
+def refuse_unknown(keys: Iterable[object], known: Collection[object], unknown_what: str,
+                   known_what: str) -> None:
+    """Raise an InputError naming the first of `keys` (in str order) that `known` lacks:
+    "`unknown_what` 'key'; `known_what`", e.g. "unknown workload key 'x'; known keys: ..."."""
+    unknown = sorted(set(keys) - set(known), key=str)
+    if unknown:
+        raise InputError(f"{unknown_what} {shown(unknown[0])}; {known_what}")
 
 
 def shown(value: object) -> str:

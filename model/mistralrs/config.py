@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from model.core.checks import check_config_int
-from model.core.errors import ConfigError, InputError, shown
+from model.core.errors import ConfigError, InputError, refuse_unknown, shown
 from model.core.switches import changed_switches, with_rules
 from model.core.switches import with_switches as set_switches
 
@@ -186,10 +186,8 @@ def parse_config(raw: Any, version: str = PINNED) -> MistralrsConfig:
     if not isinstance(raw, dict):
         raise InputError("'config' must be a JSON object of mistral.rs field names, got "
                          f"{shown(raw)}")
-    unknown = sorted(set(raw) - set(FIELDS) - {"rules"}, key=str)
-    if unknown:
-        raise InputError(f"unknown mistralrs config field {shown(unknown[0])}; known fields: "
-                         f"{', '.join(FIELDS)}, rules")
+    refuse_unknown(raw, {*FIELDS, "rules"}, "unknown mistralrs config field",
+                   f"known fields: {', '.join(FIELDS)}, rules")
     knobs = {k: v for k, v in raw.items() if k != "rules"}
     for name, value in knobs.items():
         check_config_int("mistralrs", name, value, _MINIMUM[name])

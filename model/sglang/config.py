@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from model.core.checks import MAX_INT
-from model.core.errors import ConfigError, InputError, shown
+from model.core.errors import ConfigError, InputError, refuse_unknown, shown
 
 SGLANG_VERSION = "0.5.22"
 ENGINE_SGLANG = "sglang"
@@ -153,10 +153,8 @@ def parse_config(raw: Any) -> Config:
     if not isinstance(raw, dict):
         raise InputError("'config' must be a JSON object of SGLang server-argument names, "
                          f"got {shown(raw)}")
-    unknown = sorted(set(raw) - set(CONFIG_FIELDS), key=str)
-    if unknown:
-        raise InputError(f"unknown SGLang config field {shown(unknown[0])}; known fields: "
-                         f"{', '.join(CONFIG_FIELDS)}")
+    refuse_unknown(raw, CONFIG_FIELDS, "unknown SGLang config field",
+                   f"known fields: {', '.join(CONFIG_FIELDS)}")
     for name, value in raw.items():
         _check_field(name, value)
     return Config(**raw)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from model.core.checks import MAX_INT
-from model.core.errors import InputError, shown
+from model.core.errors import InputError, refuse_unknown, shown
 from model.core.switches import changed_switches, with_rules
 from model.core.switches import with_switches as set_switches
 from model.core.types import Workload
@@ -298,11 +298,8 @@ def parse_config(raw: Any, base: Config | None = None, *, version: str = VLLM_VE
     "rules" object toggles switches of those rules."""
     if not isinstance(raw, dict):
         raise InputError(f"'config' must be a JSON object of vLLM field names, got {shown(raw)}")
-    unknown = sorted(set(raw) - set(CONFIG_FIELDS) - {"rules"}, key=str)
-    if unknown:
-        raise InputError(
-            f"unknown config field {shown(unknown[0])}; known fields: {', '.join(CONFIG_FIELDS)}"
-            ", rules")
+    refuse_unknown(raw, {*CONFIG_FIELDS, "rules"}, "unknown config field",
+                   f"known fields: {', '.join(CONFIG_FIELDS)}, rules")
     knobs = {k: v for k, v in raw.items() if k != "rules"}
     for name, value in knobs.items():
         check_value(name, value)

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from model.core.checks import MAX_INT
-from model.core.errors import ConfigError, InputError, shown
+from model.core.errors import ConfigError, InputError, refuse_unknown, shown
 
 ENGINE_VLLM_V0 = "vllm-v0"
 VLLM_V0_VERSION = "0.10.2"
@@ -151,10 +151,7 @@ def parse_config(raw: Any) -> Config:
     if not isinstance(raw, Mapping):
         raise InputError(f"'config' must be a JSON object, got {shown(raw)}")
     known = {f.name for f in fields(Config)}
-    unknown = sorted(set(raw) - known, key=str)
-    if unknown:
-        raise InputError(f"unknown vllm-v0 config field {shown(unknown[0])}; known fields: "
-                         f"{sorted(known)}")
+    refuse_unknown(raw, known, "unknown vllm-v0 config field", f"known fields: {sorted(known)}")
     values = dict(raw)
     if "max_num_batched_tokens" not in values:
         # SC:188-196: 2048 with chunked prefill, else max(max_model_len, 2048).

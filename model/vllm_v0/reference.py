@@ -240,16 +240,45 @@ class BlockManager:
 
 
 @dataclass(slots=True)
+class _Tally:
+    """One count of `SchedulingBudget`: each request id adds to it, and subtracts from it,
+    at most once (S:82-111)."""
+
+    ids: set[str] = field(default_factory=set)
+    total: int = 0
+
+    def add(self, rid: str, n: int) -> None:
+        """Add `n` for `rid` unless `rid` is already counted."""
+        if rid not in self.ids:
+            self.ids.add(rid)
+            self.total += n
+
+    def subtract(self, rid: str, n: int) -> None:
+        """Take `n` off for `rid` if `rid` is counted."""
+        if rid in self.ids:
+            self.ids.remove(rid)
+            self.total -= n
+
+
+@dataclass(slots=True)
 class Budget:
     """`SchedulingBudget` (S:50-122): tokens and sequences, each added and subtracted at
-    most once per request id."""
+    most once per request id (`tokens` and `seqs`, S:82-111)."""
 
     token_budget: int
     max_num_seqs: int
-    token_ids: set[str] = field(default_factory=set)
-    seq_ids: set[str] = field(default_factory=set)
-    num_batched_tokens: int = 0
-    num_curr_seqs: int = 0
+    tokens: _Tally = field(default_factory=_Tally)
+    seqs: _Tally = field(default_factory=_Tally)
+
+    @property
+    def num_batched_tokens(self) -> int:
+        """The tokens counted so far."""
+        return self.tokens.total
+
+    @property
+    def num_curr_seqs(self) -> int:
+        """The sequences counted so far."""
+        return self.seqs.total
 
     def can_schedule(self, num_new_tokens: int, num_new_seqs: int) -> bool:
         """S:71-77."""
@@ -259,30 +288,6 @@ class Budget:
     def remaining(self) -> int:
         """S:79-80 `remaining_token_budget`."""
         return self.token_budget - self.num_batched_tokens
-
-    def add_tokens(self, rid: str, n: int) -> None:
-        """S:82-93."""
-        if rid not in self.token_ids:
-            self.token_ids.add(rid)
-            self.num_batched_tokens += n
-
-    def subtract_tokens(self, rid: str, n: int) -> None:
-        """S:95-99."""
-        if rid in self.token_ids:
-            self.token_ids.remove(rid)
-            self.num_batched_tokens -= n
-
-    def add_seqs(self, rid: str, n: int) -> None:
-        """S:101-106."""
-        if rid not in self.seq_ids:
-            self.seq_ids.add(rid)
-            self.num_curr_seqs += n
-
-    def subtract_seqs(self, rid: str, n: int) -> None:
-        """S:108-111."""
-        if rid in self.seq_ids:
-            self.seq_ids.remove(rid)
-            self.num_curr_seqs -= n
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,8 +412,8 @@ class VllmV0Scheduler:
             while not self.bm.can_append_slots(g):  # S:729
                 # S:730-735 subtract the *current* group's tokens and seqs, not the
                 # victim's; the current group's were added only in default mode (S:1232).
-                budget.subtract_tokens(g.request_id, n)
-                budget.subtract_seqs(g.request_id, 1)
+                budget.tokens.subtract(g.request_id, n)
+                budget.seqs.subtract(g.request_id, 1)
                 if self.running:
                     victim, keep_going = self.running.pop(), True  # S:741-744
                 else:
@@ -424,9 +429,9 @@ class VllmV0Scheduler:
                     out.prefills.append(Scheduled(g, n, True))
                 else:
                     out.decodes.append(Scheduled(g, 1, False))
-                budget.add_tokens(g.request_id, n)
+                budget.tokens.add(g.request_id, n)
                 if chunking:  # S:801-803; default mode counted running up front (S:1232)
-                    budget.add_seqs(g.request_id, 1)
+                    budget.seqs.add(g.request_id, 1)
         return out
 
     def _schedule_swapped(self, budget: Budget) -> _SwappedIn:
@@ -459,8 +464,8 @@ class VllmV0Scheduler:
                 out.prefills.append(Scheduled(g, n, True))
             else:
                 out.decodes.append(Scheduled(g, 1, False))
-            budget.add_tokens(g.request_id, n)  # S:913-918
-            budget.add_seqs(g.request_id, 1)
+            budget.tokens.add(g.request_id, n)  # S:913-918
+            budget.seqs.add(g.request_id, 1)
         return out
 
     def _schedule_prefills(self, budget: Budget, chunking: bool,
@@ -495,15 +500,15 @@ class VllmV0Scheduler:
             self.bm.allocate(g)  # S:1188, 1717-1720
             g.status = Status.RUNNING
             admitted.append(Scheduled(g, n, True))
-            budget.add_tokens(g.request_id, n)
-            budget.add_seqs(g.request_id, 1)
+            budget.tokens.add(g.request_id, n)
+            budget.seqs.add(g.request_id, 1)
         return admitted
 
     def _schedule_default(self) -> _Schedule:
         """S:1217-1343: prefills first; decodes only in a step that admitted none."""
         budget = Budget(self.cfg.max_num_batched_tokens, self.cfg.max_num_seqs)
         for g in self.running:  # S:1232-1234
-            budget.add_seqs(g.request_id, 1)
+            budget.seqs.add(g.request_id, 1)
         ignored: list[SeqGroup] = []
         prefills: list[Scheduled] = []
         if not self.swapped:  # S:1243-1247: swapped groups first, no prefill beside them
