@@ -51,7 +51,9 @@ from typing import Any
 
 import z3
 
+from checker.methods import proof_cache
 from checker.methods.array.layout import Leaf, Path, build, leaves_of, values_of
+from checker.methods.array.stored import shape_from_json, shape_to_json
 from checker.methods.symbolic import fresh_state
 from model import registry as engines
 from model.core.engine import EngineModel
@@ -221,11 +223,18 @@ def _symbolic_specs(tag: str, n: int) -> list[SlotSpec]:
     return [SlotSpec(**{f: z3.Int(f"{tag}{i}.{f}") for f in _SPEC_FIELDS}) for i in range(n)]
 
 
+_undecided = 0  # solver answers that were neither sat nor unsat (a time limit), so far
+
+
 def _solve_unsat(facts: Sequence[Any], timeout_ms: int) -> bool:
+    global _undecided
     s = z3.Solver()
     s.set(timeout=timeout_ms)
     s.add(*facts)
-    return s.check() == z3.unsat
+    answer = s.check()
+    if answer == z3.unknown:
+        _undecided += 1  # the reduction is not used (sound), but is not stored either
+    return answer == z3.unsat
 
 
 def _step(engine: EngineModel, cfg: Any, specs: Sequence[SlotSpec], state: Any,
@@ -578,7 +587,21 @@ def shape(engine: EngineModel | str, rule_cfg: Any, slots: int) -> Shape:
 
 @functools.lru_cache(maxsize=64)
 def _shape(key: _Engine, rule_cfg: Any, slots: int) -> Shape:
-    engine = key.model
+    name = proof_cache.key("array-shape", key.name, rule_cfg, slots)
+    loaded = proof_cache.load(name)
+    if loaded is not None:
+        sh = shape_from_json(loaded, Shape, OrderField)
+        if sh is not None:
+            return sh
+    before = _undecided
+    sh = _proved_shape(key.model, rule_cfg, slots)
+    kept = shape_to_json(sh) if _undecided == before else None
+    if kept is not None:
+        proof_cache.store(name, kept)
+    return sh
+
+
+def _proved_shape(engine: EngineModel, rule_cfg: Any, slots: int) -> Shape:
     a = _Analyser(engine, rule_cfg, slots)
     equal, order, proved = a.behaviour()
     arrival = a.arrival_read()
@@ -608,9 +631,17 @@ def _permuted(key: _Engine, rule_cfg: Any, slots: int, obs_fields: frozenset[str
         return False
     if not obs_fields:
         return True
+    name = proof_cache.key("array-permuted", key.name, rule_cfg, slots, sorted(obs_fields))
+    loaded = proof_cache.load(name)
+    if loaded is not None:
+        return bool(loaded["permuted"])
     n = max(1, min(slots, PROOF_SLOTS))
+    before = _undecided
     a = _Analyser(key.model, rule_cfg, n)
-    return a.permuted("none" if sh.symmetry == "full" else "priority", sorted(obs_fields))
+    answer = a.permuted("none" if sh.symmetry == "full" else "priority", sorted(obs_fields))
+    if _undecided == before:
+        proof_cache.store(name, {"permuted": answer})
+    return answer
 
 
 def guard_fn(of: OrderField, i: int, j: int, proof_slots: int

@@ -1,0 +1,108 @@
+"""The array explorer's reduction proofs kept on disk (checker/methods/array/stored.py):
+a stored Shape is the proved one exactly, a later process reads it instead of proving
+again, a different question or an undecided proof is not served from the store."""
+
+import pytest
+import z3
+
+from checker.methods import proof_cache
+from checker.methods.array import analysis, stored
+from model import registry
+from model.vllm.config import POLICY_PRIORITY, Config
+
+SPIN_CFG = Config(max_num_batched_tokens=8, max_num_seqs=4, max_model_len=16, block_size=4,
+                  num_gpu_blocks=6)
+PRIORITY_CFG = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16,
+                      block_size=2, num_gpu_blocks=5, policy=POLICY_PRIORITY)
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """A proof store of this test alone, and analysis's in-process caches emptied."""
+    monkeypatch.setenv("BATCHPROOF_PROOF_CACHE", str(tmp_path))
+    analysis._shape.cache_clear()
+    analysis._permuted.cache_clear()
+    yield tmp_path
+    analysis._shape.cache_clear()
+    analysis._permuted.cache_clear()
+
+
+def _guards(sh: analysis.Shape) -> list[z3.ExprRef]:
+    return [g for of in sh.order for _, _, g in of.guards]
+
+
+@pytest.mark.parametrize("cfg", [SPIN_CFG, PRIORITY_CFG], ids=["fcfs", "priority"])
+def test_a_stored_shape_is_the_proved_one(store, cfg):
+    engine = registry.get("vllm-v1")
+    rule_cfg = engine.rule_config(cfg)
+    proved = analysis.shape(engine, rule_cfg, 3)
+    assert proved.order and proved.behaviour_proved  # the guards are what is at stake
+    assert len(list(store.glob("array-shape-*.json"))) == 1
+    analysis._shape.cache_clear()
+    loaded = analysis.shape(engine, rule_cfg, 3)
+    assert loaded is not proved
+    assert stored.shape_to_json(loaded) == stored.shape_to_json(proved)
+    assert all(a.eq(b) for a, b in zip(_guards(loaded), _guards(proved), strict=True))
+    assert loaded.symmetry == proved.symmetry and loaded.retired == proved.retired
+
+
+def test_a_later_run_reads_the_store_instead_of_proving(store, monkeypatch):
+    engine = registry.get("vllm-v1")
+    rule_cfg = engine.rule_config(SPIN_CFG)
+    analysis.shape(engine, rule_cfg, 3)
+    analysis.permuted(engine, rule_cfg, 3, frozenset({"num_preemptions"}))
+    analysis._shape.cache_clear()
+    analysis._permuted.cache_clear()
+
+    def no_proofs(*args):
+        raise AssertionError("proved again")
+
+    monkeypatch.setattr(analysis, "_proved_shape", no_proofs)
+    monkeypatch.setattr(analysis._Analyser, "permuted", no_proofs)
+    analysis.shape(engine, rule_cfg, 3)
+    analysis.permuted(engine, rule_cfg, 3, frozenset({"num_preemptions"}))
+    # another question is proved, not served: one more block in the pool
+    other = engine.rule_config(Config(max_num_batched_tokens=8, max_num_seqs=4,
+                                      max_model_len=16, block_size=4, num_gpu_blocks=7))
+    with pytest.raises(AssertionError, match="proved again"):
+        analysis.shape(engine, other, 3)
+
+
+def test_an_undecided_proof_is_not_stored(store, monkeypatch):
+    engine = registry.get("vllm-v1")
+    rule_cfg = engine.rule_config(SPIN_CFG)
+    real = analysis._proved_shape
+
+    def with_a_time_limit(*args):
+        sh = real(*args)
+        analysis._undecided += 1  # as _solve_unsat counts a solver's unknown
+        return sh
+
+    monkeypatch.setattr(analysis, "_proved_shape", with_a_time_limit)
+    analysis.shape(engine, rule_cfg, 3)
+    assert not list(store.glob("array-shape-*.json"))
+
+
+def test_a_solver_unknown_is_counted_as_undecided():
+    before = analysis._undecided
+    x = z3.Int("x")
+    # nonlinear integer arithmetic with no time to decide it: unknown, not unsat
+    hard = [x * x * x + x * x == 2**61 + 7]
+    assert analysis._solve_unsat(hard, 1) is False
+    assert analysis._undecided == before + 1
+
+
+def test_a_term_that_would_not_read_back_is_refused():
+    r = z3.Real("r")
+    assert stored.term_to_json(r > 1) is None  # only Int and Bool constants are stored
+    x, b = z3.Int("s.slots.0.run_key"), z3.Bool("s.slots.1.done")
+    term = z3.And(b, z3.If(x < 2, x + 1, x % 3) >= 0)
+    kept = stored.term_to_json(term)
+    assert kept is not None and stored.term_from_json(kept).eq(term)
+    # a negative numeral prints as (- 2) and reads back as a negation: not the same term
+    assert stored.term_to_json(x < -2) is None
+
+
+def test_the_store_is_off_when_asked(monkeypatch):
+    monkeypatch.setenv("BATCHPROOF_PROOF_CACHE", proof_cache.OFF)
+    assert proof_cache.cache_dir() is None
