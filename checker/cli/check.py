@@ -42,6 +42,7 @@ from checker.methods.jobs import (
     REFERENCE,
     Job,
     JobResult,
+    array_searches,
     family_of,
     symbolic_bounds,
 )
@@ -738,7 +739,7 @@ def run(args: argparse.Namespace) -> int:
         methods = ("auto",)
     planned = [(Job(e.engine if e else nc.engine, prop, params, nc,
                     e.expected if e else None, args.timeout, method=_job_method(e, method),
-                    explorer=explorer, search=_search(e, nc), slow_proofs=deep), e)
+                    explorer=explorer, search=_search(e, nc, explorer), slow_proofs=deep), e)
                for method in methods for e, nc, prop, params in rows
                if e is None or _checked_by(e, method)]
     if not planned:
@@ -969,12 +970,14 @@ def _job_method(entry: Entry | None, method: str) -> str:
     return method
 
 
-def _search(entry: Entry | None, nc: NamedConfig) -> str:
+def _search(entry: Entry | None, nc: NamedConfig, explorer: str) -> str:
     """The bounded search of an "auto" job: the config's measured faster one for a
-    manifest entry checked by both methods, BMC for a question."""
-    if entry is not None and "explore" in entry.methods and nc.bounded_method == "explore":
-        return "explore"
-    return "bmc"
+    manifest entry checked by both methods; for a question, the array explorer where it
+    searches the question's environment exactly and repays its set-up, else BMC."""
+    if entry is not None:
+        return "explore" if "explore" in entry.methods and nc.bounded_method == "explore" \
+            else "bmc"
+    return "explore" if explorer != REFERENCE and array_searches(nc) else "bmc"
 
 
 def _prop_label(prop: str, params: Sequence[tuple[str, int]]) -> str:

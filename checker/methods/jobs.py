@@ -182,6 +182,13 @@ def array_unsupported(nc: NamedConfig, family: Family | None = None) -> str | No
     return ax.unsupported(family or family_of(nc), symbolic_bounds(nc))
 
 
+def array_searches(nc: NamedConfig) -> bool:
+    """Whether the array explorer searches `nc`'s environment exactly and is the faster
+    explorer there (what `explorer_of` picks under `auto`)."""
+    family = family_of(nc)
+    return array_unsupported(nc, family) is None and not _small(family, symbolic_bounds(nc))
+
+
 def explorer_of(job: Job) -> tuple[str, str]:
     """(the explorer `job` runs, why the reference one when `auto` cannot use the array
     one); raises ValueError for an explorer not in EXPLORERS."""
