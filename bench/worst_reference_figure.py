@@ -51,12 +51,12 @@ def worst_row(depth: int, strategy: str, timeout: float, out: str) -> dict[str, 
     """One `worst` run."""
     wall, cpu, done = _timed([*BATCHPROOF, "worst", "--metric", "starvation_steps", *FIGURE,
                               "--depth", str(depth), "--strategy", strategy, "--timeout",
-                              str(timeout), "--json", "--out", out])
+                              str(timeout), "--json", "--out", out, "--confirm"])
     doc = json.loads(done.stdout)
     value = doc["value"] if doc["value"] is not None else f">={doc['at_least']}"
     bound = doc["bound"] or {}
     witness = doc["witness"] or {}
-    return {"how": f"`worst --strategy {strategy}` ({doc['strategy']}, explorer "
+    return {"how": f"`worst --strategy {strategy} --confirm` ({doc['strategy']}, explorer "
                    f"{doc['explorer']})",
             "wall": wall, "cpu": cpu, "checks": len(doc["rungs"]),
             "answer": f"{doc['status']} {value}",

@@ -66,7 +66,7 @@ def test_binary_search_finds_the_same_value(answer):
 
 
 def test_json_has_the_documented_fields(capsys, tmp_path):
-    code, out, err = cli(capsys, "--metric", "starvation_steps", *SMALL, "--json",
+    code, out, err = cli(capsys, "--metric", "starvation_steps", *SMALL, "--json", "--confirm",
                          "--out", str(tmp_path))
     assert code == 0, err
     doc = json.loads(out)
@@ -83,14 +83,32 @@ def test_json_has_the_documented_fields(capsys, tmp_path):
     assert Path(doc["witness"]["counterexample"]).is_file()
 
 
+def test_the_explore_ladder_is_not_asked_of_bmc_unless_confirm_is_given(capsys, tmp_path):
+    code, out, err = cli(capsys, "--metric", "starvation_steps", *SMALL, "--json",
+                         "--out", str(tmp_path))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["status"], doc["value"], doc["strategy"]) == ("decided", 3, "explore")
+    assert doc["witness"]["bmc"] is None and doc["witness"]["explore"] == "VIOLATED"
+    assert doc["bound"] == {"params": {"k": 4}, "bmc": None, "explore": "HOLDS(4)"}
+    assert {r["method"] for r in doc["rungs"]} == {"array"}  # no arrival window: no unbounded
+    assert Path(doc["witness"]["counterexample"]).is_file()
+
+
 def test_text_names_the_value_the_witness_and_the_bound(capsys, tmp_path):
     code, out, err = cli(capsys, "--metric", "starvation_steps", "--manifest-config", "tiny_fcfs",
                          "--requests", "2", "--depth", "2", "--out", str(tmp_path))
     assert code == 0, err
     assert out.startswith("worst starvation_steps = 2 within bounds: 2 requests, depth 2")
-    assert "bound: starvation k=3 HOLDS(2) by bmc and explore" in out
+    assert "bound: starvation k=3 HOLDS(2) by explore (exhaustive within the bounds; " \
+        "--confirm has BMC ask it too)" in out
     assert "the ladder reached the depth" in out  # within depth 2 no window of 3 fits
     assert "v violated here" in out  # check's timeline
+    code, out, err = cli(capsys, "--metric", "starvation_steps", "--manifest-config", "tiny_fcfs",
+                         "--requests", "2", "--depth", "2", "--out", str(tmp_path), "--confirm")
+    assert code == 0, err
+    assert "bound: starvation k=3 HOLDS(2) by bmc and explore" in out
+    assert "witness: starvation k=2 VIOLATED by bmc and explore" in out
 
 
 def test_the_witness_is_written_under_out_as_check_names_it_and_the_path_exists(
@@ -180,7 +198,8 @@ def test_preemptions_count_one_more_than_the_rung_parameter():
 
 @pytest.fixture(scope="module")
 def explored_answer():
-    return worst.search(worst.METRICS["starvation_steps"], small(), 60.0, "explore")
+    return worst.search(worst.METRICS["starvation_steps"], small(), 60.0, "explore",
+                        confirm=True)
 
 
 def test_the_explore_ladder_finds_the_scans_answer_with_the_same_witness(answer,
@@ -234,14 +253,14 @@ def test_auto_explores_where_the_array_explorer_applies_and_scans_elsewhere():
 def test_explore_ladder_bmc_contradicting_the_array_is_a_disagreement():
     table = {1: (VIOLATED, 1), 2: (VIOLATED, 2), (3, "bmc"): (VIOLATED, 3)}
     res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0, "explore",
-                       checker=fake(table), many=fake_many(table))
+                       confirm=True, checker=fake(table), many=fake_many(table))
     assert res.status == worst.DISAGREE and res.reason.startswith("methods disagree")
 
 
 def test_explore_ladder_bmc_undecided_at_the_bound_leaves_a_range():
     table = {1: (VIOLATED, 1), 2: (VIOLATED, 2), (3, "bmc"): (UNKNOWN, 3)}
     res = worst.search(worst.METRICS["starvation_steps"], small(), 1.0, "explore",
-                       checker=fake(table), many=fake_many(table))
+                       confirm=True, checker=fake(table), many=fake_many(table))
     assert (res.status, res.at_least, res.value) == (worst.UNDECIDED, 2, None)
     assert "bmc did not confirm starvation k=3: UNKNOWN" in res.reason
 
@@ -259,7 +278,7 @@ def test_the_array_explorer_searches_the_window_and_no_eos_bounds_as_bmc(capsys,
     # The explore ladder asks BMC at both ends: a decided answer is both methods agreeing
     # on the witness (the same least run) and the bound, on the restricted environment.
     code, out, err = cli(capsys, "--metric", "starvation_steps", *SMALL, *flag, "--json",
-                         "--out", str(tmp_path))
+                         "--confirm", "--out", str(tmp_path))
     assert code == 0, err
     doc = json.loads(out)
     assert (doc["status"], doc["strategy"], doc["explorer"]) == ("decided", "explore", "array")
@@ -283,7 +302,7 @@ FIGURE = ["--max-num-batched-tokens", "8", "--max-num-seqs", "4", "--block-size"
 def test_the_reference_figure_starves_5_steps_and_never_6(capsys, tmp_path):
     # SPIN's answer on the same setting (docs/bench_scale.md): k=5 violated, k=6 holds.
     code, out, err = cli(capsys, "--metric", "starvation_steps", *FIGURE, "--json",
-                         "--out", str(tmp_path))
+                         "--confirm", "--out", str(tmp_path))
     assert code == 0, err
     doc = json.loads(out)
     assert (doc["status"], doc["value"], doc["strategy"], doc["explorer"]) == \

@@ -79,13 +79,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         type=bounded_int(1, MAX_MAX_TOKENS), help="max_tokens of 1..T")
     add_environment_flags(bounds)
     parser.add_argument("--strategy", choices=worst.STRATEGIES, default="auto",
-                        help="how the ladder is climbed: explore (every rung in one search "
-                        "of the array explorer, then BMC at both ends), scan (BMC asks 1, "
+                        help="how the ladder is climbed: explore (every rung in one "
+                        "exhaustive search of the array explorer), scan (BMC asks 1, "
                         "2, ... until a rung holds) or binary (BMC bisects 1..depth+1), "
-                        "then the other method at both ends; auto (the default): explore "
+                        "then the explorer at both ends; auto (the default): explore "
                         "where the array explorer models the config (vLLM V1 without "
                         "prefix caching, async scheduling or speculative decoding), else "
                         "scan (docs/queries.md)")
+    parser.add_argument("--confirm", action="store_true",
+                        help="have BMC ask both ends of the explore ladder again (the "
+                        "witness as its least counterexample, the bound to the depth); "
+                        "the scan and binary ladders are always confirmed by the explorer")
     parser.add_argument("--timeout", type=bounded_seconds(MAX_TIMEOUT_S), default=300.0,
                         metavar="S", help="seconds per check (the explore ladder's one "
                         "search is one check) before UNKNOWN (default 300)")
@@ -130,6 +134,12 @@ def _verdict_of(res: JobResult | None) -> str | None:
     return None if res is None else res.verdict.label
 
 
+def _witness_bmc(res: worst.WorstResult) -> JobResult | None:
+    """The witness as BMC found or confirmed it (None when only the explorer asked)."""
+    w = res.witness
+    return w if w is not None and w.verdict.method == "bmc" else None
+
+
 def _by(metric: worst.Metric, value: int, a: JobResult | None, b: JobResult | None) -> str:
     """'starvation k=4 HOLDS(5) by bmc and explore'."""
     said = [r.verdict for r in (a, b) if r is not None]
@@ -172,7 +182,7 @@ def text(res: worst.WorstResult, path: str | None = None) -> str:
         lines.append(res.reason)
     if res.witness is not None and res.witness.verdict.verdict == VIOLATED:
         w = res.witness
-        lines.append("witness: " + _by(m, res.at_least, w, res.witness_explore)
+        lines.append("witness: " + _by(m, res.at_least, _witness_bmc(res), res.witness_explore)
                      + f" at step {w.verdict.depth} (minimal, replayed on the reference)")
         lines.append(golden_text(w).rstrip("\n"))
         if path is not None:
@@ -180,16 +190,19 @@ def text(res: worst.WorstResult, path: str | None = None) -> str:
                          f"{path.removesuffix('.itf.json')}.txt)")
     elif res.status == worst.DECIDED:
         lines.append(f"witness: none (no run reaches {m.name} 1)")
-    if res.bound_bmc is not None and res.status != worst.DISAGREE:
+    if (res.bound_bmc or res.bound_explore) is not None and res.status != worst.DISAGREE:
         top = (res.value if res.value is not None else res.at_least) + 1
-        lines.append("bound: " + _by(m, top, res.bound_bmc, res.bound_explore))
+        lines.append("bound: " + _by(m, top, res.bound_bmc, res.bound_explore)
+                     + ("" if res.bound_bmc is not None else
+                        " (exhaustive within the bounds; --confirm has BMC ask it too)"))
     window = dict(nc.bounds).get("arrival_window")
     if res.closed_at is not None and res.value is not None:
         lines.append(f"beyond the depth: {m.rung(res.value + 1)} holds for runs of every "
                      f"length (the array explorer alone, no depth limit: with arrivals in "
                      f"steps 1..{window} its state graph is closed, step {res.closed_at} "
-                     f"reaching no new state; BMC confirms to depth "
-                     f"{dict(nc.bounds).get('depth')})")
+                     f"reaching no new state"
+                     + (f"; BMC confirms to depth {dict(nc.bounds).get('depth')})"
+                        if res.bound_bmc is not None else ")"))
     if res.beyond is not None and res.value is not None:
         b = res.beyond.verdict
         lines.append(f"beyond the depth: {m.rung(res.value + 1)} is VIOLATED at step "
@@ -249,11 +262,12 @@ def json_document(res: worst.WorstResult, code: int, path: str | None = None
         "witness": None if w is None or w.counterexample is None else {
             "params": dict(m.params(res.at_least)),
             "violated_at": w.verdict.depth,
-            "bmc": _verdict_of(w), "explore": _verdict_of(res.witness_explore),
+            "bmc": _verdict_of(_witness_bmc(res)),
+            "explore": _verdict_of(res.witness_explore),
             "timeline": golden_text(w),
             "counterexample": path,
         },
-        "bound": None if res.bound_bmc is None else {
+        "bound": None if (res.bound_bmc or res.bound_explore) is None else {
             "params": dict(m.params(top)),
             "bmc": _verdict_of(res.bound_bmc), "explore": _verdict_of(res.bound_explore),
         },
@@ -277,7 +291,8 @@ def run(args: argparse.Namespace) -> int:
     notes = [ignored_line(args), *args.serve_notes]
     out_dir = Path(args.out) if getattr(args, "out", None) else DEFAULT_OUT
     _check_out_dir(out_dir)
-    res = worst.search(worst.METRICS[args.metric], nc, args.timeout, args.strategy)
+    res = worst.search(worst.METRICS[args.metric], nc, args.timeout, args.strategy,
+                       confirm=True if args.confirm else None)
     code = EXIT[res.status]
     path = write_witness(res, out_dir)
     if args.json:

@@ -145,6 +145,16 @@ class WorstResult:
     beyond: JobResult | None = None  # the bound's rung violated past the depth (explorer)
 
 
+def confirms(strategy: str) -> bool:
+    """Whether a ladder run by `strategy` is asked again of the other method by default:
+    BMC's ladders (`scan`, `binary`) are, by the explorer; the array explorer's (`explore`)
+    is not, since it searched every run within the bounds exhaustively (cross-checked
+    state for state against SPIN and verdict for verdict against the reference explorer;
+    `--confirm` has BMC ask both ends too, which on docs/bench_scale.md's family F at
+    depth 14 took 130 s of the run's 145 s)."""
+    return strategy != "explore"
+
+
 def _depth(nc: NamedConfig) -> int:
     return int(dict(nc.bounds).get("depth", 6))
 
@@ -317,7 +327,7 @@ def explore_unbounded(job: Job) -> tuple[JobResult, int | None]:
 
 
 def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "auto",
-           confirm: bool = True, checker: Callable[[Job], JobResult] = run,
+           confirm: bool | None = None, checker: Callable[[Job], JobResult] = run,
            many: Callable[[Sequence[Job]], tuple[list[JobResult], int | None]] | None = None,
            least: Callable[[Job, JobResult, Callable[[Job], JobResult]], JobResult]
            = confirm_least,
@@ -329,7 +339,8 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "a
     array explorer's jobs (`explore_many` by default, used only where it applies); `least`
     has BMC check the explore ladder's witness (`confirm_least`); `unbounded` searches the
     bound's rung with no depth limit (`explore_unbounded` with the real array explorer;
-    with a given `many`, only if given too)."""
+    with a given `many`, only if given too). `confirm` (None: `confirms(strategy)` of the
+    strategy run) has the other method ask both ends again."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}")
     start = time.monotonic()
@@ -348,6 +359,8 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "a
     if strategy == "explore" and not use_array:
         raise ValueError(f"strategy explore needs the array explorer: {note}")
     explorer = ARRAY if use_array else REFERENCE
+    if confirm is None:
+        confirm = confirms(strategy)
     closed: int | None = None
     beyond: JobResult | None = None
 
@@ -390,6 +403,17 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "a
                            metric.depth_bounded and value is not None and value >= depth,
                            strategy, tuple(rungs), time.monotonic() - start, explorer, note,
                            closed if status == DECIDED else None, beyond)
+
+    def _beyond(high: int) -> tuple[int | None, JobResult | None]:
+        """The bound's rung with no depth limit, where the array explorer applies and
+        the bounds have an arrival window: (its closing step, a longer violation)."""
+        if not (use_array and unbounded is not None
+                and symbolic_bounds(nc).arrival_window > 0):
+            return None, None
+        t = time.monotonic()
+        res, closed_at = unbounded(job(high, "explore"))
+        rungs.append(Rung(high, UNBOUNDED, res, time.monotonic() - t))
+        return closed_at, res if res.verdict.verdict == VIOLATED else None
 
     # The ladder: `low` is the largest value known violated (0: none asked), `high` the
     # least known to hold fully; a rung that is neither stops the search.
@@ -443,8 +467,10 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "a
                 why += f", only up to depth {stuck.result.verdict.depth} of {depth}"
         return result(UNDECIDED, low, None, why)
     if not confirm:
+        closed, beyond = _beyond(high)
         return result(DECIDED, low, low, bound=cache.get((high, "bmc")),
-                      bound_x=cache.get((high, "explore")))
+                      bound_x=cache.get((high, "explore")),
+                      witness_x=cache.get((low, "explore")) if low else None)
     # Both ends again, by the other method on the same bounds. The explore ladder's
     # witness is checked by BMC as its least counterexample (`confirm_least`), the
     # other ladders' by the explorer's own search.
@@ -477,10 +503,5 @@ def search(metric: Metric, nc: NamedConfig, timeout_s: float, strategy: str = "a
             return result(UNDECIDED, low, None, f"{metric.rung(high)}: {_said(res)}, only "
                           f"up to depth {res.verdict.depth} of {depth}", bound, bound_x,
                           witness_x)
-    if use_array and unbounded is not None and symbolic_bounds(nc).arrival_window > 0:
-        t = time.monotonic()
-        res, closed = unbounded(job(high, "explore"))
-        rungs.append(Rung(high, UNBOUNDED, res, time.monotonic() - t))
-        if res.verdict.verdict == VIOLATED:
-            beyond = res
+    closed, beyond = _beyond(high)
     return result(DECIDED, low, low, "", bound, bound_x, witness_x)
