@@ -791,6 +791,7 @@ def test_the_judge_catches_each_kind_of_failure():
 
 
 _TIMER_CHECK = """
+import faulthandler
 import time
 import checker.cli.seeds as seeds
 from tests import test_fuzz
@@ -801,6 +802,7 @@ def forever():
 
 seeds.render_page = forever
 test_fuzz.LIMIT_S = 0.2
+faulthandler.dump_traceback_later(45, exit=True)  # a hang shows where it stood
 outcome = test_fuzz.invoke(["seeds"])
 print(outcome.hung, round(outcome.seconds, 1))
 """
@@ -809,8 +811,11 @@ print(outcome.hung, round(outcome.seconds, 1))
 def test_the_timer_stops_a_command_that_runs_too_long():
     # In a process of its own: in a pytest-xdist worker that had run other tests, the
     # timer's SIGALRM was once not delivered and this test hung (CI trial, 2026-12-02).
+    # (Hung once more in its own process, CI-like load, 2026-12-04: the traceback
+    # faulthandler prints after 45 s is in the assertion's message.)
     done = subprocess.run([sys.executable, "-c", _TIMER_CHECK], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, check=False)
+    assert len(done.stdout.split()) == 2, done.stderr[-3000:]
     hung, seconds = done.stdout.split()
     assert hung == "True" and float(seconds) < 5, done.stderr
 
