@@ -27,28 +27,42 @@ def store(tmp_path, monkeypatch):
     analysis._permuted.cache_clear()
 
 
+@pytest.fixture(scope="module")
+def proved():
+    """The two shapes proved once, with the store off: {name: (rule config, Shape)}."""
+    engine = registry.get("vllm-v1")
+    with proof_cache.disabled():
+        out = {}
+        for name, cfg in (("fcfs", SPIN_CFG), ("priority", PRIORITY_CFG)):
+            rule_cfg = engine.rule_config(cfg)
+            out[name] = (rule_cfg, analysis._proved_shape(engine, rule_cfg, 3))
+    return out
+
+
 def _guards(sh: analysis.Shape) -> list[z3.ExprRef]:
     return [g for of in sh.order for _, _, g in of.guards]
 
 
-@pytest.mark.parametrize("cfg", [SPIN_CFG, PRIORITY_CFG], ids=["fcfs", "priority"])
-def test_a_stored_shape_is_the_proved_one(store, cfg):
+@pytest.mark.parametrize("name", ["fcfs", "priority"])
+def test_a_stored_shape_is_the_proved_one(store, monkeypatch, proved, name):
     engine = registry.get("vllm-v1")
-    rule_cfg = engine.rule_config(cfg)
-    proved = analysis.shape(engine, rule_cfg, 3)
-    assert proved.order and proved.behaviour_proved  # the guards are what is at stake
+    rule_cfg, sh = proved[name]
+    assert sh.order and sh.behaviour_proved  # the guards are what is at stake
+    monkeypatch.setattr(analysis, "_proved_shape", lambda *args: sh)
+    assert analysis.shape(engine, rule_cfg, 3) is sh  # proved (here: given) and stored
     assert len(list(store.glob("array-shape-*.json"))) == 1
     analysis._shape.cache_clear()
     loaded = analysis.shape(engine, rule_cfg, 3)
-    assert loaded is not proved
-    assert stored.shape_to_json(loaded) == stored.shape_to_json(proved)
-    assert all(a.eq(b) for a, b in zip(_guards(loaded), _guards(proved), strict=True))
-    assert loaded.symmetry == proved.symmetry and loaded.retired == proved.retired
+    assert loaded is not sh
+    assert stored.shape_to_json(loaded) == stored.shape_to_json(sh)
+    assert all(a.eq(b) for a, b in zip(_guards(loaded), _guards(sh), strict=True))
+    assert loaded.symmetry == sh.symmetry and loaded.retired == sh.retired
 
 
-def test_a_later_run_reads_the_store_instead_of_proving(store, monkeypatch):
+def test_a_later_run_reads_the_store_instead_of_proving(store, monkeypatch, proved):
     engine = registry.get("vllm-v1")
-    rule_cfg = engine.rule_config(SPIN_CFG)
+    rule_cfg, sh = proved["fcfs"]
+    monkeypatch.setattr(analysis, "_proved_shape", lambda *args: sh)
     analysis.shape(engine, rule_cfg, 3)
     analysis.permuted(engine, rule_cfg, 3, frozenset({"num_preemptions"}))
     analysis._shape.cache_clear()
@@ -68,13 +82,11 @@ def test_a_later_run_reads_the_store_instead_of_proving(store, monkeypatch):
         analysis.shape(engine, other, 3)
 
 
-def test_an_undecided_proof_is_not_stored(store, monkeypatch):
+def test_an_undecided_proof_is_not_stored(store, monkeypatch, proved):
     engine = registry.get("vllm-v1")
-    rule_cfg = engine.rule_config(SPIN_CFG)
-    real = analysis._proved_shape
+    rule_cfg, sh = proved["fcfs"]
 
     def with_a_time_limit(*args):
-        sh = real(*args)
         analysis._undecided += 1  # as _solve_unsat counts a solver's unknown
         return sh
 

@@ -72,22 +72,24 @@ FAMILY_F = ["--no-enable-prefix-caching", "--no-async-scheduling",
             "--max-tokens", "4", "--arrival-window", "3", "--depth", "5"]
 
 
-def test_a_question_the_array_explorer_searches_exactly_goes_to_it_with_bmcs_answer(
-        capsys, tmp_path):
-    ask = ["--property", "starvation:k=3", *FAMILY_F, "--out", str(tmp_path)]
-    code, (auto,) = _check_json(capsys, *ask, "--requests", "3")
-    assert auto["method"] == "explore" and auto["verdict"] == "VIOLATED"
-    code, (by_bmc,) = _check_json(capsys, *ask, "--requests", "3", "--method", "bmc")
-    assert (by_bmc["verdict"], by_bmc["depth"]) == (auto["verdict"], auto["depth"])
-    # the same least counterexample, but for the method that found it
-    a, b = (json.loads(open(v["counterexample"]).read()) for v in (auto, by_bmc))
-    assert a["states"] == b["states"]
-    # Too small to repay the array explorer's set-up (2 requests), or the reference
-    # explorer asked for: BMC, as before.
-    code, (small,) = _check_json(capsys, *ask, "--requests", "2")
-    assert small["method"] == "bmc"
-    code, (ref,) = _check_json(capsys, *ask, "--requests", "3", "--explorer", "reference")
-    assert ref["method"] == "bmc"
+def test_a_question_the_array_explorer_searches_exactly_goes_to_it(capsys, tmp_path):
+    code, (auto,) = _check_json(capsys, "--property", "starvation:k=3", *FAMILY_F,
+                                "--requests", "3", "--out", str(tmp_path))
+    assert (auto["method"], auto["verdict"], auto["depth"]) == ("explore", "VIOLATED", 3)
+    # (The explorer and BMC give the same verdicts, depths and least counterexamples:
+    # `check --method both` on the manifest, tests/test_array_explore.py.)
+
+
+def test_a_small_question_or_the_reference_explorer_asked_for_keeps_bmc():
+    questions = {n: with_bounds(load().configs["tiny_fcfs"], slots=n, depth=5,
+                                max_prompt_len=8, max_max_tokens=4, arrival_window=3)
+                 for n in (2, 3)}
+    assert check._search(None, questions[3], "auto") == "explore"
+    # Too small to repay the array explorer's set-up: 2 requests.
+    assert check._search(None, questions[2], "auto") == "bmc"
+    assert check._search(None, questions[3], "reference") == "bmc"
+    cached = with_bounds(load().configs["tiny_cached"], slots=3, depth=5)
+    assert check._search(None, cached, "auto") == "bmc"  # the cache: not the array's
 
 
 def test_a_bounded_method_other_than_bmc_or_explore_is_a_one_line_error(tmp_path):

@@ -231,17 +231,20 @@ def _counts(kind: str) -> dict[str, int]:
     return seen
 
 
+# The default suite runs the async kind (4 s each); spec and spec_async run in the slow one.
 @pytest.mark.parametrize("kind,facts", [
     ("async", ("preempted", "placeholder", "prefill_chunk")),
-    ("spec", ("preempted", "drafts", "extra_blocks")),
-    ("spec_async", ("preempted", "placeholder", "prefill_chunk", "drafts", "extra_blocks"))])
+    pytest.param("spec", ("preempted", "drafts", "extra_blocks"), marks=pytest.mark.slow),
+    pytest.param("spec_async", ("preempted", "placeholder", "prefill_chunk", "drafts",
+                                "extra_blocks"), marks=pytest.mark.slow)])
 def test_the_generated_workloads_reach_the_states_the_facts_are_about(
         kind: str, facts: tuple[str, ...]) -> None:
     seen = _counts(kind)
     assert min(seen[k] for k in facts) > 20, seen
 
 
-@pytest.mark.parametrize("kind", ["async", "spec", "spec_async"])
+@pytest.mark.parametrize("kind", ["async", pytest.param("spec", marks=pytest.mark.slow),
+                                  "spec_async"])
 def test_the_invariant_holds_on_every_state_of_concrete_runs(kind: str) -> None:
     states = _reachable(kind)
     for seed, cfg, specs, state in states:

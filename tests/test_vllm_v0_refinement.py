@@ -174,7 +174,12 @@ def test_rules_admit_in_a_step_that_preempted_in_chunked_mode():
 _BLOCKS = [0, *(pytest.param(b, marks=pytest.mark.slow) for b in range(1, 4))]
 
 
-@pytest.mark.parametrize("chunked", [False, True], ids=["default", "chunked"])
+# Block 0 of the default path and of the swap path run in the default suite; the chunked
+# path's blocks, and blocks 1-3, in the slow one.
+_CHUNKED = [False, pytest.param(True, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("chunked", _CHUNKED, ids=["default", "chunked"])
 @pytest.mark.parametrize("block", _BLOCKS)
 def test_rules_agree_with_the_reference_on_the_conformance_generators_workloads(chunked,
                                                                                 block):
@@ -184,7 +189,7 @@ def test_rules_agree_with_the_reference_on_the_conformance_generators_workloads(
         assert_agree(random_workload(seed, 30, chunked))
 
 
-@pytest.mark.parametrize("chunked", [False, True], ids=["swap", "swap-chunked"])
+@pytest.mark.parametrize("chunked", _CHUNKED, ids=["swap", "swap-chunked"])
 @pytest.mark.parametrize("block", _BLOCKS)
 def test_rules_agree_with_the_reference_on_the_generators_swap_workloads(chunked, block):
     # The generator's swap mode (`random_workload(..., swap=True)`): 4 x 25 seeds per path.
@@ -283,7 +288,7 @@ def test_rules_build_under_symbolic_ops(chunked):
     assert solver.check() == z3.sat
 
 
-@pytest.mark.parametrize("chunked", [False, True], ids=["swap", "swap-chunked"])
+@pytest.mark.parametrize("chunked", _CHUNKED, ids=["swap", "swap-chunked"])
 def test_swap_rules_build_under_symbolic_ops(chunked):
     ops = SymbolicOps()
     cfg = RuleConfig.from_config(Config(max_num_batched_tokens=4, max_num_seqs=2,
