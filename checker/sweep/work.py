@@ -129,7 +129,8 @@ def metric_outcome(job: SweepJob) -> Outcome:
     w = res.witness
     texts = _drawn(w.counterexample, w.replayed.records if w.replayed else None) \
         if w is not None else (None, None)
-    detail = (f"bound: {metric.rung(res.value + 1)} holds by bmc and explore"
+    asked = [m for m, r in (("bmc", res.bound_bmc), ("explore", res.bound_explore)) if r]
+    detail = (f"bound: {metric.rung(res.value + 1)} holds by {' and '.join(asked)}"
               + ("; the value is the depth's bound" if res.depth_reached else ""))
     return Outcome(job.key, HOLDS, f"= {res.value}", "worst", dict(job.bounds).get("depth"),
                    res.seconds, detail, job.bounds, float(res.value), *texts)
