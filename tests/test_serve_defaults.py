@@ -175,3 +175,26 @@ def test_no_such_note_where_the_query_is_searched_exactly(capsys, monkeypatch, t
                                                           extra):
     err = _stderr_before_the_run(capsys, monkeypatch, tmp_path, *extra)
     assert "beyond the symbolic prefix cache" not in err
+
+
+#: Issue 26 item 5's k=10 question at the serve defaults (docs/queries.md, "Starvation for
+#: 10 steps, with the serve defaults"): a 64-block pool of 16-token blocks, beyond the
+#: symbolic prefix cache, with prefix caching and async scheduling left on.
+K10 = ["--property", "starvation:k=10", "--max-num-batched-tokens", "16", "--max-num-seqs",
+       "8", "--block-size", "16", "--num-gpu-blocks-override", "64", "--max-model-len", "256",
+       "--requests", "2", "--max-prompt-len", "176", "--max-tokens", "4",
+       "--arrival-window", "2", "--depth", "12"]
+
+
+def test_the_k10_starvation_question_at_the_serve_defaults_is_violated_on_the_reference(
+        capsys, tmp_path):
+    code, doc = _check_json(capsys, *K10, out=tmp_path)
+    (v,) = doc["verdicts"]
+    assert code == 1 and v["verdict"] == "VIOLATED" and v["depth"] == 10
+    assert CARRIED in v["detail"]  # found on the cache-free rules, confirmed with the cache
+    cex = read_counterexample(v["counterexample"])
+    cfg = cex.workload.config
+    assert cfg.enable_prefix_caching and cfg.async_scheduling and cfg.num_gpu_blocks == 64
+    steps = records_to_steps(cex.workload, simulate(cex.workload))
+    prop = catalogue.get("starvation", k=10)
+    assert not prop.holds(CONCRETE, steps, 9)  # the reference with the cache on starves it
