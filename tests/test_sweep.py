@@ -457,3 +457,42 @@ def test_a_ray_address_nobody_listens_at_is_one_line_at_once():
             executors._check_reachable(address)
     assert time.monotonic() - start < 10
     executors._check_reachable("auto")  # ray.init finds the local cluster itself
+
+
+SLOW_GRID = textwrap.dedent("""\
+    description: jobs long enough to be stopped in the middle
+    engine: vllm-v1
+    config:
+      max-model-len: 16
+      block-size: 4
+      num-gpu-blocks: 9
+      max-num-batched-tokens: [8, 9, 10, 11, 12, 13]
+      max-num-seqs: [2, 3, 4]
+    properties:
+      - starvation: {k: 4}
+    bounds: {slots: 3, depth: 8, max-prompt-len: 8, max-max-tokens: 4}
+    method: bmc
+    timeout: 120
+    """)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_sweep_exits_128_plus_the_signal_and_keeps_its_rows(tmp_path, signum):
+    """The runner (checker/runner/sweeps.py) ends the local pool on SIGINT / SIGTERM; the
+    command says so, keeps the journal and exits 130 / 143."""
+    pytest.importorskip("pyarrow")  # the sweep's tables (the `sweep` extra; CI step 11)
+    grid = tmp_path / "slow.yaml"
+    grid.write_text(SLOW_GRID)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "checker.cli", "sweep", str(grid), "--out",
+         str(tmp_path / "out"), "--jobs", "2", "--quiet", "--no-pictures"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "out").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)  # start-up: imports, the grid's expansion
+    time.sleep(2)  # into the jobs (each takes longer than this)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum, (out, err)
+    assert f"stopped by {signal.Signals(signum).name}" in err
+    assert "run the same command again to resume" in err

@@ -22,8 +22,8 @@ from typing import Any
 from checker.cli.check import MAX_JOBS
 from checker.config.flags import bounded_int
 from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED
-from checker.runner.pool import pool_hooks
-from checker.runner.stops import Stopped, ignore_stops, noted_stops, stoppable
+from checker.runner.stops import Stopped
+from checker.runner.sweeps import run_batches
 from checker.sweep import executors, pictures, store
 from checker.sweep import grid as grids
 from checker.sweep.extras import require
@@ -153,21 +153,9 @@ def _sweep(args: argparse.Namespace, grid: grids.Grid, out: Path) -> int:
             # Failed: left undecided (error, time limit, worker, solver).
             progress.done(len(batch), sum(o.verdict == UNKNOWN for o in outcomes))
 
-        batches = grids.batches(todo)
         try:
-            if args.executor == "ray":
-                with noted_stops() as signals:
-                    executors.run_ray(batches, on_done, tick=progress.tick,
-                                      stop=lambda: bool(signals))
-                if signals:
-                    stopped = Stopped(signals[0])
-            else:
-                with stoppable():
-                    executors.run_local(batches, args.jobs, on_done, pool_hooks(),
-                                        tick=progress.tick)
-        except Stopped as stop:
-            ignore_stops()
-            stopped = stop
+            stopped = run_batches(grids.batches(todo), args.executor, args.jobs, on_done,
+                                  progress.tick)
         finally:
             journal.close()
     elapsed = time.monotonic() - start
