@@ -27,6 +27,7 @@ from checker.config.serve_args import (
     add_machine_flags,
     add_serve_words,
     ignored_line,
+    kind_line,
     memory_note,
     merge_yaml,
     print_notes,
@@ -717,6 +718,8 @@ def run(args: argparse.Namespace) -> int:
     args = prepare(args)
     rows = _select(args)
     notes = [ignored_line(args), *args.serve_notes]
+    if any(nc.engine == ENGINE_VLLM_V1 for _, nc, _, _ in rows):
+        notes.append(kind_line(args))  # the KV cache layout the verdicts assume
     if not rows:
         raise InputError("no manifest entry matches; see 'batchproof check --list'")
     for flag in ("html", "junit", "json_file", "dot", "graphml"):

@@ -28,6 +28,7 @@ from checker.config.hazards import (
     Envelope,
     decide_all,
 )
+from checker.config.model_kind import KIND_DESTS, ModelKind, kv_premise, model_kind
 from checker.config.report import print_invalid, print_reasons, print_report
 from checker.config.resolve import Request, check_config
 from checker.config.rule_reasons import explain_rules
@@ -155,6 +156,12 @@ _VLLM_DESTS = frozenset(
     ["config_" + f.field for f in CONFIG_FLAGS] + [d for _, d, _ in _ENGINE_FLAGS]
     + ["enable_lora"] + [IGNORED_PREFIX + n for n in
                          (*IGNORED_BOOL_FLAGS, *IGNORED_VALUE_FLAGS, MEMORY_FLAG)])
+# batchproof's keys a YAML file may hold too: the served model's KV cache layout, which
+# vLLM reads from the model's config.json (`vllm serve --config` refuses these keys: keep
+# them in a copy of the file, or give the layout as vLLM's own hf-overrides key).
+_KIND_DESTS = frozenset(KIND_DESTS)
+# vLLM flags read only by the KV startup check (not by the scheduler model).
+_KV_LAYOUT_FLAGS = ("hf_overrides", "disable_hybrid_kv_cache_manager")
 
 
 def merged_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -179,7 +186,7 @@ def merged_args(args: argparse.Namespace) -> argparse.Namespace:
     for dest, value in vars(from_file).items():
         if value is None or value == [] or (value is False and dest not in _VLLM_DESTS):
             continue
-        if dest not in _VLLM_DESTS:
+        if dest not in _VLLM_DESTS and dest not in _KIND_DESTS:
             key = dest.replace("config_", "")
             raise InputError(f"{args.file}: {key!r} is a batchproof option, not a vLLM flag; "
                              "give it on the command line")
@@ -201,17 +208,24 @@ def parse_request(args: argparse.Namespace) -> Request:
         performance_mode=args.performance_mode or "balanced", usage=args.usage or "serve",
         world_size=(args.tensor_parallel_size or 1) * (args.pipeline_parallel_size or 1))
     device, spec = device_of(args), spec_decode(args)
+    kind = model_kind(args)
     return Request(engine_args=ea, device=device, spec=spec, lora=bool(args.enable_lora),
-                   model=_model(args), ignored=_ignored(args), envelope=_envelope(args),
-                   deployment=_deployment(args, device, spec),
-                   async_flag=args.config_async_scheduling)
+                   model=_model(args), ignored=_ignored(args, kind), envelope=_envelope(args),
+                   deployment=_deployment(args, device, spec, kind),
+                   async_flag=args.config_async_scheduling, kind=kind,
+                   pipeline_parallel=args.pipeline_parallel_size or 1)
 
 
 def _deployment(args: argparse.Namespace, device: Device | None,
-                spec: SpecDecode | None) -> Deployment:
+                spec: SpecDecode | None, kind: ModelKind) -> Deployment:
     """The features `vllm serve` runs with these flags. Without --device the platform is
-    taken to be a GPU's, where vLLM serves with the AsyncScheduler."""
+    taken to be a GPU's, where vLLM serves with the AsyncScheduler. A model whose KV cache
+    vLLM splits into several groups (sliding-window or Mamba layers) is one of them: the
+    model keeps one full-attention group's blocks."""
     others: list[Feature] = []
+    layout = kind.feature()
+    if layout is not None:
+        others.append(layout)
     for flag, feature in FEATURE_FLAGS:
         if getattr(args, _IGNORED + flag) is not None and feature not in others:
             others.append(feature)
@@ -230,9 +244,11 @@ def _model(args: argparse.Namespace) -> str:
     return pasted_model(args.serve, args.model, "and flags")
 
 
-def _ignored(args: argparse.Namespace) -> tuple[str, ...]:
+def _ignored(args: argparse.Namespace, kind: ModelKind) -> tuple[str, ...]:
+    read = _KV_LAYOUT_FLAGS if kind.stated else ()
     return tuple(sorted(dest[len(_IGNORED):] for dest, value in vars(args).items()
-                        if dest.startswith(_IGNORED) and value is not None))
+                        if dest.startswith(_IGNORED) and value is not None
+                        and dest[len(_IGNORED):] not in read))
 
 
 def _envelope(args: argparse.Namespace) -> Envelope:
@@ -262,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     assert checked.config is not None
     results = decide_all(checked.config, req.envelope, checked.pool_known,
-                         tuple(args.hazard or ()), req.deployment)
+                         tuple(args.hazard or ()), req.deployment, kv_premise(req.kind))
     print_report(req, checked, notes, results, args.json)
     if args.strict and any(r.verdict == WITNESSED for r in results):
         return EXIT_HAZARD

@@ -16,6 +16,7 @@ from checker.config.serve_args import (
     add_config_option,
     add_serve_words,
     ignored_line,
+    kind_line,
     memory_note,
     merge_yaml,
     model_line,
@@ -86,10 +87,11 @@ def run(args: argparse.Namespace) -> int:
     result = simulate_checked(workload, validate_config=not args.no_validate)
     if args.json:
         print(json.dumps(result.simulation.to_json(), indent=2))
-        print_notes(notes, sys.stderr)
+        print_notes([*notes, kind_line(args)], sys.stderr)
     else:
         print_notes(notes, sys.stdout)
         print(render_text(result))
+        print(kind_line(args))  # the KV cache layout the run assumes
     return 0
 
 

@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from checker.config.model_kind import add_model_kind_flags
 from model.core.checks import MAX_INT
 from model.core.errors import InputError
 from model.vllm.config import CONFIG_FIELDS, POLICY_FCFS, POLICY_PRIORITY, SPEC_FIELDS, Config
@@ -222,6 +223,7 @@ def add_config_flags(parser: argparse.ArgumentParser, vocabulary: bool = True) -
         else:
             group.add_argument(*flag.flags, dest=dest, default=None, type=flag.parse,
                                metavar="N" if flag.kind == "int" else "X", help=flag.help)
+    add_model_kind_flags(parser)
     if vocabulary:
         add_serve_vocabulary(parser)
         for names, dest, extra in ENGINE_ONLY_FLAGS:

@@ -134,6 +134,9 @@ class Argument:
     claim: Callable[[Config], str | None]
     premises: tuple[ConfigPremise, ...] = ()
     holds_with: tuple[tuple[str, str], ...] = ()
+    # It counts one full-attention KV cache group's blocks (the model's pool): a premise
+    # the output names (checker/config/model_kind.py).
+    kv_layout: bool = False
 
     def broken(self, cfg: Config) -> tuple[ConfigPremise, ...]:
         """The premises `cfg` does not meet."""
@@ -351,13 +354,14 @@ _SPEC_COUNTED = (SPECULATIVE_DECODING.name,
 
 NO_ARGUMENT = Argument(never)
 NO_PREEMPTION = Argument(_no_preemption, holds_with=(_CACHE_SHARES_ONLY, _ASYNC_SAME_BOUND,
-                                                     _SPEC_COUNTED))
-NO_HOL = Argument(_no_hol, (CHUNKED_ON,), holds_with=(_CACHE_SHARES_ONLY, _ASYNC_SAME_BOUND))
+                                                     _SPEC_COUNTED), kv_layout=True)
+NO_HOL = Argument(_no_hol, (CHUNKED_ON,), holds_with=(_CACHE_SHARES_ONLY, _ASYNC_SAME_BOUND),
+                  kv_layout=True)
 NO_SELF_PREEMPTION = Argument(
     _no_self_preemption, (LONE_PROMPT_FITS,), holds_with=((
         PREFIX_CACHING.name, "a lone request shares no block with another and, never "
         "preempted, never looks its own blocks up again (scheduler.py:960-967)"),
-        _ASYNC_SAME_BOUND, _SPEC_COUNTED))
+        _ASYNC_SAME_BOUND, _SPEC_COUNTED), kv_layout=True)
 # Both hazards are defined by the setting they need (properties/hazards.py): no feature
 # of the engine makes them appear without it.
 CHUNKING_ON = Argument(_chunked_on, holds_with=((
@@ -716,10 +720,21 @@ HAZARD_NAMES: tuple[str, ...] = tuple(h.name for h in HAZARDS)
 
 
 def decide_all(cfg: Config, env: Envelope, pool_known: bool, only: tuple[str, ...] = (),
-               deployment: Deployment = MODEL_SCOPE) -> tuple[HazardResult, ...]:
-    """Every hazard's verdict for `cfg` run as `deployment` (in HAZARDS order)."""
-    return tuple(decide(h, cfg, env, pool_known, deployment) for h in HAZARDS
-                 if not only or h.name in only)
+               deployment: Deployment = MODEL_SCOPE, kv_premise: str = ""
+               ) -> tuple[HazardResult, ...]:
+    """Every hazard's verdict for `cfg` run as `deployment` (in HAZARDS order). A verdict
+    that rests on the model's one full-attention KV cache group (a KV-counting argument,
+    or a search of a hazard that needs the pool) ends with `kv_premise` when given."""
+    return tuple(_with_kv_premise(h, decide(h, cfg, env, pool_known, deployment), kv_premise)
+                 for h in HAZARDS if not only or h.name in only)
+
+
+def _with_kv_premise(h: Hazard, result: HazardResult, premise: str) -> HazardResult:
+    """`result` with the KV layout premise named, where the verdict rests on it."""
+    rests = h.absent.kv_layout if result.verdict == ABSENT else h.needs_pool or h.absent.kv_layout
+    if not premise or not rests or result.verdict == UNKNOWN_LABEL:
+        return result
+    return replace(result, detail=f"{result.detail}; premise: {premise}")
 
 
 def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool,

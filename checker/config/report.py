@@ -8,7 +8,8 @@ import json
 import sys
 
 from checker.config.hazards import HazardResult
-from checker.config.resolve import Checked, Request
+from checker.config.model_kind import NOT_STATED, ModelKind, checkpoint_warning
+from checker.config.resolve import Checked, Request, kv_sizing
 from checker.config.rule_reasons import RuleReason
 from checker.show import text as render
 from model.core.errors import ConfigError
@@ -21,10 +22,11 @@ SCOPE = ("model scope: vLLM V1's Scheduler as one data-parallel rank runs it; it
          + " (model/vllm/deployment.py)")
 
 
-def scope_lines(dep: Deployment) -> list[str]:
-    """The model's scope and the features this deployment turns on beyond it."""
+def scope_lines(dep: Deployment, kind: ModelKind = NOT_STATED) -> list[str]:
+    """The model's scope, the served model's KV cache layout, and the features this
+    deployment turns on beyond it."""
     outside = dep.outside_model()
-    lines = [SCOPE]
+    lines = [SCOPE + "; kv cache: " + kind.describe()]
     if outside:
         lines.append("this deployment turns on what the model leaves out: "
                      + "; ".join(f"{f.name} ({f.effect}; {f.upstream})" for f in outside))
@@ -48,11 +50,35 @@ def warnings(cfg: Config, req: Request) -> tuple[str, ...]:
                    f"max_num_seqs * max_model_len ({cfg.max_num_seqs * cfg.max_model_len}); "
                    "vLLM warns this may lead to unexpected behaviour "
                    "(config/scheduler.py:344-350)")
+    if checked_pool(cfg, req):
+        out += kind_warnings(req, cfg)
     if req.spec is not None and cfg.token_budget < 8192:
         out.append(f"max_num_scheduled_tokens is {cfg.token_budget} with speculative "
                    "decoding; vLLM warns below 8192, though nothing is subtracted for the "
                    "draft slots (config/vllm.py:2275-2283)")
     return tuple(out)
+
+
+def checked_pool(cfg: Config, req: Request) -> bool:
+    """Whether the pool was given (the startup check applies)."""
+    return req.engine_args.num_gpu_blocks is not None
+
+
+def kind_warnings(req: Request, cfg: Config) -> list[str]:
+    """What the KV startup check of a hybrid model cannot settle from batchproof's input."""
+    kind, out = req.kind, []
+    if not kind.stated or kind.one_full_group:
+        return out
+    ckpt = checkpoint_warning(kind, kv_sizing(req, cfg))
+    if ckpt:
+        out.append(ckpt)
+    if any(f.name == "KV connector" for f in req.deployment.features()):
+        out.append("a KV connector without hybrid-manager support turns the hybrid KV cache "
+                   "manager off (config/vllm.py:2170-2192): sliding-window layers are then "
+                   "allocated as full attention (one group of cdiv(max_model_len, block_size) "
+                   "blocks) and a hybrid-mamba model fails to start; the check above assumes "
+                   "the manager on")
+    return out
 
 
 def _header(req: Request, checked: Checked) -> list[str]:
@@ -147,7 +173,7 @@ def print_report(req: Request, checked: Checked, notes: tuple[str, ...],
           else "KV startup check not applied: pool size not given (--num-gpu-blocks)")
     spec = "; speculative-decoding budget rules hold" if req.spec is not None else ""
     lines += ["", f"validation: valid: every SchedulerConfig rule holds; {kv}{spec}", "",
-              *scope_lines(req.deployment), "", "hazards:"]
+              *scope_lines(req.deployment, req.kind), "", "hazards:"]
     for r in results:
         lines += _hazard_lines(r)
     counts = {v: sum(r.verdict == v for r in results) for v in
@@ -218,6 +244,7 @@ def _json_doc(req: Request, checked: Checked, notes: tuple[str, ...],
         "valid": err is None,
         "error": None if err is None else {"rule": err.rule, "message": str(err)},
         "scope": SCOPE,
+        "model_kind": req.kind.to_json(),
         "outside_model": [f.name for f in req.deployment.outside_model()],
         "hazards": [r.to_json() for r in results],
     }

@@ -31,6 +31,7 @@ from checker.config.flags import (
     apply_config_flags,
     ignored_flags,
 )
+from checker.config.model_kind import model_kind
 from checker.config.spec_args import spec_decode
 from model.core.errors import InputError
 from model.vllm.config import Config
@@ -260,6 +261,19 @@ def refuse_unmodelled(args: argparse.Namespace, command: str) -> None:
         raise InputError(f"{why}, which `batchproof {command}` does not run (outside the "
                          "model, model/vllm/deployment.py); drop it, or check the deployment's "
                          "rules with `batchproof config`")
+    kind = model_kind(args)
+    if kind.feature() is not None:
+        # The reference and the rules keep one full-attention group's blocks: a run of a
+        # model with sliding-window or Mamba groups would be another engine's run.
+        raise InputError(f"the model has one full-attention KV cache group; --model-kind "
+                         f"{kind.kind} is not modelled by {command} (see docs/scope.md); "
+                         "`batchproof config` checks its startup rule")
+
+
+def kind_line(args: argparse.Namespace) -> str:
+    """The KV cache layout line check and simulate print beside their bounds: the model
+    kind given, or that the answer assumes one full-attention group."""
+    return "kv cache: " + model_kind(args).describe()
 
 
 def ignored_line(args: argparse.Namespace, read: Sequence[str] = ()) -> str | None:
