@@ -2,10 +2,13 @@
 a fixture that clears k-induction's per-process caches around a test that patches the
 rules or an invariant, and the headless browser of the browser tests."""
 
+import contextlib
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from browser_driver import HOW_TO, Browser, find_browser
@@ -40,25 +43,80 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+#: The test run's proof store: a folder of its own, kept between runs (a contributor's
+#: second run reads the invariant, theorem and reduction proofs the first one paid for),
+#: never the user's store. Every key digests the sources the proof reads
+#: (proof_cache.sources_key), so an edit under model/, properties/ or checker/methods/
+#: asks anew; a test that patches anything gets an empty store of its own
+#: (`_patching_tests_store_nothing`). BATCHPROOF_PROOF_CACHE, when set, wins;
+#: BATCHPROOF_TEST_PROOFS=fresh gives the run an empty folder, removed at its end (a cold
+#: run, as on a new machine).
+TEST_STORE = "test-proofs"
+#: Stored proofs unread for this long are removed when a run starts: sources edited since
+#: have new keys, and nothing else would remove the old ones.
+STALE_DAYS = 14
+
 _MADE = pytest.StashKey[str]()
 
 
+def _prune(folder: Path, days: float) -> None:
+    cutoff = time.time() - days * 86400
+    for path in folder.glob("*.json"):
+        with contextlib.suppress(OSError):
+            if path.stat().st_atime < cutoff and path.stat().st_mtime < cutoff:
+                path.unlink()
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """The proofs kept on disk (checker/methods/proof_cache.py) go to a folder of this run,
-    shared by its xdist workers (they inherit the environment), never to the user's cache:
-    a test that patches the rules must not leave a proof behind for a real run."""
-    if "BATCHPROOF_PROOF_CACHE" not in os.environ:
+    """Point the proof store (checker/methods/proof_cache.py) at the test run's own folder,
+    shared by its xdist workers (they inherit the environment): `TEST_STORE` under
+    batchproof's cache folder, or an empty one with BATCHPROOF_TEST_PROOFS=fresh."""
+    if "BATCHPROOF_PROOF_CACHE" in os.environ or hasattr(config, "workerinput"):
+        return
+    if os.environ.get("BATCHPROOF_TEST_PROOFS") == "fresh":
         made = tempfile.mkdtemp(prefix="batchproof-proofs-")
-        os.environ["BATCHPROOF_PROOF_CACHE"] = made
         config.stash[_MADE] = made
+        os.environ["BATCHPROOF_PROOF_CACHE"] = made
+        return
+    folder = proof_cache.cache_home() / TEST_STORE
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _prune(folder, STALE_DAYS)
+    except OSError:  # no writable cache folder: a fresh one for this run
+        made = tempfile.mkdtemp(prefix="batchproof-proofs-")
+        config.stash[_MADE] = made
+        folder = Path(made)
+    os.environ["BATCHPROOF_PROOF_CACHE"] = str(folder)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the run's proof folder (made by the controller, not by a worker)."""
+    """Remove a fresh proof folder of this run (made by the controller, not by a worker)."""
     made = config.stash.get(_MADE, None)
     if made is not None:
         shutil.rmtree(made, ignore_errors=True)
         del os.environ["BATCHPROOF_PROOF_CACHE"]
+
+
+@pytest.fixture(autouse=True)
+def _patching_tests_store_nothing(request: pytest.FixtureRequest,
+                                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A test that patches (`monkeypatch`) reads and writes an empty store of its own: a
+    proof of patched rules must never reach the store that later runs read, and a
+    patched test must not read a proof of the real rules instead of proving its own. (A
+    test that points BATCHPROOF_PROOF_CACHE somewhere itself still wins: it sets it
+    after this.)"""
+    if "monkeypatch" not in request.fixturenames:
+        yield
+        return
+    before = os.environ.get("BATCHPROOF_PROOF_CACHE")
+    os.environ["BATCHPROOF_PROOF_CACHE"] = str(tmp_path_factory.mktemp("proofs"))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("BATCHPROOF_PROOF_CACHE", None)
+        else:
+            os.environ["BATCHPROOF_PROOF_CACHE"] = before
 
 
 settings.register_profile(

@@ -105,6 +105,7 @@ def test_llama70b_tp8_h100_repeated_preemption_is_witnessed_on_the_serve_default
     assert len(result.witness.workload.requests) == 42  # 40 fill the pool, + victim + short
 
 
+@pytest.mark.slow  # about 12 s: three constructed preemptions; the 8B witness above has one
 def test_more_preemptions_take_one_short_request_each():
     cfg, env, pool_known, deployment = deployed("llama8b_h100.yaml")
     result = decide(H["repeated_preemption"], cfg, replace(env, max_preemptions=3),
