@@ -183,7 +183,11 @@ def print_report(req: Request, checked: Checked, notes: tuple[str, ...],
 
 
 def _hazard_lines(r: HazardResult) -> list[str]:
-    lines = [f"  [{r.verdict}] {r.name}: {r.title}", f"      {r.detail}"]
+    # The KV layout premise (hazards.decide_all) gets a line of its own.
+    detail, sep, premise = r.detail.rpartition("; premise: ")
+    lines = [f"  [{r.verdict}] {r.name}: {r.title}", f"      {detail if sep else r.detail}"]
+    if sep:
+        lines.append(f"      premise: {premise}")
     if r.witness is None:
         return lines
     w = r.witness
