@@ -304,8 +304,8 @@ def names() -> tuple[str, ...]:
 
 def get(name: str, **params: int) -> Property:
     """The property `name`, instantiated with its parameters (k, m). Every property but
-    no_engine_assertion holds vacuously once the engine has reached an assertion of its
-    own: a crashed engine has no later behaviour to judge."""
+    no_engine_assertion and admitted_with_tokens holds vacuously once the engine has
+    reached an assertion of its own: a crashed engine has no later behaviour to judge."""
     return _after_crash_vacuous(_get(name, **params))
 
 
@@ -323,8 +323,20 @@ def _get(name: str, **params: int) -> Property:
     raise KeyError(name)
 
 
+# Properties judged at the crash step too. admitted_with_tokens is the engine's own
+# `assert num_new_tokens > 0` (scheduler.py:1170), which the engine reaches exactly when it
+# is about to admit or resume a request with 0 tokens: that step is a crash, observed with
+# that request joined with 0 tokens (model/vllm/rules.py `_slot_obs`, model/vllm/engine.py
+# `_crashed`), so the property is VIOLATED exactly where the engine
+# reaches the assertion. No other request joins with 0 tokens in a crash step (the rules
+# still observe the admissions made before the assertion, each with >= 1 token; the
+# reference's crash record none) and a dead engine admits nothing, so the property needs
+# no guard, and its definition stays the one its theorem proves.
+_JUDGE_THE_CRASH = ("no_engine_assertion", "admitted_with_tokens")
+
+
 def _after_crash_vacuous(prop: Property) -> Property:
-    if prop.name == "no_engine_assertion" or prop.kind == "lasso":
+    if prop.name in _JUDGE_THE_CRASH or prop.kind == "lasso":
         return prop
     inner = prop.holds
 

@@ -11,10 +11,10 @@ from model.core.ops import CONCRETE
 from model.core.types import EosEvent, RequestSpec, Workload
 from model.run import without_unsampled_eos
 from model.slots import run_rules, to_slots
-from model.vllm.config import Config
+from model.vllm.config import Config, VllmRules
 from model.vllm.engine import ENGINE
 from model.vllm.records import to_record
-from model.vllm.reference import simulate
+from model.vllm.reference import simulate, zero_tokens_request
 from model.vllm.validation import is_valid
 
 
@@ -110,3 +110,28 @@ def test_reference_and_rules_agree_on_every_step_under_async_scheduling(w, cachi
     # The AsyncScheduler: each step schedules, then delivers the previous schedule's output.
     assert_agree(replace(w, config=replace(
         w.config, async_scheduling=True, enable_prefix_caching=caching)))
+
+
+@given(cached_workloads(), st.booleans())
+def test_reference_and_rules_agree_without_the_prefix_hit_cap_up_to_the_crash(w, asynchronous):
+    # rules.cap_prefix_hit off: a hit may cover every token and both die at
+    # scheduler.py:1170 in the same step, with the same pool; from there the reference
+    # records the crash and the rules only flag it (as at scheduler.py:1372).
+    w = without_unsampled_eos(replace(w, config=replace(
+        w.config, async_scheduling=asynchronous, rules=VllmRules(cap_prefix_hit=False))))
+    sw = to_slots(w)
+    by_rules = run_rules(sw)
+    for ref, observed in zip(simulate(w), by_rules, strict=True):
+        got = to_record(observed, sw.ids)
+        crash = dict(ref.extra).get("assertion")
+        assert (crash is not None) == bool(observed.assertion), f"step {ref.step}"
+        if crash is None:
+            assert got == ref, f"step {ref.step}:\n reference {ref}\n rules     {got}"
+            continue
+        assert crash.startswith("scheduler.py:1170 AssertionError: request ")
+        assert replace(got, extra=()) == replace(ref, extra=()), f"step {ref.step}"
+        # the request the record names is the one the rules observe joined with 0 tokens
+        zero = [sw.ids[i] for i, o in enumerate(observed.slots[: len(sw.ids)])
+                if (o.admitted or o.resumed) and o.scheduled == 0]
+        assert zero == [zero_tokens_request(crash)]
+        break

@@ -20,10 +20,12 @@ ones. Synchronous: the drafter's proposals for the next step come in with
 scheduler sets k placeholders itself (A:50).
 
 An assertion the engine reaches (S:1372 `num_new_tokens == 1 + num_spec_tokens`, reachable
-when 0 < long_prefill_token_threshold < 1+k cuts a padded request) is not raised: the step's
-record carries `extra["assertion"]` ("scheduler.py:1372 ...") with nothing else scheduled,
-admitted, preempted or finished, `free_blocks` as the pool stood at the assertion and no
-requests listed; the engine is dead from then on, and every later step records the same.
+when 0 < long_prefill_token_threshold < 1+k cuts a padded request; S:1170 `num_new_tokens >
+0`, reachable only when a prefix hit may cover every token, VllmRules.cap_prefix_hit off) is
+not raised: the step's record carries `extra["assertion"]` ("scheduler.py:1372 ...",
+"scheduler.py:1170 ...", naming the request) with nothing else scheduled, admitted,
+preempted or finished, `free_blocks` as the pool stood at the assertion and no requests
+listed; the engine is dead from then on, and every later step records the same.
 
 One `step()` is one engine step. Synchronous: schedule(), then the model output of that
 schedule, then update_from_output() (v1/engine/core.py:657-687). Async, as EngineCore's
@@ -43,6 +45,7 @@ The code is our own; loops, `break` and `continue` sit where upstream has them.
 
 from __future__ import annotations
 
+import ast
 import copy
 import heapq
 from collections import deque
@@ -256,6 +259,36 @@ def running_num_new_tokens(
     # S:744-753 `_reserve_prefill_lookahead`: with a prefill lookahead of at most 1 (every
     # method modelled) only its clamp at 0 acts.
     return max(num_new_tokens, 0)
+
+
+#: Where schedule() asserts that a request it admits or resumes has a token to compute.
+ZERO_TOKENS_ASSERTION = "scheduler.py:1170"
+_ZERO_TOKENS_LEAD = f"{ZERO_TOKENS_ASSERTION} AssertionError: request "
+
+
+def zero_tokens_assertion(request_id: str, num_tokens: int, resumed: bool) -> str:
+    """The crash record's words for S:1170 (`assert num_new_tokens > 0`): the request whose
+    prefix hit covers all its `num_tokens` tokens, about to be admitted (or resumed)."""
+    verb = "resumed" if resumed else "admitted"
+    return (f"{_ZERO_TOKENS_LEAD}{request_id!r} was to be {verb} with 0 tokens: a prefix hit "
+            f"covers all {num_tokens} of its tokens (assert num_new_tokens > 0)")
+
+
+def zero_tokens_request(assertion: str) -> str | None:
+    """The request an S:1170 crash record names (`zero_tokens_assertion`'s words), None for
+    any other assertion or wording."""
+    if not assertion.startswith(_ZERO_TOKENS_LEAD):
+        return None
+    rest = assertion[len(_ZERO_TOKENS_LEAD):]
+    end = rest.find(" was to be ")
+    while end >= 0:  # the id is a repr: the first cut that reads back as a string
+        try:
+            rid = ast.literal_eval(rest[:end])
+        except (ValueError, SyntaxError):
+            end = rest.find(" was to be ", end + 1)
+            continue
+        return rid if isinstance(rid, str) else None
+    return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -789,10 +822,15 @@ class VllmV1Scheduler:
             if not self.cfg.enable_chunked_prefill and num_new_tokens > request_token_budget:
                 break  # S:1160-1167
             num_new_tokens = min(num_new_tokens, request_token_budget)  # S:1169
-            # S:1170 asserts num_new_tokens > 0; the cap on the hit (K:289-300) keeps it so.
-            # With that cap switched off (VllmRules.cap_prefix_hit) the engine would crash
-            # here: the reference goes on as the rules do, admitting the request with 0
-            # tokens, so that `admitted_with_tokens` reports the assertion at this step.
+            # S:1170 asserts num_new_tokens > 0. The budget left is >= 1 here (S:912,
+            # 918-919), so only a hit of every token reaches it, which the cap of K:289-300
+            # rules out; with the cap switched off (VllmRules.cap_prefix_hit) the engine dies
+            # here, the request still at the queue's head and nothing allocated for it.
+            if num_new_tokens <= 0:
+                out.assertion = zero_tokens_assertion(
+                    request.request_id, request.num_tokens,
+                    resumed=request.status == Status.PREEMPTED)
+                return
             if not self._allocate_slots(
                 request,
                 num_new_tokens,
@@ -919,9 +957,7 @@ class VllmV1Scheduler:
             request = self.requests[rid]
             request.num_computed_tokens += num_tokens
             request.num_in_flight_tokens += num_tokens
-            # 0 tokens (an uncapped whole-prompt hit, where upstream asserts at S:1170):
-            # no row of logits, so nothing is sampled, as the rules have it.
-            request.is_prefill_chunk = num_tokens == 0 or request.num_computed_tokens < (
+            request.is_prefill_chunk = request.num_computed_tokens < (
                 request.num_tokens + request.num_output_placeholders)
             if self.cfg.async_scheduling and not request.is_prefill_chunk:  # A:25-56
                 request.num_output_placeholders += 1 + out.spec_scheduled.get(rid, 0)

@@ -2,9 +2,10 @@
 over a fixed number of request slots, written once over Ops.
 
 Scope: the synchronous scheduler or the AsyncScheduler, prefix caching on or off (the cache
-is model/vllm/cache_rules.py), speculative decoding with either (drafts within both budgets,
-draft slots, lookahead slots, uniform-decode padding and the assertion it can reach,
-rollback of rejected drafts; the environment chooses the accepted drafts and, for
+is model/vllm/cache_rules.py; with the hit's cap switched off, the assertion a hit of every
+token reaches, scheduler.py:1170), speculative decoding with either (drafts within both
+budgets, draft slots, lookahead slots, uniform-decode padding and the assertion it can
+reach, rollback of rejected drafts; the environment chooses the accepted drafts and, for
 n-gram-like proposers under the synchronous scheduler, how many drafts are proposed), no
 KV connector, multimodal or LoRA (the reference scheduler's scope). Ordered loops are folds
 over slots: each iteration selects the slot with the smallest order key among those not
@@ -72,7 +73,10 @@ class _Work:
     prefill_chunk: list[Bool] | None = None
     prefill_scheduled: Bool = False
     ran: Bool = False
+    # The engine reached an assertion in this step (scheduler.py:1372, 1170); with a prefix
+    # hit that may cover every token, the slot that reached 1170 (`_waiting_loop`).
     crash: Bool = False
+    zero_tokens: list[Bool] | None = None
 
 
 def num_tokens(spec: SlotSpec, s: SlotState) -> Int:
@@ -187,8 +191,11 @@ def _checkpoint(ops: Ops, w: _Work) -> None:
     if w.drafts is not None:
         for name in ("drafts", "spec_scheduled", "padded"):
             setattr(w, name, [ops.name(v) for v in getattr(w, name)])
-        w.prefill_scheduled, w.ran, w.crash = (ops.name(w.prefill_scheduled), ops.name(w.ran),
-                                               ops.name(w.crash))
+        w.prefill_scheduled, w.ran = ops.name(w.prefill_scheduled), ops.name(w.ran)
+    if w.zero_tokens is not None:
+        w.zero_tokens = [ops.name(v) for v in w.zero_tokens]
+    if w.drafts is not None or w.zero_tokens is not None:
+        w.crash = ops.name(w.crash)
 
 
 def _serve(ops: Ops, cfg: RuleConfig, w: _Work, sel: Sequence[Bool], do: Bool, n: Int,
@@ -329,6 +336,17 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
         need = fresh + evictable
         ok = ops.and_(active, ops.not_(pad_stops), ops.not_(too_long), full_ok,
                       need + wm <= w.free)
+        if w.zero_tokens is not None:
+            # 1170 asserts num_new_tokens > 0, before any allocation (1259-1282). The budget
+            # left is >= 1 (912, 918-919), so only a hit of every token leaves 0, which the
+            # cap of kv_cache_manager.py:289-300 rules out; without it the engine dies here
+            # with the request at the queue's head. (0 tokens pad nothing and are not too
+            # long for the budget, so 1149-1167 let it through.)
+            zero = ops.and_(active, n == 0)
+            ok = ops.and_(ok, ops.not_(zero))
+            w.zero_tokens = [ops.or_(z, ops.and_(zero, s))
+                             for z, s in zip(w.zero_tokens, sel, strict=True)]
+            w.crash = ops.or_(w.crash, zero)
         _serve(ops, cfg, w, sel, ok, n, need, fresh + hit_blocks)
         if w.spec_scheduled is not None and w.padded is not None:  # 1371-1375
             padded = ops.and_(ok, pad)
@@ -406,6 +424,9 @@ def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState
         w.drafts = [s.drafts[0].count for s in before]
         w.prefill_chunk = [s.drafts[0].prefill_chunk for s in before]
         w.spec_scheduled, w.padded = [0] * n_slots, [False] * n_slots
+    if cfg.prefix_caching and not cfg.cap_prefix_hit:
+        w.zero_tokens = [False] * n_slots
+    if cfg.can_crash:
         # A dead engine schedules nothing (the reference: every later step is the crash).
         w.token_budget = ops.ite(state.crashed, 0, w.token_budget)
     if cfg.async_scheduling:
@@ -517,12 +538,18 @@ def _slot_obs(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], i: int,
     """Slot i's observables of the step (`finish_rank` defaults to this step's service
     order: a synchronous step processes the outputs of what it scheduled)."""
     spec, status_after_sched = specs[i], w.status[i]
+    joined = status_after_sched == RUNNING
+    if w.zero_tokens is not None:
+        # The request that reached scheduler.py:1170 is observed as the admission (or
+        # resumption) the engine asserted against, with 0 tokens: the step's assertion
+        # makes every other property vacuous, and `admitted_with_tokens` is this assertion.
+        joined = ops.or_(joined, w.zero_tokens[i])
     return SlotObs(
         held=held[i], was_running=before[i].status == RUNNING,
         was_waiting=ops.or_(before[i].status == WAITING, before[i].status == PREEMPTED),
         scheduled=w.scheduled[i], serve_rank=w.serve_rank[i],
-        admitted=ops.and_(before[i].status == WAITING, status_after_sched == RUNNING),
-        resumed=ops.and_(before[i].status == PREEMPTED, status_after_sched == RUNNING),
+        admitted=ops.and_(before[i].status == WAITING, joined),
+        resumed=ops.and_(before[i].status == PREEMPTED, joined),
         preempted=w.preempted[i], finished=finished, finished_stop=stop, sampled=sampled,
         num_tokens=ntok[i], num_computed_tokens_before=before[i].num_computed_tokens,
         num_computed_tokens=ncomp, num_output_tokens=outputs, blocks=w.blocks[i],
@@ -543,7 +570,7 @@ def _step_of(ops: Ops, cfg: RuleConfig, state: SchedState, w: _Work, slots: list
     num_running = ops.sum([ops.to_int(s == RUNNING) for s in w.status])
     num_running_end = ops.sum([ops.to_int(s.status == RUNNING) for s in slots])
     c = w.cache
-    crashed = ops.or_(state.crashed, w.crash) if cfg.num_spec_tokens else False
+    crashed = ops.or_(state.crashed, w.crash) if cfg.can_crash else False
     new_state = SchedState(slots=tuple(slots), free_blocks=free_end,
                            next_run_key=w.next_run_key, wait_head=w.wait_head,
                            wait_tail=state.wait_tail, step=state.step + 1,

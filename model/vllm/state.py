@@ -70,6 +70,14 @@ class RuleConfig:
     preemption_gate: bool = True  # VllmRules.preemption_gate
     victim_latest: bool = True  # VllmRules.victim_latest
 
+    @property
+    def can_crash(self) -> bool:
+        """Whether the engine can reach an assertion of its own under this config, so the
+        rules carry the crash flag: scheduler.py:1372 with speculative decoding (a padded
+        admission cut by the threshold), scheduler.py:1170 with a prefix hit that may cover
+        every token (prefix caching on, cap_prefix_hit off)."""
+        return bool(self.num_spec_tokens) or (self.prefix_caching and not self.cap_prefix_hit)
+
     @staticmethod
     def from_config(cfg: Config) -> RuleConfig:
         """The concrete RuleConfig of a Config. A rule switch the rules cannot read under
@@ -194,7 +202,7 @@ class SchedState:
     pool: tuple[PoolBlock, ...] = ()
     queue_tail: object = 0
     next_cached_at: object = 0
-    # The engine reached one of its assertions (scheduler.py:1372): it is dead.
+    # The engine reached one of its assertions (scheduler.py:1372 or 1170): it is dead.
     crashed: object = False
 
     @staticmethod
