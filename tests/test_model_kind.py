@@ -237,6 +237,8 @@ def test_simulate_says_which_layout_its_run_assumes(capsys):
     (("--model-kind", "full", "--mamba-layers", "4"), "only full-attention layers"),
     (("--hf-config", "/nonexistent/config.json"), "no such file"),
     (("--hf-overrides", "{not json"), "not a JSON object"),
+    (("--hf-overrides", '{"sliding_window": 4096, "num_hidden_layers": 32}'),
+     "no layer pattern batchproof knows"),
 ])
 def test_bad_layout_input_is_one_line_and_exit_2(capsys, argv, needle):
     code, out, err = run(capsys, *LONG, "--num-gpu-blocks", "9000", *ONLY, *argv)
@@ -260,6 +262,10 @@ def test_bad_layer_count_is_an_argparse_error(capsys):
      "sliding-window", 12, 12, 0),  # gpt-oss
     ({"num_hidden_layers": 28, "sliding_window": 4096, "use_sliding_window": False},
      "full", 28, 0, 0),  # Qwen2: the window is off
+    ({"model_type": "gemma2", "num_hidden_layers": 42, "sliding_window": 4096},
+     "sliding-window", 21, 21, 0),  # transformers' default: alternating, sliding first
+    ({"model_type": "mistral", "num_hidden_layers": 32, "sliding_window": 4096},
+     "sliding-window", 0, 32, 0),
 ])
 def test_hf_config_layouts(capsys, tmp_path, doc, kind, full, sliding, mamba):
     path = tmp_path / "config.json"
@@ -274,7 +280,8 @@ def test_hf_config_layouts(capsys, tmp_path, doc, kind, full, sliding, mamba):
 
 def test_hf_overrides_and_yaml_keys_give_the_layout(capsys, tmp_path):
     code, out, err = run(capsys, *LONG, "--num-gpu-blocks", "386", *ONLY, "--hf-overrides",
-                         '{"sliding_window": 4096, "num_hidden_layers": 32}')
+                         '{"sliding_window": 4096, "num_hidden_layers": 32, '
+                         '"model_type": "mistral"}')
     assert code == 0, err
     assert "model kind sliding-window (window 4096, 32 sliding-window layers" in out
     ignored = [line for line in out.splitlines() if line.startswith("ignored vLLM flags")]

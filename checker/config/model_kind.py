@@ -361,6 +361,11 @@ def _count(flag: str) -> Callable[[str], int]:
     return parse
 
 
+# transformers' defaults where config.json has no layer_types: Gemma 2 alternates
+# (sliding first), Gemma 3 has every 6th layer full attention.
+_PATTERN_DEFAULTS = {"gemma2": 2, "gemma3": 6, "gemma3_text": 6}
+# Models whose sliding_window applies to every layer (Mistral 7B v0.1, Mixtral).
+_ALL_SLIDING = ("mistral", "mixtral")
 _FULL_NAMES = ("full_attention", "attention", "global", "global_attention", "full")
 _SLIDING_NAMES = ("sliding_attention", "sliding_window", "local", "local_attention",
                   "sliding")
@@ -460,9 +465,13 @@ def _layer_types(doc: Mapping[str, object], layers: object, window: object,
     if not (isinstance(layers, int) and layers >= 1):
         raise InputError(f"{where}: num_hidden_layers is needed to place the layer pattern; "
                          "add it, or give layer_types")
+    model_type = str(doc.get("model_type", ""))
     pattern = doc.get("sliding_window_pattern")
+    if pattern is None and model_type in _PATTERN_DEFAULTS:
+        pattern = _PATTERN_DEFAULTS[model_type]
     if isinstance(pattern, int) and pattern >= 1 and window is not None:
-        # Gemma 3: layer i is full attention when (i + 1) % pattern == 0.
+        # Gemma 2/3 (transformers fills layer_types so, and vLLM reads them): layer i is
+        # full attention when (i + 1) % pattern == 0.
         return ["full" if (i + 1) % pattern == 0 else "sliding" for i in range(layers)]
     interval = doc.get("full_attention_interval")
     if isinstance(interval, int) and interval >= 1:
@@ -473,6 +482,11 @@ def _layer_types(doc: Mapping[str, object], layers: object, window: object,
         # Jamba: attention where i % period == offset, Mamba elsewhere.
         offset = doc.get("attn_layer_offset", 0)
         return ["full" if i % period == offset else "mamba" for i in range(layers)]
+    if window is not None and model_type not in _ALL_SLIDING:
+        raise InputError(f"{where}: sliding_window {window} but no layer pattern batchproof "
+                         "knows (layer_types, sliding_window_pattern; model_type "
+                         f"{model_type or 'not given'}); add layer_types, or give "
+                         "--sliding-window-layers S and --full-attention-layers F")
     return ["sliding" if window is not None else "full"] * layers
 
 
