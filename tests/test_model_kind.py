@@ -358,6 +358,7 @@ CASES = [
     (ModelKind(KIND_MAMBA, full_layers=3, mamba_layers=4), dict(num_speculative_tokens=1,
                                                                mamba_mode="align")),
     (ModelKind(KIND_MAMBA, full_layers=0, mamba_layers=5), dict()),
+    (ModelKind(KIND_SLIDING, 32, 2, 10, hybrid_manager=False), dict()),  # one full group
 ]
 
 
@@ -377,3 +378,15 @@ def test_startup_rule_agrees_with_vllms_get_kv_cache_configs(kind, extra):
             estimate = re.search(r"estimated maximum model length is (\d+)", message)
             assert estimate is None or int(estimate.group(1)) == estimated_max_model_len(
                 kind, s), message
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_vllm_cannot_start_mamba_layers_without_the_hybrid_manager():
+    kind = ModelKind(KIND_MAMBA, full_layers=2, mamba_layers=6, hybrid_manager=False)
+    started, message = _vllm_accepts(kind, KvSizing(max_model_len=512, block_size=16,
+                                                    num_gpu_blocks=1000,
+                                                    max_num_batched_tokens=64))
+    assert not started and "Failed to promote" in message
+    with pytest.raises(ConfigError, match="Failed to promote"):
+        kv_groups(kind)
