@@ -56,11 +56,46 @@ def _refusal(**changes: Any) -> str:
 # --- proofs ---------------------------------------------------------------------------
 
 
-def test_the_engine_covers_prefix_caching_on_small_pools_only() -> None:
+def test_the_invariant_covers_the_pools_the_symbolic_rules_carry() -> None:
     configs = load().configs
     assert ENGINE.invariant_covers(ENGINE.rule_config(configs[CONFIG].config))
-    # 8-block pools: the proof did not finish in 15 minutes; BMC and the explorer decide.
-    assert not ENGINE.invariant_covers(ENGINE.rule_config(configs["tiny_spec_cached"].config))
+    # 8-block pools: --method induction tries them (and names what it cannot decide);
+    # auto leaves them to BMC, as it does tiny_cached's 4 blocks
+    spec = ENGINE.rule_config(configs["tiny_spec_cached"].config)
+    assert ENGINE.invariant_covers(spec) and not ENGINE.invariant_quick(spec)
+    beyond = ENGINE.rule_config(replace(configs[CONFIG].config, num_gpu_blocks=64))
+    assert not ENGINE.invariant_covers(beyond)
+
+
+def test_an_undecided_step_names_every_conjunct_it_could_not_decide(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each conjunct gets its share of the time, the undecided ones a second try with what
+    is left, and the reason lists all of them: one hard conjunct does not hide the rest."""
+    hard = {"r0: block table", "free blocks = blocks nobody holds"}
+    asked: list[str] = []
+    real_after = induction._after_facts
+
+    def after(engine, rel, defs):
+        facts = real_after(engine, rel, defs)
+        by_term = {fact.get_id(): name for name, fact in facts}
+        monkeypatch.setattr(induction, "_unsat", lambda t, *a: unsat(by_term, t, *a))
+        return facts
+
+    def unsat(by_term, timeout_s, *assertions):
+        name = by_term.get(assertions[-1].arg(0).get_id())
+        if name is None:
+            return True, ""  # the base case
+        asked.append(name)
+        return (False, "unknown (timeout)") if name in hard else (True, "")
+
+    monkeypatch.setattr(induction, "_after_facts", after)
+    family, bounds = _family(**SMALL)
+    result = induction._prove_well_formed(family, bounds, 60.0)
+    assert not result.proved
+    assert result.reason.startswith("inductive step: unknown (timeout) on 2 of ")
+    assert "(r0: block table; free blocks = blocks nobody holds)" in result.reason
+    assert "none shown broken" in result.reason and " sat" not in result.reason
+    assert asked.count("r0: block table") == 2 and asked.count("r1: block table") == 1
 
 
 # The async proof (20 s) is deep: its fast siblings are this proof on the synchronous

@@ -208,26 +208,40 @@ def _prove_well_formed(family: Family, bounds: Bounds, timeout_s: float) -> Indu
     rel = _relation(family, bounds)
     defs = []
     before = _well_formed(engine, rel.cfg, rel.specs, rel.before, defs)
+    facts = _after_facts(engine, rel, defs)
     broken, undecided = [], []
-    for name, fact in _after_facts(engine, rel, defs):
-        ok, why = _unsat(timeout_s - (time.monotonic() - start), *rel.premises, *defs,
-                         before, z3.Not(fact))
-        if ok:
-            continue
-        if why != "sat":
-            undecided.append((name, why))
-            if why == "time limit":
-                break
-        else:
-            broken.append(name)
+    # Each conjunct gets a fair share of the time left, what a quick one leaves passing to
+    # the next; those still undecided then share what remains. So a hard conjunct (the free
+    # count on an 8-block pool) cannot keep the others from being decided, and an undecided
+    # proof names every conjunct it could not decide.
+    for attempt in (0, 1):
+        todo = facts if attempt == 0 else [(n, f) for n, f in facts if n in dict(undecided)]
+        if attempt == 1:
+            undecided = []
+        for i, (name, fact) in enumerate(todo):
+            left = timeout_s - (time.monotonic() - start)
+            share = left if attempt == 1 else left / (len(todo) - i)
+            ok, why = _unsat(share, *rel.premises, *defs, before, z3.Not(fact))
+            if ok:
+                continue
+            if why == "sat":
+                broken.append(name)
+            else:
+                undecided.append((name, why))
+        if not undecided or broken or timeout_s - (time.monotonic() - start) <= 0:
+            break
+    seconds = time.monotonic() - start
     if broken:
         also = "".join(f"; {name} undecided: {why}" for name, why in undecided)
-        return InductionResult(False, 1, time.monotonic() - start,
+        return InductionResult(False, 1, seconds,
                                f"inductive step: sat (breaks: {'; '.join(broken)}){also}")
     if undecided:  # no conjunct shown broken: the step is undecided, not refuted
-        return InductionResult(False, 1, time.monotonic() - start,
-                               f"inductive step: {undecided[0][1]}")
-    return InductionResult(True, 1, time.monotonic() - start)
+        names = "; ".join(name for name, _ in undecided)
+        return InductionResult(False, 1, seconds, (
+            f"inductive step: {undecided[0][1]} on {len(undecided)} of {len(facts)} "
+            f"conjuncts ({names}); the other {len(facts) - len(undecided)} proved, none "
+            "shown broken"))
+    return InductionResult(True, 1, seconds)
 
 
 def _after_facts(engine: EngineModel, rel: _Relation, defs: list
