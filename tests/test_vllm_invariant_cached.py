@@ -8,6 +8,7 @@ a missing fact makes its proof fail, naming the conjunct that breaks."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from functools import cache
 from typing import Any
@@ -270,3 +271,20 @@ def test_the_order_facts_are_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(invariant, "_pool", lambda ops, cfg, s: [
         (name, fact) for name, fact in real(ops, cfg, s) if "cache order" not in name])
     assert _refusal().startswith("inductive step: sat")
+
+
+def test_an_induction_row_out_of_time_names_the_conjuncts_left_undecided(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--method induction on an 8-block pool: the invariant's proof spends the time limit
+    and the row, UNKNOWN, says which conjuncts it could not decide (issue 26 item 2)."""
+    from checker.cli.main import main
+
+    with proof_cache.disabled():
+        code = main(["check", "--manifest-config", "tiny_spec_cached", "--property",
+                     "sampled_within_max_model_len", "--method", "induction", "--timeout",
+                     "4", "--json", "-q", "--jobs", "1"])
+    (row,) = json.loads(capsys.readouterr().out)["verdicts"]
+    assert code == 3 and row["verdict"] == "UNKNOWN"
+    assert re.search(r"invariant: inductive step: .* on \d+ of 46 conjuncts \(.*free blocks = "
+                     r"blocks nobody holds.*\); the other \d+ proved, none shown broken",
+                     row["detail"]), row["detail"]

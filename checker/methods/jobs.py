@@ -350,7 +350,9 @@ def _bmc_search(job: Job, notes: list[str], start: float) -> JobResult:
     if result.status == "holds":
         return JobResult(verdict(HOLDS, result.depth, detail))
     if result.status == "unknown":
-        return JobResult(verdict(UNKNOWN, result.depth, result.reason))
+        # what the proofs before it could not decide, too: an invariant whose proof took
+        # the time names the conjuncts it left undecided
+        return JobResult(verdict(UNKNOWN, result.depth, "; ".join([result.reason, *notes])))
     assert result.workload is not None
     cex = _counterexample(job, result.workload, "bmc", result.depth, result.loop,
                           result.minimal)
