@@ -1055,3 +1055,44 @@ def test_stale_shipped_witnesses_are_replayed_and_the_rest_searched(tmp_path, mo
     assert len(searched) == len(todo) - len(known)  # only the ones not shipped as witnesses
     assert not {todo[i] for i in known} & set(searched)
     assert len(got.workloads) >= 20 and not got.cached
+
+
+def test_the_line_map_marks_the_lines_that_are_not_the_pinned_releases():
+    """LineMap.changed: a replaced line, an added one, and the line after a removed run
+    (where the removed statement ran); lines only moved are not changed."""
+    from checker.conformance import parting
+
+    pinned = ["a = 1", "if a > 0:", "    b = 2", "c = 3", "d = 4"]
+    hashes = "".join(parting._hash(line) for line in pinned)
+    assert parting.LineMap(["", "a = 1", "if a > 0:", "    b = 2", "c = 3", "d = 4"],
+                           hashes).changed == {1}  # a blank line above: only it
+    replaced = parting.LineMap(["a = 1", "if a >= 0:", "    b = 2", "c = 3", "d = 4"], hashes)
+    assert replaced.changed == {2} and replaced.to_pinned[2] == 2
+    removed = parting.LineMap(["a = 1", "if a > 0:", "    b = 2", "d = 4"], hashes)
+    assert removed.changed == {4} and removed.to_pinned[4] == 5
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_the_changed_statements_of_a_patched_copy_are_the_patched_ones(tmp_path):
+    """engine_sources' `changed`: the statements holding the lines a patch wrote (a line
+    inside a multi-line statement names the statement), none for a patch that only moves
+    lines (blank lines and comments), and none on the installed release."""
+    import vllm
+
+    from checker.conformance import parting
+
+    mut = _mutations_module()
+    assert not any(s.changed for s in
+                   parting.engine_sources(str(Path(vllm.__file__).parent)).values())
+    sched = "v1/core/sched/scheduler.py"
+    for name, want in (("victim_head", {802, 834}), ("priority_victim_key_swapped", {797})):
+        root = tmp_path / name
+        root.mkdir()
+        mut.build_overlay([mut.mutations()[name]], root)
+        sources = parting.engine_sources(str(root / "vllm"))
+        assert {rel: s.changed for rel, s in sources.items() if s.changed} == {sched: want}
+    root = tmp_path / "neutral"
+    root.mkdir()
+    mut.build_overlay([NEUTRAL], root)
+    assert not any(s.changed for s in parting.engine_sources(str(root / "vllm")).values())

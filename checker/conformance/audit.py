@@ -37,7 +37,8 @@ reference does not show the same violation at the same step; otherwise it is *ex
 by cause (`Cause`): the first rule at which the real engine and the reference part, as
 the harness locates it (`Harness.locate`; vLLM: `checker.conformance.parting`, the
 statement where the two paths through the step part, or the decision whose value
-differs), else the first differing observable's rule. A violation on a workload that
+differs, or the statement changed from the pinned release that the real engine ran on its
+way there), else the first differing observable's rule. A violation on a workload that
 diverges at or before the violating step is a follow-on of that divergence and folds
 under its group, as does a crash whose workload parts from the reference at the same
 rule. A finding is one group: the first workload of each is shrunk to a minimal one that
@@ -1509,6 +1510,7 @@ def _cause_title(cause: Cause, kind: str, symptom: str) -> str:
     if cause.how == "observable":
         return f"{symptom} (rule: {cause.function}, {cause.span})"
     what = ("the real engine and the reference take different ways at" if cause.how == "flow"
+            else "the real engine ran a changed statement at" if cause.how == "changed"
             else f"another {cause.how} at")  # a value parting
     return f"{what} {cause.headline}" + ("" if kind == DIVERGENCE else f": {symptom}")
 

@@ -28,6 +28,13 @@ When the two paths agree on every reliable anchor of the step, the difference is
 value, not in the control flow (a victim chosen from the other end of the list): `part`
 returns None and the caller names the rule by the differing observable.
 
+The line fingerprint also tells which statements of the installed engine are not the
+pinned release's (`EngineSource.changed`: a patched line; blank lines and comments change
+none), and the tracer marks each one the real engine runs. When it ran one on its way to
+where the paths part, that statement is the cause (`locate`, `changed_cause`): a change is
+one cause however many rules its runs reach first (a threshold both loops read, a pool
+count two checks read), where the parting would make a group of each.
+
     python -m checker.conformance.parting calibrate   # rewrites parting_vllm.json
 
 (run in the venv with the unmodified pinned vLLM; the conformance tests check the file.)
@@ -68,6 +75,10 @@ _CITE = re.compile(r"^#\s*(?P<letter>[A-Z]):(?P<lo>\d+)(?:-(?P<hi>\d+))?\b")
 #: How far past a citation's first line its statement may start (a citation of a comment
 #: line above the statement).
 _REACH = 3
+#: The most statements of the traced files an installed engine may change from the pinned
+#: release for a changed statement to name a cause (`changed_statements`): more is another
+#: release, or a rewrite, whose changed lines are not one change under review.
+MOST_CHANGED = 40
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -130,11 +141,20 @@ class LineMap:
         mine = [_hash(line) for line in installed]
         theirs = [pinned_hashes[i:i + 4] for i in range(0, len(pinned_hashes), 4)]
         self.to_pinned: dict[int, int] = {}
+        # installed lines that are not the pinned release's: replaced or added, and the
+        # line just after a run the installed file lacks (where the removed lines ran)
+        self.changed: set[int] = set()
         matcher = difflib.SequenceMatcher(a=mine, b=theirs, autojunk=False)
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag in ("equal", "replace"):
                 for k in range(min(i2 - i1, j2 - j1)):
                     self.to_pinned[i1 + k + 1] = j1 + k + 1
+            # (the opcodes turn the installed lines into the pinned ones: "delete" drops
+            # lines only the installed file has, "insert" adds the ones it lacks)
+            if tag in ("replace", "delete"):
+                self.changed.update(range(i1 + 1, i2 + 1))
+            elif tag == "insert" and i1 < len(mine):
+                self.changed.add(i1 + 1)
         self.to_installed = {p: i for i, p in self.to_pinned.items()}
 
 
@@ -188,6 +208,9 @@ class EngineSource:
     owner: Mapping[int, int]  # installed line -> its statement's first line
     pinned_starts: tuple[int, ...]  # statements' first lines, pinned numbering
     lines: LineMap
+    # first lines of the statements (installed numbering) whose text is not the pinned
+    # release's (`changed_statements`)
+    changed: frozenset[int] = frozenset()
 
 
 @functools.lru_cache(maxsize=16)
@@ -202,7 +225,16 @@ def _engine_sources(home: str, mtimes: tuple[int, ...]) -> dict[str, EngineSourc
         owner, starts = statements(tree)
         line_map = LineMap(lines, hashes[rel])
         pinned = tuple(sorted(line_map.to_pinned[s] for s in starts if s in line_map.to_pinned))
-        out[rel] = EngineSource(path, rel, owner, pinned, line_map)
+        # a blank or comment line changes no statement (it falls in the range of the one
+        # around it)
+        changed = frozenset(owner[n] for n in line_map.changed if n in owner
+                            and lines[n - 1].strip()
+                            and not lines[n - 1].lstrip().startswith("#"))
+        out[rel] = EngineSource(path, rel, owner, pinned, line_map, changed)
+    if sum(len(s.changed) for s in out.values()) > MOST_CHANGED:
+        # another release, not a change to the pinned one: its changed lines say nothing
+        # of one cause
+        out = {rel: replace(s, changed=frozenset()) for rel, s in out.items()}
     return out
 
 
@@ -280,17 +312,21 @@ def _value_at(point: Point, names: Mapping[str, Any]) -> Any:
 @dataclass(frozen=True, slots=True)
 class Visit:
     """One statement on a path: where (`point`, pinned; None for a line the pinned release
-    lacks), the installed file and line, and the decision a valued statement made."""
+    lacks), the installed file and line, the decision a valued statement made, and
+    whether the statement is not the pinned release's."""
 
     point: Point | None
     rel: str = ""
     line: int = 0
     value: Any = None
+    changed: bool = False  # a statement whose text is not the pinned release's
 
 
 class _StepTracer:
     """Visits of the traced files recorded per step while inside one of the `entries`
-    functions of `entry_file`, a new step at each outermost call of `step_entry`."""
+    functions of `entry_file`, a new step at each outermost call of `step_entry`. A
+    changed statement run outside them (adding a request to a queue between two steps)
+    opens the next step, without a point: it is no anchor, only where a change ran."""
 
     def __init__(self, files: Mapping[str, Callable[[int], Visit | None]], entry_file: str,
                  entries: frozenset[str], step_entry: str) -> None:
@@ -300,6 +336,7 @@ class _StepTracer:
         self.step_entry = step_entry
         self.steps: list[list[Visit]] = []
         self.depth = 0
+        self.between: list[Visit] = []  # changed statements run outside the entries
 
     def _local(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event == "line" and self.depth > 0 and self.steps:
@@ -308,6 +345,10 @@ class _StepTracer:
                 if visit.point in _VALUED:
                     visit = replace(visit, value=_value_at(visit.point, frame.f_locals))
                 self.steps[-1].append(visit)
+        elif event == "line" and self.depth == 0:
+            visit = self.files[frame.f_code.co_filename](frame.f_lineno)
+            if visit is not None and visit.changed:
+                self.between.append(replace(visit, point=None))
         elif (event == "return" and frame.f_code.co_filename == self.entry_file
               and frame.f_code.co_name in self.entries):
             self.depth -= 1
@@ -319,7 +360,8 @@ class _StepTracer:
             return None
         if file == self.entry_file and frame.f_code.co_name in self.entries:
             if frame.f_code.co_name == self.step_entry and self.depth == 0:
-                self.steps.append([])
+                self.steps.append(self.between)
+                self.between = []
             self.depth += 1
         return self._local
 
@@ -383,7 +425,8 @@ def trace_real(run: Callable[[Workload], Any], workload: Workload,
         def visit(line: int) -> Visit:
             start = s.owner.get(line, line)
             at = s.lines.to_pinned.get(start)
-            return Visit(Point(s.rel, at) if at is not None else None, s.rel, start)
+            return Visit(Point(s.rel, at) if at is not None else None, s.rel, start,
+                         changed=start in s.changed)
         return visit
 
     files = {str(s.path): mapper(s) for s in sources.values()}
@@ -442,9 +485,32 @@ def part(run: Callable[[Workload], Any], workload: Workload, step: int, home: st
     part that differs in value (`_value_parting`) or else at its end. None when the paths
     agree on every anchor and decision up to `step`, or nothing was traced.
     `reference_workload` is what the reference runs, when not `workload`."""
+    return part_and_change(run, workload, step, home, reference_workload, anchors)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A statement whose text is not the pinned release's (`EngineSource.changed`), run by
+    the real engine at `step` on its way to where the two paths part: the last such
+    statement it ran before they part (or, when they part nowhere, up to the step asked)."""
+
+    step: int
+    rel: str
+    line: int  # installed numbering
+
+
+def part_and_change(run: Callable[[Workload], Any], workload: Workload, step: int,
+                    home: str, reference_workload: Workload | None = None,
+                    anchors: frozenset[Point] | None = None
+                    ) -> tuple[Parting | None, Change | None]:
+    """`part`'s answer and the last changed statement the real engine ran up to it
+    (`Change`): on the steps before the parting step, and on that step up to the real
+    path's next anchor after the decision (a changed condition runs after the anchor
+    before it), up to the decision itself for a value parting; up to the end of `step`
+    when the paths part nowhere."""
     sources = engine_sources(home)
     if LETTERS["S"] not in sources:
-        return None
+        return None, None
     use = frozenset(anchors if anchors is not None else _reliable())
     reference = trace_reference(reference_workload or workload, sources)
     real = trace_real(run, workload, sources)
@@ -457,19 +523,37 @@ def part(run: Callable[[Workload], Any], workload: Workload, step: int, home: st
         if value is not None:
             kind, i = value
             assert b[i].point is not None
-            return Parting(at, b[i].point, b[i].line, None, None, kind=kind,
-                           real_value=b[i].value, reference_value=a[i].value)
+            return (Parting(at, b[i].point, b[i].line, None, None, kind=kind,
+                            real_value=b[i].value, reference_value=a[i].value),
+                    _last_change(real, at, b[i], inclusive=True))
         if _points(a) == _points(b):
             continue
         if common == 0:
-            return None  # they part before the first anchor: nothing to name
+            break  # they part before the first anchor: nothing to name
         decision = b[common - 1]
+        following = b[common] if common < len(b) else None
         assert decision.point is not None
-        return Parting(at, decision.point, decision.line,
-                       b[common].point if common < len(b) else None,
-                       a[common].point if common < len(a) else None,
-                       _after(real[at - 1], decision, b[common] if common < len(b) else None))
-    return None
+        return (Parting(at, decision.point, decision.line, following.point if following
+                        else None, a[common].point if common < len(a) else None,
+                        _after(real[at - 1], decision, following)),
+                _last_change(real, at, following, inclusive=False))
+    return None, _last_change(real, min(step, len(real)), None, inclusive=False)
+
+
+def _last_change(real: Sequence[Sequence[Visit]], step: int, cut: Visit | None,
+                 inclusive: bool) -> Change | None:
+    """The last changed statement of `real` (per step) up to the visit `cut` of step
+    `step` (inclusive or not; None: the whole step)."""
+    found: Change | None = None
+    for at, path in enumerate(real[:step], start=1):
+        for v in path:
+            if at == step and v is cut and not inclusive:
+                break
+            if v.changed:
+                found = Change(at, v.rel, v.line)
+            if at == step and v is cut:
+                break
+    return found
 
 
 def _value_parting(reference: Sequence[Visit], real: Sequence[Visit]
@@ -613,10 +697,57 @@ def _model_rows(h: Any, point: Point) -> tuple[tuple[str, str, str], ...]:
 def locate(h: Any, workload: Workload, reference_workload: Workload, step: int, home: str
            ) -> Cause | None:
     """The `Cause` of a run that parts from the reference on or before `step`
-    (`part`), with the engine's lines as installed; None when `part` finds none."""
-    found = part(h.run, workload, step, home, reference_workload)
-    if found is None:
-        return None
+    (`part`), with the engine's lines as installed; None when `part` finds none. When
+    the real engine ran a statement that is not the pinned release's on its way there
+    (`part_and_change`), that statement is the cause (`changed_cause`): where the two
+    part, its detail."""
+    found, change = part_and_change(h.run, workload, step, home, reference_workload)
+    parted = parting_cause(h, found, home) if found is not None else None
+    if change is not None:
+        return changed_cause(h, change, parted, home)
+    return parted
+
+
+def changed_cause(h: Any, change: Change, parted: Cause | None, home: str) -> Cause:
+    """The cause named by a changed statement the real engine ran (`Change`): its lines
+    as installed, the changed ones among them, and where the two paths part after it
+    (`parted`, the parting's cause, None when they part nowhere on the anchors). A
+    changed line is the strongest evidence of where a change to the pinned release is,
+    so every symptom a run shows after running it is one group, whichever rule it
+    reaches first (a threshold read by both loops, a pool count read by two checks)."""
+    src = engine_sources(home)[change.rel]
+    start = change.line
+    mine = sorted(n for n in src.lines.changed if src.owner.get(n) == start) or [start]
+    lines, _ = source(src.path)
+    text = (statement_text(src.path, start) if is_test(src.path, start)
+            else lines[mine[0] - 1].strip()[:100])
+    end = max(header_end(src.path, start), mine[-1])
+    shown: tuple[tuple[int, str], ...] = ()
+    for pad in (3, 5, 8):  # blank lines at either end are dropped: widen to five or more
+        shown = cited_lines(src.path, [(max(start - pad, mine[0] - 8), end + pad)])
+        if len(shown) >= 5:
+            break
+    name = change.rel.rsplit("/", 1)[-1]
+    detail = (f"at step {change.step} the real engine ran {name}:{mine[0]}, which is not "
+              f"vLLM {data()['version']}'s line there")
+    if parted is not None:
+        where = f"{parted.file.rsplit('/', 1)[-1]}:{parted.line}"
+        detail += f"; the two part after it at {where}: {parted.detail}"
+    else:
+        detail += ("; the two paths take the same statements up to the step that differs "
+                   "(the change alters a value they both read)")
+    pinned = src.lines.to_pinned.get(start)
+    rows = _model_rows(h, Point(change.rel, pinned)) if pinned is not None else ()
+    return Cause(key=f"changed:{change.rel}:{start}", how="changed",
+                 file=f"{h.package}/{change.rel}", function=function_at(src.path, start),
+                 line=mine[0], statement=text, lines=shown,
+                 detail=detail, step=parted.step if parted is not None else change.step,
+                 rows=rows or (parted.rows if parted is not None else ()))
+
+
+def parting_cause(h: Any, found: Parting, home: str) -> Cause:
+    """The `Cause` of a parting (`part`): the statement where the paths part, or the
+    decision whose value differs, with the engine's lines as installed."""
     sources = engine_sources(home)
     src = sources[found.decision.file]
     line = found.installed_line
