@@ -24,9 +24,13 @@ counts the pool differently); the one-step equivalence proof is not tried (the t
 have different shapes), so agreement is "no difference within these bounds".
 
 `--method` chooses the search (checker/methods/diff_explore.py `decide`): BMC over both
-rule systems, the explicit-state search over both reference schedulers, both (which must
-agree), or `auto` (default): the explicit search where its first step is small, BMC
-otherwise, and the one-step proof after a "no difference". The JSON's `method` says which
+rule systems (`bmc`), the explicit-state search over both reference schedulers
+(`explore`), the array explorer over the product of both rule systems (`array`,
+checker/methods/array/product.py: vLLM V1 without prefix caching, async scheduling or
+speculative decoding), BMC and the reference search (`both`, which must agree), or `auto`
+(default): the array product where it applies and the environment is large enough to
+repay its set-up proofs, else the reference search where its first step is small, else
+BMC; then the one-step proof after a "no difference". The JSON's `method` says which
 answered (`method_asked` what was asked).
 
 Exit codes: 0 no difference within the bounds (or proved equivalent); 1 a difference found
@@ -75,7 +79,7 @@ from checker.methods.diff import (
     one_rule_system,
     sides_compatible,
 )
-from checker.methods.diff_explore import METHODS, arrival_choices, decide
+from checker.methods.diff_explore import METHODS, array_unsupported, arrival_choices, decide
 from checker.methods.symbolic import Bounds
 from checker.runner.pool import parallel_map
 from checker.show import svg, timeline
@@ -126,11 +130,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-prove", action="store_true",
                         help="skip the one-step equivalence proof, search the bounds only")
     parser.add_argument("--method", choices=METHODS, default="auto",
-                        help="auto (default): the explicit-state search over both "
-                        "references where its first step is small, then the one-step proof "
-                        "after a 'no difference'; BMC otherwise. bmc: BMC over both rule "
-                        "systems; explore: the explicit search alone; both: each of the two, "
-                        "which must agree on the answer and the least workload")
+                        help="auto (default): the array explorer over the product of both "
+                        "rule systems where it applies (vLLM V1 without prefix caching, "
+                        "async scheduling or speculative decoding; 3+ slots), else the "
+                        "explicit-state search over both references where its first step is "
+                        "small, else BMC; then the one-step proof after a 'no difference'. "
+                        "bmc: BMC over both rule systems; explore: the search over both "
+                        "references alone; array: the array product search alone; both: BMC "
+                        "and the reference search, which must agree on the answer and the "
+                        "least workload")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--format", choices=("text", "svg"), default="text",
                         help="text (default), or svg: the two timelines side by side")
@@ -510,8 +518,15 @@ MAX_EXPLORE_ARRIVALS = 2_000_000
 
 def _check_method(args: argparse.Namespace, a: Side, bounds: Bounds,
                   b: Side | None = None) -> None:
-    """--method explore/both on bounds whose first step alone is too many arrival
-    choices to enumerate: one InputError."""
+    """--method array on sides the array product search does not cover, or explore/both
+    on bounds whose first step alone is too many arrival choices to enumerate: one
+    InputError."""
+    if args.method == "array":
+        why = array_unsupported(a, b if b is not None else a, bounds)
+        if why is not None:
+            raise InputError(f"--method array: the array product search does not apply "
+                             f"({why}); use --method explore or bmc")
+        return
     if args.method not in ("explore", "both"):
         return
     n = arrival_choices(a, bounds, b)

@@ -113,8 +113,10 @@ class DiffResult:
     differences: tuple[Difference, ...] = ()
     reason: str = ""
     minimal: bool = True
-    method: str = "bmc"  # "bmc", "explore" (checker/methods/diff_explore.py) or "both"
-    states: int = 0  # pair states the explicit search visited (0 for BMC)
+    # "bmc", "explore" (checker/methods/diff_explore.py), "array" (the array explorer over
+    # the product of the rules, checker/methods/array/product.py), "both" or "config"
+    method: str = "bmc"
+    states: int = 0  # pair states an explicit search visited (0 for BMC)
 
 
 class ConfigBridge(Protocol):

@@ -514,11 +514,17 @@ def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, symmetric: bool 
 
 # ---- choosing the method ------------------------------------------------------------------
 
-METHODS = ("auto", "bmc", "explore", "both")
+METHODS = ("auto", "bmc", "explore", "array", "both")
 # `auto` searches explicitly while one step's arrival choices stay below this (the first
 # layer enumerates them all: sum of kinds**k for k <= slots); above it BMC's symbolic slots
 # are cheaper. 1885 on tiny_fcfs (12 kinds, 3 slots), 11131 on tiny_cached (105 kinds, 2).
 AUTO_MAX_ARRIVALS = 50_000
+# `auto` takes the array product search (checker/methods/array/product.py) where it applies
+# and the environment repays its set-up (the product's reduction proofs, 8-13 s on a
+# fresh proof store, then read back): at least this many slots and orders of arrival
+# kinds (kinds ** slots), as `check` picks its array explorer (jobs.ARRAY_MIN_SLOTS,
+# ARRAY_MIN_ARRIVALS); below, the reference product search is faster.
+ARRAY_MIN_SLOTS, ARRAY_MIN_ARRIVALS = 3, 1000
 
 
 def pair_menu(bounds: Bounds, a: Side, b: Side | None = None) -> tuple[Kind, ...]:
@@ -537,20 +543,53 @@ def arrival_choices(a: Side, bounds: Bounds, b: Side | None = None) -> int:
     return sum(kinds ** k for k in range(bounds.slots + 1))
 
 
+def array_unsupported(a: Side, b: Side, bounds: Bounds) -> str | None:
+    """None when the array product search (checker/methods/array/product.py) searches
+    this comparison exactly, else why not (numpy missing, or a side the array explorer
+    does not cover)."""
+    try:
+        from checker.methods.array import product
+    except ImportError as exc:
+        return str(exc)
+    return product.pair_unsupported(a, b, bounds)
+
+
+def array_picked(a: Side, b: Side, bounds: Bounds) -> bool:
+    """Whether `auto` searches by the array product: it applies, and the environment is
+    large enough to repay its set-up (ARRAY_MIN_SLOTS, ARRAY_MIN_ARRIVALS)."""
+    kinds = len(pair_menu(bounds, a, b))
+    return (bounds.slots >= ARRAY_MIN_SLOTS and kinds ** bounds.slots >= ARRAY_MIN_ARRIVALS
+            and array_unsupported(a, b, bounds) is None)
+
+
+def array_compare(a: Side, b: Side, bounds: Bounds, timeout_s: float) -> DiffResult:
+    """The array product search (UNKNOWN, saying why, where it does not apply)."""
+    why = array_unsupported(a, b, bounds)
+    if why is not None:
+        return DiffResult(UNKNOWN, 0, 0.0, reason=f"the array product search does not "
+                          f"apply: {why}", method="array")
+    from checker.methods.array import product
+
+    return product.compare(a, b, bounds, timeout_s)
+
+
 def decide(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = True,
            method: str = "auto") -> DiffResult:
     """One comparison by `method` (METHODS):
 
     - `bmc`: diff.compare (the one-step induction first when `prove`, then BMC);
     - `explore`: a switch the config does not read is PROVED at once; else the explicit
-      search (never a proof of its own);
-    - `both`: each of the two; they must agree on the status (BMC's PROVED with the
-      search's no difference) and, on a difference, on the depth and the least workload;
-      else DIVERGENCE naming both answers;
-    - `auto`: the explicit search where its first layer is small (AUTO_MAX_ARRIVALS),
-      BMC otherwise or when the search runs out of time or states (not after a
-      reference's assertion: BMC's rules assume what it asserts); after a "no
-      difference" the one-step induction, when `prove`, tries to make it PROVED.
+      search over the reference schedulers (never a proof of its own);
+    - `array`: the same, by the array explorer over the product of the two rule systems
+      (checker/methods/array/product.py; UNKNOWN where it does not apply);
+    - `both`: BMC and the reference search; they must agree on the status (BMC's PROVED
+      with the search's no difference) and, on a difference, on the depth and the least
+      workload; else DIVERGENCE naming both answers;
+    - `auto`: the array product search where it applies and the environment repays its
+      set-up (`array_picked`); else the reference search where its first layer is small
+      (AUTO_MAX_ARRIVALS); BMC otherwise or when the search runs out of time or states
+      (not after a reference's assertion: BMC's rules assume what it asserts); after a
+      "no difference" the one-step induction, when `prove`, tries to make it PROVED.
     """
     start = time.monotonic()
     if method not in METHODS:
@@ -562,11 +601,16 @@ def decide(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = Tru
         return diff.compare(a, b, bounds, timeout_s, prove=prove)
     if method == "explore":
         return compare(a, b, bounds, timeout_s)
+    if method == "array":
+        return array_compare(a, b, bounds, timeout_s)
     if method == "both":
         return _both(a, b, bounds, timeout_s, prove)
-    if arrival_choices(a, bounds, b) > AUTO_MAX_ARRIVALS:
+    if array_picked(a, b, bounds):
+        found = array_compare(a, b, bounds, timeout_s)
+    elif arrival_choices(a, bounds, b) > AUTO_MAX_ARRIVALS:
         return diff.compare(a, b, bounds, timeout_s, prove=prove)
-    found = compare(a, b, bounds, timeout_s)
+    else:
+        found = compare(a, b, bounds, timeout_s)
     left = timeout_s - (time.monotonic() - start)
     if found.status == UNKNOWN and not found.reason.startswith(ASSERTS) and left > 1:
         fallback = diff.compare(a, b, bounds, left, prove=prove)
@@ -635,5 +679,7 @@ def _shown_workload(w: Workload | None) -> str:
     return f"[{reqs}]" + (f" eos [{eos}]" if eos else "")
 
 
-__all__ = ["AUTO_MAX_ARRIVALS", "MAX_STATES", "METHODS", "PairExplorer", "arrival_choices",
-           "compare", "decide", "disagreement", "pair_menu", "record_differences"]
+__all__ = ["ARRAY_MIN_ARRIVALS", "ARRAY_MIN_SLOTS", "AUTO_MAX_ARRIVALS", "MAX_STATES", "METHODS",
+           "PairExplorer", "arrival_choices", "array_compare", "array_picked",
+           "array_unsupported", "compare", "decide", "disagreement", "pair_menu",
+           "record_differences"]

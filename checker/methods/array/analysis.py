@@ -31,7 +31,10 @@ fact it rests on (else the explorer keeps the leaf raw, which is always sound):
 - **retired slots**: status values v such that a slot with status v never changes again and
   no other output depends on its other leaves or its request (z3). vLLM's FINISHED is one:
   the explorer resets such a slot to its initial leaves, so runs that differ only in what
-  the finished requests were meet. The premise, as for the reference explorer (whose
+  the finished requests were meet. A slot with several status fields (diff's product of
+  two engines, checker/methods/array/product.py: one per side) retires at a combination of
+  values, one per field, each a value its field never leaves, proved as one (or read off
+  the parts' proofs, `_joint_facts`). The premise, as for the reference explorer (whose
   `state_key` drops finished requests), is that a property does not depend on what a
   retired slot goes on reporting after it retired; tests/test_array_explore.py compares
   verdicts with and without the reduction.
@@ -52,7 +55,7 @@ from typing import Any
 import z3
 
 from checker.methods import proof_cache
-from checker.methods.array.layout import Leaf, Path, build, leaves_of, values_of
+from checker.methods.array.layout import Leaf, Path, build, leaves_of, status_fields, values_of
 from checker.methods.array.stored import shape_from_json, shape_to_json
 from checker.methods.symbolic import fresh_state
 from model import registry as engines
@@ -91,7 +94,7 @@ class Shape:
     behaviour_proved: bool  # False: the key keeps every leaf raw
     arrival_step_read: bool
     symmetry: str  # "full" | "priority" (stable sort by priority) | "none"
-    retired: frozenset[int]  # status values of retired slots
+    retired: frozenset[tuple[int, ...]]  # retired values of the status fields
     # value flow, as leaf fields: observable field -> leaves, next leaf -> leaves
     obs_flow: Mapping[str, frozenset[Path]]
     next_flow: Mapping[Path, frozenset[Path]]
@@ -262,6 +265,17 @@ def _swap(seq: Sequence[Any], i: int) -> list[Any]:
     out = list(seq)
     out[i], out[i + 1] = out[i + 1], out[i]
     return out
+
+
+def _set(value: Any, path: Path, leaf: Any) -> Any:
+    """`value` (a slot's dataclass) with the leaf at `path` inside it replaced."""
+    if not path:
+        return leaf
+    head, rest = path[0], path[1:]
+    if isinstance(value, tuple):
+        assert isinstance(head, int)
+        return (*value[:head], _set(value[head], rest, leaf), *value[head + 1:])
+    return replace(value, **{str(head): _set(getattr(value, str(head)), rest, leaf)})
 
 
 class _Analyser:
@@ -450,25 +464,46 @@ class _Analyser:
         return _solve_unsat([*cons, *d1, *d2, z3.Or(*diff)] if diff else [z3.BoolVal(False)],
                             PROOF_TIMEOUT_MS)
 
-    def retired(self) -> frozenset[int]:
-        status = ("status",)
-        if status not in {leaf.field for leaf in self.leaves if leaf.slot is not None}:
+    def retired(self) -> frozenset[tuple[int, ...]]:
+        """The retired combinations of the slot's status fields (`layout.status_fields`:
+        one for an engine, one per side for diff's product), one value per field."""
+        status = status_fields(self.leaves)
+        if not status:
             return frozenset()
-        initial = next(leaf.initial for leaf in self.leaves if leaf.field == status)
-        out = set()
-        for v in range(8):
-            if v != initial and self._retires(v):
-                out.add(v)
-        return frozenset(out)
+        initial = {leaf.field: leaf.initial for leaf in self.leaves if leaf.slot == 0}
+        if len(status) == 1:
+            return frozenset((v,) for v in range(8)
+                             if v != initial[status[0]] and self._retires({status[0]: v}))
+        # Several fields (a product of two engines' slots): the combinations of values
+        # each of which its field never leaves, each proved as one.
+        kept = [[v for v in range(8) if v != initial[f] and self._absorbing(f, v)]
+                for f in status]
+        return frozenset(combo for combo in itertools.product(*kept)
+                         if self._retires(dict(zip(status, combo, strict=True))))
 
-    def _retires(self, v: int) -> bool:
-        """A slot (slot 0) with status v keeps every leaf, and nothing else depends on its
-        other leaves or its request."""
+    def _absorbing(self, f: Path, v: int) -> bool:
+        """Slot 0's field f, at value v, keeps that value through any step."""
         t = 3
         s = self.fresh("s", t - 1)
-        s = replace(s, slots=(replace(s.slots[0], status=v), *s.slots[1:]))
+        s = replace(s, slots=(_set(s.slots[0], f, v), *s.slots[1:]))
+        specs = _symbolic_specs("p", self.n)
+        cons = [specs[0].arrival_step >= 1, specs[0].arrival_step < t]
+        eos = [z3.Bool(f"e{k}") for k in range(self.n)]
+        n1, _, d1 = _step(self.engine, self.cfg, specs, s, eos)
+        return _solve_unsat([*cons, *d1, _differs(values_of(n1.slots[0])[f], v)],
+                            PROOF_TIMEOUT_MS)
+
+    def _retires(self, status: Mapping[Path, int]) -> bool:
+        """A slot (slot 0) with these status values keeps every leaf, and nothing else
+        depends on its other leaves or its request."""
+        t = 3
+        s = self.fresh("s", t - 1)
         other = self.fresh("r", t - 1)
-        s2 = replace(s, slots=(replace(other.slots[0], status=v), *s.slots[1:]))
+        first, second = s.slots[0], other.slots[0]
+        for f, v in status.items():
+            first, second = _set(first, f, v), _set(second, f, v)
+        s = replace(s, slots=(first, *s.slots[1:]))
+        s2 = replace(s, slots=(second, *s.slots[1:]))
         specs = _symbolic_specs("p", self.n)
         specs2 = [_symbolic_specs("q", 1)[0], *specs[1:]]
         cons = [sp.arrival_step >= 1 for sp in (specs[0], specs2[0])]
@@ -607,13 +642,43 @@ def _proved_shape(engine: EngineModel, rule_cfg: Any, slots: int) -> Shape:
     arrival = a.arrival_read()
     obs_flow, next_flow = a.flow()
     n = max(1, min(slots, PROOF_SLOTS))
-    small = _Analyser(engine, rule_cfg, n) if n != slots else a
-    sym = small.symmetry()
-    retired = small.retired() if proved else frozenset()
+    parts = _parts(engine, rule_cfg)
+    if parts:
+        sym, retired = _joint_facts(engine, parts, slots)
+        retired = retired if proved else frozenset()
+    else:
+        small = _Analyser(engine, rule_cfg, n) if n != slots else a
+        sym = small.symmetry()
+        retired = small.retired() if proved else frozenset()
     return Shape(proof_slots=n, equal=equal, order=order, behaviour_proved=proved,
                  arrival_step_read=arrival, symmetry=sym,
                  retired=retired, obs_flow=obs_flow, next_flow=next_flow,
                  constant=frozenset(field_of(p) for p in a.constant), notes=tuple(a.notes))
+
+
+def _parts(engine: Any, rule_cfg: Any) -> tuple[tuple[EngineModel, Any], ...]:
+    """A product's parts (engine, rule config) in the order its slots hold them (its
+    `parts`, checker/methods/array/product.py), none for an engine."""
+    parts = getattr(engine, "parts", None)
+    return tuple(parts(rule_cfg)) if parts is not None else ()
+
+
+def _joint_facts(engine: Any, parts: Sequence[tuple[EngineModel, Any]], slots: int
+                 ) -> tuple[str, frozenset[tuple[int, ...]]]:
+    """A product's symmetry and retired slots, read off its parts' proofs. Each part steps
+    its own half by its own rules from its half alone, the product's next state is the
+    halves' and its observables are, slot by slot and step by step, functions of the
+    halves' (`engine.slot_fields`), so a swap of two slots (both halves at once) commutes
+    with the product step wherever it commutes with every part's, and a slot retires
+    where each half retires (its leaves are the halves', what else the step computes is
+    the halves')."""
+    shapes = [shape(e, c, slots) for e, c in parts]
+    kinds = {sh.symmetry for sh in shapes}
+    sym = "none" if "none" in kinds else "priority" if "priority" in kinds else "full"
+    combos: list[tuple[int, ...]] = [()]
+    for sh in shapes:  # the product's status fields: the first part's, then the next's
+        combos = [(*c, *r) for c in combos for r in sorted(sh.retired)]
+    return sym, frozenset(combos)
 
 
 def permuted(engine: EngineModel | str, rule_cfg: Any, slots: int,
@@ -631,6 +696,10 @@ def _permuted(key: _Engine, rule_cfg: Any, slots: int, obs_fields: frozenset[str
         return False
     if not obs_fields:
         return True
+    parts = _parts(key.model, rule_cfg)
+    if parts:  # each product observable is a function of its parts' same fields
+        read = frozenset(key.model.slot_fields(obs_fields))
+        return all(_permuted(_engine(e), c, slots, read) for e, c in parts)
     name = proof_cache.key("array-permuted", key.name, rule_cfg, slots, sorted(obs_fields))
     loaded = proof_cache.load(name)
     if loaded is not None:

@@ -101,3 +101,10 @@ def slot_fields(leaves: Sequence[Leaf]) -> tuple[Path, ...]:
 def by_path(leaves: Sequence[Leaf]) -> Mapping[Path, Leaf]:
     """Path -> leaf."""
     return {leaf.path: leaf for leaf in leaves}
+
+
+def status_fields(leaves: Sequence[Leaf]) -> tuple[Path, ...]:
+    """The in-slot fields named `status` (a request's lifecycle state: one per engine
+    state, so one per side of diff's product), in walk order: what slot retirement
+    reads."""
+    return tuple(f for f in slot_fields(leaves) if f and f[-1] == "status")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ import checker.methods.array.analysis as analysis
 import checker.methods.array.history as history
 from checker.methods.array.analysis import Shape
 from checker.methods.array.keys import Codec, Visited, first_of_each
-from checker.methods.array.layout import Leaf, Path, build, leaves_of, values_of
+from checker.methods.array.layout import Leaf, Path, build, leaves_of, status_fields, values_of
 from checker.methods.explore import Kind
 from model.core.array_ops import ArrayOps
 from model.core.engine import EngineModel
@@ -186,9 +186,8 @@ class Search:
             sym = "none"  # an atom that reads two slots does not follow a slot swap
         self.symmetry = sym
         self.retired = tuple(sorted(sh.retired)) if self.opt.retire else ()
-        self.status_leaf = ("status",) if any(leaf.field == ("status",) for leaf in
-                                              self.leaves) else None
-        if self.status_leaf is None:
+        self.status_fields = status_fields(self.leaves)
+        if not self.status_fields:
             self.retired = ()
         self.initial = {leaf.path: leaf.initial for leaf in self.leaves}
 
@@ -246,10 +245,10 @@ class Search:
         self.retire_cols = []
         if self.retired:
             for s in range(self.n):
-                status = self.ci[("leaf", ("slots", s, *self.status_leaf))]
+                status = [self.ci[("leaf", ("slots", s, *f))] for f in self.status_fields]
                 reset = [(self.ci[("leaf", leaf.path)], leaf.initial)
                          for leaf in self.stored_leaves
-                         if leaf.slot == s and leaf.field != self.status_leaf]
+                         if leaf.slot == s and leaf.field not in self.status_fields]
                 reset += [(self.ci[("spec", s, f)], 0) for f in self.spec_fields]
                 self.retire_cols.append((status, reset))
         self.codec: Codec | None = None
@@ -593,14 +592,21 @@ class Search:
     def _retire(self, src: dict[int, Any]) -> None:
         """A retired slot's leaves back to their initial values, its request to 0."""
         for status, reset in self.retire_cols:
-            st = src[status]
-            if isinstance(st, (bool, int)):
-                if st not in self.retired:
+            values = [src[c] for c in status]
+            if all(isinstance(v, (bool, int)) for v in values):
+                if tuple(int(v) for v in values) not in self.retired:
                     continue
                 gone: Any = True
-            else:
-                gone = np.isin(st, self.retired)
+            elif len(values) == 1:
+                gone = np.isin(values[0], [r[0] for r in self.retired])
                 if not gone.any():
+                    continue
+            else:
+                gone = False
+                for combo in self.retired:
+                    gone = self.ops.or_(gone, self.ops.and_(
+                        *[np.asarray(v) == x for v, x in zip(values, combo, strict=True)]))
+                if not np.any(gone):
                     continue
             for col, value in reset:
                 src[col] = value if gone is True else np.where(gone, value, src[col])
@@ -835,9 +841,16 @@ def _digits(codes: np.ndarray, base: int, width: int) -> np.ndarray:
 def _eval_dtype(cfg: Any) -> Any:
     """int16 when every value the rules see stays small (every config int below 2**10:
     the rules add and compare such values and multiply by small constants), else int64."""
+    return np.int16 if _largest(cfg) < (1 << 10) else np.int64
+
+
+def _largest(cfg: Any) -> int:
+    """The largest absolute int of a config, through nested configs (a product's two)."""
     big = 0
     for f in fields(cfg):
         v = getattr(cfg, f.name)
-        if isinstance(v, int) and not isinstance(v, bool):
+        if is_dataclass(v):
+            big = max(big, _largest(v))
+        elif isinstance(v, int) and not isinstance(v, bool):
             big = max(big, abs(v))
-    return np.int16 if big < (1 << 10) else np.int64
+    return big

@@ -72,7 +72,7 @@ def shape_to_json(sh: Any) -> dict[str, Any] | None:
     return {
         "proof_slots": sh.proof_slots, "equal": _paths(sh.equal), "order": order,
         "behaviour_proved": sh.behaviour_proved, "arrival_step_read": sh.arrival_step_read,
-        "symmetry": sh.symmetry, "retired": sorted(sh.retired),
+        "symmetry": sh.symmetry, "retired": sorted(list(r) for r in sh.retired),
         "obs_flow": {k: _paths(v) for k, v in sorted(sh.obs_flow.items())},
         "next_flow": sorted(([list(k), _paths(v)] for k, v in sh.next_flow.items()),
                             key=repr),
@@ -96,7 +96,7 @@ def shape_from_json(stored: Mapping[str, Any], shape_type: type, order_type: typ
         proof_slots=stored["proof_slots"], equal=frozenset(map(_path, stored["equal"])),
         order=tuple(order), behaviour_proved=stored["behaviour_proved"],
         arrival_step_read=stored["arrival_step_read"], symmetry=stored["symmetry"],
-        retired=frozenset(stored["retired"]),
+        retired=frozenset(tuple(r) for r in stored["retired"]),
         obs_flow={k: frozenset(map(_path, v)) for k, v in stored["obs_flow"].items()},
         next_flow={_path(k): frozenset(map(_path, v)) for k, v in stored["next_flow"]},
         constant=frozenset(map(_path, stored["constant"])), notes=tuple(stored["notes"]))

@@ -1,0 +1,219 @@
+"""`batchproof diff` by the array explorer over the product of the two rule systems
+(checker/methods/array/product.py): the same answer as the search over the two reference
+schedulers (checker/methods/diff_explore.py) — status, depth, least workload, each side's
+workload and records, what differs — and the CLI's `--method array` / `auto`."""
+
+import json
+import sys
+from dataclasses import replace
+from unittest import mock
+
+import pytest
+
+from checker.cli.diff import result_json
+from checker.cli.main import main
+from checker.methods import diff, diff_explore
+from checker.methods.array import analysis, product
+from checker.methods.symbolic import Bounds
+from model import registry
+from properties.manifest import load
+
+
+def side(name, config, switches=None):
+    engine = registry.get(name)
+    raw = engine.config_to_dict(load().configs[config].config)
+    if switches:
+        raw["rules"] = switches
+    return diff.Side(engine=engine.name, config=engine.parse_config(raw), label=name)
+
+
+def answer(a, b, r):
+    """Everything `diff --json` prints of a result but the time and the method."""
+    doc = result_json(a, b, r)
+    for key in ("seconds", "method"):
+        doc.pop(key)
+    return json.dumps(doc, sort_keys=True)
+
+
+CASES = [
+    # (config, switch toggled, bounds, status, depth)
+    ("tiny_fcfs", "victim_latest", Bounds(slots=3, depth=2, max_prompt_len=3,
+                                          max_max_tokens=2), diff.DIFFER, 2),
+    ("tiny_fcfs", "preemption_gate", Bounds(slots=2, depth=3, max_prompt_len=3,
+                                            max_max_tokens=2), diff.SAME, 3),
+    ("tiny_priority", "preemption_gate", Bounds(slots=2, depth=4, max_prompt_len=4,
+                                                max_max_tokens=3), None, None),
+]
+
+
+@pytest.mark.parametrize("config,switch,bounds,status,depth", CASES,
+                         ids=[f"{c}-{s}" for c, s, *_ in CASES])
+def test_the_array_product_gives_the_reference_searchs_answer(config, switch, bounds, status,
+                                                              depth):
+    a = side("vllm-v1", config)
+    b = side("vllm-v1", config, {switch: not getattr(a.config.rules, switch)})
+    by_array = product.compare(a, b, bounds, 120)
+    by_search = diff_explore.compare(a, b, bounds, 120)
+    assert by_array.method == "array" and by_search.method == "explore"
+    assert (by_array.status, by_array.depth) == (by_search.status, by_search.depth)
+    if status is not None:
+        assert (by_array.status, by_array.depth) == (status, depth)
+    assert by_array.status in (diff.DIFFER, diff.SAME)
+    # the same least workload, each side's workload and records, the same differences
+    assert answer(a, b, by_array) == answer(a, b, by_search)
+    assert by_array.runs == by_search.runs and by_array.workload == by_search.workload
+    assert by_array.states > 0
+
+
+def test_without_symmetry_the_answer_is_the_same():
+    a = side("vllm-v1", "tiny_fcfs")
+    b = side("vllm-v1", "tiny_fcfs", {"victim_latest": False})
+    bounds = Bounds(slots=3, depth=2, max_prompt_len=3, max_max_tokens=2)
+    reduced = product.compare(a, b, bounds, 120)
+    full = product.compare(a, b, bounds, 120, symmetric=False)
+    assert answer(a, b, reduced) == answer(a, b, full)
+    assert reduced.states < full.states
+
+
+def test_a_rules_difference_the_references_do_not_confirm_is_a_divergence():
+    """The answer's workload is run again on both sides' rules and on both references: a
+    rules' difference the references decide otherwise (here side B's rules, run again,
+    schedule r0 one token more at the step that differs) is DIVERGENCE, never a finding.
+    (Only the replay is patched, never the rules the stored proofs are of: mock.patch, not
+    monkeypatch, whose tests get an empty proof store.)"""
+    a = side("vllm-v1", "tiny_fcfs")
+    b = side("vllm-v1", "tiny_fcfs", {"victim_latest": False})
+    bounds = Bounds(slots=3, depth=2, max_prompt_len=3, max_max_tokens=2)
+    original, calls = product.rules_steps, []
+
+    def skewed(engine, cfg, workload, slots):
+        steps = original(engine, cfg, workload, slots)
+        calls.append(cfg)
+        if len(calls) == 2:  # side B's
+            last, o = steps[-1], steps[-1].slots[0]
+            steps = (*steps[:-1], replace(last, slots=(
+                replace(o, scheduled=o.scheduled + 1), *last.slots[1:])))
+        return steps
+
+    with mock.patch.object(product, "rules_steps", skewed):
+        r = product.compare(a, b, bounds, 120)
+    assert len(calls) == 2
+    assert r.status == diff.DIVERGENCE and r.reason.startswith("at step 2 the rules differ in")
+    assert r.runs  # both references' runs are shown
+
+
+def run_json(capsys, *args):
+    code = main(["diff", *args, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_the_cli_method_array_names_itself(capsys):
+    args = ("vllm-v1", "--ablate", "victim_latest", "--manifest-config", "tiny_fcfs",
+            "--slots", "3", "--depth", "2", "--max-prompt-len", "3", "--max-tokens", "2",
+            "--no-prove")
+    code, doc = run_json(capsys, *args, "--method", "array")
+    assert code == 1 and (doc["status"], doc["depth"], doc["method"]) == ("differ", 2, "array")
+    assert doc["method_asked"] == "array"
+    code, by_search = run_json(capsys, *args, "--method", "explore")
+    for key in ("seconds", "method", "method_asked"):
+        doc.pop(key), by_search.pop(key)
+    assert doc == by_search
+    assert main(["diff", *args, "--method", "array"]) == 1
+    assert "method: array, " in capsys.readouterr().out
+
+
+def test_auto_takes_the_array_product_where_it_applies_and_repays_its_set_up():
+    a = side("vllm-v1", "tiny_fcfs")
+    b = side("vllm-v1", "tiny_fcfs", {"preemption_gate": False})
+    wide = Bounds(slots=3, depth=6, max_prompt_len=8, max_max_tokens=4)  # 32 ** 3 orders
+    small = Bounds(slots=2, depth=3, max_prompt_len=3, max_max_tokens=2)
+    assert diff_explore.array_picked(a, b, wide)
+    assert not diff_explore.array_picked(a, b, small)
+    cached_a, cached_b = side("vllm-v1", "tiny_cached"), side(
+        "vllm-v1", "tiny_cached", {"preemption_gate": False})
+    assert "prefix caching" in diff_explore.array_unsupported(cached_a, cached_b, wide)
+    assert not diff_explore.array_picked(cached_a, cached_b, wide)
+    mr_a, mr_b = side("mistralrs@v0.8.22", "mr_tiny"), side("mistralrs@v0.8.23", "mr_tiny")
+    assert diff_explore.array_unsupported(mr_a, mr_b, wide) is not None
+
+
+def test_method_array_where_it_does_not_apply_is_one_line_and_exit_2(capsys):
+    assert main(["diff", "mistralrs@v0.8.22", "mistralrs@v0.8.23", "--manifest-config",
+                 "mr_tiny", "--method", "array"]) == 2
+    err = capsys.readouterr().err
+    assert "--method array: the array product search does not apply" in err
+    assert err.count("\n") == 1
+
+
+def test_the_product_observes_how_the_sides_differ():
+    a = side("vllm-v1", "tiny_fcfs")
+    b = side("vllm-v1", "tiny_fcfs", {"victim_latest": False})
+    rules, cfg = product.product(a, b)
+    prop = product.agrees(cfg.step_observables)
+    from model.core.ops import CONCRETE
+    from model.core.types import SlotSpec
+    specs = [SlotSpec(3, 2, 1), SlotSpec(1, 1, 0), SlotSpec(1, 1, 0)]
+    state = rules.initial_state(3, cfg)
+    nxt, obs = rules.step(CONCRETE, cfg, specs, state, [False] * 3)
+    assert prop.holds(CONCRETE, [obs], 0)  # one request: both sides schedule it alike
+    assert obs.slots[0].scheduled == 0 and obs.slots[0].sampled  # a difference, a flag
+    sa, sb = product.split(nxt)
+    assert sa.slots[0] == sb.slots[0] and sa.step == sb.step == 1
+    skewed = replace(obs, slots=(replace(obs.slots[0], scheduled=1), *obs.slots[1:]))
+    assert not prop.holds(CONCRETE, [skewed], 0)
+
+
+@pytest.mark.slow
+def test_the_products_facts_read_off_its_sides_are_the_ones_z3_proves_of_it():
+    """Symmetry, retired slots and the permuted observables of the product, read off the
+    two sides' proofs (analysis._joint_facts), against the same z3 proofs made of the
+    product itself (about 10-20 s)."""
+    from checker.methods import proof_cache
+
+    for config, switch in (("tiny_fcfs", "preemption_gate"), ("tiny_priority",
+                                                              "preemption_gate")):
+        a = side("vllm-v1", config)
+        b = side("vllm-v1", config, {switch: False})
+        rules, cfg = product.product(a, b)
+        with proof_cache.disabled():
+            sym, retired = analysis._joint_facts(rules, rules.parts(cfg), 2)
+            direct = analysis._Analyser(rules, cfg, 2)
+            assert direct.symmetry() == sym
+            assert direct.retired() == retired
+            read = sorted(diff.OBSERVABLES)
+            condition = "none" if sym == "full" else "priority"
+            assert direct.permuted(condition, read) == analysis.permuted(
+                rules, cfg, 2, frozenset(read))
+
+
+# ---- family F (docs/bench_scale.md), the bench's two diff questions ---------------------------
+
+FAMILY_F = ["--no-enable-prefix-caching", "--no-async-scheduling", "--max-num-batched-tokens",
+            "8", "--max-num-seqs", "4", "--block-size", "4", "--num-gpu-blocks-override", "6",
+            "--max-model-len", "16", "--max-prompt-len", "8", "--max-tokens", "4", "--no-prove"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy,status,depth,bmc_depth", [
+    ("fcfs", "same", 6, 3), ("priority", "differ", 3, 3)])
+def test_family_f_by_the_array_product_agrees_with_bmc(capsys, policy, status, depth,
+                                                       bmc_depth):
+    """The bench's questions (3 slots, depth 6) by the array product, against BMC at a
+    depth it finishes (the reference product search reaches depth 1 in a minute): the
+    same first difference and least workload, or no difference as deep as BMC sees."""
+    common = ["vllm-v1", "--ablate", "preemption_gate", *FAMILY_F, "--slots", "3",
+              "--scheduling-policy", policy]
+    code, doc = run_json(capsys, *common, "--depth", "6", "--method", "auto")
+    assert (doc["status"], doc["depth"], doc["method"]) == (status, depth, "array")
+    code, by_bmc = run_json(capsys, *common, "--depth", str(bmc_depth), "--method", "bmc",
+                            "--timeout", "1200")
+    if status == "same":
+        assert (by_bmc["status"], by_bmc["depth"]) == ("same", bmc_depth)
+    else:
+        assert (by_bmc["status"], by_bmc["depth"]) == (status, depth)
+        assert by_bmc["workload"] == doc["workload"]
+        assert by_bmc["differences"] == doc["differences"]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
