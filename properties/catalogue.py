@@ -328,10 +328,9 @@ def _get(name: str, **params: int) -> Property:
 # is about to admit or resume a request with 0 tokens: that step is a crash, observed with
 # that request joined with 0 tokens (model/vllm/rules.py `_slot_obs`, model/vllm/engine.py
 # `_crashed`), so the property is VIOLATED exactly where the engine
-# reaches the assertion. No other request joins with 0 tokens in a crash step (the rules
-# still observe the admissions made before the assertion, each with >= 1 token; the
-# reference's crash record none) and a dead engine admits nothing, so the property needs
-# no guard, and its definition stays the one its theorem proves.
+# reaches the assertion. Nothing else joins in a crash step (it is observed as the crash
+# record has it: nothing done) or after it (a dead engine admits nothing), so the property
+# needs no guard, and its definition stays the one its theorem proves.
 _JUDGE_THE_CRASH = ("no_engine_assertion", "admitted_with_tokens")
 
 

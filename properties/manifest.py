@@ -245,12 +245,21 @@ VLLM_SPECULATIVE = _Line(
                      if doc.get("speculative_method") else "no speculative decoding"))
 
 
+def _hit_uncapped(doc: ConfigDoc) -> bool:
+    """A prefix hit may cover every token: prefix caching on with the cap of
+    kv_cache_manager.py:289-300 switched off (without the cache no hit is looked up,
+    scheduler.py:960-967, whatever the switch says)."""
+    return (bool(doc.get("enable_prefix_caching"))
+            and _rules(doc).get("cap_prefix_hit", True) is not True)
+
+
 def _assertion_free(doc: ConfigDoc) -> bool:
-    return not _threshold_cuts_padding(doc) and _rules(doc).get("cap_prefix_hit", True) is True
+    return not _threshold_cuts_padding(doc) and not _hit_uncapped(doc)
 
 
 def _assertion_free_has(doc: ConfigDoc) -> str:
-    uncapped = ["rules.cap_prefix_hit=False"] if _rules(doc).get("cap_prefix_hit") is False else []
+    uncapped = (["rules.cap_prefix_hit=False with prefix caching on"] if _hit_uncapped(doc)
+                else [])
     return ", ".join([_threshold_has(doc), *uncapped])
 
 
@@ -259,7 +268,7 @@ def _assertion_free_has(doc: ConfigDoc) -> str:
 #: self.num_spec_tokens`) needs a threshold that cuts a padded admission (VLLM_THRESHOLD_CUT);
 #: scheduler.py:1170 (`assert num_new_tokens > 0`) needs a prefix hit of the whole prompt,
 #: which kv_cache_manager.py:289-300 caps at num_tokens - 1 (the rule switch
-#: cap_prefix_hit; vllm-project/vllm#30320).
+#: cap_prefix_hit; vllm-project/vllm#30320; manifest tiny_cached_uncapped VIOLATED).
 VLLM_ASSERTION_FREE = Premise(
     "assertion_free",
     where="the config turns on no engine assertion the model knows",

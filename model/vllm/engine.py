@@ -27,7 +27,7 @@ from model.vllm.config import (
     with_switches,
 )
 from model.vllm.invariant import covers, facts, quick, well_formed
-from model.vllm.reference import VllmV1Scheduler, zero_tokens_request
+from model.vllm.reference import VllmV1Scheduler
 from model.vllm.state import (
     PREEMPTED,
     RANGED_FIELDS,
@@ -65,14 +65,11 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     pending: frozenset[str] = frozenset()  # async: sampled by the previous schedule
     pending_spec: tuple[dict[str, int], dict[str, int]] = ({}, {})  # its drafts, accepted
     gone: set[str] = set()
-    dead = False  # a record before this one was the crash
     for rec in records:
         facts = dict(rec.extra)
         if "assertion" in facts:
-            at = None if dead else zero_tokens_request(str(facts["assertion"]))
             steps.append(_crashed(rec, ordered, rcfg, running, ncomp, outputs, preemptions,
-                                  gone, at))
-            dead = True
+                                  gone))
             continue
         arrived = tuple(r.id for r in ordered if r.arrival_step == rec.step)
         was_waiting = set(waiting) | set(arrived)
@@ -178,20 +175,17 @@ def _delivered(req: RequestSpec, outputs: int, accepted: int, max_model_len: int
 def _crashed(rec: StepRecord, ordered: Sequence[RequestSpec], rcfg: RuleConfig,
              running: tuple[str, ...], ncomp: Mapping[str, int],
              outputs: Mapping[str, int], preemptions: Mapping[str, int],
-             gone: set[str], zero_tokens: str | None = None) -> Step:
+             gone: set[str]) -> Step:
     """The step in which the engine reached an assertion (and every later one): nothing is
-    scheduled or finished; requests stand as the step found them. `zero_tokens`: the
-    request that reached scheduler.py:1170 in this step, observed as the admission (a
-    resumption, if it was preempted before) the engine asserted against, with 0 tokens; the
-    rules observe it so (rules.py `_slot_obs`) and `admitted_with_tokens` judges it."""
+    scheduled or finished; requests stand as the step found them. At scheduler.py:1170
+    the record lists the request that reached it as admitted (or resumed) with 0 tokens,
+    the admission the engine asserted against: observed so, as the rules observe it
+    (rules.py `_slot_obs`), for `admitted_with_tokens` to judge."""
     held = set(running) | {r.id for r in ordered if r.arrival_step <= rec.step} - gone
-
-    def joins(rid: str, resumed: bool) -> bool:
-        return rid == zero_tokens and rid in held and (preemptions[rid] > 0) == resumed
     slots = [SlotObs(
         held=r.id in held, was_running=r.id in running, was_waiting=r.id in held
-        and r.id not in running, scheduled=0, serve_rank=0, admitted=joins(r.id, False),
-        resumed=joins(r.id, True),
+        and r.id not in running, scheduled=0, serve_rank=0, admitted=r.id in rec.admitted,
+        resumed=r.id in rec.resumed,
         preempted=False, finished=False, finished_stop=False, sampled=False,
         num_tokens=r.prompt_len + outputs[r.id], num_computed_tokens_before=ncomp[r.id],
         num_computed_tokens=ncomp[r.id], num_output_tokens=outputs[r.id], blocks=0,

@@ -31,7 +31,12 @@ def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
                      reverse=getattr(observed.cfg, "victim_latest", True))
     held_order = running + waiting
     if observed.assertion:  # the engine died in this step: the reference's crash record
-        return StepRecord(step=observed.step, scheduled=(), admitted=(), resumed=(),
+        # At scheduler.py:1170, with the request observed joining with 0 tokens: the only
+        # joined slot with nothing scheduled (every admission the rules make has >= 1).
+        zero = [i for i, o in slots if (o.admitted or o.resumed) and o.scheduled == 0]
+        return StepRecord(step=observed.step, scheduled=tuple((ids[i], 0) for i in zero),
+                          admitted=tuple(ids[i] for i in zero if observed.slots[i].admitted),
+                          resumed=tuple(ids[i] for i in zero if observed.slots[i].resumed),
                           preempted=(), finished=(), free_blocks=observed.free_blocks,
                           num_computed_tokens=(), extra=(("assertion", True),))
     return StepRecord(

@@ -25,7 +25,11 @@ when 0 < long_prefill_token_threshold < 1+k cuts a padded request; S:1170 `num_n
 not raised: the step's record carries `extra["assertion"]` ("scheduler.py:1372 ...",
 "scheduler.py:1170 ...", naming the request) with nothing else scheduled, admitted,
 preempted or finished, `free_blocks` as the pool stood at the assertion and no requests
-listed; the engine is dead from then on, and every later step records the same.
+listed; the engine is dead from then on, and every later step records the same, the
+assertion alone. At S:1170 the request that reached it is listed as admitted (or resumed)
+with 0 tokens scheduled: the admission the engine asserted against, which it never made
+(the request stays at the queue's head, nothing allocated), so that `admitted_with_tokens`,
+the assertion as a property, sees it.
 
 One `step()` is one engine step. Synchronous: schedule(), then the model output of that
 schedule, then update_from_output() (v1/engine/core.py:657-687). Async, as EngineCore's
@@ -45,7 +49,6 @@ The code is our own; loops, `break` and `continue` sit where upstream has them.
 
 from __future__ import annotations
 
-import ast
 import copy
 import heapq
 from collections import deque
@@ -274,23 +277,6 @@ def zero_tokens_assertion(request_id: str, num_tokens: int, resumed: bool) -> st
             f"covers all {num_tokens} of its tokens (assert num_new_tokens > 0)")
 
 
-def zero_tokens_request(assertion: str) -> str | None:
-    """The request an S:1170 crash record names (`zero_tokens_assertion`'s words), None for
-    any other assertion or wording."""
-    if not assertion.startswith(_ZERO_TOKENS_LEAD):
-        return None
-    rest = assertion[len(_ZERO_TOKENS_LEAD):]
-    end = rest.find(" was to be ")
-    while end >= 0:  # the id is a repr: the first cut that reads back as a string
-        try:
-            rid = ast.literal_eval(rest[:end])
-        except (ValueError, SyntaxError):
-            end = rest.find(" was to be ", end + 1)
-            continue
-        return rid if isinstance(rid, str) else None
-    return None
-
-
 # ---------------------------------------------------------------------------------------
 # Views and per-step scratch state
 # ---------------------------------------------------------------------------------------
@@ -331,6 +317,8 @@ class _StepOutput:
     padded: set[str] = field(default_factory=set)
     prefill_scheduled: bool = False  # S:852
     assertion: str = ""  # the engine assertion this schedule() reached, if any
+    # S:1170: the request that reached `assert num_new_tokens > 0` (about to join with 0)
+    zero_tokens: Request | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,7 +446,7 @@ class VllmV1Scheduler:
         out = self._schedule()
         if out.assertion:
             self.crashed = out.assertion
-            return self._crash_record(out.assertion)
+            return self._crash_record(out.assertion, out.zero_tokens)
         free_blocks = self.pool.num_free_blocks
         cache_facts = self._cache_facts(out)
         held = [*self.running, *self.waiting]
@@ -525,10 +513,15 @@ class VllmV1Scheduler:
         step. A step run with other choices schedules the same."""
         return dict(self._accept_room), self._draft_ids
 
-    def _crash_record(self, assertion: str) -> StepRecord:
+    def _crash_record(self, assertion: str, zero_tokens: Request | None = None) -> StepRecord:
         """The record of a step of an engine that has reached an assertion (see the
-        module docstring): nothing done, the pool as it stood."""
-        return StepRecord(step=self.current_step, scheduled=(), admitted=(), resumed=(),
+        module docstring): nothing done, the pool as it stood; at S:1170, the request
+        that reached it listed as the admission (or resumption) asserted against, with 0
+        tokens."""
+        rid = () if zero_tokens is None else (zero_tokens.request_id,)
+        resumed = zero_tokens is not None and zero_tokens.status == Status.PREEMPTED
+        return StepRecord(step=self.current_step, scheduled=tuple((r, 0) for r in rid),
+                          admitted=() if resumed else rid, resumed=rid if resumed else (),
                           preempted=(), finished=(), free_blocks=self.pool.num_free_blocks,
                           num_computed_tokens=(), extra=(("assertion", assertion),))
 
@@ -830,6 +823,7 @@ class VllmV1Scheduler:
                 out.assertion = zero_tokens_assertion(
                     request.request_id, request.num_tokens,
                     resumed=request.status == Status.PREEMPTED)
+                out.zero_tokens = request
                 return
             if not self._allocate_slots(
                 request,

@@ -77,6 +77,7 @@ class _Work:
     # hit that may cover every token, the slot that reached 1170 (`_waiting_loop`).
     crash: Bool = False
     zero_tokens: list[Bool] | None = None
+    dead: Bool = False  # the engine died in an earlier step
 
 
 def num_tokens(spec: SlotSpec, s: SlotState) -> Int:
@@ -429,6 +430,7 @@ def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState
     if cfg.can_crash:
         # A dead engine schedules nothing (the reference: every later step is the crash).
         w.token_budget = ops.ite(state.crashed, 0, w.token_budget)
+        w.dead = state.crashed
     if cfg.async_scheduling:
         w.placeholders = [s.in_flight[0].placeholders for s in before]
         w.in_flight = [s.in_flight[0].tokens for s in before]
@@ -539,18 +541,27 @@ def _slot_obs(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], i: int,
     order: a synchronous step processes the outputs of what it scheduled)."""
     spec, status_after_sched = specs[i], w.status[i]
     joined = status_after_sched == RUNNING
-    if w.zero_tokens is not None:
-        # The request that reached scheduler.py:1170 is observed as the admission (or
-        # resumption) the engine asserted against, with 0 tokens: the step's assertion
-        # makes every other property vacuous, and `admitted_with_tokens` is this assertion.
-        joined = ops.or_(joined, w.zero_tokens[i])
+    scheduled, preempted = w.scheduled[i], w.preempted[i]
+    if cfg.can_crash:
+        # A step in which the engine dies (or is dead) is observed as the reference records
+        # it: nothing scheduled, admitted, preempted or finished, whatever the rules did
+        # before the assertion (they only flag it; the state is not read again, as every
+        # property but two is vacuous from then on). At scheduler.py:1170 the request that
+        # reached it is observed as the admission (or resumption) the engine asserted
+        # against, with 0 tokens: `admitted_with_tokens` is that assertion.
+        dead = ops.or_(w.dead, w.crash)
+        zero = w.zero_tokens[i] if w.zero_tokens is not None else False
+        joined = ops.ite(dead, zero, joined)
+        scheduled = ops.ite(dead, 0, scheduled)
+        preempted, finished, stop = (ops.and_(ops.not_(dead), b)
+                                     for b in (preempted, finished, stop))
     return SlotObs(
         held=held[i], was_running=before[i].status == RUNNING,
         was_waiting=ops.or_(before[i].status == WAITING, before[i].status == PREEMPTED),
-        scheduled=w.scheduled[i], serve_rank=w.serve_rank[i],
+        scheduled=scheduled, serve_rank=w.serve_rank[i],
         admitted=ops.and_(before[i].status == WAITING, joined),
         resumed=ops.and_(before[i].status == PREEMPTED, joined),
-        preempted=w.preempted[i], finished=finished, finished_stop=stop, sampled=sampled,
+        preempted=preempted, finished=finished, finished_stop=stop, sampled=sampled,
         num_tokens=ntok[i], num_computed_tokens_before=before[i].num_computed_tokens,
         num_computed_tokens=ncomp, num_output_tokens=outputs, blocks=w.blocks[i],
         num_preemptions=w.num_preemptions[i], running_after=status_after_sched == RUNNING,
