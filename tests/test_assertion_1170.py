@@ -177,3 +177,14 @@ def test_simulate_stops_at_the_crash_step_and_prints_the_assertion(
     steps = json.JSONDecoder().raw_decode(capsys.readouterr().out)[0]["steps"]
     assert [("assertion" in s) for s in steps] == [s["step"] >= crash_step for s in steps]
     assert steps[crash_step - 1]["assertion"].startswith(assertion)
+
+
+def test_a_dead_engine_is_no_livelock_for_bmc_as_for_the_explorer():
+    # After the crash at step 1 every state repeats with r0 and r1 unfinished; the explorer
+    # never counts a crashed step as stuck, and BMC's lasso requires the engine alive
+    # (checker/methods/bmc.py `_lasso`; without that guard it answered VIOLATED at 2).
+    family, bounds = manifest_case("tiny_cached_uncapped")
+    small = replace(bounds, depth=2, max_prompt_len=2, max_max_tokens=1)
+    prop = catalogue.get("never_finishes")
+    assert bmc.check(prop, family, small, 120).status == "holds"
+    assert Explorer([prop], family, small, 120).run().status == "holds"

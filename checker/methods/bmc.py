@@ -51,8 +51,10 @@ def _as_z3(b: object) -> z3.BoolRef:
 def _lasso(u: Unrolling, d: int) -> Bool:
     """The run returns at depth d to the behaviour of an earlier state i with a request
     still unfinished, every request having arrived by step i: the loop i..d repeats
-    forever and that request never finishes."""
+    forever and that request never finishes. A dead engine (an assertion of its own,
+    absorbing) is no livelock, as the explorer has it (explore.py `_add_edge`)."""
     final = u.states[d]
+    alive = z3.Not(_as_z3(u.steps[d - 1].assertion))  # dead from a crash on: not at d
     options = []
     for i in range(d):
         start = u.states[i]
@@ -62,7 +64,7 @@ def _lasso(u: Unrolling, d: int) -> Bool:
                         <= u.cfg.max_model_len)
                  for obs, spec in zip(u.steps[i].slots, u.specs, strict=True)]
         options.append(z3.And(same_behaviour(u, start, final), *arrived, z3.Or(*stuck)))
-    return z3.Or(*options)
+    return z3.And(alive, z3.Or(*options))
 
 
 def _loop_index(u: Unrolling, model: z3.ModelRef, d: int) -> int:
