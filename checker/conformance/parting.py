@@ -76,7 +76,7 @@ _CITE = re.compile(r"^#\s*(?P<letter>[A-Z]):(?P<lo>\d+)(?:-(?P<hi>\d+))?\b")
 #: line above the statement).
 _REACH = 3
 #: The most statements of the traced files an installed engine may change from the pinned
-#: release for a changed statement to name a cause (`changed_statements`): more is another
+#: release for a changed statement to name a cause (`changed_cause`): more is another
 #: release, or a rewrite, whose changed lines are not one change under review.
 MOST_CHANGED = 40
 
@@ -209,7 +209,7 @@ class EngineSource:
     pinned_starts: tuple[int, ...]  # statements' first lines, pinned numbering
     lines: LineMap
     # first lines of the statements (installed numbering) whose text is not the pinned
-    # release's (`changed_statements`)
+    # release's (none past `MOST_CHANGED`)
     changed: frozenset[int] = frozenset()
 
 
