@@ -1,6 +1,8 @@
 """Where two schedulers decide differently, by explicit-state search over the product of
 their reference schedulers: the second method of `batchproof diff` beside BMC
-(checker/methods/diff.py), independent of the z3 encoding.
+(checker/methods/diff.py), independent of the z3 encoding. The third, the array explorer
+over the product of the two rule systems (checker/methods/array/product.py), answers the
+same question the same way, far faster where it applies; `decide` below picks among them.
 
 Both sides' reference schedulers (`EngineModel.scheduler`) are fed one environment, the
 one BMC's product unrolling ranges over at the same bounds (`pair_menu`: explore.py's
