@@ -42,6 +42,8 @@ from typing import Any, Protocol, cast
 import z3
 
 from checker.methods.bmc import gave_up
+from checker.methods.explore import Kind
+from checker.methods.explore import menu as explore_menu
 from checker.methods.minimize import minimal_model, workload_of
 from checker.methods.symbolic import (
     Z3_SEED,
@@ -274,6 +276,16 @@ def pair_specs(slots: int, cfg_a: Any, cfg_b: Any, bounds: Bounds | None = None
     cons += [z3.Implies(s.arrival_step > 0, s.prompt_len <= longest_prompt(cfg_b))
              for s in specs]
     return specs, cons
+
+
+def pair_menu(bounds: Bounds, a: Side, b: Side | None = None) -> tuple[Kind, ...]:
+    """The request kinds both sides are fed: side A's menu (explore.menu, BMC's slot
+    constraints), cut to the prompts side B admits too (diff.pair_specs)."""
+    kinds = explore_menu(bounds, engines.get(a.engine).rule_config(a.config))
+    if b is None:
+        return kinds
+    longest = longest_prompt(engines.get(b.engine).rule_config(b.config))
+    return tuple(k for k in kinds if k.prompt_len <= longest)
 
 
 def _pair(a: Side, b: Side, bounds: Bounds) -> _Pair:

@@ -64,10 +64,11 @@ from checker.methods.diff import (
     Side,
     compared_step_observables,
     differences,
+    pair_menu,
     unread_switch,
 )
-from checker.methods.explore import Kind, _Path, menu
-from checker.methods.symbolic import Bounds, longest_prompt
+from checker.methods.explore import Kind, _Path
+from checker.methods.symbolic import Bounds
 from model import registry as engines
 from model.core.engine import EngineModel, ReferenceScheduler
 from model.core.types import (
@@ -527,16 +528,6 @@ AUTO_MAX_ARRIVALS = 50_000
 # kinds (kinds ** slots), as `check` picks its array explorer (jobs.ARRAY_MIN_SLOTS,
 # ARRAY_MIN_ARRIVALS); below, the reference product search is faster.
 ARRAY_MIN_SLOTS, ARRAY_MIN_ARRIVALS = 3, 1000
-
-
-def pair_menu(bounds: Bounds, a: Side, b: Side | None = None) -> tuple[Kind, ...]:
-    """The request kinds both sides are fed: side A's menu (explore.menu, BMC's slot
-    constraints), cut to the prompts side B admits too (diff.pair_specs)."""
-    kinds = menu(bounds, engines.get(a.engine).rule_config(a.config))
-    if b is None:
-        return kinds
-    longest = longest_prompt(engines.get(b.engine).rule_config(b.config))
-    return tuple(k for k in kinds if k.prompt_len <= longest)
 
 
 def arrival_choices(a: Side, bounds: Bounds, b: Side | None = None) -> int:

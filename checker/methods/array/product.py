@@ -6,7 +6,7 @@ The product is an engine of its own for the array explorer (checker/methods/arra
 state is both sides' rule states side by side, request slot by request slot (slot i holds
 side A's slot i and side B's slot i, `PairSlot`; each side's other leaves apart), and its
 step runs side A's rules and side B's rules on ONE environment: the same request slots
-(the menu of kinds `diff_explore.pair_menu`: side A's, cut to the prompts side B admits,
+(the menu of kinds `diff.pair_menu`: side A's, cut to the prompts side B admits,
 as diff.pair_specs cuts BMC's slots) and the same EOS vector. A slot may sample EOS where
 either side samples a token; each side's rules read it only where that side samples
 (model/vllm/rules.py `step`: `eos[i]` matters only if slot i samples), which is what BMC's
@@ -60,6 +60,7 @@ from checker.methods.diff import (
     Side,
     compared_step_observables,
     differences,
+    pair_menu,
 )
 from checker.methods.explore import Kind
 from checker.methods.symbolic import Bounds, Family
@@ -245,7 +246,6 @@ def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, symmetric: bool 
     """DIFFER at the least depth with the least workload (replayed on both references),
     SAME up to the depth bound (exhaustive), or UNKNOWN (a time or state limit, or a
     comparison this search does not cover)."""
-    from checker.methods.diff_explore import pair_menu  # it imports this module lazily
 
     start = time.monotonic()
     why = pair_unsupported(a, b, bounds)
