@@ -9,22 +9,13 @@ from dataclasses import replace
 from unittest import mock
 
 import pytest
+from diff_sides import side
 
 from checker.cli.diff import result_json
 from checker.cli.main import main
 from checker.methods import diff, diff_explore
 from checker.methods.array import analysis, product
 from checker.methods.symbolic import Bounds
-from model import registry
-from properties.manifest import load
-
-
-def side(name, config, switches=None):
-    engine = registry.get(name)
-    raw = engine.config_to_dict(load().configs[config].config)
-    if switches:
-        raw["rules"] = switches
-    return diff.Side(engine=engine.name, config=engine.parse_config(raw), label=name)
 
 
 def answer(a, b, r):

@@ -5,22 +5,13 @@
 import json
 
 import pytest
+from diff_sides import side
 
 from checker.cli.main import main
 from checker.methods import diff, diff_explore
 from checker.methods.symbolic import Bounds
-from model import registry
-from properties.manifest import load
 
 SMALL = Bounds(slots=3, depth=2, max_prompt_len=3, max_max_tokens=2)
-
-
-def side(name, config, switches=None):
-    engine = registry.get(name)
-    raw = engine.config_to_dict(load().configs[config].config)
-    if switches:
-        raw["rules"] = switches
-    return diff.Side(engine=engine.name, config=engine.parse_config(raw), label=name)
 
 
 def both_ways(a, b, bounds):
