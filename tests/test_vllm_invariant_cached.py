@@ -8,7 +8,6 @@ a missing fact makes its proof fail, naming the conjunct that breaks."""
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import replace
 from functools import cache
 from typing import Any
@@ -57,15 +56,14 @@ def _refusal(**changes: Any) -> str:
 # --- proofs ---------------------------------------------------------------------------
 
 
-def test_the_invariant_covers_the_pools_the_symbolic_rules_carry() -> None:
+def test_the_engine_covers_prefix_caching_on_small_pools_only() -> None:
     configs = load().configs
     assert ENGINE.invariant_covers(ENGINE.rule_config(configs[CONFIG].config))
-    # 8-block pools: --method induction tries them (and names what it cannot decide);
-    # auto leaves them to BMC, as it does tiny_cached's 4 blocks
-    spec = ENGINE.rule_config(configs["tiny_spec_cached"].config)
-    assert ENGINE.invariant_covers(spec) and not ENGINE.invariant_quick(spec)
-    beyond = ENGINE.rule_config(replace(configs[CONFIG].config, num_gpu_blocks=64))
-    assert not ENGINE.invariant_covers(beyond)
+    # 8-block pools: the proof is not finished in minutes (three of its 46 conjuncts are
+    # undecided after a minute each); BMC, which would strengthen with it, and the explorer
+    # decide. (Taking them in made BMC spend its time limit on the proof: 3.6 s -> over
+    # 300 s for sampled_within_max_model_len on tiny_spec_cached.)
+    assert not ENGINE.invariant_covers(ENGINE.rule_config(configs["tiny_spec_cached"].config))
 
 
 def test_an_undecided_step_names_every_conjunct_it_could_not_decide(
@@ -271,20 +269,3 @@ def test_the_order_facts_are_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(invariant, "_pool", lambda ops, cfg, s: [
         (name, fact) for name, fact in real(ops, cfg, s) if "cache order" not in name])
     assert _refusal().startswith("inductive step: sat")
-
-
-def test_an_induction_row_out_of_time_names_the_conjuncts_left_undecided(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """--method induction on an 8-block pool: the invariant's proof spends the time limit
-    and the row, UNKNOWN, says which conjuncts it could not decide (issue 26 item 2)."""
-    from checker.cli.main import main
-
-    with proof_cache.disabled():
-        code = main(["check", "--manifest-config", "tiny_spec_cached", "--property",
-                     "sampled_within_max_model_len", "--method", "induction", "--timeout",
-                     "4", "--json", "-q", "--jobs", "1"])
-    (row,) = json.loads(capsys.readouterr().out)["verdicts"]
-    assert code == 3 and row["verdict"] == "UNKNOWN"
-    assert re.search(r"invariant: inductive step: .* on \d+ of 46 conjuncts \(.*free blocks = "
-                     r"blocks nobody holds.*\); the other \d+ proved, none shown broken",
-                     row["detail"]), row["detail"]
