@@ -67,25 +67,28 @@ def _prune(folder: Path, days: float) -> None:
                 path.unlink()
 
 
+def _kept_folder() -> Path | None:
+    """The store kept between runs, its stale entries pruned; None when it cannot be
+    written."""
+    folder = proof_cache.cache_home() / TEST_STORE
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _prune(folder, STALE_DAYS)
+    except OSError:
+        return None
+    return folder
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Point the proof store (checker/methods/proof_cache.py) at the test run's own folder,
     shared by its xdist workers (they inherit the environment): `TEST_STORE` under
     batchproof's cache folder, or an empty one with BATCHPROOF_TEST_PROOFS=fresh."""
     if "BATCHPROOF_PROOF_CACHE" in os.environ or hasattr(config, "workerinput"):
         return
-    if os.environ.get("BATCHPROOF_TEST_PROOFS") == "fresh":
-        made = tempfile.mkdtemp(prefix="batchproof-proofs-")
-        config.stash[_MADE] = made
-        os.environ["BATCHPROOF_PROOF_CACHE"] = made
-        return
-    folder = proof_cache.cache_home() / TEST_STORE
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        _prune(folder, STALE_DAYS)
-    except OSError:  # no writable cache folder: a fresh one for this run
-        made = tempfile.mkdtemp(prefix="batchproof-proofs-")
-        config.stash[_MADE] = made
-        folder = Path(made)
+    folder = _kept_folder() if os.environ.get("BATCHPROOF_TEST_PROOFS") != "fresh" else None
+    if folder is None:  # asked for a cold run, or no writable cache folder
+        folder = Path(tempfile.mkdtemp(prefix="batchproof-proofs-"))
+        config.stash[_MADE] = str(folder)
     os.environ["BATCHPROOF_PROOF_CACHE"] = str(folder)
 
 

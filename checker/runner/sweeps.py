@@ -10,13 +10,13 @@ from checker.runner.pool import pool_hooks
 from checker.runner.stops import Stopped, ignore_stops, noted_stops, stoppable
 from checker.sweep import executors
 
-LOCAL, RAY = "local", "ray"
+RAY = "ray"  # else the local pool (executors.EXECUTORS)
 
 
 def run_batches(batches: Sequence[executors.Batch], executor: str, workers: int,
                 on_done: executors.OnDone, tick: Callable[[], None]) -> Stopped | None:
-    """Run every batch on `executor` (LOCAL: a pool of `workers` processes; RAY: the Ray
-    cluster), calling `on_done` with each batch's outcomes as it finishes and `tick` while
+    """Run every batch on `executor` ("local": a pool of `workers` processes; "ray": the
+    Ray cluster), calling `on_done` with each batch's outcomes as it finishes and `tick` while
     waiting. Returns the stop that ended the run early (SIGINT or SIGTERM; the batches
     finished before it have been passed to `on_done`), or None when every batch ran."""
     try:
