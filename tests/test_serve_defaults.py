@@ -55,9 +55,9 @@ def test_a_question_that_holds_exits_0(capsys, tmp_path):
     assert doc["verdicts"][0]["verdict"] in ("HOLDS", "PROVED") and code == 0
 
 
-@pytest.mark.slow  # about 10 s of witness search; the reason itself is tested before the run below
-def test_a_cache_too_large_for_the_symbolic_rules_is_unknown_with_the_reason(capsys, tmp_path,
-                                                                            monkeypatch):
+@pytest.mark.slow  # a bounded search; the note itself is tested before the run below
+def test_a_cache_too_large_for_the_exact_symbolic_pool_is_searched_counted(capsys, tmp_path,
+                                                                          monkeypatch):
     flags = ("--max-num-seqs", "4", "--max-num-batched-tokens", "64", "--max-model-len", "64",
              "--block-size", "2", "--num-gpu-blocks", "64", "--property",
              "kv_blocks_conserved", "--depth", "4")
@@ -65,13 +65,13 @@ def test_a_cache_too_large_for_the_symbolic_rules_is_unknown_with_the_reason(cap
     code, doc = _check_json(capsys, *flags, out=tmp_path)
     (v,) = doc["verdicts"]
     assert v["verdict"] == "PROVED" and v["method"] == "theorem" and code == 0
-    # ... without it, the bounded methods meet the symbolic cache's limit and say so.
+    # ... without it, BMC searches the pool counted (an over-approximation) and says so.
     from checker.methods import jobs
     monkeypatch.setattr(jobs.theorems, "for_engine", lambda engine: {})
     code, doc = _check_json(capsys, *flags, out=tmp_path)
     (v,) = doc["verdicts"]
-    assert v["verdict"] == "UNKNOWN" and "beyond the symbolic prefix cache" in v["detail"]
-    assert "--method explore" in v["detail"] and code == 3
+    assert v["verdict"] == "HOLDS" and v["depth"] == 4 and code == 0
+    assert "the prefix cache is counted, not carried block by block" in v["detail"]
 
 
 def test_a_cheaper_witness_is_kept_only_when_the_reference_confirms_it():
@@ -162,19 +162,19 @@ def _stderr_before_the_run(capsys, monkeypatch, tmp_path, *extra):
     return seen["err"]
 
 
-def test_a_query_beyond_the_symbolic_cache_says_so_before_it_runs(capsys, monkeypatch,
-                                                                  tmp_path):
+def test_a_query_beyond_the_exact_symbolic_cache_says_it_is_counted_before_it_runs(
+        capsys, monkeypatch, tmp_path):
     err = _stderr_before_the_run(capsys, monkeypatch, tmp_path)
-    assert "note: custom: beyond the symbolic prefix cache: the bounded query needs " \
-           "7-entry block tables and a 63-block pool" in err
-    assert "the answer is VIOLATED or UNKNOWN, never HOLDS" in err
+    assert "note: custom: the prefix cache is counted, not carried block by block (the " \
+           "exact pool would need 7-entry block tables and a 63-block pool" in err
+    assert "a witness counts only once the exact reference confirms it" in err
 
 
 @pytest.mark.parametrize("extra", [("--method", "explore"), ("--no-enable-prefix-caching",)])
 def test_no_such_note_where_the_query_is_searched_exactly(capsys, monkeypatch, tmp_path,
                                                           extra):
     err = _stderr_before_the_run(capsys, monkeypatch, tmp_path, *extra)
-    assert "beyond the symbolic prefix cache" not in err
+    assert "beyond the symbolic prefix cache" not in err and "counted" not in err
 
 
 #: Issue 26 item 5's k=10 question at the serve defaults (docs/queries.md, "Starvation for
@@ -191,7 +191,8 @@ def test_the_k10_starvation_question_at_the_serve_defaults_is_violated_on_the_re
     code, doc = _check_json(capsys, *K10, out=tmp_path)
     (v,) = doc["verdicts"]
     assert code == 1 and v["verdict"] == "VIOLATED" and v["depth"] == 10
-    assert CARRIED in v["detail"]  # found on the cache-free rules, confirmed with the cache
+    # found with the pool counted, confirmed on the reference with the exact pool
+    assert "found with the prefix cache counted, replayed on the reference" in v["detail"]
     cex = read_counterexample(v["counterexample"])
     cfg = cex.workload.config
     assert cfg.enable_prefix_caching and cfg.async_scheduling and cfg.num_gpu_blocks == 64

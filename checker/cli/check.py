@@ -47,7 +47,14 @@ from checker.methods.jobs import (
     family_of,
     symbolic_bounds,
 )
-from checker.methods.symbolic import Bounds, Family, beyond_symbolic, extend, new_unrolling
+from checker.methods.symbolic import (
+    Bounds,
+    Family,
+    abstracted,
+    beyond_symbolic,
+    extend,
+    new_unrolling,
+)
 from checker.methods.verdict import (
     ANSWERED,
     AS_EXPECTED,
@@ -829,6 +836,9 @@ def _beyond_symbolic_notes(jobs: Sequence[Job]) -> list[str]:
             out[nc.name] = (f"note: {nc.name}: {why}; BMC can only look for a witness on "
                             "the engine's cheaper rules and confirm it on the exact "
                             "reference: the answer is VIOLATED or UNKNOWN, never HOLDS")
+        counted = abstracted(family_of(nc), symbolic_bounds(nc))
+        if counted is not None and nc.name not in out:
+            out[nc.name] = f"note: {nc.name}: {counted}"
     return list(out.values())
 
 

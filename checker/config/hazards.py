@@ -807,7 +807,9 @@ def _model_of(h: Hazard, cfg: Config, env: Envelope,
         b = bounds_of(h, model, env)
         bounded = within_bounds(RuleConfig.from_config(model), b["slots"], b["depth"],
                                 b["max_prompt_len"] + b["max_max_tokens"])
-        if not cache_model_fits(bounded):
+        # The counted cache (state.counted_cache) is not used here: a hazard's bound and
+        # witness search keep the exact rules or leave the cache out, as the docs describe.
+        if bounded.abstract_cache or not cache_model_fits(bounded):
             model = replace(model, enable_prefix_caching=False)
             outside = (PREFIX_CACHING, *outside)
     return model, outside

@@ -244,6 +244,18 @@ def beyond_symbolic(family: Family, bounds: Bounds) -> str | None:
     return engine.symbolic_limit(cfg)
 
 
+def abstracted(family: Family, bounds: Bounds) -> str | None:
+    """Why the engine's rules take this bounded query with part of the state abstracted
+    (an over-approximation: HOLDS carries over, a witness only once the reference
+    confirms it), or None when they take it exactly."""
+    engine = family.model
+    if engine.abstraction is None or engine.within_bounds is None:
+        return None
+    cfg = engine.within_bounds(engine.rule_config(family.base), bounds.slots, bounds.depth,
+                               bounds.max_prompt_len + bounds.max_max_tokens)
+    return engine.abstraction(cfg)
+
+
 def new_unrolling(family: Family, bounds: Bounds) -> Unrolling:
     """Symbols for a query: config family, request slots, the initial state."""
     engine = family.model
@@ -264,15 +276,21 @@ def extend(u: Unrolling) -> list[Bool]:
     ops = SymbolicOps()
     k = getattr(u.cfg, "num_spec_tokens", 0)
     spec_cons: list[Bool] = []
+    choices: dict[str, object] = {}
     if k:  # the verifier's and the drafter's choices, 0..k each
         spec = tuple((z3.Int(f"acc{t + 1}.{i}"), z3.Int(f"drafts{t + 1}.{i}"))
                      for i in range(len(u.specs)))
         spec_cons = [c for a, d in spec for c in (a >= 0, a <= k, d >= 0, d <= k)]
-        nxt, observed = u.engine.step(ops, u.cfg, u.specs, u.states[-1], eos,
-                                      spec=spec)  # type: ignore[call-arg]
+        choices["spec"] = spec
         u.spec.append(spec)
-    else:
-        nxt, observed = u.engine.step(ops, u.cfg, u.specs, u.states[-1], eos)
+    names = getattr(u.cfg, "pool_choices", ())
+    if names:
+        # An abstracted pool's choices per slot (e.g. vLLM's counted prefix cache: hits
+        # and frees): any integers, which the rules clamp to what the exact pool allows.
+        choices["pool"] = tuple(tuple(z3.Int(f"pool{t + 1}.{i}.{name}") for name in names)
+                                for i in range(len(u.specs)))
+    nxt, observed = u.engine.step(ops, u.cfg, u.specs, u.states[-1], eos,
+                                  **choices)  # type: ignore[call-arg]
     fresh = fresh_state(f"s{t + 1}", u.states[0], t + 1)
     cons = ops.take_definitions() + bind_state(fresh, nxt) + spec_cons
     if not u.eos_allowed:

@@ -242,7 +242,13 @@ def confirm_least(job: Job, found: JobResult,
 
     from checker.methods.bmc import gave_up, violation_at
     from checker.methods.minimize import objectives
-    from checker.methods.symbolic import Z3_SEED, beyond_symbolic, extend, new_unrolling
+    from checker.methods.symbolic import (
+        Z3_SEED,
+        abstracted,
+        beyond_symbolic,
+        extend,
+        new_unrolling,
+    )
 
     start = time.monotonic()
     bmc_job = replace(job, method="bmc")
@@ -257,7 +263,8 @@ def confirm_least(job: Job, found: JobResult,
 
     if cex is None or found.verdict.verdict != VIOLATED or family.ranges:
         return fallback(bmc_job)
-    too_big = beyond_symbolic(family, bounds)
+    # Over an abstracted state the maximum would be an upper bound, not the exact one.
+    too_big = beyond_symbolic(family, bounds) or abstracted(family, bounds)
     if too_big is not None:
         return JobResult(verdict(UNKNOWN, 0, too_big))
     prop = job.prop

@@ -84,6 +84,10 @@ class EngineModel:
     # (Config) -> a config of far cheaper rules whose witnesses may carry over (the
     # reference with the full config decides each one), or None: BMC tries it first
     witness_config: Callable[[Any], Any | None] | None = None
+    # optional: why a bounded rule config (after within_bounds) abstracts part of the state
+    # (an over-approximation: a bounded HOLDS carries over to the exact rules, a witness
+    # counts only once the reference confirms it), or None
+    abstraction: Callable[[Any], str | None] | None = None
     # optional: one line of engine-specific facts for a step's text row
     describe_step: Callable[[StepRecord], str] | None = None
     # optional: after a reference step, the other environment choices that step could have

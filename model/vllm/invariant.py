@@ -46,7 +46,10 @@ MAX_PROVED_POOL = 4
 
 def covers(cfg: RuleConfig) -> bool:
     """The invariant's proof is within reach on this rule config: no prefix cache, or a
-    pool of at most MAX_PROVED_POOL blocks."""
+    pool of at most MAX_PROVED_POOL blocks (its pool facts are of the exact pool, not the
+    counted one of model/vllm/abstract_cache.py)."""
+    if cfg.abstract_cache:
+        return False
     return not cfg.prefix_caching or cfg.pool_blocks <= MAX_PROVED_POOL
 
 

@@ -2,8 +2,9 @@
 over a fixed number of request slots, written once over Ops.
 
 Scope: the synchronous scheduler or the AsyncScheduler, prefix caching on or off (the cache
-is model/vllm/cache_rules.py; with the hit's cap switched off, the assertion a hit of every
-token reaches, scheduler.py:1170), speculative decoding with either (drafts within both
+is model/vllm/cache_rules.py, or counted by model/vllm/abstract_cache.py where the exact pool
+is too large for z3; with the hit's cap switched off, the assertion a hit of every token
+reaches, scheduler.py:1170), speculative decoding with either (drafts within both
 budgets, draft slots, lookahead slots, uniform-decode padding and the assertion it can
 reach, rollback of rejected drafts; the environment chooses the accepted drafts and, for
 n-gram-like proposers under the synchronous scheduler, how many drafts are proposed), no
@@ -22,7 +23,8 @@ from dataclasses import dataclass, replace
 from model.core.ops import Bool, Int, Ops
 from model.core.rule_parts import arrive_at_tail, pick, select_min
 from model.core.types import SlotObs, SlotSpec, Step
-from model.vllm import cache_rules
+from model.vllm import abstract_cache, cache_rules
+from model.vllm.abstract_cache import CountWork, PoolChoice
 from model.vllm.cache_rules import CacheWork
 from model.vllm.state import (
     ABSENT,
@@ -60,7 +62,7 @@ class _Work:
     served: Int
     any_preempted: Bool
     prefix_hit: list[Int]
-    cache: CacheWork | None = None  # with prefix caching
+    cache: CacheWork | CountWork | None = None  # with prefix caching (exact or counted)
     # With async scheduling: output placeholders, in-flight and stale tokens per slot.
     placeholders: list[Int] | None = None
     in_flight: list[Int] | None = None
@@ -150,7 +152,7 @@ def _preempt(ops: Ops, cfg: RuleConfig, w: _Work, victim: Sequence[Bool], do: Bo
         if w.cache is None:
             w.free = w.free + ops.ite(hit, w.blocks[i], 0)
         else:  # a block another request still holds stays held
-            w.free = w.free + cache_rules.release(ops, cfg, w.cache, i, w.blocks[i], hit)
+            w.free = w.free + _release(ops, cfg, w, i, hit)
         if cfg.policy_priority or not cfg.victim_latest:  # a victim already served
             was_served = w.scheduled[i] > 0
             w.token_budget = w.token_budget + ops.ite(hit, w.scheduled[i], 0)
@@ -263,10 +265,9 @@ def _running_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
         if w.drafts is not None:
             _schedule_drafts(ops, w, sel, fits, n + ncomp - pick(ops, sel, ntok) - ph, drafts)
         if w.cache is not None:
-            cache_rules.take(ops, cfg, w.cache, sel, held, need, fits)
-            cache_rules.cache(ops, cfg, w.cache, specs, sel,
-                              ops.min(ops.min(ncomp, cfg.max_model_len) + n,
-                                      pick(ops, sel, ntok)), fits)
+            _take(ops, cfg, w, sel, held, need, fits)
+            _cache(ops, cfg, w, specs, sel, ops.min(ops.min(ncomp, cfg.max_model_len) + n,
+                                                    pick(ops, sel, ntok)), fits)
         stopped = ops.or_(stopped, ops.and_(wants, ops.not_(fits)),
                           ops.not_(active))
         for i in range(n_slots):
@@ -316,8 +317,7 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
         total = pick(ops, sel, ntok)
         # With prefix caching the request starts from its longest cached prefix (960-967,
         # 1045-1047); a hit block nobody holds leaves the free queue like a new one.
-        hit = (cache_rules.lookup(ops, cfg, w.cache, specs, sel, total)
-               if w.cache is not None else None)
+        hit = _lookup(ops, cfg, w, specs, sel, total)
         hit_blocks = 0 if hit is None else hit.blocks
         evictable = 0 if hit is None else hit.evictable
         computed = hit_blocks * cfg.block_size
@@ -357,10 +357,14 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
             # 1372: the threshold cut a padded request below 1 + k; the engine dies here.
             w.crash = ops.or_(w.crash, ops.and_(padded, n != 1 + k))
         if hit is not None:
-            assert w.cache is not None
-            cache_rules.adopt(ops, w.cache, sel, hit, ok)
-            cache_rules.take(ops, cfg, w.cache, sel, hit_blocks, fresh, ok)
-            cache_rules.cache(ops, cfg, w.cache, specs, sel, ops.min(computed + n, total), ok)
+            if isinstance(w.cache, CountWork):
+                assert isinstance(hit, abstract_cache.CountHit)
+                abstract_cache.adopt(ops, w.cache, sel, hit, ok)
+            else:
+                assert w.cache is not None and isinstance(hit, cache_rules.Hit)
+                cache_rules.adopt(ops, w.cache, sel, hit, ok)
+            _take(ops, cfg, w, sel, hit_blocks, fresh, ok)
+            _cache(ops, cfg, w, specs, sel, ops.min(computed + n, total), ok)
         for i in range(n_slots):
             hit_i = ops.and_(ok, sel[i])
             w.status[i] = ops.ite(hit_i, RUNNING, w.status[i])
@@ -396,13 +400,14 @@ def _padding(ops: Ops, cfg: RuleConfig, w: _Work, lacks: Int, computed: Int,
 
 
 def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState,
-         eos: Sequence[Bool], spec: Sequence[tuple[Int, Int]] | None = None
-         ) -> tuple[SchedState, Step]:
+         eos: Sequence[Bool], spec: Sequence[tuple[Int, Int]] | None = None,
+         pool: Sequence[Sequence[Int]] | None = None) -> tuple[SchedState, Step]:
     """One engine step: arrivals, `schedule()`, then `update_from_output()` with the
     environment's EOS choices (`eos[i]` matters only if slot i samples a token) and, with
     speculative decoding, `spec[i]` = (drafts accepted, drafts proposed for the next step):
     the first is cut to the drafts scheduled, the second read only for n-gram-like
-    proposers (others propose k)."""
+    proposers (others propose k). With the prefix cache counted (`cfg.abstract_cache`),
+    `pool[i]` is slot i's choice of hits and freed blocks (model/vllm/abstract_cache.py)."""
     n_slots = len(specs)
     t = state.step + 1
     state = _arrive(ops, specs, state, t)
@@ -420,7 +425,7 @@ def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState
         input_budget=(cfg.max_num_batched_tokens if cfg.separate_input_budget
                       else cfg.token_budget), next_run_key=state.next_run_key,
         wait_head=state.wait_head, served=0, any_preempted=False, prefix_hit=[0] * n_slots,
-        cache=CacheWork.of(state) if cfg.prefix_caching else None)
+        cache=_cache_work(ops, cfg, state, pool))
     if cfg.num_spec_tokens:
         w.drafts = [s.drafts[0].count for s in before]
         w.prefill_chunk = [s.drafts[0].prefill_chunk for s in before]
@@ -490,8 +495,7 @@ def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedSt
             num_computed_tokens=_rolled_back(ops, w, i, ncomp, sampled, accepted),
             num_output_tokens=outputs, blocks=ops.ite(finished, 0, w.blocks[i]),
             run_key=w.run_key[i], wait_key=w.wait_key[i], num_preemptions=w.num_preemptions[i],
-            table=tuple(w.cache.table[i]) if w.cache else (),
-            num_cached=w.cache.num_cached[i] if w.cache else 0,
+            table=_table(w, i), num_cached=w.cache.num_cached[i] if w.cache else 0,
             drafts=_next_drafts(ops, w, i, ncomp < ntok[i], drafts)))
         obs.append(_slot_obs(ops, cfg, specs, i, held, before, ntok, w, finished, stop,
                              sampled, ncomp, outputs, accepted=accepted))
@@ -580,7 +584,7 @@ def _step_of(ops: Ops, cfg: RuleConfig, state: SchedState, w: _Work, slots: list
     """The next state and the step's observables."""
     num_running = ops.sum([ops.to_int(s == RUNNING) for s in w.status])
     num_running_end = ops.sum([ops.to_int(s.status == RUNNING) for s in slots])
-    c = w.cache
+    c = w.cache if isinstance(w.cache, CacheWork) else None
     crashed = ops.or_(state.crashed, w.crash) if cfg.can_crash else False
     new_state = SchedState(slots=tuple(slots), free_blocks=free_end,
                            next_run_key=w.next_run_key, wait_head=w.wait_head,
@@ -601,6 +605,9 @@ def _cache_counts(ops: Ops, w: _Work) -> tuple[Int, Int, Int]:
     if w.cache is None:
         return 0, 0, 0
     c = w.cache
+    if isinstance(c, CountWork):
+        # Counted, the cache's contents are not known: no property reads these two.
+        return c.shared(), 0, 0
     return (ops.sum(w.blocks) - c.in_use(ops), ops.sum([ops.to_int(h != 0) for h in c.hash]),
             ops.sum([ops.to_int(ops.and_(r == 0, h != 0))
                      for r, h in zip(c.ref, c.hash, strict=True)]))
@@ -675,8 +682,8 @@ def _update_async(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: S
             num_computed_tokens=ncomp - rejected,
             num_output_tokens=outputs, blocks=ops.ite(finished, 0, w.blocks[i]),
             run_key=w.run_key[i], wait_key=w.wait_key[i], num_preemptions=w.num_preemptions[i],
-            table=tuple(w.cache.table[i]) if w.cache else (),
-            num_cached=w.cache.num_cached[i] if w.cache else 0, in_flight=(flight,),
+            table=_table(w, i), num_cached=w.cache.num_cached[i] if w.cache else 0,
+            in_flight=(flight,),
             drafts=_async_drafts(ops, cfg, w, i, scheduled, chunk, sampled)))
         obs.append(_slot_obs(ops, cfg, specs, i, held, before, ntok, w, finished, stop,
                              sampled, ncomp, outputs, f.pending_rank, accepted=accepted))
@@ -705,16 +712,22 @@ def _deliver_to_cache(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _
     finished request frees its blocks (scheduler.py:2220-2240)."""
     assert w.cache is not None
     n_slots = len(specs)
+    if isinstance(w.cache, CountWork):  # counted, the order of the calls does not matter
+        for i in range(n_slots):
+            _cache(ops, cfg, w, specs, [j == i for j in range(n_slots)],
+                   slots[i].num_computed_tokens - slots[i].in_flight[0].placeholders,
+                   ops.and_(delivered[i], got_token[i]))
+        ends = [ops.and_(d, f) for d, f in zip(delivered, finished, strict=True)]
+        return free + abstract_cache.release_finished(ops, w.cache, w.blocks, ends), [
+            replace(s, num_cached=w.cache.num_cached[i]) for i, s in enumerate(slots)]
     for rank in range(n_slots):
         for i in range(n_slots):
             now = ops.and_(delivered[i], before[i].in_flight[0].pending_rank == rank)
             placeholders = slots[i].in_flight[0].placeholders
-            cache_rules.cache(ops, cfg, w.cache, specs, [j == i for j in range(n_slots)],
-                              slots[i].num_computed_tokens - placeholders,
-                              ops.and_(now, got_token[i]))
-            free = free + cache_rules.release(ops, cfg, w.cache, i, w.blocks[i],
-                                              ops.and_(now, finished[i]))
-    return free, [replace(s, table=tuple(w.cache.table[i]), num_cached=w.cache.num_cached[i])
+            _cache(ops, cfg, w, specs, [j == i for j in range(n_slots)],
+                   slots[i].num_computed_tokens - placeholders, ops.and_(now, got_token[i]))
+            free = free + _release(ops, cfg, w, i, ops.and_(now, finished[i]))
+    return free, [replace(s, table=_table(w, i), num_cached=w.cache.num_cached[i])
                   for i, s in enumerate(slots)]
 
 
@@ -724,9 +737,61 @@ def _release_finished(ops: Ops, cfg: RuleConfig, w: _Work, finished: Sequence[Bo
     the cached blocks they leave in the free queue (scheduler.py:2220-2240)."""
     assert w.cache is not None
     n_slots = len(finished)
+    if isinstance(w.cache, CountWork):  # counted, the order of the releases does not matter
+        return free + abstract_cache.release_finished(ops, w.cache, w.blocks, finished), [
+            replace(s, num_cached=w.cache.num_cached[i]) for i, s in enumerate(slots)]
     for rank in range(n_slots):
         for i in range(n_slots):
             do = ops.and_(finished[i], w.serve_rank[i] == rank)
-            free = free + cache_rules.release(ops, cfg, w.cache, i, w.blocks[i], do)
-    return free, [replace(s, table=tuple(w.cache.table[i]), num_cached=w.cache.num_cached[i])
+            free = free + _release(ops, cfg, w, i, do)
+    return free, [replace(s, table=_table(w, i), num_cached=w.cache.num_cached[i])
                   for i, s in enumerate(slots)]
+
+
+# The prefix cache's calls, on the exact pool (cache_rules) or counted (abstract_cache).
+
+def _cache_work(ops: Ops, cfg: RuleConfig, state: SchedState,
+                pool: Sequence[Sequence[Int]] | None) -> CacheWork | CountWork | None:
+    if not cfg.prefix_caching:
+        return None
+    if cfg.abstract_cache:
+        choices = None if pool is None else [PoolChoice(*c) for c in pool]
+        return CountWork.of(state, cfg, ops, choices)
+    return CacheWork.of(state)
+
+
+def _lookup(ops: Ops, cfg: RuleConfig, w: _Work, specs: Sequence[SlotSpec],
+            sel: Sequence[Bool], total: Int) -> cache_rules.Hit | abstract_cache.CountHit | None:
+    if isinstance(w.cache, CountWork):
+        return abstract_cache.lookup(ops, cfg, w.cache, specs, sel, total, w.blocks)
+    if w.cache is None:
+        return None
+    return cache_rules.lookup(ops, cfg, w.cache, specs, sel, total)
+
+
+def _take(ops: Ops, cfg: RuleConfig, w: _Work, sel: Sequence[Bool], start: Int, count: Int,
+          do: Bool) -> None:
+    if isinstance(w.cache, CountWork):
+        abstract_cache.take(ops, w.cache, count, do)
+    elif w.cache is not None:
+        cache_rules.take(ops, cfg, w.cache, sel, start, count, do)
+
+
+def _cache(ops: Ops, cfg: RuleConfig, w: _Work, specs: Sequence[SlotSpec],
+           sel: Sequence[Bool], num_tokens: Int, do: Bool) -> None:
+    if isinstance(w.cache, CountWork):
+        abstract_cache.cache(ops, cfg, w.cache, sel, num_tokens, do)
+    elif w.cache is not None:
+        cache_rules.cache(ops, cfg, w.cache, specs, sel, num_tokens, do)
+
+
+def _release(ops: Ops, cfg: RuleConfig, w: _Work, i: int, do: Bool) -> Int:
+    if isinstance(w.cache, CountWork):
+        return abstract_cache.release(ops, w.cache, i, w.blocks[i], do)
+    assert w.cache is not None
+    return cache_rules.release(ops, cfg, w.cache, i, w.blocks[i], do)
+
+
+def _table(w: _Work, i: int) -> tuple[Int, ...]:
+    """Slot i's block table after the step (none without the exact pool)."""
+    return tuple(w.cache.table[i]) if isinstance(w.cache, CacheWork) else ()

@@ -51,6 +51,11 @@ class RuleConfig:
     separate_input_budget: bool = True
     pool_blocks: int = 0
     table_len: int = 0
+    # The prefix cache counted, not carried block by block (model/vllm/abstract_cache.py):
+    # `within_bounds` picks it when the exact pool is beyond MAX_SYMBOLIC_*; no pool, no
+    # tables (`pool_blocks` and `table_len` stay the exact ones, for the notes), and
+    # SlotState.num_cached is then the most blocks the request ever cached.
+    abstract_cache: bool = False
     # The AsyncScheduler changes the state's shape too (what is in flight per slot).
     async_scheduling: bool = False
     # Blocks one allocation can take: a chunk of at most token_budget tokens spans at most
@@ -69,6 +74,14 @@ class RuleConfig:
     threshold_skips_padding: bool = False  # VllmRules.threshold_skips_padding
     preemption_gate: bool = True  # VllmRules.preemption_gate
     victim_latest: bool = True  # VllmRules.victim_latest
+
+    @property
+    def pool_choices(self) -> tuple[str, ...]:
+        """The names of each slot's pool choices in a step (abstract_cache.PoolChoice's
+        fields), none with the exact pool or none."""
+        if not self.abstract_cache:
+            return ()
+        return ("hit", "evictable", "freed_preempted", "freed_finished")
 
     @property
     def can_crash(self) -> bool:
@@ -209,12 +222,13 @@ class SchedState:
     def initial(num_slots: int, cfg: RuleConfig) -> SchedState:
         """No request has arrived; every usable block is free (and, with prefix caching,
         holds no hash)."""
-        slot = SlotState(table=(0,) * cfg.table_len,
+        exact = not cfg.abstract_cache
+        slot = SlotState(table=(0,) * (cfg.table_len if exact else 0),
                          in_flight=(InFlight(),) if cfg.async_scheduling else (),
                          drafts=(Drafts(),) if cfg.num_spec_tokens else ())
         return SchedState(slots=tuple(slot for _ in range(num_slots)),
                           free_blocks=cfg.usable_blocks,
-                          pool=tuple(PoolBlock() for _ in range(cfg.pool_blocks)))
+                          pool=tuple(PoolBlock() for _ in range(cfg.pool_blocks if exact else 0)))
 
 
 def _unread_switches_pinned(cfg: RuleConfig) -> RuleConfig:
@@ -247,14 +261,22 @@ def within_bounds(cfg: RuleConfig, slots: int, depth: int, num_tokens: int) -> R
     such blocks are interchangeable (the free queue gives them out first, in any order), so
     they are counted in `free_blocks` but need no state. Nothing the scheduler decides
     changes."""
-    if not cfg.prefix_caching:
+    if not cfg.prefix_caching or cfg.abstract_cache:
         return cfg
     # Drafts and lookahead slots reach past a request's tokens (kv_cache_manager.py:541-544).
     num_tokens += cfg.num_spec_tokens + cfg.num_lookahead_tokens
     entries = min(cfg.table_len, -(-num_tokens // cfg.block_size))
     new_blocks = min(cfg.max_new_blocks, entries)
-    return replace(cfg, table_len=entries, max_new_blocks=new_blocks,
-                   pool_blocks=min(cfg.pool_blocks, depth * slots * new_blocks))
+    exact = replace(cfg, table_len=entries, max_new_blocks=new_blocks,
+                    pool_blocks=min(cfg.pool_blocks, depth * slots * new_blocks))
+    return exact if cache_model_fits(exact) else counted_cache(exact)
+
+
+def counted_cache(cfg: RuleConfig) -> RuleConfig:
+    """The rule config with its prefix cache counted (model/vllm/abstract_cache.py): an
+    over-approximation of the exact pool at any size, so a bounded HOLDS on it holds on
+    the exact rules, and a witness is kept only once the exact reference confirms it."""
+    return replace(cfg, abstract_cache=True)
 
 
 def ranged_rule_config(ops: Ops, base: Config, values: Mapping[str, object]) -> RuleConfig:
@@ -301,8 +323,20 @@ MAX_SYMBOLIC_POOL = 8
 
 def cache_model_fits(cfg: RuleConfig) -> bool:
     """The prefix-cache state of a bounded rule config is small enough for z3."""
-    return not cfg.prefix_caching or (cfg.table_len <= MAX_SYMBOLIC_TABLE
-                                      and cfg.pool_blocks <= MAX_SYMBOLIC_POOL)
+    return not cfg.prefix_caching or cfg.abstract_cache or (
+        cfg.table_len <= MAX_SYMBOLIC_TABLE and cfg.pool_blocks <= MAX_SYMBOLIC_POOL)
+
+
+def counted_pool(cfg: RuleConfig) -> str | None:
+    """Why a bounded rule config carries its prefix cache counted (`counted_cache`), or
+    None when it carries the exact pool or none."""
+    if not cfg.abstract_cache:
+        return None
+    return (f"the prefix cache is counted, not carried block by block (the exact pool would "
+            f"need {cfg.table_len}-entry block tables and a {cfg.pool_blocks}-block pool, the "
+            f"symbolic rules carry at most {MAX_SYMBOLIC_TABLE} and {MAX_SYMBOLIC_POOL}): an "
+            "over-approximation, so HOLDS holds on the exact rules and a witness counts "
+            "only once the exact reference confirms it")
 
 
 def symbolic_limit(cfg: RuleConfig) -> str | None:
