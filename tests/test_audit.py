@@ -966,6 +966,71 @@ def test_a_check_of_the_real_driver_is_a_driver_error(monkeypatch):
     assert "the real engine raised" not in driver.title
 
 
+def _uncap_prefix_hits(monkeypatch) -> None:
+    """vLLM with kv_cache_manager.py:289-300's cap patched away: every coordinator's
+    `find_longest_cache_hit` may return one token more than get_computed_blocks allows
+    (num_tokens - 1 + 1), so a hit can cover every token, as a KV connector's can
+    (vllm-project/vllm#30320)."""
+    from vllm.v1.core import kv_cache_coordinator as coordinators
+
+    def uncap(find):
+        def uncapped(self, block_hashes, max_cache_hit_length):
+            return find(self, block_hashes, max_cache_hit_length + 1)
+        return uncapped
+
+    for cls in vars(coordinators).values():
+        if isinstance(cls, type) and "find_longest_cache_hit" in vars(cls):
+            monkeypatch.setattr(cls, "find_longest_cache_hit",
+                                uncap(vars(cls)["find_longest_cache_hit"]))
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_the_real_driver_and_audit_know_the_zero_tokens_assertion(monkeypatch):
+    """scheduler.py:1170 `assert num_new_tokens > 0`, reached for real: r1's whole prompt
+    is the block r0 just cached, and with the hit's cap patched away vLLM dies there. The
+    driver records the step as the reference does with the cap off (tiny_cached_uncapped:
+    r1 listed as admitted with 0 tokens, the fact naming it; the dead engine's next step
+    the fact alone), audit identifies the assertion by file, function and condition as
+    the reference's, and both `no_engine_assertion` and `admitted_with_tokens` are
+    violated on the real trace, as the manifest expects of that config."""
+    import vllm
+
+    from checker.conformance.compare import compare_run
+    from checker.conformance.vllm_real import run_real_vllm_detailed
+    from model.vllm.config import Config, VllmRules
+    from model.vllm.reference import zero_tokens_assertion
+
+    uncapped = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=8,
+                      block_size=2, num_gpu_blocks=5, enable_prefix_caching=True,
+                      rules=VllmRules(cap_prefix_hit=False))
+    requests = [{"id": rid, "prompt_len": 2, "max_tokens": 1, "arrival_step": 1,
+                 "prefix_group": "g1", "shared_prefix_len": 2} for rid in ("r0", "r1")]
+    workload = replace(parse_workload({"engine": "vllm-v1", "config": {}, "requests": requests,
+                                       "steps": 2}), config=uncapped)
+    capped = run_real_vllm_detailed(workload)  # the release as it is: no assertion
+    assert all("assertion" not in dict(r.extra) for r in capped.records)
+    _uncap_prefix_hits(monkeypatch)
+    run = run_real_vllm_detailed(workload)
+    fact = zero_tokens_assertion("r1", 2, resumed=False)
+    crash, dead = run.records
+    assert (crash.scheduled, crash.admitted, crash.resumed) == ((("r1", 0),), ("r1",), ())
+    assert dict(crash.extra)["assertion"] == fact == dict(dead.extra)["assertion"]
+    assert (dead.scheduled, dead.admitted) == ((), ())
+    assert compare_run(workload, run) is None  # the reference, cap off, step for step
+    site, detail = audit.assertion_site(fact, str(Path(vllm.__file__).parent))
+    assert site == audit.REFERENCE_ASSERTIONS[("scheduler.py", 1170)]
+    assert (site.function, site.text) == ("Scheduler.schedule", "num_new_tokens > 0")
+    assert detail.startswith("request 'r1' was to be admitted with 0 tokens")
+    h = audit.harness("vllm-v1")
+    manifest = load()
+    outcome = audit.audit_workload(h, audit.AuditWorkload(workload, "test", "uncapped"),
+                                   audit.properties_for(h.engine, (), manifest), manifest)
+    assert outcome.crash is None and outcome.divergence is None
+    violated = {v.property: v.violated_at for v in outcome.verdicts if v.verdict == "VIOLATED"}
+    assert violated["no_engine_assertion"] == violated["admitted_with_tokens"] == 1
+
+
 NEUTRAL = ROOT / "tests" / "audit_mutations" / "neutral" / "lines_moved.patch"
 
 

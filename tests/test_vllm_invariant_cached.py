@@ -140,12 +140,19 @@ def _check_json(capsys: pytest.CaptureFixture[str], *flags: str) -> tuple[int, l
     return code, json.loads(capsys.readouterr().out)["verdicts"]
 
 
-def test_auto_leaves_a_slow_invariant_proof_untried_and_says_so(
-        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    # The loop theorem decides this row first (tests/test_theorems_deployed.py); without
-    # it, auto must skip the minutes-long invariant proof, say so, and run BMC.
+# Two tests, not one: a test that patches gets an empty proof store (tests/conftest.py),
+# and the theorem's proof, which the store holds, took 6 s of CPU in the patched one.
+def test_auto_decides_the_row_by_the_loop_theorem(capsys: pytest.CaptureFixture[str]
+                                                  ) -> None:
+    # The loop theorem decides this row first (tests/test_theorems_deployed.py).
     code, (row,) = _check_json(capsys, "--property", "no_admission_after_preemption")
     assert code == 0 and row["verdict"] == "PROVED" and row["method"] == "theorem"
+
+
+def test_auto_leaves_a_slow_invariant_proof_untried_and_says_so(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without the loop theorem (test_auto_decides_the_row_by_the_loop_theorem), auto must
+    # skip the minutes-long invariant proof, say so, and run BMC.
     from checker.methods import jobs
     monkeypatch.setattr(jobs.theorems, "for_engine", lambda engine: {})
     code, (row,) = _check_json(capsys, "--property", "no_admission_after_preemption")

@@ -360,6 +360,10 @@ REFERENCE_ASSERTIONS: Mapping[tuple[str, int], Site] = {
     # vllm 0.32.0 v1/core/sched/scheduler.py:1371-1372 (vllm-project/vllm#54028)
     ("scheduler.py", 1372): Site("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule",
                                  "num_new_tokens == 1 + self.num_spec_tokens", 1372),
+    # vllm 0.32.0 v1/core/sched/scheduler.py:1169-1170: reached by a prefix hit of every
+    # token, which kv_cache_manager.py:289-300 caps away (vllm-project/vllm#30320)
+    ("scheduler.py", 1170): Site("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule",
+                                 "num_new_tokens > 0", 1170),
 }
 #: The file an `assertion` fact names, inside the vllm package: the driver words only
 #: assertions of v1/core/sched/scheduler.py (checker/conformance/vllm_real.py).

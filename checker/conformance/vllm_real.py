@@ -105,11 +105,15 @@ spec tokens scheduled (`scheduled_spec_decode_tokens`, service order, padded one
 included); `accepted`, {id: a} for the same requests, the counts applied to this
 schedule's output; `blocks_held`, {id: blocks} for each running request (lookahead slots
 and rolled-back drafts keep theirs). An AssertionError raised in scheduler.py's
-`schedule()` (in scope only scheduler.py:1372, `assert num_new_tokens == 1 +
-self.num_spec_tokens`, notes B.1) is not a harness failure: the step's record carries
-`extra["assertion"]`, worded as the reference words it from the failing frame's request and
-token count, with nothing scheduled, admitted, preempted or finished, no requests listed,
-`free_blocks` as the pool stood; the engine is dead, so every later step records the same.
+`schedule()` (in scope scheduler.py:1372, `assert num_new_tokens == 1 +
+self.num_spec_tokens`, notes B.1, with speculative decoding; and in any mode
+scheduler.py:1170, `assert num_new_tokens > 0`, reached by a prefix hit of every token,
+which kv_cache_manager.py:289-300's cap rules out) is not a harness failure: the step's
+record carries `extra["assertion"]`, worded as the reference words it from the failing
+frame's request and token count, with nothing scheduled, admitted, preempted or finished
+(at 1170 the request asserted against listed as admitted, or resumed, with 0 tokens), no
+requests listed, `free_blocks` as the pool stood; the engine is dead, so every later step
+records the same.
 """
 
 from __future__ import annotations
@@ -137,6 +141,7 @@ from model.core.types import (
     Workload,
 )
 from model.vllm.config import Config, check_requests_admissible
+from model.vllm.reference import ZERO_TOKENS_ASSERTION, zero_tokens_assertion
 
 EOS_TOKEN_ID = 2
 OTHER_TOKEN_ID = 100  # prefix caching off: every sampled token
@@ -936,11 +941,13 @@ def run_real_vllm_detailed(workload: Workload,
         try:
             out = sched.schedule()
         except AssertionError as exc:
-            if not k or (crashed := scheduler_assertion(exc)) == "":
+            zero = zero_tokens_request(exc)
+            crashed = scheduler_assertion(exc)
+            if crashed == "" or (not k and zero is None):
                 raise
-            records.append(_crash_record(step, crashed, sched))
+            records.append(_crash_record(step, crashed, sched, zero))
             sampled_ids.append(frozenset())
-            events.append(frozenset({"spec:assertion"}))
+            events.append(frozenset({"spec:assertion"}) if k else frozenset())
             continue
         scheduled = tuple(out.num_scheduled_tokens.items())
         admitted, resumed = admitted_and_resumed(v, sched, out, status_before)
@@ -1056,6 +1063,43 @@ def _spec_choices(step: int, out: Any, req_ids: list[str], samples: tuple[str, .
 
 #: The assertion the engine reaches in scope (notes/vllm_spec_asserts.md, B.1).
 PAD_ASSERTION_LINE = 1372
+#: scheduler.py:1170's statement in 0.32.0: a request about to be admitted (or resumed)
+#: has a token to compute. kv_cache_manager.py:289-300 caps a prefix hit at num_tokens - 1
+#: so that it holds; a hit of every token (the cap patched away, or a KV connector's
+#: external hit, vllm-project/vllm#30320) reaches it. Found by its statement in
+#: `Scheduler.schedule`, not its line, so a patch that moves it leaves it found.
+ZERO_TOKENS_STATEMENT = "assert num_new_tokens > 0"
+
+
+def _failing_frame(exc: AssertionError) -> tuple[Any, Any] | None:
+    """(the traceback entry, the FrameSummary) of the innermost frame of `exc` when it is
+    in v1/core/sched/scheduler.py; None otherwise."""
+    import traceback
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return None
+    frame = traceback.extract_tb(tb)[-1]
+    if not frame.filename.replace(os.sep, "/").endswith("v1/core/sched/scheduler.py"):
+        return None
+    return tb, frame
+
+
+def zero_tokens_request(exc: AssertionError) -> Any | None:
+    """The request `Scheduler.schedule` asserted had tokens to compute, when `exc` is its
+    `assert num_new_tokens > 0` (scheduler.py:1170 in 0.32.0) with 0 tokens left to
+    it; None for any other assertion."""
+    found = _failing_frame(exc)
+    if found is None:
+        return None
+    tb, frame = found
+    local = tb.tb_frame.f_locals
+    if (frame.name != "schedule" or (frame.line or "").strip() != ZERO_TOKENS_STATEMENT
+            or "request" not in local or local.get("num_new_tokens", 1) > 0):
+        return None
+    return local["request"]
 
 
 def scheduler_assertion(exc: AssertionError) -> str:
@@ -1063,19 +1107,20 @@ def scheduler_assertion(exc: AssertionError) -> str:
     `schedule()`, as the reference words it; "" for one raised anywhere else.
 
     scheduler.py:1372 (`assert num_new_tokens == 1 + self.num_spec_tokens`) is read from the
-    failing frame: the padded request and the tokens the long-prefill threshold left it."""
-    import traceback
-
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is None:
+    failing frame: the padded request and the tokens the long-prefill threshold left it;
+    scheduler.py:1170 (`assert num_new_tokens > 0`, `zero_tokens_request`) likewise: the
+    request and its tokens, all of them a prefix hit, at the line the engine ran it."""
+    found = _failing_frame(exc)
+    if found is None:
         return ""
-    frame = traceback.extract_tb(tb)[-1]
-    if not frame.filename.replace(os.sep, "/").endswith("v1/core/sched/scheduler.py"):
-        return ""
+    tb, frame = found
     where = f"scheduler.py:{frame.lineno}"
     local = tb.tb_frame.f_locals
+    if (zero := zero_tokens_request(exc)) is not None:
+        v = _vllm()
+        fact = zero_tokens_assertion(zero.request_id, zero.num_tokens,
+                                     resumed=zero.status == v.RequestStatus.PREEMPTED)
+        return fact.replace(ZERO_TOKENS_ASSERTION, where, 1)
     if (frame.lineno == PAD_ASSERTION_LINE and "num_new_tokens" in local
             and "request" in local and local.get("pad_spec_decode")
             and local.get("long_prefill_token_threshold") == local["num_new_tokens"]):
@@ -1086,11 +1131,16 @@ def scheduler_assertion(exc: AssertionError) -> str:
     return f"{where} AssertionError: {frame.line}"
 
 
-def _crash_record(step: int, assertion: str, sched: Any) -> StepRecord:
+def _crash_record(step: int, assertion: str, sched: Any, zero: Any = None) -> StepRecord:
     """The record of a step of an engine dead at `assertion` (as the reference writes it):
     nothing scheduled, admitted, preempted or finished, no requests listed, the pool as
-    it stood when schedule() raised."""
-    return StepRecord(step=step, scheduled=(), admitted=(), resumed=(), preempted=(),
-                      finished=(),
+    it stood when schedule() raised. At scheduler.py:1170 the request `zero` that reached
+    it is listed as the admission (or resumption) asserted against, with 0 tokens: the
+    engine never made it (the request stays at the queue's head, nothing allocated)."""
+    rid = () if zero is None else (zero.request_id,)
+    resumed = zero is not None and zero.status == _vllm().RequestStatus.PREEMPTED
+    return StepRecord(step=step, scheduled=tuple((r, 0) for r in rid),
+                      admitted=() if resumed else rid, resumed=rid if resumed else (),
+                      preempted=(), finished=(),
                       free_blocks=sched.kv_cache_manager.block_pool.get_num_free_blocks(),
                       num_computed_tokens=(), extra=(("assertion", assertion),))
