@@ -3,6 +3,7 @@ a fixture that clears k-induction's per-process caches around a test that patche
 rules or an invariant, and the headless browser of the browser tests."""
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -31,12 +32,33 @@ GROUPED = {"test_vllm_invariant_cached.py": "cached_invariant",
            "test_vllm_v0_invariant.py": "v0_invariant"}
 
 
+#: Seconds each long test took in a run of the README command or of CI step 5, by node id
+#: (tests with no entry count as 0). The longest are sent first, so that no xdist worker
+#: starts one of them when the other has nothing left (step 5's induction test, 150-470 s,
+#: ended the run alone when it started late). Refresh it from a full run:
+#: BATCHPROOF_RECORD_DURATIONS=tests/durations.json pytest -n auto [-m slow] (the run's
+#: tests of 1 s or more are merged in).
+DURATIONS = Path(__file__).with_name("durations.json")
+RECORD_AT_LEAST_S = 1.0
+
+
+def _durations() -> dict[str, float]:
+    try:
+        return {k: float(v) for k, v in json.loads(DURATIONS.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long modules first (`FIRST`), the rest in the order collected; the default
-    tests of each `GROUPED` module in one xdist group."""
+    """The tests `DURATIONS` knows as long first, longest first; then the long modules
+    (`FIRST`), the rest in the order collected; the default tests of each `GROUPED` module
+    in one xdist group (xdist's loadgroup sends the groups, largest first, before the
+    single tests)."""
     rank = {name: i for i, name in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
+    seconds = _durations()
+    items.sort(key=lambda item: (-seconds.get(item.nodeid, 0.0),
+                                 rank.get(item.path.name, len(FIRST))))
     for item in items:
         group = GROUPED.get(item.path.name)
         if group is not None and item.get_closest_marker("slow") is None:
@@ -155,6 +177,36 @@ def browser() -> Iterator[Browser]:
     b = Browser(*found)
     yield b
     b.close()
+
+
+_RECORDED: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add up each test's set-up, call and tear-down time (on xdist's controller too) when
+    BATCHPROOF_RECORD_DURATIONS names a file to merge them into."""
+    if "BATCHPROOF_RECORD_DURATIONS" in os.environ and not report.skipped:
+        _RECORDED[report.nodeid] = _RECORDED.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Merge this run's tests of `RECORD_AT_LEAST_S` or more into the durations file (by
+    the controller, or a run without xdist; never by a worker)."""
+    target = os.environ.get("BATCHPROOF_RECORD_DURATIONS")
+    if not target or hasattr(session.config, "workerinput") or not _RECORDED:
+        return
+    path = Path(target)
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    for nodeid, took in _RECORDED.items():
+        if took >= RECORD_AT_LEAST_S:
+            known[nodeid] = round(took, 1)
+        else:
+            known.pop(nodeid, None)
+    path.write_text(json.dumps(dict(sorted(known.items(), key=lambda kv: (-kv[1], kv[0]))),
+                               indent=0) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
