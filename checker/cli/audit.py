@@ -60,9 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "disagreement shrunk with the vLLM this process imports")
     parser.add_argument("--vllm", metavar="PATH",
                         help="audit the vLLM at PATH instead of the one `import vllm` finds: "
-                        "a source checkout's root or a tree holding vllm/ (an overlay, "
-                        "python -m checker.conformance.vllm_overlay), run over this "
-                        "environment's dependencies; the first line names it")
+                        "a source checkout's root (no build needed) or a tree holding vllm/ "
+                        "(an overlay, python -m checker.conformance.vllm_overlay), run over "
+                        "this environment's dependencies on the CPU; the first line names it")
     parser.add_argument("--engine", default="vllm-v1",
                         help="the engine whose real scheduler is audited: vllm-v1 "
                         "(default) or sglang")
@@ -224,6 +224,13 @@ def use_vllm_tree(path: str, engine: str) -> Path:
     sys.path.insert(0, str(root))
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    # A source checkout has no build metadata saying "cpu" (none, or an sdist's
+    # vllm.egg-info with the bare version), so vLLM's platform detection
+    # (platforms/__init__.py:174-203 in 0.32.0) finds no platform and the engine's config
+    # fails to infer a device. The audit drives the scheduler on the CPU whatever the tree,
+    # so say so unless the caller did; the tree's compiled extensions (a checkout has
+    # none) are not loaded by the scheduler.
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     return root
 
 
