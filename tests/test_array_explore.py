@@ -424,23 +424,22 @@ def test_check_explore_runs_the_reference_explorer_when_asked(capsys):
     assert code == 0 and doc["verdicts"][0]["detail"].startswith("reference explorer;")
 
 
-@pytest.mark.slow  # the reference explorer on tiny_cached: about 24 s
+@pytest.mark.slow  # the reference explorer on tiny_spec_eagle
 def test_where_it_does_not_apply_auto_says_why(capsys):
-    code, doc = _explore_json(capsys, "--manifest-config", "tiny_cached",
-                              "--property", "no_admission_after_preemption")
+    code, doc = _explore_json(capsys, "--manifest-config", "tiny_spec_eagle",
+                              "--property", "budget_respected")
     assert code == 0
     assert doc["verdicts"][0]["detail"].startswith(
-        "reference explorer (the array explorer does not model prefix caching);")
+        "reference explorer (the array explorer does not model speculative decoding);")
 
 
 def test_where_it_does_not_apply_the_array_explorer_is_unknown(capsys):
-    code, doc = _explore_json(capsys, "--manifest-config", "tiny_cached",
-                              "--property", "no_admission_after_preemption",
-                              "--explorer", "array")
+    code, doc = _explore_json(capsys, "--manifest-config", "tiny_spec_eagle",
+                              "--property", "budget_respected", "--explorer", "array")
     (row,) = doc["verdicts"]
     assert code == 3 and row["verdict"] == "UNKNOWN"
-    assert "the array explorer does not apply: the array explorer does not model prefix " \
-           "caching" in row["detail"]
+    assert "the array explorer does not apply: the array explorer does not model " \
+           "speculative decoding" in row["detail"]
 
 
 def test_without_numpy_auto_falls_back_to_the_reference_explorer():

@@ -86,27 +86,25 @@ ARRAY_CHECKED = "array_explorer_checked"
 def unsupported(family: Family, bounds: Bounds) -> str | None:
     """None when this explorer searches exactly the environment of `bounds` on `family`
     as BMC and the reference explorer do, else why not (the caller keeps the reference
-    explorer). Covered: vLLM V1 without prefix caching, the AsyncScheduler or speculative
-    decoding (the setting cross-checked state for state against SPIN, docs/bench_scale.md,
-    and verdict for verdict against the reference explorer, tests/test_array_explore.py);
-    bounds with an arrival window and with EOS off (`options_for`)."""
+    explorer). Covered: vLLM V1 without speculative decoding, with or without prefix
+    caching and the AsyncScheduler (the synchronous, cache-free setting cross-checked
+    state for state against SPIN, docs/bench_scale.md; every setting verdict for verdict
+    and least counterexample for least counterexample against the reference explorer on
+    the manifest, tests/test_array_explore.py and tests/test_array_modes.py); requests of
+    a shared prefix group or with a cached prefix (Bounds.prefix_groups,
+    max_cached_prefix_len: request kinds of the menu, as for the reference explorer);
+    bounds with an arrival window and with EOS off (`options_for`). Speculative decoding
+    is out of scope: its environment also chooses accepted drafts and draft counts per
+    step (EngineModel.step_choices), which this search does not enumerate."""
     engine = family.model
     if not (engine.extra or {}).get(ARRAY_CHECKED):
         return (f"the array explorer is not cross-checked against {family.engine}'s "
                 "reference explorer")
     cfg = family.base
-    for name, on in (("prefix caching", getattr(cfg, "enable_prefix_caching", False)),
-                     ("the AsyncScheduler", getattr(cfg, "async_scheduling", False)),
-                     ("speculative decoding",
-                      getattr(cfg, "num_speculative_tokens", 0) > 0
-                      or bool(getattr(cfg, "speculative_method", "")))):
-        if on:
-            return f"the array explorer does not model {name}"
-    if family.ranges and any(name in ("enable_prefix_caching", "async_scheduling",
-                                      "num_speculative_tokens") for name, _, _ in family.ranges):
-        return "the array explorer does not model a family ranging over those features"
-    if bounds.prefix_groups or bounds.max_cached_prefix_len:
-        return "the array explorer does not model shared or cached prefixes"
+    if getattr(cfg, "num_speculative_tokens", 0) > 0 or getattr(cfg, "speculative_method", ""):
+        return "the array explorer does not model speculative decoding"
+    if family.ranges and any(name == "num_speculative_tokens" for name, _, _ in family.ranges):
+        return "the array explorer does not model a family ranging over speculative decoding"
     return supports(family)
 
 

@@ -8,9 +8,12 @@ fact it rests on (else the explorer keeps the leaf raw, which is always sound):
 - **behaviour key** (`same_behaviour`): its conjuncts say which leaves must be equal
   (`a.p == b.p`) and which leaves only order the slots (`G -> (a.i.f < a.j.f) ==
   (b.i.f < b.j.f)`, a guarded relative order: vLLM's run and wait keys). A leaf of the
-  second kind enters the key as its rank among the slots its guard selects; a leaf in no
-  conjunct (key counters, preemption counts) is left out. z3 proves that equal keys imply
-  `same_behaviour`.
+  second kind enters the key as its rank among the slots its guard selects. Global leaves
+  of one indexed tuple may be ordered the same way without a guard
+  (`(a.pool.i.f < a.pool.j.f) == (b.pool.i.f < b.pool.j.f)`: with prefix caching, the
+  free queue's cached tail and the order copies of a hash entered the cache); each enters
+  the key as its rank in its tuple. A leaf in no conjunct (key counters, preemption
+  counts) is left out. z3 proves that equal keys imply `same_behaviour`.
 - **carried leaves** (per property): a left-out or ranked leaf whose raw value flows into an
   observable the property reads (vLLM's `num_preemptions` into `SlotObs.num_preemptions`,
   the wait keys and their counters into `queue_key`) is kept raw, with every leaf its next
@@ -34,10 +37,22 @@ fact it rests on (else the explorer keeps the leaf raw, which is always sound):
   the finished requests were meet. A slot with several status fields (diff's product of
   two engines, checker/methods/array/product.py: one per side) retires at a combination of
   values, one per field, each a value its field never leaves, proved as one (or read off
-  the parts' proofs, `_joint_facts`). The premise, as for the reference explorer (whose
-  `state_key` drops finished requests), is that a property does not depend on what a
-  retired slot goes on reporting after it retired; tests/test_array_explore.py compares
-  verdicts with and without the reduction.
+  the parts' proofs, `_joint_facts`). Where no status value retires alone (a finished
+  request's output still in flight under the AsyncScheduler, its block table in a state
+  z3 cannot rule out), a slot retires at the status value together with some other
+  in-slot leaves at their initial values (`Shape.retire_quiet`): the leaves the step
+  resets when the slot enters that status, then those that still change in it, each
+  added until the slot keeps every leaf; the proof is the same, made for slots in that
+  condition only, and the explorer checks the whole condition. The premise, as for the
+  reference explorer (whose `state_key` drops finished requests), is that a property
+  does not depend on what a retired slot goes on reporting after it retired;
+  tests/test_array_explore.py compares verdicts with and without the reduction.
+
+Where a proof fails (or z3 cannot decide it in PROOF_TIMEOUT_MS), its reduction is off for
+that config, which is always sound: with prefix caching each slot's block hashes are its
+own ids (model/vllm/cache_rules.py `block_hash`), so swapping two slots does not commute
+with the step and the search is made without symmetry; the behaviour key, the global
+order groups and the quiet retirement do hold there.
 
 The proofs are made at min(slots, PROOF_SLOTS) slots: the rules are folds over slots with
 the same code for every slot, so a fact about two adjacent slots among three is a fact
@@ -48,6 +63,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -60,7 +76,7 @@ from checker.methods.array.stored import shape_from_json, shape_to_json
 from checker.methods.symbolic import fresh_state
 from model import registry as engines
 from model.core.engine import EngineModel
-from model.core.ops import SymbolicOps
+from model.core.ops import CONCRETE, SymbolicOps
 from model.core.types import SlotObs, SlotSpec, Step
 
 PROOF_SLOTS = 2
@@ -100,6 +116,13 @@ class Shape:
     next_flow: Mapping[Path, frozenset[Path]]
     constant: frozenset[Path] = frozenset()  # leaves at their initial value in every state
     notes: tuple[str, ...] = ()
+    # global leaves that only order each other (unguarded), one tuple per group: the key
+    # holds each one's rank in its group
+    global_order: tuple[tuple[Path, ...], ...] = ()
+    # in-slot leaves that must also be at their initial values for a slot to retire (after
+    # the status fields in each `retired` combination): what a finished request still has
+    # in flight, or holds in a block table, before it is quiet
+    retire_quiet: tuple[Path, ...] = ()
 
 
 def field_of(leaf_path: Path) -> Path:
@@ -146,14 +169,46 @@ def _lt_pair(e: z3.ExprRef) -> tuple[str, str] | None:
     return None
 
 
-def _parse_behaviour(term: z3.ExprRef) -> tuple[set[Path], dict[Path, dict[tuple[int, int], Any]]
-                                                ] | None:
-    """Equal leaves and guarded order fields of a same_behaviour term, None if a conjunct
-    has another shape."""
+def _group_of(p: Path, q: Path) -> Path | None:
+    """The group of two global leaves of one indexed tuple (`pool.0.queue_key` and
+    `pool.3.queue_key`: `pool.*.queue_key`), None if they are not such a pair."""
+    if p[0] == "slots" or len(p) != len(q):
+        return None
+    apart = [k for k, (x, y) in enumerate(zip(p, q, strict=True)) if x != y]
+    if len(apart) != 1 or not all(isinstance(v[apart[0]], int) for v in (p, q)):
+        return None
+    return (*p[:apart[0]], "*", *p[apart[0] + 1:])
+
+
+def _global_pair(c: z3.ExprRef) -> tuple[Path, Path, Path] | None:
+    """(group, p, q) for `(a.p < a.q) == (b.p < b.q)` over two global leaves of one
+    tuple, else None."""
+    if not z3.is_eq(c) or not z3.is_bool(c.arg(0)):
+        return None
+    left, right = _lt_pair(c.arg(0)), _lt_pair(c.arg(1))
+    if left is None or right is None:
+        return None
+    (t1, p1), (t2, p2) = _split(left[0]), _split(left[1])
+    (t3, p3), (t4, p4) = _split(right[0]), _split(right[1])
+    group = _group_of(p1, p2)
+    if t1 == t2 == "a" and t3 == t4 == "b" and p1 == p3 and p2 == p4 and group:
+        return group, p1, p2
+    return None
+
+
+def _parse_behaviour(term: z3.ExprRef) -> tuple[set[Path], dict[Path, dict[tuple[int, int], Any]],
+                                                dict[Path, set[tuple[Path, Path]]]] | None:
+    """Equal leaves, guarded order fields and unguarded global order groups of a
+    same_behaviour term, None if a conjunct has another shape."""
     equal: set[Path] = set()
     order: dict[Path, dict[tuple[int, int], Any]] = {}
+    groups: dict[Path, set[tuple[Path, Path]]] = {}
     for c in _conjuncts(term):
         if z3.is_true(c):
+            continue
+        pair = _global_pair(c)
+        if pair is not None:
+            groups.setdefault(pair[0], set()).add(pair[1:])
             continue
         if z3.is_eq(c):
             x, y = _const_name(c.arg(0)), _const_name(c.arg(1))
@@ -180,7 +235,7 @@ def _parse_behaviour(term: z3.ExprRef) -> tuple[set[Path], dict[Path, dict[tuple
             if tag != "a":
                 return None
         order.setdefault(p1[2:], {})[(int(p1[1]), int(p2[1]))] = guard
-    return equal, order
+    return equal, order, groups
 
 
 def z3_consts(e: z3.ExprRef) -> set[str]:
@@ -261,6 +316,13 @@ def _outputs(nxt: Any, obs: Step, obs_fields: Sequence[str]) -> list[Any]:
     return vals
 
 
+def _like(term: Any, value: int) -> Any:
+    """`value` as a bool where the leaf is a bool."""
+    if isinstance(term, bool) or (isinstance(term, z3.ExprRef) and z3.is_bool(term)):
+        return bool(value)
+    return value
+
+
 def _swap(seq: Sequence[Any], i: int) -> list[Any]:
     out = list(seq)
     out[i], out[i + 1] = out[i + 1], out[i]
@@ -276,6 +338,22 @@ def _set(value: Any, path: Path, leaf: Any) -> Any:
         assert isinstance(head, int)
         return (*value[:head], _set(value[head], rest, leaf), *value[head + 1:])
     return replace(value, **{str(head): _set(getattr(value, str(head)), rest, leaf)})
+
+
+def group_ranks(values: Sequence[Any]) -> list[Any]:
+    """Each value's rank in its group: how many of the others are smaller (ints or
+    arrays). Two groups with equal rank lists order their members alike."""
+    return [sum((v < x for k, v in enumerate(values) if k != i), start=0)
+            for i, x in enumerate(values)]
+
+
+def _group_ranks(values: Mapping[Path, Any], groups: Sequence[Sequence[Path]]) -> list[Any]:
+    """`group_ranks` of each group of leaves, as z3 terms."""
+    out: list[Any] = []
+    for g in groups:
+        out += [z3.Sum([z3.If(values[q] < values[p], 1, 0) for q in g if q != p])
+                for p in g]
+    return out
 
 
 class _Analyser:
@@ -316,43 +394,53 @@ class _Analyser:
                 out[path] = v
         return out
 
-    def behaviour(self) -> tuple[frozenset[Path], tuple[OrderField, ...], bool]:
+    def behaviour(self) -> tuple[frozenset[Path], tuple[OrderField, ...], bool,
+                                 tuple[tuple[Path, ...], ...]]:
         a, b = self.fresh("a", 0), self.fresh("b", 0)
         ops = SymbolicOps()
         same = self.engine.same_behaviour(ops, a, b)
         if ops.take_definitions() or isinstance(same, bool):
             self.notes.append("same_behaviour is not a plain conjunction: every leaf kept raw")
-            return frozenset(), (), False
+            return frozenset(), (), False, ()
         parsed = _parse_behaviour(same)
         if parsed is None:
             self.notes.append("same_behaviour has a conjunct of another shape: every leaf "
                               "kept raw")
-            return frozenset(), (), False
-        equal, order = parsed
+            return frozenset(), (), False, ()
+        equal, order, groups = parsed
         fields_eq = frozenset(field_of(p) for p in equal)
         ofs = []
         for f, pairs in order.items():
             if set(pairs) != {(i, j) for i in range(self.n) for j in range(self.n) if i != j}:
                 self.notes.append(f"order field {f} is not compared for every pair")
-                return frozenset(), (), False
+                return frozenset(), (), False, ()
             ofs.append(OrderField(f, tuple((i, j, g) for (i, j), g in sorted(pairs.items()))))
         if not all(self._uniform(of) for of in ofs):
             self.notes.append("an order guard reads another slot or differs between pairs")
-            return frozenset(), (), False
+            return frozenset(), (), False, ()
+        gos = []
+        for name, compared in sorted(groups.items(), key=repr):
+            members = tuple(sorted({p for pq in compared for p in pq}, key=repr))
+            if compared != {(p, q) for p in members for q in members if p != q}:
+                self.notes.append(f"order group {name} is not compared for every pair")
+                return frozenset(), (), False, ()
+            gos.append(members)
         # Equal keys must imply same_behaviour: the key is sound. The guards name a's
         # leaves; b's ranks use b's own leaves under the same guards.
         va, vb = values_of(a), values_of(b)
         key_eq = [va[p] == vb[p] for p in equal]
         key_eq += [x == y for x, y in zip(self._ranks(a, ofs), self._ranks(b, ofs),
                                           strict=True)]
+        key_eq += [x == y for x, y in zip(_group_ranks(va, gos), _group_ranks(vb, gos),
+                                          strict=True)]
         if not _solve_unsat([*key_eq, z3.Not(same)], PROOF_TIMEOUT_MS):
             self.notes.append("equal behaviour keys do not imply same_behaviour: every leaf "
                               "kept raw")
-            return frozenset(), (), False
+            return frozenset(), (), False, ()
         every = {leaf.path for leaf in self.leaves}
-        if not equal <= every:
-            return frozenset(), (), False
-        return fields_eq, tuple(ofs), True
+        if not equal <= every or not {p for g in gos for p in g} <= every:
+            return frozenset(), (), False, ()
+        return fields_eq, tuple(ofs), True, tuple(gos)
 
     def _uniform(self, of: OrderField) -> bool:
         """Each pair's guard reads only its two slots and the global leaves, and is pair
@@ -430,9 +518,50 @@ class _Analyser:
         if self.n < 2:
             return "full"
         for condition in ("none", "priority"):
+            if any(self._swap_breaks(i, condition) for i in range(self.n - 1)):
+                continue  # a concrete run refutes it: no proof to attempt
             if all(self._commutes(i, condition, None) for i in range(self.n - 1)):
                 return "full" if condition == "none" else "priority"
         return "none"
+
+    def _swap_breaks(self, i: int, condition: str, runs: int = 40) -> bool:
+        """A concrete run of the rules in which swapping arrived slots i and i+1 before a
+        step differs from swapping them after it: a counterexample to `_commutes` (its
+        query ranges over every state, these are reachable ones), found without z3. With
+        prefix caching a request's own block hashes name its slot, so a run that caches a
+        block finds one at once; where none is found the proof decides."""
+        rng = random.Random(i)
+        for _ in range(runs):
+            specs = sorted((self._random_spec(rng) for _ in range(self.n)),
+                           key=lambda sp: sp.arrival_step)
+            if condition == "priority" and specs[i].priority == specs[i + 1].priority:
+                continue
+            state = self.template
+            for t in range(1, 5):
+                eos = [rng.random() < 0.3 for _ in range(self.n)]
+                try:
+                    nxt, obs = self.engine.step(CONCRETE, self.cfg, specs, state, eos)
+                    arrived = all(1 <= sp.arrival_step < t for sp in specs[i:i + 2])
+                    if arrived:
+                        swapped = replace(state, slots=tuple(_swap(state.slots, i)))
+                        n2, o2 = self.engine.step(CONCRETE, self.cfg, _swap(specs, i),
+                                                  swapped, _swap(eos, i))
+                        back = replace(n2, slots=tuple(_swap(n2.slots, i)))
+                        if _outputs(nxt, obs, ()) != _outputs(back, o2, ()):
+                            return True
+                except (ArithmeticError, AssertionError, ValueError, TypeError):
+                    break  # a run the rules refuse is no counterexample: the proof decides
+                state = nxt
+        return False
+
+    def _random_spec(self, rng: random.Random) -> SlotSpec:
+        """A request arriving in step 1 or 2, shorter than max_model_len."""
+        limit = getattr(self.cfg, "max_model_len", 8)
+        longest = max(1, min(limit - 1, 8)) if isinstance(limit, int) else 4
+        prompt = rng.randint(1, longest)
+        group = rng.randint(0, 1)
+        return SlotSpec(prompt, rng.randint(1, 3), rng.randint(1, 2), rng.randint(0, 1), 0,
+                        group, rng.randint(1, prompt) if group else 0)
 
     def permuted(self, condition: str, obs_fields: Sequence[str]) -> bool:
         """The swap carries these SlotObs fields along with the slots."""
@@ -464,22 +593,138 @@ class _Analyser:
         return _solve_unsat([*cons, *d1, *d2, z3.Or(*diff)] if diff else [z3.BoolVal(False)],
                             PROOF_TIMEOUT_MS)
 
-    def retired(self) -> frozenset[tuple[int, ...]]:
+    def retired(self) -> tuple[frozenset[tuple[int, ...]], tuple[Path, ...]]:
         """The retired combinations of the slot's status fields (`layout.status_fields`:
-        one for an engine, one per side for diff's product), one value per field."""
+        one for an engine, one per side for diff's product), one value per field, then the
+        initial values of the quiet leaves (`Shape.retire_quiet`, none when a status value
+        retires alone)."""
         status = status_fields(self.leaves)
         if not status:
-            return frozenset()
+            return frozenset(), ()
         initial = {leaf.field: leaf.initial for leaf in self.leaves if leaf.slot == 0}
         if len(status) == 1:
-            return frozenset((v,) for v in range(8)
-                             if v != initial[status[0]] and self._retires({status[0]: v}))
+            values = [v for v in range(8) if v != initial[status[0]]]
+            if self.cfg_has_quiet_leaves():
+                # only a value a slot can enter is worth a proof (the others never occur)
+                values = [v for v in values if self._enters(status[0], v)]
+            alone = frozenset((v,) for v in values if self._retires({status[0]: v}))
+            if alone:
+                return alone, ()
+            return self._retired_quiet(status[0], values, initial)
         # Several fields (a product of two engines' slots): the combinations of values
         # each of which its field never leaves, each proved as one.
         kept = [[v for v in range(8) if v != initial[f] and self._absorbing(f, v)]
                 for f in status]
         return frozenset(combo for combo in itertools.product(*kept)
-                         if self._retires(dict(zip(status, combo, strict=True))))
+                         if self._retires(dict(zip(status, combo, strict=True)))), ()
+
+    def _retired_quiet(self, status: Path, values: Sequence[int], initial: Mapping[Path, int]
+                       ) -> tuple[frozenset[tuple[int, ...]], tuple[Path, ...]]:
+        """Status values that retire with some other leaves at their initial values: per
+        value, the leaves the step resets on entering it, then (repeatedly) the leaves
+        that still change in it; one set of quiet leaves for every value that retires."""
+        quiet: dict[int, tuple[Path, ...]] = {}
+        for v in values:
+            q = self._quiet_leaves(status, v, initial)
+            if q is not None:
+                quiet[v] = q
+        if not quiet:
+            return frozenset(), ()
+        common = tuple(sorted({f for q in quiet.values() for f in q}, key=repr))
+        kept = frozenset((v, *(initial[f] for f in common)) for v in sorted(quiet)
+                         if self._retires({status: v, **{f: initial[f] for f in common}}))
+        return (kept, common) if kept else (frozenset(), ())
+
+    def _quiet_leaves(self, status: Path, v: int, initial: Mapping[Path, int]
+                      ) -> tuple[Path, ...] | None:
+        """The quiet leaves under which status v could retire (None: status v is not
+        absorbing, or some leaf keeps changing)."""
+        if not self._absorbing(status, v):
+            return None
+        others = [f for f in initial if f != status]
+        quiet = {f for f in others if self._resets(status, v, f, initial[f])}
+        for _ in range(len(others)):
+            fixed = {status: v, **{f: initial[f] for f in quiet}}
+            moving = {f for f in others if f not in quiet and self._changes(fixed, f)}
+            if not moving:
+                return tuple(sorted(quiet, key=repr))
+            quiet |= moving
+        return None
+
+    def _independent(self, fixed: Mapping[Path, int]) -> bool:
+        """No output but slot 0's own names slot 0's other leaves or its request, once the
+        step is built for a slot 0 with these leaves fixed and simplified (a sufficient
+        condition for `_retires`'s second query, decided without the solver's search,
+        which a large step such as the prefix cache's can exceed the time limit in)."""
+        s = self.fresh("s", 2)
+        slot = s.slots[0]
+        for g, x in fixed.items():
+            slot = _set(slot, g, _like(values_of(slot)[g], x))
+        s = replace(s, slots=(slot, *s.slots[1:]))
+        specs = _symbolic_specs("p", self.n)
+        eos = [z3.Bool(f"e{k}") for k in range(self.n)]
+        nxt, obs = self.engine.step(_Unnamed(), self.cfg, specs, s, eos)
+        outs = _outputs(replace(nxt, slots=nxt.slots[1:]), replace(obs, slots=obs.slots[1:]),
+                        _OBS_FIELDS)
+
+        def mine(names: set[str]) -> bool:
+            return any(c.startswith(("s.slots.0.", "p0.")) for c in names)
+        goal = z3.Goal()
+        for k, x in enumerate(outs):
+            if isinstance(x, z3.ExprRef) and mine(z3_consts(x)):
+                goal.add(z3.Const(f"out.{k}", x.sort()) == x)
+        if len(goal) == 0:
+            return True
+        # one simplification of every output at once: they share most of their terms
+        simplified = z3.Tactic("simplify")(goal)
+        return not any(mine(z3_consts(f)) for sub in simplified for f in sub)
+
+    def cfg_has_quiet_leaves(self) -> bool:
+        """Whether a slot has leaves beyond the plain request's (a block table, what is in
+        flight): the engines whose retirement may need quiet leaves."""
+        return any(leaf.slot == 0 and len(leaf.field) > 1 for leaf in self.leaves)
+
+    def _enters(self, status: Path, v: int) -> bool:
+        """A slot may enter status v in a step (or z3 cannot rule it out)."""
+        t = 3
+        s = self.fresh("s", t - 1)
+        specs = _symbolic_specs("p", self.n)
+        cons = [specs[0].arrival_step >= 1, specs[0].arrival_step < t,
+                _differs(values_of(s.slots[0])[status], v)]
+        eos = [z3.Bool(f"e{k}") for k in range(self.n)]
+        n1, _, d1 = _step(self.engine, self.cfg, specs, s, eos)
+        return not _solve_unsat([*cons, *d1, values_of(n1.slots[0])[status] == v],
+                                PROOF_TIMEOUT_MS)
+
+    def _resets(self, status: Path, v: int, f: Path, value: int) -> bool:
+        """A slot entering status v in a step leaves it with leaf f at `value`."""
+        t = 3
+        s = self.fresh("s", t - 1)
+        specs = _symbolic_specs("p", self.n)
+        cons = [specs[0].arrival_step >= 1, specs[0].arrival_step < t,
+                _differs(values_of(s.slots[0])[status], v)]
+        eos = [z3.Bool(f"e{k}") for k in range(self.n)]
+        n1, _, d1 = _step(self.engine, self.cfg, specs, s, eos)
+        after = values_of(n1.slots[0])
+        return _solve_unsat([*cons, *d1, after[status] == v,
+                             _differs(after[f], _like(after[f], value))],
+                            PROOF_TIMEOUT_MS)
+
+    def _changes(self, fixed: Mapping[Path, int], f: Path) -> bool:
+        """Slot 0, with these leaves fixed, may change leaf f in a step (or z3 cannot
+        tell)."""
+        t = 3
+        s = self.fresh("s", t - 1)
+        slot = s.slots[0]
+        for g, x in fixed.items():
+            slot = _set(slot, g, _like(values_of(slot)[g], x))
+        s = replace(s, slots=(slot, *s.slots[1:]))
+        specs = _symbolic_specs("p", self.n)
+        cons = [specs[0].arrival_step >= 1, specs[0].arrival_step < t]
+        eos = [z3.Bool(f"e{k}") for k in range(self.n)]
+        n1, _, d1 = _step(self.engine, self.cfg, specs, s, eos)
+        return not _solve_unsat([*cons, *d1, _differs(values_of(n1.slots[0])[f],
+                                                      values_of(slot)[f])], PROOF_TIMEOUT_MS)
 
     def _absorbing(self, f: Path, v: int) -> bool:
         """Slot 0's field f, at value v, keeps that value through any step."""
@@ -501,7 +746,8 @@ class _Analyser:
         other = self.fresh("r", t - 1)
         first, second = s.slots[0], other.slots[0]
         for f, v in status.items():
-            first, second = _set(first, f, v), _set(second, f, v)
+            x = _like(values_of(first)[f], v)
+            first, second = _set(first, f, x), _set(second, f, x)
         s = replace(s, slots=(first, *s.slots[1:]))
         s2 = replace(s, slots=(second, *s.slots[1:]))
         specs = _symbolic_specs("p", self.n)
@@ -514,6 +760,8 @@ class _Analyser:
                                                 values_of(s.slots[0]).values(), strict=True)]
         if not _solve_unsat([*cons, *d1, z3.Or(*frozen)], PROOF_TIMEOUT_MS):
             return False
+        if len(status) > len(status_fields(self.leaves)) and self._independent(status):
+            return True  # quiet leaves: decided without the solver (`_independent`)
         n2, o2, d2 = _step(self.engine, self.cfg, specs2, s2, eos)
         rest = [_differs(x, y) for x, y in zip(
             _outputs(replace(n1, slots=n1.slots[1:]), replace(o1, slots=o1.slots[1:]),
@@ -638,22 +886,24 @@ def _shape(key: _Engine, rule_cfg: Any, slots: int) -> Shape:
 
 def _proved_shape(engine: EngineModel, rule_cfg: Any, slots: int) -> Shape:
     a = _Analyser(engine, rule_cfg, slots)
-    equal, order, proved = a.behaviour()
+    equal, order, proved, global_order = a.behaviour()
     arrival = a.arrival_read()
     obs_flow, next_flow = a.flow()
     n = max(1, min(slots, PROOF_SLOTS))
     parts = _parts(engine, rule_cfg)
+    quiet: tuple[Path, ...] = ()
     if parts:
         sym, retired = _joint_facts(engine, parts, slots)
         retired = retired if proved else frozenset()
     else:
         small = _Analyser(engine, rule_cfg, n) if n != slots else a
         sym = small.symmetry()
-        retired = small.retired() if proved else frozenset()
+        retired, quiet = small.retired() if proved else (frozenset(), ())
     return Shape(proof_slots=n, equal=equal, order=order, behaviour_proved=proved,
                  arrival_step_read=arrival, symmetry=sym,
                  retired=retired, obs_flow=obs_flow, next_flow=next_flow,
-                 constant=frozenset(field_of(p) for p in a.constant), notes=tuple(a.notes))
+                 constant=frozenset(field_of(p) for p in a.constant), notes=tuple(a.notes),
+                 global_order=global_order, retire_quiet=quiet if retired else ())
 
 
 def _parts(engine: Any, rule_cfg: Any) -> tuple[tuple[EngineModel, Any], ...]:
@@ -675,6 +925,8 @@ def _joint_facts(engine: Any, parts: Sequence[tuple[EngineModel, Any]], slots: i
     shapes = [shape(e, c, slots) for e, c in parts]
     kinds = {sh.symmetry for sh in shapes}
     sym = "none" if "none" in kinds else "priority" if "priority" in kinds else "full"
+    if any(sh.retire_quiet for sh in shapes):
+        return sym, frozenset()  # a side retires on quiet leaves: not read off, none kept
     combos: list[tuple[int, ...]] = [()]
     for sh in shapes:  # the product's status fields: the first part's, then the next's
         combos = [(*c, *r) for c in combos for r in sorted(sh.retired)]

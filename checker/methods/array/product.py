@@ -224,6 +224,15 @@ def pair_unsupported(a: Side, b: Side, bounds: Bounds) -> str | None:
         why = unsupported(Family(base=side.config, engine=side.engine), bounds)
         if why is not None:
             return f"{side.label}: {why}"
+        # The product is cross-checked against the reference product search without the
+        # cache and the AsyncScheduler only (tests/test_diff_array.py); a check is with
+        # them too (tests/test_array_modes.py).
+        for name, on in (("prefix caching", getattr(side.config, "enable_prefix_caching",
+                                                    False)),
+                         ("the AsyncScheduler", getattr(side.config, "async_scheduling",
+                                                        False))):
+            if on:
+                return f"{side.label}: the array product search does not model {name}"
         state = engines.get(side.engine).initial_state(
             1, engines.get(side.engine).rule_config(side.config))
         if not hasattr(state, "slots"):

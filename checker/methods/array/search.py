@@ -161,8 +161,11 @@ class Search:
             self.key_slot = [f for f in slot_fields if f in sh.equal or f in self.carried]
             self.key_global = [p for p in global_fields if p in sh.equal or p in self.carried]
             self.order = list(sh.order)
+            self.global_order = [g for g in sh.global_order
+                                 if not set(g) <= set(self.key_global)]
         else:
             self.key_slot, self.key_global, self.order = slot_fields, global_fields, []
+            self.global_order = []
         self.guards = {(of.field, i, j): analysis.guard_fn(of, i, j, sh.proof_slots)
                        for of in self.order for i, j in analysis.pairs(n)}
         self.hist_slot = self.reads.past_slot_fields()
@@ -186,8 +189,14 @@ class Search:
             sym = "none"  # an atom that reads two slots does not follow a slot swap
         self.symmetry = sym
         self.retired = tuple(sorted(sh.retired)) if self.opt.retire else ()
-        self.status_fields = status_fields(self.leaves)
-        if not self.status_fields:
+        # A slot retires at a combination of its status fields' values and, where the
+        # proof needed them, of its quiet leaves' initial values (analysis.Shape); a quiet
+        # leaf that is constant has no column and is always at its initial value.
+        fields_ = (*status_fields(self.leaves), *sh.retire_quiet)
+        kept = [k for k, f in enumerate(fields_) if f not in sh.constant]
+        self.status_fields = tuple(fields_[k] for k in kept)
+        self.retired = tuple(sorted({tuple(c[k] for k in kept) for c in self.retired}))
+        if not status_fields(self.leaves):
             self.retired = ()
         self.initial = {leaf.path: leaf.initial for leaf in self.leaves}
 
@@ -664,6 +673,7 @@ class Search:
                             r = r + self.ops.and_(g, vals[k] < vals[i])
                     ranks[(of.field, i)] = r
         glob_wide = [src[c] for c in self.key_glob_cols]
+        glob_wide += self._group_ranks(lambda c: src[c])
         if self.opt.arrival_steps is not None:
             glob_wide.append(min(d, self.opt.arrival_steps))
         if self.depth_in_key:
@@ -694,8 +704,19 @@ class Search:
             return self.codec.encode_codes(g, codes, prio, rows)
         slots = [[col(c) for c in cols] + rank_cols[s]
                  for s, cols in enumerate(self.key_slot_cols)]
-        glob = [col(c) for c in self.key_glob_cols] + glob_wide[len(self.key_glob_cols):]
+        glob = [col(c) for c in self.key_glob_cols] + self._group_ranks(col)
+        glob += glob_wide[len(glob):]
         return self.codec.encode(glob, slots, rows)
+
+    def _group_ranks(self, value: Any) -> list[Any]:
+        """The ranks of the global order groups' leaves (`value` of a column), in group
+        order: what the key holds of them (analysis.Shape.global_order)."""
+        out: list[Any] = []
+        for group in self.global_order:
+            out += analysis.group_ranks([
+                value(self.ci[("leaf", p)]) if ("leaf", p) in self.ci else self.initial[p]
+                for p in group])
+        return out
 
     def _fit(self, glob: list[Any], slots: list[list[Any]]) -> None:
         """Widen the codec (and re-encode what is stored) if these values do not fit."""

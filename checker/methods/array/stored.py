@@ -77,6 +77,8 @@ def shape_to_json(sh: Any) -> dict[str, Any] | None:
         "next_flow": sorted(([list(k), _paths(v)] for k, v in sh.next_flow.items()),
                             key=repr),
         "constant": _paths(sh.constant), "notes": list(sh.notes),
+        "global_order": [[list(p) for p in g] for g in sh.global_order],
+        "retire_quiet": [list(p) for p in sh.retire_quiet],
     }
 
 
@@ -99,4 +101,6 @@ def shape_from_json(stored: Mapping[str, Any], shape_type: type, order_type: typ
         retired=frozenset(tuple(r) for r in stored["retired"]),
         obs_flow={k: frozenset(map(_path, v)) for k, v in stored["obs_flow"].items()},
         next_flow={_path(k): frozenset(map(_path, v)) for k, v in stored["next_flow"]},
-        constant=frozenset(map(_path, stored["constant"])), notes=tuple(stored["notes"]))
+        constant=frozenset(map(_path, stored["constant"])), notes=tuple(stored["notes"]),
+        global_order=tuple(tuple(map(_path, g)) for g in stored.get("global_order", [])),
+        retire_quiet=tuple(map(_path, stored.get("retire_quiet", []))))

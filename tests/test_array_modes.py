@@ -1,0 +1,207 @@
+"""The array explorer with prefix caching and the AsyncScheduler on (issue 29 item 3):
+admitted where it models the environment exactly, refused for speculative decoding, its
+reductions proved for the new state (or off where a proof does not cover it), and on every
+manifest entry of the cached and async vLLM configs the reference explorer's verdicts,
+depths, least counterexamples and lassos."""
+
+import time
+
+import pytest
+
+from checker.methods import array as ax
+from checker.methods import explore
+from checker.methods.array import analysis
+from checker.methods.array.search import Options, Search
+from checker.methods.jobs import (
+    Job,
+    explored,
+    explorer_of,
+    family_of,
+    symbolic_bounds,
+)
+from checker.methods.symbolic import Bounds, Family
+from checker.methods.verdict import VIOLATED
+from model import registry
+from model.vllm.config import Config
+from properties import catalogue, manifest
+
+CACHED = ("tiny_cached", "tiny_cached_uncapped")
+ASYNC = ("tiny_async",)
+# A prefix cache small enough for the default suite: 2 usable blocks of 2 tokens, tables
+# of 2 entries (tiny_cached's 4-block pool takes its reduction proofs about 2 minutes).
+SMALL_CACHED = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=4,
+                      block_size=2, num_gpu_blocks=3, enable_prefix_caching=True)
+SMALL_BOUNDS = Bounds(slots=2, depth=4, max_prompt_len=3, max_max_tokens=2, prefix_groups=1)
+
+
+def _modes_groups():
+    """Manifest entries of the vLLM V1 configs with prefix caching or the AsyncScheduler on
+    and no speculative decoding, one group per (config, bounds, kind of search) as
+    jobs.run_batch shares a search among step properties."""
+    m = manifest.load()
+    groups: dict[tuple, list] = {}
+    for e in m.entries:
+        cfg = m.configs[e.config].config
+        if e.engine != "vllm-v1" or "explore" not in e.methods:
+            continue
+        if not (cfg.enable_prefix_caching or cfg.async_scheduling) or cfg.num_spec_tokens:
+            continue
+        prop = catalogue.get(e.property, **dict(e.params))
+        key = (e.config, e.bounds, "step" if prop.kind == "step" else e.property)
+        groups.setdefault(key, []).append(e)
+    return groups
+
+
+def _param(key, entries, marks=()):
+    bounds = "-".join(f"{k}{v}" for k, v in key[1]) or "bounds"
+    return pytest.param(entries, id=f"{key[0]}-{bounds}-{key[2]}", marks=marks)
+
+
+# The reference explorer takes one to three minutes on tiny_cached's default bounds (105
+# request kinds over 2 slots), and the array explorer's first search of a cached config
+# pays its reduction proofs (about 2 minutes per rule config with an empty proof store,
+# which any edit under model/ or checker/methods/ empties); the async group takes seconds.
+SLOW_CONFIGS = set(CACHED)
+
+
+def _agree(entries):
+    m = manifest.load()
+    first = entries[0]
+    nc = manifest.with_bounds(m.configs[first.config], **dict(first.bounds))
+    props = [catalogue.get(e.property, **dict(e.params)) for e in entries]
+    family, bounds = family_of(nc), symbolic_bounds(nc)
+    assert ax.unsupported(family, bounds) is None
+    reference = explore.check_many(props, family, bounds, 900)
+    arrays = ax.check_many(props, family, bounds, 900)
+    for e, ref, arr in zip(entries, reference, arrays, strict=True):
+        assert (arr.status, arr.depth, arr.workload, arr.loop) == \
+            (ref.status, ref.depth, ref.workload, ref.loop), e.property
+        assert arr.status == ("violated" if e.expected == "VIOLATED" else "holds"), e.property
+        if arr.status == "violated":
+            job = Job(e.engine, e.property, e.params, nc, e.expected, 600, method="explore")
+            assert explored(job, arr).verdict.verdict == VIOLATED, e.property  # replayed
+    return reference[0].stats, arrays[0].stats
+
+
+def test_every_cached_and_async_entry_is_in_a_group():
+    groups = _modes_groups()
+    configs = {key[0] for key in groups}
+    assert configs == {*CACHED, *ASYNC}
+    assert sum(len(v) for v in groups.values()) == 13
+
+
+@pytest.mark.parametrize("entries", [_param(k, v) for k, v in _modes_groups().items()
+                                     if k[0] not in SLOW_CONFIGS])
+def test_async_entries_agree_with_the_reference_explorer(entries):
+    _agree(entries)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entries", [_param(k, v) for k, v in _modes_groups().items()
+                                     if k[0] in SLOW_CONFIGS])
+def test_cached_entries_agree_with_the_reference_explorer(entries):
+    _agree(entries)
+
+
+@pytest.mark.parametrize("name", ["kv_blocks_conserved", "computed_within_tokens",
+                                  "admitted_with_tokens", "resumed_recomputes_all",
+                                  "prefix_hit_whole_blocks"])
+def test_a_small_cache_is_searched_as_the_reference_searches_it(name):
+    # the fast sibling of the cached entries: the same comparison on a 2-block pool
+    prop = catalogue.get(name)
+    ref = explore.check(prop, Family(SMALL_CACHED), SMALL_BOUNDS, 300)
+    arr = ax.check(prop, Family(SMALL_CACHED), SMALL_BOUNDS, 300)
+    assert (arr.status, arr.depth, arr.workload) == (ref.status, ref.depth, ref.workload)
+
+
+# ---- where it applies ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("config", [*CACHED, *ASYNC])
+def test_the_cached_and_async_configs_are_searched_by_the_array_explorer(config):
+    nc = manifest.load().configs[config]
+    assert ax.unsupported(family_of(nc), symbolic_bounds(nc)) is None
+
+
+@pytest.mark.parametrize("config", ["tiny_spec", "tiny_spec_async", "tiny_spec_cached"])
+def test_speculative_decoding_stays_with_the_reference_explorer(config):
+    nc = manifest.load().configs[config]
+    why = ax.unsupported(family_of(nc), symbolic_bounds(nc))
+    assert why == "the array explorer does not model speculative decoding"
+    job = Job("vllm-v1", "budget_respected", (), nc, "HOLDS", 60, method="explore")
+    assert explorer_of(job) == ("reference", why)
+
+
+def test_auto_picks_the_array_explorer_on_tiny_cached():
+    # 2 slots of 105 request kinds: 11025 arrival orders per step
+    nc = manifest.load().configs["tiny_cached"]
+    job = Job("vllm-v1", "admitted_with_tokens", (), nc, "HOLDS", 60, method="explore")
+    assert explorer_of(job) == ("array", "")
+
+
+# ---- the reductions on the new state ----------------------------------------------------
+
+def _shape(config):
+    family = Family(config) if isinstance(config, Config) else \
+        family_of(manifest.load().configs[config])
+    return analysis.shape(family.model, family.model.rule_config(family.base), 2)
+
+
+def test_async_retires_a_finished_slot_once_its_output_is_delivered():
+    sh = _shape("tiny_async")
+    # FINISHED alone does not retire: the pending output is delivered in the next step
+    assert sh.retired and all(combo[0] == 4 for combo in sh.retired)
+    assert ("in_flight", 0, "pending_sample") in sh.retire_quiet
+    assert sh.symmetry == "full" and sh.behaviour_proved
+
+
+def test_prefix_caching_keeps_the_pool_order_as_ranks_and_no_symmetry():
+    sh = _shape(SMALL_CACHED)
+    assert sh.behaviour_proved
+    groups = {tuple(p[-1] for p in g) for g in sh.global_order}
+    assert groups == {("cached_at",) * 2, ("queue_key",) * 2}
+    # every slot's own block hashes are its own ids: a swap of slots does not commute
+    assert sh.symmetry == "none"
+    # FINISHED retires once its blocks are released (the table's entries back at 0)
+    assert sh.retired == {(4, 0, 0, 0, 0)}
+    assert set(sh.retire_quiet) == {("blocks",), ("num_cached",), ("table", 0), ("table", 1)}
+
+
+def test_a_quiet_slot_is_only_retired_whole():
+    # The explorer resets a slot only where every leaf of the proved condition holds: a
+    # FINISHED slot whose output is still in flight keeps its leaves.
+    engine = registry.get("vllm-v1")
+    cfg = engine.rule_config(manifest.load().configs["tiny_async"].config)
+    search = Search(engine, cfg, [], explore.menu(Bounds(slots=2, depth=2), cfg), 2, 2,
+                    Options(), time.monotonic() + 60)
+    assert search.status_fields[0] == ("status",) and len(search.status_fields) > 1
+    assert all(len(c) == len(search.status_fields) for c in search.retired)
+
+
+@pytest.mark.parametrize("config,bounds", [
+    ("tiny_async", Bounds(slots=2, depth=4, max_prompt_len=3, max_max_tokens=2)),
+    (SMALL_CACHED, SMALL_BOUNDS),
+], ids=["async", "cached"])
+@pytest.mark.parametrize("name", ["kv_blocks_conserved", "computed_within_tokens",
+                                  "no_admission_after_preemption"])
+def test_the_reductions_change_no_verdict_with_the_cache_or_in_flight_tokens(config, bounds,
+                                                                             name):
+    family = Family(config) if isinstance(config, Config) else \
+        family_of(manifest.load().configs[config])
+    prop = catalogue.get(name)
+    results = [ax.check(prop, family, bounds, 300, symmetric=sym, options=Options(retire=r))
+               for sym in (False, True) for r in (False, True)]
+    assert len({(x.status, x.depth, x.workload) for x in results}) == 1
+    assert results[-1].stats.states <= results[0].stats.states
+
+
+def test_a_cached_prefix_kind_is_searched_as_the_reference_searches_it():
+    # max_cached_prefix_len: request kinds with a cached prefix (the menu's), as for the
+    # reference explorer
+    bounds = Bounds(slots=2, depth=3, max_prompt_len=3, max_max_tokens=2,
+                    max_cached_prefix_len=2)
+    assert ax.unsupported(Family(SMALL_CACHED), bounds) is None
+    for name in ("admitted_with_tokens", "computed_within_tokens"):
+        prop = catalogue.get(name)
+        ref = explore.check(prop, Family(SMALL_CACHED), bounds, 300)
+        arr = ax.check(prop, Family(SMALL_CACHED), bounds, 300)
+        assert (arr.status, arr.depth, arr.workload) == (ref.status, ref.depth, ref.workload)
