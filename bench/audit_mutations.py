@@ -41,6 +41,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PATCHES = ROOT / "tests" / "audit_mutations"
 MODES = "off,prefix"
+#: tests/test_audit.py's one audit of each mutation, and docs/audit.md's table's (see
+#: bench/audit_table.py): every source and every mode, 25 random workloads per mode, the
+#: random ones first so that a finding they reach is shrunk from a random workload.
+ONE_AUDIT = ("--seed", "1000", "--count", "25", "--sources",
+             "random,counterexamples,witnesses")
 
 
 def mutations() -> dict[str, Path]:

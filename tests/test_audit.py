@@ -123,6 +123,19 @@ def test_a_faithful_engine_gives_a_clean_audit(fake):
     assert report.location.endswith("fakesched")
 
 
+def test_the_random_workloads_come_first_when_listed_first(fake):
+    """`counterexamples` and `random` are audited in the order listed (a group's first
+    workload is the one its finding shrinks); the same workloads either way."""
+    fake.FAULT = "overrun"  # every workload that schedules shows it
+    default, random_first = (audit.audit(_options(sources=order, shrink_calls=0))
+                             for order in (("counterexamples", "random"),
+                                           ("random", "counterexamples")))
+    [a], [b] = default.findings, random_first.findings
+    assert (a.first.source, a.first_index) == ("counterexamples", 1)
+    assert (b.first.source, b.first.label, b.first_index) == ("random", "random off seed 3", 1)
+    assert default.sources == random_first.sources and a.count == b.count
+
+
 def test_a_budget_overrun_is_one_finding_its_violation_folded_under_the_divergence(fake):
     fake.FAULT = "overrun"
     report = audit.audit(_options(sources=("random",), shrink_calls=2000))
@@ -798,24 +811,6 @@ def test_the_mutation_patches_are_small_and_say_what_they_do():
 @needs_vllm
 @pytest.mark.conformance
 @pytest.mark.slow
-@pytest.mark.parametrize("name", MUTATIONS)
-def test_audit_catches_each_mutation_with_a_minimal_workload(name, tmp_path):
-    mut = _mutations_module()
-    overlay = mut.build_overlay([mut.mutations()[name]], tmp_path)
-    installed = mut.installed_package()
-    caught = mut.catch(name, overlay, seed=1000, count=300, shrink_calls=300)
-    assert caught.code == 1 and caught.workloads is not None, caught
-    requests, steps = (int(x) for x in caught.minimal.split(" x "))
-    assert requests <= 8 and steps <= 20, caught
-    # the installed scheduler is untouched
-    original = (installed / "v1" / "core" / "sched" / "scheduler.py").read_text()
-    assert "while token_budget > 1:" not in original
-    assert "if self._pause_state != PauseState.PAUSED_ALL:" not in original
-
-
-@needs_vllm
-@pytest.mark.conformance
-@pytest.mark.slow
 def test_an_unpatched_copy_audits_clean(tmp_path):
     mut = _mutations_module()
     overlay = mut.build_overlay([], tmp_path)
@@ -922,17 +917,24 @@ def _changed_lines(patch: Path) -> dict[str, set[int]]:
 @pytest.mark.conformance
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MUTATIONS)
-def test_each_mutation_is_one_finding_that_names_its_lines(name, tmp_path):
-    """A one-line bug is one finding: every divergence, follow-on violation and crash it
-    causes on the default sources (stored counterexamples, BMC's witnesses, random
-    workloads of every mode) is one group, located at the lines the patch changed, and
-    printed long before the audit ends."""
+def test_each_mutation_is_caught_small_as_one_finding_at_its_lines(name, tmp_path):
+    """One audit per mutation. The random workloads catch it, with a minimal workload of
+    at most 8 requests and 20 steps shrunk from a random one. A one-line bug is one
+    finding: every divergence, follow-on violation and crash it causes on the default
+    sources (random workloads of every mode, stored counterexamples, BMC's witnesses) is
+    one group, located at the lines the patch changed, and printed long before the
+    audit ends. The installed vLLM is untouched."""
     mut = _mutations_module()
     patch = mut.mutations()[name]
     overlay = mut.build_overlay([patch], tmp_path)
-    code, doc, seconds = mut.run_audit(overlay, ["--seed", "1000", "--count", "25"])
+    code, doc, _ = mut.run_audit(overlay, list(mut.ONE_AUDIT))
     assert code == 1
     [group] = doc["findings"]
+    # caught by the random workloads (they come first), the finding a shrink of one
+    assert group["first"]["source"] == "random", group["first"]
+    workload = group["workload"]
+    assert len(workload["requests"]) <= 8 and workload["steps"] <= 20, (
+        group["first"], len(workload["requests"]), workload["steps"])
     # the first symptom may be a crash of vLLM's (victim_head trips scheduler.py:1413),
     # with the divergences folded under it
     assert group["kind"] in ("divergence", "crash"), group["title"]
@@ -944,6 +946,10 @@ def test_each_mutation_is_one_finding_that_names_its_lines(name, tmp_path):
     assert 5 <= len(cause["lines"]) <= 20
     assert group["count"] >= group["symptoms"]["divergence"]
     assert doc["timing"]["first_finding_s"] < doc["timing"]["total_s"]
+    # the installed scheduler is untouched
+    original = (mut.installed_package() / "v1" / "core" / "sched" / "scheduler.py").read_text()
+    assert "while token_budget > 1:" not in original
+    assert "if self._pause_state != PauseState.PAUSED_ALL:" not in original
 
 
 @needs_vllm

@@ -1,7 +1,7 @@
 """docs/audit.md's mutation table (bench/audit_table.py) cannot drift from the repository:
 it lists exactly the patches of tests/audit_mutations/ and not_caught/, at the lines they
 change now, it is the rendering of docs/audit_mutations.json, and it was run with the
-catch test's modes, seed, count and shrink calls. No vLLM needed: nothing is audited."""
+arguments of tests/test_audit.py's one audit per mutation. No vLLM needed: nothing is audited."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from checker.conformance.modes import MODES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,25 +62,23 @@ def test_the_page_is_the_rendering_of_the_results(table, results):
         f"`{table.COMMAND}`)")
 
 
-def _catch_call_keywords() -> dict[str, object]:
-    """The keyword arguments of `mut.catch(...)` in tests/test_audit.py's catch test."""
+def _mutation_test_audit_args() -> str:
+    """The source of the arguments tests/test_audit.py's mutation test audits with."""
     tree = ast.parse((ROOT / "tests" / "test_audit.py").read_text())
     [test] = [node for node in tree.body if isinstance(node, ast.FunctionDef)
-              and node.name == "test_audit_catches_each_mutation_with_a_minimal_workload"]
+              and node.name == "test_each_mutation_is_caught_small_as_one_finding_at_its_lines"]
     [call] = [node for node in ast.walk(test) if isinstance(node, ast.Call)
-              and isinstance(node.func, ast.Attribute) and node.func.attr == "catch"]
-    return {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg}
+              and isinstance(node.func, ast.Attribute) and node.func.attr == "run_audit"]
+    return ast.unparse(call.args[1])
 
 
-def test_the_run_used_the_catch_tests_modes_and_counts(table, results):
-    catch = _catch_call_keywords()
-    mut = table.mut
-    assert results["modes"] == mut.MODES.split(","), "modes"
-    assert (results["seed"], results["count"], results["shrink_calls"]) == (
-        catch["seed"], catch["count"], catch["shrink_calls"]), catch
-    assert results["sources"] == catch.get("sources", "random")
-    assert results["audit"] == table.audit_args()
-    assert results["audit"][results["audit"].index("--modes") + 1] == mut.MODES
+def test_the_run_used_the_mutation_tests_audit(table, results):
+    assert _mutation_test_audit_args() == "list(mut.ONE_AUDIT)"
+    assert results["audit"] == table.audit_args() == list(table.mut.ONE_AUDIT)
+    assert (results["seed"], results["count"], results["sources"]) == (
+        int(table.audit_arg("--seed")), int(table.audit_arg("--count")),
+        table.audit_arg("--sources"))
+    assert "--modes" not in results["audit"] and results["modes"] == list(MODES)  # every mode
 
 
 def test_each_row_has_a_verdict_its_figures_support(table, results):

@@ -78,7 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "engine's harness; vllm-v1: those of checker/conformance/modes.py)")
     parser.add_argument("--sources", metavar="LIST", default="counterexamples,witnesses,random",
                         help="comma-separated: counterexamples (the stored ones), witnesses "
-                        "(BMC's, cached), random (default: all three)")
+                        "(BMC's, cached), random (default: all three); counterexamples and "
+                        "random are audited in the order listed, witnesses last")
     parser.add_argument("--property", action="append", metavar="NAME",
                         help="check only this property on the real traces (repeatable; "
                         "default every property the engine's manifest names)")

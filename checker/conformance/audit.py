@@ -2,7 +2,8 @@
 developer's own checkout installed with `pip install -e`) driven through every workload
 batchproof knows how to make, each run checked three ways.
 
-Sources (`SOURCES`), audited in this order:
+Sources (`SOURCES`), audited in this order by default (`counterexamples` and `random` in
+the order `Options.sources` lists them, `witnesses` always last):
 - `counterexamples`: the workload of every stored counterexample
   (counterexamples/<folder>/*.itf.json, `#meta.workload`);
 - `random`: the conformance generator, in each mode of `checker.conformance.modes` (the
@@ -13,6 +14,8 @@ Sources (`SOURCES`), audited in this order:
   the properties and the methods, since they are a pure function of them. Their
   searches run in the background from the start (`BackgroundWitnesses`), so they come
   last and never hold up the first finding.
+A group's first workload is the one its finding shrinks, so listing `random` first makes
+every finding the random workloads reach a shrink of a random workload.
 
 For every workload: (a) every catalogue property the engine's manifest names is decided
 on the real trace (`checker.methods.trace_check`, the engine's `observe`); (b) the trace
@@ -1316,10 +1319,14 @@ def audit(options: Options, progress: Callable[[str], None] | None = None,
     def stream() -> Iterator[AuditWorkload]:
         # The witnesses come last: their searches (a minute or two on a cold cache) run
         # in the background meanwhile, so the first finding is not held up by them.
-        if "counterexamples" in options.sources:
-            yield from stored_counterexamples(h.engine)
-        if "random" in options.sources:
-            yield from random_workloads(h, modes, options.seed, options.count, options.steps)
+        order = (("random", "counterexamples") if _random_first(options)
+                 else ("counterexamples", "random"))
+        for source in (s for s in order if s in options.sources):
+            if source == "counterexamples":
+                yield from stored_counterexamples(h.engine)
+            else:
+                yield from random_workloads(h, modes, options.seed, options.count,
+                                            options.steps)
         if searches is not None:
             say("waiting for the BMC witness searches")
             yield from searches.result().workloads
@@ -1387,6 +1394,13 @@ def audit(options: Options, progress: Callable[[str], None] | None = None,
         timing=Timing(engine_s, batchproof_s, shrink_s, found_witnesses.seconds, startup,
                       time.monotonic() - start),
         refused=tuple(refused), first_finding_s=first_finding_s)
+
+
+def _random_first(options: Options) -> bool:
+    """Whether the random workloads come before the stored counterexamples (`random`
+    listed before `counterexamples`; the default lists them the other way)."""
+    order = [s for s in options.sources if s in ("counterexamples", "random")]
+    return order[:1] == ["random"]
 
 
 def _crash_label(crash: Crash) -> str:
