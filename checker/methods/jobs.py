@@ -89,8 +89,9 @@ ARRAY, REFERENCE = "array", "reference"
 # arrival kinds (kinds ** requests), the array explorer on every group above (1.3x-5x).
 ARRAY_MIN_SLOTS, ARRAY_MIN_ARRIVALS = 3, 1000
 # Fewer slots repay it too when each step offers many more arrival orders: tiny_cached (2
-# slots of 105 kinds, 11025 orders) took the reference explorer 180 s and the array
-# explorer 5.4 s with its proofs stored (about 2 minutes to prove them first), load 6-7.
+# slots of 105 kinds, 11025 orders) took the reference explorer 63 s and the array
+# explorer 1.0 s with its proofs stored, 27.7 s proving them first (load 3-6;
+# bench/explore_modes.py, docs/bench_scale.md).
 ARRAY_MANY_ARRIVALS = 10_000
 
 #: The bounded searches a job of method "auto" may run once no unbounded proof decided
