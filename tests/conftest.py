@@ -51,14 +51,19 @@ def _durations() -> dict[str, float]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests `DURATIONS` knows as long first, longest first; then the long modules
-    (`FIRST`), the rest in the order collected; the default tests of each `GROUPED` module
-    in one xdist group (xdist's loadgroup sends the groups, largest first, before the
-    single tests)."""
+    """The modules whose longest test `DURATIONS` knows as long first, by that test; then
+    the long modules (`FIRST`), the rest in the order collected; in each module its long
+    tests first, longest first. A module's tests stay together: a module-scoped fixture
+    (tests/test_array_stored.py's proofs, 6 s) is set up again whenever the run leaves
+    its module. The default tests of each `GROUPED` module form one xdist group
+    (xdist's loadgroup sends the groups, largest first, before the single tests)."""
     rank = {name: i for i, name in enumerate(FIRST)}
     seconds = _durations()
-    items.sort(key=lambda item: (-seconds.get(item.nodeid, 0.0),
-                                 rank.get(item.path.name, len(FIRST))))
+    longest: dict[Path, float] = {}
+    for item in items:
+        longest[item.path] = max(longest.get(item.path, 0.0), seconds.get(item.nodeid, 0.0))
+    items.sort(key=lambda item: (-longest[item.path], rank.get(item.path.name, len(FIRST)),
+                                 str(item.path), -seconds.get(item.nodeid, 0.0)))
     for item in items:
         group = GROUPED.get(item.path.name)
         if group is not None and item.get_closest_marker("slow") is None:
