@@ -89,7 +89,9 @@ def test_a_small_question_or_the_reference_explorer_asked_for_keeps_bmc():
     assert check._search(None, questions[2], "auto") == "bmc"
     assert check._search(None, questions[3], "reference") == "bmc"
     cached = with_bounds(load().configs["tiny_cached"], slots=3, depth=5)
-    assert check._search(None, cached, "auto") == "bmc"  # the cache: not the array's
+    assert check._search(None, cached, "auto") == "explore"  # the cache is the array's too
+    spec = with_bounds(load().configs["tiny_spec_eagle"], slots=3, depth=5)
+    assert check._search(None, spec, "auto") == "bmc"  # speculative decoding: not the array's
 
 
 def test_a_bounded_method_other_than_bmc_or_explore_is_a_one_line_error(tmp_path):

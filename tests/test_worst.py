@@ -238,13 +238,13 @@ def test_confirm_least_runs_bmcs_own_search_when_the_witness_is_not_the_least(
 def test_auto_explores_where_the_array_explorer_applies_and_scans_elsewhere():
     nc = small()
     assert worst.array_reason(nc) is None
-    cached = load().configs["tiny_cached"]
-    assert "prefix caching" in worst.array_reason(cached)
+    cached = load().configs["tiny_spec_eagle"]  # speculative decoding: not the array's
+    assert "speculative decoding" in worst.array_reason(cached)
     res = worst.search(worst.METRICS["starvation_steps"], with_bounds(cached, depth=4), 1.0,
                        checker=fake({1: (VIOLATED, 1)}))
     assert (res.status, res.value, res.strategy, res.explorer) == \
         (worst.DECIDED, 1, "scan", worst.REFERENCE)
-    assert "prefix caching" in res.explorer_note
+    assert "speculative decoding" in res.explorer_note
     with pytest.raises(ValueError, match="needs the array explorer"):
         worst.search(worst.METRICS["starvation_steps"], cached, 1.0, "explore",
                      checker=fake({}))
