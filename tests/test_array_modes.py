@@ -205,3 +205,25 @@ def test_a_cached_prefix_kind_is_searched_as_the_reference_searches_it():
         ref = explore.check(prop, Family(SMALL_CACHED), bounds, 300)
         arr = ax.check(prop, Family(SMALL_CACHED), bounds, 300)
         assert (arr.status, arr.depth, arr.workload) == (ref.status, ref.depth, ref.workload)
+
+
+@pytest.mark.parametrize("config,bounds", [
+    ("tiny_async", None),
+    (SMALL_CACHED, SMALL_BOUNDS),
+], ids=["async", "cached"])
+@pytest.mark.parametrize("name,params", [("starvation", {"k": 2}),
+                                         ("head_of_line_blocking", {"k": 2}),
+                                         ("preemption_storm", {"m": 1})])
+def test_window_properties_read_the_same_history_with_the_cache_or_in_flight_tokens(
+        config, bounds, name, params):
+    # properties over several steps (the history the key carries) and over the preemption
+    # count (a leaf the behaviour key leaves out, carried for this property)
+    if isinstance(config, Config):
+        family = Family(config)
+    else:
+        nc = manifest.load().configs[config]
+        family, bounds = family_of(nc), symbolic_bounds(nc)
+    prop = catalogue.get(name, **params)
+    ref = explore.check(prop, family, bounds, 300)
+    arr = ax.check(prop, family, bounds, 300)
+    assert (arr.status, arr.depth, arr.workload) == (ref.status, ref.depth, ref.workload)
