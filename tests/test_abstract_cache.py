@@ -25,6 +25,9 @@ from model.vllm.state import counted_cache
 
 _UNKNOWN_TO_COUNTS = ("cached_blocks", "evictable_blocks", "cfg")
 
+# a test that patches the counted rules proves them anew, not from a cached proof
+pytestmark = pytest.mark.usefixtures("fresh_induction_caches")
+
 
 def _record_choices(monkeypatch, choices):
     """Wrap the rules' cache calls to record, per slot, what the exact pool decided."""
@@ -160,14 +163,23 @@ _DEPLOYED = ["--max-num-batched-tokens", "8192", "--max-num-seqs", "256", "--blo
 
 
 def test_a_question_at_deployment_size_is_answered_over_the_counted_cache(capsys):
-    code = main(["check", *_DEPLOYED, "--property", "sampled_within_max_model_len",
-                 "--json"])
+    # a window property: BMC over the counted pool (k-induction takes step properties)
+    code = main(["check", *_DEPLOYED, "--property", "starvation:k=3", "--json"])
     out, err = capsys.readouterr()
     assert "the prefix cache is counted, not carried block by block" in err
     assert code == 0, out + err
     [row] = json.loads(out)["verdicts"]
-    assert row["verdict"] == "HOLDS" and row["depth"] == 6
+    assert row["verdict"] == "HOLDS" and row["depth"] == 6 and row["method"] == "bmc"
     assert "over-approximation" in row["detail"]
+
+
+def test_a_step_property_at_deployment_size_is_proved_over_the_counted_cache(capsys):
+    code = main(["check", *_DEPLOYED, "--property", "sampled_within_max_model_len",
+                 "--json"])
+    out, _ = capsys.readouterr()
+    [row] = json.loads(out)["verdicts"]
+    assert code == 0 and row["verdict"] == "PROVED" and row["method"] == "induction"
+    assert "over the engine's abstracted rules (the prefix cache is counted" in row["detail"]
 
 
 def test_a_counted_witness_is_kept_only_once_the_exact_reference_confirms_it(capsys):
@@ -176,3 +188,55 @@ def test_a_counted_witness_is_kept_only_once_the_exact_reference_confirms_it(cap
     [row] = json.loads(out)["verdicts"]
     assert code == 1 and row["verdict"] == "VIOLATED"
     assert "replayed on the reference with the exact pool" in row["detail"]
+
+
+# --- k-induction over the counted cache ------------------------------------------------
+
+def _counted_family(asynchronous: bool = False):
+    from checker.methods.symbolic import Bounds, Family
+    cfg = Config(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64, block_size=2,
+                 num_gpu_blocks=64, enable_prefix_caching=True, async_scheduling=asynchronous)
+    return Family(base=cfg, counted=True), Bounds(slots=2)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_the_counted_invariant_proves_and_so_do_the_pool_properties(asynchronous):
+    from checker.methods import induction
+    from properties import catalogue
+    family, bounds = _counted_family(asynchronous)
+    assert induction.prove_well_formed(family, bounds, 120).proved
+    for prop in ("kv_blocks_conserved", "prefix_hit_whole_blocks", "admitted_with_tokens"):
+        result = induction.prove(catalogue.get(prop), family, bounds, 2, 120)
+        assert result.proved, (prop, result.reason)
+    # not vacuous: a property the cache breaks is not proved over the counted pool either
+    assert not induction.prove(catalogue.get("resumed_recomputes_all"), family, bounds, 2,
+                               120).proved
+
+
+def test_a_release_that_frees_what_others_hold_breaks_the_counted_invariant(monkeypatch):
+    from checker.methods import induction
+    give_up = abstract_cache._give_up
+    # frees the positions themselves, shared or not: the pool's in-use count can go
+    # below zero (freeing a block twice)
+    monkeypatch.setattr(abstract_cache, "_give_up",
+                        lambda ops, c, raw, n: give_up(ops, c, raw, n) * 0 + n)
+    family, bounds = _counted_family()
+    result = induction.prove_well_formed(family, bounds, 120)
+    assert not result.proved and "in use <= table positions" in result.reason, result.reason
+
+
+def test_a_hit_that_ignores_the_cap_is_not_proved_admitted_with_tokens(monkeypatch):
+    from checker.methods import induction
+    from properties import catalogue
+    lookup = abstract_cache.lookup
+
+    def uncapped(ops, cfg, c, specs, sel, n, holders):
+        return lookup(ops, replace(cfg, cap_prefix_hit=False), c, specs, sel, n, holders)
+    monkeypatch.setattr(abstract_cache, "lookup", uncapped)
+    family, bounds = _counted_family()
+    # a hit of every token leaves a running request with nothing left to compute: the
+    # invariant's RUNNING conjunct breaks, and the property is not proved either
+    wf = induction.prove_well_formed(family, bounds, 120)
+    assert not wf.proved and "r0: RUNNING" in wf.reason, wf.reason
+    assert not induction.prove(catalogue.get("admitted_with_tokens"), family, bounds, 2,
+                               120).proved

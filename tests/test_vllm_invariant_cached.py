@@ -149,12 +149,25 @@ def test_auto_decides_the_row_by_the_loop_theorem(capsys: pytest.CaptureFixture[
     assert code == 0 and row["verdict"] == "PROVED" and row["method"] == "theorem"
 
 
-def test_auto_leaves_a_slow_invariant_proof_untried_and_says_so(
+def test_auto_proves_the_row_over_the_counted_cache_without_the_theorem(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    # Without the loop theorem (test_auto_decides_the_row_by_the_loop_theorem), auto must
-    # skip the minutes-long invariant proof, say so, and run BMC.
+    # Without the loop theorem, k-induction over the counted pool (Family.counted, whose
+    # invariant proves in seconds at any pool size) decides it.
     from checker.methods import jobs
     monkeypatch.setattr(jobs.theorems, "for_engine", lambda engine: {})
+    code, (row,) = _check_json(capsys, "--property", "no_admission_after_preemption")
+    assert code == 0 and row["verdict"] == "PROVED" and row["method"] == "induction"
+    assert "over the engine's abstracted rules (the prefix cache is counted" in row["detail"]
+
+
+def test_auto_leaves_a_slow_invariant_proof_untried_and_says_so(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without the loop theorem (test_auto_decides_the_row_by_the_loop_theorem) and the
+    # counted cache's induction, auto must skip the minutes-long invariant proof over the
+    # exact pool, say so, and run BMC.
+    from checker.methods import jobs
+    monkeypatch.setattr(jobs.theorems, "for_engine", lambda engine: {})
+    monkeypatch.setattr(jobs, "_counted_induction", lambda *args: None)
     code, (row,) = _check_json(capsys, "--property", "no_admission_after_preemption")
     assert code == 0 and row["verdict"] == "HOLDS" and row["depth"] == 3 and row["method"] == "bmc"
     assert "induction not tried: the invariant's proof over this prefix-cache pool takes " \
@@ -164,19 +177,22 @@ def test_auto_leaves_a_slow_invariant_proof_untried_and_says_so(
 @pytest.mark.slow
 def test_check_method_induction_proves_every_holds_entry_of_tiny_cached(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """About 150 s: the invariant's proof over tiny_cached's 4-block pool (once: one
-    worker), then each entry on it; the VIOLATED entry by BMC after the proofs. The loop
-    theorems, which decide these rows first, are hidden: this is k-induction's test."""
+    """Every HOLDS entry by k-induction over the counted cache (the loop theorems, which
+    decide these rows first, are hidden: this is k-induction's test); the VIOLATED entry
+    by auto's BMC (under --method induction it would first pay the exact pool's invariant,
+    about 150 s, which the 3-block family above proves in the default suite)."""
     from checker.methods import jobs
     monkeypatch.setattr(jobs.theorems, "for_engine", lambda engine: {})
-    code, rows = _check_json(capsys, "--method", "induction", "--suite", "all",
-                             "--timeout", "900")
-    assert code == 0
-    by_property = {r["property"]: r for r in rows}
+    rows = []
     for prop in _holds_entries():
-        assert by_property[prop]["verdict"] == "PROVED", by_property[prop]
-        assert by_property[prop]["method"] == "induction"
-    assert by_property["resumed_recomputes_all"]["verdict"] == "VIOLATED"
+        code, (row,) = _check_json(capsys, "--method", "induction", "--property", prop,
+                                   "--timeout", "900")
+        assert code == 0 and row["verdict"] == "PROVED", row
+        assert row["method"] == "induction" and "abstracted rules" in row["detail"], row
+        rows.append(row)
+    assert len(rows) == 6
+    code, (row,) = _check_json(capsys, "--property", "resumed_recomputes_all")
+    assert code == 0 and row["verdict"] == "VIOLATED"
 
 
 def test_the_violated_entry_is_not_proved() -> None:

@@ -4,7 +4,7 @@ can fail gives the shortest counterexample, which minimize.py then makes canonic
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import z3
@@ -99,17 +99,25 @@ def _invariant(u: Unrolling, state: Any) -> list[Bool]:
     return [*ops.take_definitions(), _as_z3(inv)]
 
 
-def _strengthen(family: Family, bounds: Bounds, limit_s: float) -> bool:
+def _strengthen(family: Family, bounds: Bounds, limit_s: float, cfg: Any) -> bool:
     """Whether the engine's invariant is proved inductive for the family (induction.py's
     proof, cached per process and shared with the k-induction of step properties; keyed
     by the user's whole time limit for that). Every reachable state satisfies a proved
     invariant, so asserting it on the unrolling's states removes no run: verdicts, depths
     and least counterexamples stay the same, and deeper unsat checks get 2-3x faster
     (docs/bench_bmc_starvation.md)."""
-    if family.model.well_formed is None:
+    engine = family.model
+    if engine.well_formed is None:
         return False
     # The proof is over the family's rule config; `within_bounds` changes that config only
-    # under prefix caching, which vLLM's invariant does not cover (the proof says so).
+    # under prefix caching: a pool too large for the exact rules is counted (`cfg`, the
+    # unrolling's), and then the counted family's invariant is the one asserted.
+    if engine.abstraction is not None and engine.abstraction(cfg) is not None:
+        family = replace(family, counted=True)
+    elif engine.invariant_quick is not None and not engine.invariant_quick(cfg):
+        # A proof of minutes (the exact pool's) is not made on BMC's clock: only one
+        # already made is used, so the verdict and its time do not hang on the load.
+        return induction.stored_well_formed(family, bounds)
     return induction.prove_well_formed(family, bounds, limit_s).proved
 
 
@@ -143,7 +151,7 @@ def check(prop: Property, family: Family, bounds: Bounds, timeout_s: float,
             return _violated(prop, family, u, violation, answer.model, d,
                              start, timeout_s)
         if not strengthened and time.monotonic() - asked >= STRENGTHEN_AFTER_S \
-                and d < bounds.depth and _strengthen(family, bounds, limit):
+                and d < bounds.depth and _strengthen(family, bounds, limit, u.cfg):
             strengthened = True
             for state in u.states[1:]:
                 solver.add(*_invariant(u, state))

@@ -25,6 +25,7 @@ from checker.methods.symbolic import (
     Z3_SEED,
     Bounds,
     Family,
+    choice_kwargs,
     family_config,
     fresh_state,
     slot_specs,
@@ -92,13 +93,13 @@ def _transition(engine: EngineModel, cfg: Any, specs: tuple[SlotSpec, ...], s: A
     ops = _RecordingOps()
     eos = tuple(z3.Bool(f"{tag}.eos{i}") for i in range(len(specs)))
     k = getattr(cfg, "num_spec_tokens", 0)
+    choices = choice_kwargs(cfg, specs, f"{tag}.pool")  # an abstracted pool's, as BMC's
     if k:
         spec = tuple((z3.Int(f"{tag}.acc{i}"), z3.Int(f"{tag}.drafts{i}"))
                      for i in range(len(specs)))
         defs += [c for a, d in spec for c in (a >= 0, a <= k, d >= 0, d <= k)]
-        nxt, observed = engine.step(ops, cfg, specs, s, eos, spec=spec)  # type: ignore[call-arg]
-    else:
-        nxt, observed = engine.step(ops, cfg, specs, s, eos)
+        choices["spec"] = spec
+    nxt, observed = engine.step(ops, cfg, specs, s, eos, **choices)  # type: ignore[call-arg]
     defs += ops.take_definitions()
     defs += _complement_lemmas(ops.ites)
     return nxt, observed
@@ -134,6 +135,7 @@ def clear_caches() -> None:
     or the invariant call this)."""
     _relation.cache_clear()
     prove_well_formed.cache_clear()
+    _proved_here.clear()
 
 
 def _well_formed(engine: EngineModel, cfg: Any, specs: tuple[SlotSpec, ...], s: Any,
@@ -171,6 +173,19 @@ def _unsat(timeout_s: float, *assertions: Any) -> tuple[bool, str]:
     return False, f"{r} ({solver.reason_unknown()})" if r == z3.unknown else str(r)
 
 
+def stored_well_formed(family: Family, bounds: Bounds) -> bool:
+    """Whether `well_formed` is already known proved for the family (in this process or
+    in the proof store), without proving it."""
+    if _proved_here.get((family, bounds)):
+        return True
+    stored = proof_cache.load(proof_cache.key("invariant", family, bounds))
+    return stored is not None and bool(stored["proved"])
+
+
+# (family, bounds) -> proved, of the proofs this process made or read (`stored_well_formed`)
+_proved_here: dict[tuple[Family, Bounds], bool] = {}
+
+
 @lru_cache(maxsize=32)
 def prove_well_formed(family: Family, bounds: Bounds, timeout_s: float) -> InductionResult:
     """Prove `well_formed` inductive: it holds initially and every step preserves it.
@@ -181,9 +196,11 @@ def prove_well_formed(family: Family, bounds: Bounds, timeout_s: float) -> Induc
     name = proof_cache.key("invariant", family, bounds)
     stored = proof_cache.load(name)
     if stored is not None:
+        _proved_here[(family, bounds)] = bool(stored["proved"])
         return InductionResult(bool(stored["proved"]), int(stored["k"]), 0.0,
                                str(stored["reason"]))
     result = _prove_well_formed(family, bounds, timeout_s)
+    _proved_here[(family, bounds)] = result.proved
     if result.proved or result.reason.startswith(("base case: sat", "inductive step: sat")):
         # decided: proved, or refuted with the conjuncts that break; never a time limit
         proof_cache.store(name, {"proved": result.proved, "k": result.k,

@@ -192,7 +192,19 @@ def array_searches(nc: NamedConfig) -> bool:
     """Whether the array explorer searches `nc`'s environment exactly and is the faster
     explorer there (what `explorer_of` picks under `auto`)."""
     family = family_of(nc)
+    if _cold_proofs_cost_minutes(family):
+        return False
     return array_unsupported(nc, family) is None and not _small(family, symbolic_bounds(nc))
+
+
+def _cold_proofs_cost_minutes(family: Family) -> bool:
+    """With the prefix cache or the AsyncScheduler on, the array explorer's reduction
+    proofs take 0.5-3 minutes per rule config before they are stored (issue 29's cross-
+    check, docs/bench_scale.md), where BMC (with the cache exact or counted) answers a
+    question in seconds: `auto` leaves the array explorer to `--method explore`."""
+    base = family.base
+    return bool(getattr(base, "enable_prefix_caching", False)
+                or getattr(base, "async_scheduling", False))
 
 
 def explorer_of(job: Job) -> tuple[str, str]:
@@ -315,6 +327,9 @@ def _proofs(job: Job, start: float) -> tuple[JobResult | None, list[str]]:
         if th.proved:
             return JobResult(_verdict(job, start, PROVED, 0, th.detail, "theorem")), notes
         notes.append(f"theorem not proved ({th.detail})")
+    counted = _counted_induction(job, family, bounds, start, notes)
+    if counted is not None:
+        return counted, notes
     slow = engine.invariant_quick is not None and not engine.invariant_quick(
         engine.rule_config(family.base))
     if slow and not job.slow_proofs and prop.kind == "step":
@@ -335,6 +350,35 @@ def _proofs(job: Job, start: float) -> tuple[JobResult | None, list[str]]:
         else:
             notes.append(f"invariant: {wf.reason}")
     return None, notes
+
+
+def _counted_induction(job: Job, family: Family, bounds: Bounds, start: float,
+                       notes: list[str]) -> JobResult | None:
+    """PROVED by k-induction over the engine's abstracted rules (Family.counted: e.g.
+    vLLM's prefix cache counted, at any pool size), which over-approximate the exact
+    ones; None (with a note) where there is no abstraction or it does not prove."""
+    engine, prop = job.model, job.prop
+    if prop.kind != "step" or engine.abstract_config is None or engine.well_formed is None:
+        return None
+    base = engine.rule_config(family.base)
+    abstract = engine.abstract_config(base)
+    if abstract == base:  # nothing to abstract: the exact proof
+        return None
+    fam = replace(family, counted=True)
+    wf = induction.prove_well_formed(fam, bounds, job.timeout_s)
+    if not wf.proved:
+        notes.append(f"invariant over the counted cache: {wf.reason}")
+        return None
+    ind = induction.prove(prop, fam, bounds, job.max_k,
+                          job.timeout_s - (time.monotonic() - start))
+    if not ind.proved:
+        notes.append(f"induction over the counted cache: {ind.reason}")
+        return None
+    why = engine.abstraction(abstract) if engine.abstraction is not None else None
+    return JobResult(_verdict(
+        job, start, PROVED, ind.k, f"{ind.k}-induction on {bounds.slots} slots, all request "
+        f"lengths, over the engine's abstracted rules ({why or 'an over-approximation'})",
+        "induction"))
 
 
 def _bmc_search(job: Job, notes: list[str], start: float) -> JobResult:

@@ -84,6 +84,9 @@ class Family:
     ranges: tuple[tuple[str, int, int], ...] = ()
     validated: bool = True
     engine: str = DEFAULT_ENGINE
+    # The engine's abstracted rules (EngineModel.abstract_config, an over-approximation)
+    # instead of its exact ones: what k-induction proves there holds on the exact rules.
+    counted: bool = False
     _model: tuple[str, EngineModel] | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -120,8 +123,7 @@ def family_config(family: Family) -> tuple[Any, dict[str, z3.ArithRef], list[Boo
     constants, and their range (and, if validated, the engine's validation) constraints."""
     engine = family.model
     if not family.ranges:
-        cfg = engine.rule_config(family.base)
-        return cfg, {}, []
+        return _abstracted(family, engine.rule_config(family.base)), {}, []
     if not engine.ranged_fields:
         raise ValueError(f"config ranges are not supported for {family.engine}: its model "
                          "has no ranged config fields")
@@ -141,7 +143,26 @@ def family_config(family: Family) -> tuple[Any, dict[str, z3.ArithRef], list[Boo
     cfg = engine.ranged_rule_config(SymbolicOps(), base, values)
     if family.validated and engine.family_constraints is not None:
         cons += engine.family_constraints(base, values)
-    return cfg, vars_, cons
+    return _abstracted(family, cfg), vars_, cons
+
+
+def _abstracted(family: Family, cfg: Any) -> Any:
+    engine = family.model
+    if not family.counted or engine.abstract_config is None:
+        return cfg
+    return engine.abstract_config(cfg)
+
+
+def choice_kwargs(cfg: Any, specs: Sequence[SlotSpec], tag: str) -> dict[str, object]:
+    """The keyword arguments of one symbolic step's environment choices besides EOS that
+    a rule config has: an abstracted pool's choices per slot (e.g. vLLM's counted prefix
+    cache: hits and frees), any integers, which the rules clamp to what the exact pool
+    allows."""
+    names = getattr(cfg, "pool_choices", ())
+    if not names:
+        return {}
+    return {"pool": tuple(tuple(z3.Int(f"{tag}.{i}.{name}") for name in names)
+                          for i in range(len(specs)))}
 
 
 def longest_prompt(cfg: Any) -> Any:
@@ -283,12 +304,7 @@ def extend(u: Unrolling) -> list[Bool]:
         spec_cons = [c for a, d in spec for c in (a >= 0, a <= k, d >= 0, d <= k)]
         choices["spec"] = spec
         u.spec.append(spec)
-    names = getattr(u.cfg, "pool_choices", ())
-    if names:
-        # An abstracted pool's choices per slot (e.g. vLLM's counted prefix cache: hits
-        # and frees): any integers, which the rules clamp to what the exact pool allows.
-        choices["pool"] = tuple(tuple(z3.Int(f"pool{t + 1}.{i}.{name}") for name in names)
-                                for i in range(len(u.specs)))
+    choices.update(choice_kwargs(u.cfg, u.specs, f"pool{t + 1}"))
     nxt, observed = u.engine.step(ops, u.cfg, u.specs, u.states[-1], eos,
                                   **choices)  # type: ignore[call-arg]
     fresh = fresh_state(f"s{t + 1}", u.states[0], t + 1)

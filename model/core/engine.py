@@ -88,6 +88,9 @@ class EngineModel:
     # (an over-approximation: a bounded HOLDS carries over to the exact rules, a witness
     # counts only once the reference confirms it), or None
     abstraction: Callable[[Any], str | None] | None = None
+    # optional: the abstracted rule config of a rule config (an over-approximation whose
+    # invariant proves quickly: Family.counted), or the config itself when there is none
+    abstract_config: Callable[[Any], Any] | None = None
     # optional: one line of engine-specific facts for a step's text row
     describe_step: Callable[[StepRecord], str] | None = None
     # optional: after a reference step, the other environment choices that step could have

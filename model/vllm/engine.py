@@ -35,6 +35,7 @@ from model.vllm.state import (
     WAITING,
     RuleConfig,
     SchedState,
+    counted_cache,
     counted_pool,
     ranged_rule_config,
     symbolic_limit,
@@ -287,6 +288,12 @@ RULES_TABLE: tuple[tuple[str, str, str], ...] = (
 )  # older releases' lines: _SWITCH_EVIDENCE below (this table is 0.32.0's, file:line only)
 
 
+def with_cache_counted(cfg: RuleConfig) -> RuleConfig:
+    """The rule config with its prefix cache counted (state.counted_cache), the same
+    config without one."""
+    return counted_cache(cfg) if cfg.prefix_caching else cfg
+
+
 def cache_free(cfg: Config) -> Config | None:
     """With prefix caching on, the same config with it off: its rules are far smaller, and
     on its workloads (no request shares a prefix with another) a hit comes only from a
@@ -378,6 +385,7 @@ ENGINE = EngineModel(
     ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
     family_constraints=validation_constraints, within_bounds=within_bounds,
     symbolic_limit=symbolic_limit, witness_config=cache_free, abstraction=counted_pool,
+    abstract_config=with_cache_counted,
     sets_fields=("assertion",),
     step_choices=step_choices,  # type: ignore[arg-type]
     # "array_explorer_checked": checker/methods/array's explorer agrees with the reference

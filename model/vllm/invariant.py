@@ -48,8 +48,8 @@ def covers(cfg: RuleConfig) -> bool:
     """The invariant's proof is within reach on this rule config: no prefix cache, or a
     pool of at most MAX_PROVED_POOL blocks (its pool facts are of the exact pool, not the
     counted one of model/vllm/abstract_cache.py)."""
-    if cfg.abstract_cache:
-        return False
+    if cfg.abstract_cache:  # the counted pool's facts (`_counted`) are of every size
+        return True
     return not cfg.prefix_caching or cfg.pool_blocks <= MAX_PROVED_POOL
 
 
@@ -60,7 +60,7 @@ MAX_QUICK_POOL = 3
 
 def quick(cfg: RuleConfig) -> bool:
     """The invariant's proof on this rule config takes seconds, not minutes."""
-    return not cfg.prefix_caching or cfg.pool_blocks <= MAX_QUICK_POOL
+    return not cfg.prefix_caching or cfg.abstract_cache or cfg.pool_blocks <= MAX_QUICK_POOL
 
 
 Fact = tuple[str, Bool]
@@ -78,7 +78,9 @@ def facts(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], s: SchedState) -
                                              s.wait_head < s.wait_tail))]
     for i, (spec, x) in enumerate(zip(specs, s.slots, strict=True)):
         out += [(f"r{i}: {name}", fact) for name, fact in _slot_facts(ops, cfg, spec, s, x)]
-    if cfg.prefix_caching:
+    if cfg.abstract_cache:
+        out += _counted(ops, cfg, s)
+    elif cfg.prefix_caching:
         out += _pool(ops, cfg, s)
     else:
         out.append(("free + held blocks = usable blocks", s.free_blocks + ops.sum(
@@ -127,7 +129,9 @@ def _slot_facts(ops: Ops, cfg: RuleConfig, spec: SlotSpec, s: SchedState, x: Slo
     ]
     if cfg.async_scheduling:
         out += _in_flight(ops, cfg, ntok, x)
-    if cfg.prefix_caching:
+    if cfg.abstract_cache:
+        out.append(("cached blocks >= 0", x.num_cached >= 0))
+    elif cfg.prefix_caching:
         # Not needed for the proof, but the solver's: tiny_cached's proof took 191 s
         # without these facts and 146 s with them.
         out += _block_table(ops, cfg, x)
@@ -135,6 +139,15 @@ def _slot_facts(ops: Ops, cfg: RuleConfig, spec: SlotSpec, s: SchedState, x: Slo
             out.append(("in flight: delivery order",
                         _delivery_order(ops, len(s.slots), x)))
     return out
+
+
+def _counted(ops: Ops, cfg: RuleConfig, s: SchedState) -> list[Fact]:
+    """The counted pool (model/vllm/abstract_cache.py): the blocks in use (those not free)
+    are at most the table positions naming them, since each names one
+    (block_pool.py:752-805: a block is in use while a table holds it)."""
+    in_use = cfg.usable_blocks - s.free_blocks
+    return [("in use <= table positions",
+             ops.and_(in_use >= 0, in_use <= ops.sum([x.blocks for x in s.slots])))]
 
 
 def _blocks_held(ops: Ops, cfg: RuleConfig, x: SlotState) -> Bool:
