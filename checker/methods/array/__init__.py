@@ -105,6 +105,11 @@ def unsupported(family: Family, bounds: Bounds) -> str | None:
         return "the array explorer does not model speculative decoding"
     if family.ranges and any(name == "num_speculative_tokens" for name, _, _ in family.ranges):
         return "the array explorer does not model a family ranging over speculative decoding"
+    if engine.symbolic_limit is not None and not family.ranges:
+        # It steps the exact rules over the config's whole pool, block by block.
+        too_big = engine.symbolic_limit(engine.rule_config(cfg))
+        if too_big is not None:
+            return f"the array explorer carries the exact pool, {too_big}"
     return supports(family)
 
 
