@@ -394,64 +394,39 @@ def _bmc_search(job: Job, notes: list[str], start: float) -> JobResult:
         carried = _carried_over(job, prop, family, bounds, start, share=1.0)
         return carried or JobResult(verdict(UNKNOWN, 0, "; ".join([too_big, *notes])))
     counted = abstracted(family, bounds)
-    if counted is not None:
-        return _counted_search(job, notes, start, counted)
-    carried = _carried_over(job, prop, family, bounds, start)
-    if carried is not None:
-        return carried
+    if counted is None:
+        carried = _carried_over(job, prop, family, bounds, start)
+        if carried is not None:
+            return carried
+    # Over a counted pool (an over-approximation, `abstracted`) HOLDS carries over to the
+    # exact rules and a witness only once the exact reference confirms it.
+    said = [] if counted is None else [counted]
     remaining = job.timeout_s - (time.monotonic() - start)
     result = bmc.check(prop, family, bounds, remaining, stated_limit_s=job.timeout_s)
-    detail = "; ".join(notes)
     if result.status == "holds":
-        return JobResult(verdict(HOLDS, result.depth, detail))
+        return JobResult(verdict(HOLDS, result.depth, "; ".join([*said, *notes])))
     if result.status == "unknown":
         # what the proofs before it could not decide, too: an invariant whose proof took
         # the time names the conjuncts it left undecided
-        return JobResult(verdict(UNKNOWN, result.depth, "; ".join([result.reason, *notes])))
-    assert result.workload is not None
-    cex = _counterexample(job, result.workload, "bmc", result.depth, result.loop,
-                          result.minimal)
-    try:
-        replayed = replay(cex, prop, job.model)
-    except DivergenceError as exc:
-        return JobResult(verdict(UNKNOWN, result.depth, f"divergence: {exc}"), cex)
-    note = "" if result.minimal else "; not minimised (minimisation hit the time limit)"
-    note += "".join("; " + n for n in notes)
-    return JobResult(verdict(VIOLATED, result.depth, "replayed on the reference" + note),
-                     cex, replayed)
-
-
-def _counted_search(job: Job, notes: list[str], start: float, counted: str) -> JobResult:
-    """BMC over the engine's abstracted state (`counted`: why): HOLDS carries over to the
-    exact rules; a witness is VIOLATED only when the exact reference fails at the same
-    step, else the cheaper config's witness is tried, else UNKNOWN."""
-    prop, family, bounds = job.prop, job.family, symbolic_bounds(job.config)
-
-    def verdict(v: str, depth: int, detail: str) -> Verdict:
-        return _verdict(job, start, v, depth, detail, "bmc")
-
-    remaining = job.timeout_s - (time.monotonic() - start)
-    result = bmc.check(prop, family, bounds, remaining, stated_limit_s=job.timeout_s)
-    if result.status == "holds":
-        return JobResult(verdict(HOLDS, result.depth, "; ".join([counted, *notes])))
-    if result.status == "unknown":
         return JobResult(verdict(UNKNOWN, result.depth,
-                                 "; ".join([result.reason, counted, *notes])))
+                                 "; ".join([result.reason, *said, *notes])))
     assert result.workload is not None
     cex = _counterexample(job, result.workload, "bmc", result.depth, result.loop,
                           result.minimal)
     try:
         replayed = replay(cex, prop, job.model)
     except DivergenceError as exc:
+        if counted is None:
+            return JobResult(verdict(UNKNOWN, result.depth, f"divergence: {exc}"), cex)
         carried = _carried_over(job, prop, family, bounds, start, share=1.0)
         return carried or JobResult(verdict(UNKNOWN, result.depth, "; ".join([
             f"the counted cache's witness (depth {result.depth}) is not one of the exact "
             f"pool's: {exc}", counted, *notes])))
+    what = ("found with the prefix cache counted, replayed on the reference with the exact "
+            "pool: minimal among all workloads" if counted else "replayed on the reference")
     note = "" if result.minimal else "; not minimised (minimisation hit the time limit)"
-    return JobResult(verdict(VIOLATED, result.depth, "found with the prefix cache counted, "
-                             "replayed on the reference with the exact pool: minimal among "
-                             "all workloads" + note + "".join("; " + n for n in notes)),
-                     cex, replayed)
+    note += "".join("; " + n for n in notes)
+    return JobResult(verdict(VIOLATED, result.depth, what + note), cex, replayed)
 
 
 def _carried_over(job: Job, prop: catalogue.Property, family: Family, bounds: Bounds,
