@@ -65,9 +65,15 @@ def test_a_cache_too_large_for_the_exact_symbolic_pool_is_searched_counted(capsy
     code, doc = _check_json(capsys, *flags, out=tmp_path)
     (v,) = doc["verdicts"]
     assert v["verdict"] == "PROVED" and v["method"] == "theorem" and code == 0
-    # ... without it, BMC searches the pool counted (an over-approximation) and says so.
+    # ... without it, k-induction over the counted pool proves it ...
     from checker.methods import jobs
     monkeypatch.setattr(jobs.theorems, "for_engine", lambda engine: {})
+    code, doc = _check_json(capsys, *flags, out=tmp_path)
+    (v,) = doc["verdicts"]
+    assert v["verdict"] == "PROVED" and v["method"] == "induction" and code == 0
+    # ... and without that too, BMC searches the pool counted (an over-approximation)
+    # and says so.
+    monkeypatch.setattr(jobs, "_counted_induction", lambda *args: None)
     code, doc = _check_json(capsys, *flags, out=tmp_path)
     (v,) = doc["verdicts"]
     assert v["verdict"] == "HOLDS" and v["depth"] == 4 and code == 0
