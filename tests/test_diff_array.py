@@ -175,7 +175,8 @@ def test_the_products_facts_read_off_its_sides_are_the_ones_z3_proves_of_it():
             sym, retired = analysis._joint_facts(rules, rules.parts(cfg), 2)
             direct = analysis._Analyser(rules, cfg, 2)
             assert direct.symmetry() == sym
-            assert direct.retired() == retired
+            # no quiet leaves without the cache or the AsyncScheduler (Shape.retire_quiet)
+            assert direct.retired() == (retired, ())
             read = sorted(diff.OBSERVABLES)
             condition = "none" if sym == "full" else "priority"
             assert direct.permuted(condition, read) == analysis.permuted(
