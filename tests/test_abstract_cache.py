@@ -10,7 +10,8 @@ import json
 from dataclasses import fields, replace
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_rules_refinement import cached_workloads
 
 from checker.cli.main import main
@@ -98,12 +99,14 @@ def replay_counted(w: Workload, monkeypatch) -> None:
         assert _state_view(counted_state) == _state_view(exact_state), f"after step {t}"
 
 
+@settings(max_examples=60)  # the default suite's share; each example runs both rules
 @given(cached_workloads())
 def test_every_exact_run_is_a_counted_run(w):
     with pytest.MonkeyPatch.context() as monkeypatch:
         replay_counted(w, monkeypatch)
 
 
+@settings(max_examples=60)  # the default suite's share; each example runs both rules
 @given(cached_workloads())
 def test_every_exact_run_is_a_counted_run_under_async_scheduling(w):
     w = replace(w, config=replace(w.config, async_scheduling=True))
@@ -240,3 +243,15 @@ def test_a_hit_that_ignores_the_cap_is_not_proved_admitted_with_tokens(monkeypat
     assert not wf.proved and "r0: RUNNING" in wf.reason, wf.reason
     assert not induction.prove(catalogue.get("admitted_with_tokens"), family, bounds, 2,
                                120).proved
+
+
+@settings(max_examples=40)  # each run twice over with drafts: the slowest of the three
+@given(cached_workloads(), st.sampled_from([("ngram", 2), ("eagle", 1), ("eagle3", 3)]),
+       st.booleans())
+def test_every_exact_run_is_a_counted_run_with_speculative_decoding(w, spec, asynchronous):
+    # lookahead slots and rejected drafts keep their blocks; EAGLE drops a hit's last block
+    method, k = spec
+    w = replace(w, config=replace(w.config, speculative_method=method,
+                                  num_speculative_tokens=k, async_scheduling=asynchronous))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        replay_counted(w, monkeypatch)
