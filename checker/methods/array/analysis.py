@@ -684,20 +684,9 @@ class _Analyser:
         flight): the engines whose retirement may need quiet leaves."""
         return any(leaf.slot == 0 and len(leaf.field) > 1 for leaf in self.leaves)
 
-    def _enters(self, status: Path, v: int) -> bool:
-        """A slot may enter status v in a step (or z3 cannot rule it out)."""
-        t = 3
-        s = self.fresh("s", t - 1)
-        specs = _symbolic_specs("p", self.n)
-        cons = [specs[0].arrival_step >= 1, specs[0].arrival_step < t,
-                _differs(values_of(s.slots[0])[status], v)]
-        eos = [z3.Bool(f"e{k}") for k in range(self.n)]
-        n1, _, d1 = _step(self.engine, self.cfg, specs, s, eos)
-        return not _solve_unsat([*cons, *d1, values_of(n1.slots[0])[status] == v],
-                                PROOF_TIMEOUT_MS)
-
-    def _resets(self, status: Path, v: int, f: Path, value: int) -> bool:
-        """A slot entering status v in a step leaves it with leaf f at `value`."""
+    def _entering(self, status: Path, v: int) -> tuple[list[Any], Any]:
+        """A step in which an arrived slot not at status v ends at v: its constraints and
+        the slot's leaves after it."""
         t = 3
         s = self.fresh("s", t - 1)
         specs = _symbolic_specs("p", self.n)
@@ -706,8 +695,17 @@ class _Analyser:
         eos = [z3.Bool(f"e{k}") for k in range(self.n)]
         n1, _, d1 = _step(self.engine, self.cfg, specs, s, eos)
         after = values_of(n1.slots[0])
-        return _solve_unsat([*cons, *d1, after[status] == v,
-                             _differs(after[f], _like(after[f], value))],
+        return [*cons, *d1, after[status] == v], after
+
+    def _enters(self, status: Path, v: int) -> bool:
+        """A slot may enter status v in a step (or z3 cannot rule it out)."""
+        cons, _ = self._entering(status, v)
+        return not _solve_unsat(cons, PROOF_TIMEOUT_MS)
+
+    def _resets(self, status: Path, v: int, f: Path, value: int) -> bool:
+        """A slot entering status v in a step leaves it with leaf f at `value`."""
+        cons, after = self._entering(status, v)
+        return _solve_unsat([*cons, _differs(after[f], _like(after[f], value))],
                             PROOF_TIMEOUT_MS)
 
     def _changes(self, fixed: Mapping[Path, int], f: Path) -> bool:
