@@ -179,14 +179,25 @@ def test_an_exception_of_the_engine_is_a_finding_not_the_end(fake):
     assert len(crash.workload.requests) <= 2 and crash.shrunk  # a preemption needs two
 
 
-def test_a_hang_is_a_crash_named_by_where_it_was_stopped(fake):
+def test_a_hang_is_a_crash_named_by_where_it_was_stopped(fake, monkeypatch):
     fake.FAULT = "hang"
+    # a speculative kind's first run may take FIRST_RUN_S (the drafter's model inspection);
+    # the fake has none, and a 300 s wait per kind would only slow this test
+    monkeypatch.setattr(audit, "FIRST_RUN_S", 0.3)
     report = audit.audit(_options(sources=("random",), count=6, timeout_s=0.3,
                                   shrink_calls=3))
     [hang] = report.findings
     assert hang.kind == audit.CRASH and hang.facts["timeout"] is True
     assert hang.facts["where"].startswith("fakesched/__init__.py:")
     assert "did not finish in time" in hang.title
+
+
+def test_only_a_speculative_kinds_first_run_gets_the_longer_limit(monkeypatch):
+    monkeypatch.setattr(audit, "_RUN_BEFORE", {("vllm-v1", "eagle")})
+    assert audit.run_limit(("vllm-v1", None), 20.0) == 20.0
+    assert audit.run_limit(("vllm-v1", "ngram"), 20.0) == audit.FIRST_RUN_S
+    assert audit.run_limit(("vllm-v1", "eagle"), 20.0) == 20.0
+    assert audit.run_limit(("vllm-v1", "ngram"), 0.0) == 0.0  # no limit stays none
 
 
 def test_fail_fast_and_the_time_limit(fake):

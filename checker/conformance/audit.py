@@ -955,13 +955,20 @@ FIRST_RUN_S = 300.0
 _RUN_BEFORE: set[tuple[str, object]] = set()
 
 
+def run_limit(kind: tuple[str, object], timeout_s: float) -> float:
+    """Seconds a run of `kind` (engine, speculative method) may take: `timeout_s`, or
+    FIRST_RUN_S on the first run of a speculative method in this process."""
+    first = kind[1] is not None and kind not in _RUN_BEFORE
+    return max(timeout_s, FIRST_RUN_S) if first and timeout_s else timeout_s
+
+
 def audit_workload(h: Harness, aw: AuditWorkload, props: Sequence[Property],
                    manifest: Manifest, timeout_s: float = 0.0) -> Outcome:
     """Run `aw` on the real engine, compare it with the reference, decide `props` on
     the real trace and classify each violation (see the module doc)."""
     start = time.monotonic()
     kind = (h.engine, getattr(aw.workload.config, "speculative_method", None))
-    limit = timeout_s if kind in _RUN_BEFORE or not timeout_s else max(timeout_s, FIRST_RUN_S)
+    limit = run_limit(kind, timeout_s)
     try:
         with deadline(limit):
             run = h.run(aw.workload)
