@@ -192,6 +192,8 @@ K10 = ["--property", "starvation:k=10", "--max-num-batched-tokens", "16", "--max
        "--arrival-window", "2", "--depth", "12"]
 
 
+@pytest.mark.slow  # 35-50 s: BMC to depth 10 over the counted pool; the default suite's
+# test_abstract_cache.py confirms a counted witness on the reference at deployment size
 def test_the_k10_starvation_question_at_the_serve_defaults_is_violated_on_the_reference(
         capsys, tmp_path):
     code, doc = _check_json(capsys, *K10, out=tmp_path)
