@@ -154,11 +154,27 @@ def render_text(result: SimulationRun) -> str:
         cells = [cell.rjust(w) if i in (0, 1, 7) else cell.ljust(w)
                  for i, (cell, w) in enumerate(zip(row, widths, strict=True))]
         lines.append("  ".join(cells).rstrip())
-    crash = next((dict(s.record.extra)["assertion"] for s in result.steps
-                  if "assertion" in dict(s.record.extra)), None)
-    if crash is not None:
+    crashed = next((s.record for s in result.steps if "assertion" in dict(s.record.extra)),
+                   None)
+    if crashed is not None:
+        crash = dict(crashed.extra)["assertion"]
         lines.append(f"engine assertion: {crash}; the engine is dead from that step on")
+        lines.extend(assertion_site_line(str(crash), crashed.step))
     return "\n".join(lines)
+
+
+def assertion_site_line(fact: str, step: int) -> list[str]:
+    """The assertion the engine died at, by site (file, function, condition; the line as
+    information): one line, or none for a fact the reference words in another form."""
+    from checker.conformance.audit import reference_assertion_site
+
+    found = reference_assertion_site(fact)
+    if found is None:
+        return []
+    site = found[0]
+    where = f"{site.file}:{site.line}" if site.line is not None else site.file
+    return [f"assertion site: {where} in {site.function}: assert {site.text} (step {step}; "
+            f"the line is vLLM {VLLM_VERSION}'s, the function and condition name it)"]
 
 
 def not_validated_line(rejected_by: ConfigError | None) -> str:
