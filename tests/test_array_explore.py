@@ -10,6 +10,7 @@ import time
 from dataclasses import fields, replace
 from pathlib import Path
 
+import explorer_agreement
 import numpy as np
 import pytest
 import symmetry_cases
@@ -19,9 +20,8 @@ from checker.methods import bmc, explore
 from checker.methods.array import keys
 from checker.methods.array.layout import build, leaves_of, values_of
 from checker.methods.array.search import Options, Search
-from checker.methods.jobs import Job, explored, family_of, symbolic_bounds
+from checker.methods.jobs import Job
 from checker.methods.symbolic import Bounds, Family
-from checker.methods.verdict import VIOLATED
 from model import registry
 from model.core.array_ops import ArrayOps
 from model.core.ops import CONCRETE
@@ -313,19 +313,7 @@ def _known_apart(e) -> tuple:
 
 
 def _agree(entries):
-    m = manifest.load()
-    first = entries[0]
-    nc = manifest.with_bounds(m.configs[first.config], **dict(first.bounds))
-    props = [catalogue.get(e.property, **dict(e.params)) for e in entries]
-    family, bounds = family_of(nc), symbolic_bounds(nc)
-    reference = explore.check_many(props, family, bounds, 600)
-    arrays = ax.check_many(props, family, bounds, 600)
-    for e, ref, arr in zip(entries, reference, arrays, strict=True):
-        assert (arr.status, arr.depth, arr.workload, arr.loop) == \
-            (ref.status, ref.depth, ref.workload, ref.loop), e.property
-        if arr.status == "violated":
-            job = Job(e.engine, e.property, e.params, nc, e.expected, 600, method="explore")
-            assert explored(job, arr).verdict.verdict == VIOLATED, e.property  # replayed
+    explorer_agreement.agree(entries, 600)
 
 
 # A few groups in the quick run (lassos, step properties under a family and without
