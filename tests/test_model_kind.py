@@ -14,6 +14,7 @@ import re
 from dataclasses import replace
 
 import pytest
+from test_bad_input import run
 
 from checker.cli.main import main
 from checker.config.model_kind import (
@@ -120,12 +121,6 @@ def test_estimate_is_the_longest_length_that_fits():
 
 
 # --- the commands ------------------------------------------------------------------------
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
 
 LONG = ("config", "--max-model-len", "131072", "--max-num-batched-tokens", "2048",
         "--max-num-seqs", "16", "--block-size", "16", "--device", "cpu")

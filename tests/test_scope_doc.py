@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+from test_bad_input import run
 
-from checker.cli.main import main
 from checker.config.flags import add_config_flags
 from checker.config.serve_args import serve_config
 from checker.conformance.modes import MODES
@@ -76,12 +76,6 @@ def test_every_feature_has_a_row_with_a_status_and_evidence(feature):
     for row in rows:
         assert any(s in " ".join(row) for s in STATUSES), row
         assert "tests/" in row[-1] or "checker/conformance" in row[-1], row
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 CONFIG = ("config", "--max-model-len", "64", "--max-num-batched-tokens", "64",
