@@ -27,7 +27,7 @@ SERVE_DEFAULTS = replace(CACHED, async_scheduling=True)
 EVERY_MODE = ("budget_respected", "running_within_max_num_seqs",
               "no_admission_after_preemption", "whole_prompt_without_chunking",
               "running_before_waiting", "preempted_requeued", "admitted_with_tokens",
-              "prefix_hit_whole_blocks", "kv_blocks_conserved")
+              "prefix_hit_whole_blocks", "kv_blocks_conserved", "no_engine_assertion")
 
 
 # A mutation test (monkeypatch) must prove its patched rules, not read a stored proof.
@@ -122,6 +122,34 @@ def test_the_admission_proof_fails_without_the_cap():
     result = loops._prove(theorems._admitted_argument(), 30, "mutated", cached=True,
                           capped=False)
     assert not result.proved and result.detail.startswith("waiting-loop iteration")
+
+
+def test_the_assertion_proof_fails_without_the_cap_and_is_outside_it_with_drafts():
+    # tiny_cached_uncapped reaches scheduler.py:1170 at step 1: a hit of the whole prompt
+    # offers 0 tokens; with drafts 1372 is reachable (tiny_spec_threshold), so the theorem
+    # does not speak of either family.
+    result = loops._prove(theorems._no_assertion_argument(), 30, "mutated", cached=True,
+                          capped=False)
+    assert not result.proved
+    assert result.detail.startswith("waiting-loop offer >= 1 token (scheduler.py:1170)")
+    uncapped = replace(CACHED, rules=VllmRules(cap_prefix_hit=False))
+    theorem = _theorem("no_engine_assertion")
+    assert [p.name for p in theorem.broken(Family(uncapped))] == ["prefix_hit_capped"]
+    drafts = replace(SERVE_DEFAULTS, speculative_method="ngram", num_speculative_tokens=2)
+    assert [p.name for p in theorem.broken(Family(drafts))] == ["no_speculative_decoding"]
+
+
+def test_the_assertion_proof_fails_on_an_offer_one_token_short(monkeypatch):
+    # A WAITING-loop rule that offered one token less would reach 1170 on a one-token ask.
+    offer = loops._Loops.offer
+
+    def short(self, *args):
+        o = offer(self, *args)
+        return replace(o, n=o.n - 1)
+    monkeypatch.setattr(loops._Loops, "offer", short)
+    result = loops._prove(theorems._no_assertion_argument(), 30, "mutated", cached=True,
+                          capped=True, asynchronous=True)
+    assert not result.proved and result.detail.endswith(": sat"), result.detail
 
 
 def test_the_whole_block_proof_needs_the_abstractions_whole_block_fact(monkeypatch):

@@ -22,6 +22,8 @@ from checker.methods.theorems import Premise, Theorem, TheoremResult, discharge,
 from checker.methods.theorems.vllm_v1_loops import (
     _Acc,
     _Argument,
+    _fresh_acc,
+    _fresh_req,
     _is,
     _Iter,
     _joined,
@@ -30,6 +32,7 @@ from checker.methods.theorems.vllm_v1_loops import (
     _Req,
     _running,
     _tag,
+    _wf,
     lookup_refines_abstract_hit,
     release_refines_abstract_freeing,
 )
@@ -636,6 +639,36 @@ def prefix_hit_whole_blocks_unbounded(timeout_s: float) -> TheoremResult:
                      "request joined has a hit of whole blocks below num_tokens", capped=True)
 
 
+def offers_tokens(l_: _Loops) -> list[tuple[str, Callable[[], z3.BoolRef]]]:
+    """The obligation that no WAITING-loop iteration reaches scheduler.py:1170 (`assert
+    num_new_tokens > 0`, checked before any block is allocated, 1259-1282): an active
+    iteration offers >= 1 token, whatever the accumulators, the head request and its hit."""
+    def build() -> z3.BoolRef:
+        acc, sel, other = _fresh_acc(), _fresh_req(), _fresh_req()
+        o = l_.offer(acc, sel, other, z3.Bool(_tag("s")), z3.Bool(_tag("e")))
+        return z3.Implies(z3.And(*l_.defs(), *_wf(sel), *o.hit_hyps),
+                          z3.Implies(o.active, o.n >= 1))
+    return [("waiting-loop offer >= 1 token (scheduler.py:1170)", build)]
+
+
+def _no_assertion_argument() -> _Argument:
+    return _Argument(lambda *_: True, lambda *_: True, lambda *_: True, lambda l_: [],
+                     side=offers_tokens)
+
+
+def no_engine_assertion_unbounded(timeout_s: float) -> TheoremResult:
+    """For every number of requests, without speculative decoding and with the prefix hit
+    capped: the engine reaches none of its assertions. Of those on a step's path, two are
+    reachable in scope (docs/engine_assertions.md): scheduler.py:1372 only pads with
+    drafts (1131-1153), and 1170 needs a WAITING-loop offer of 0 tokens, which no
+    iteration makes: the budget left is >= 1 (918-919), the hit leaves >= 1 token
+    (kv_cache_manager.py:289-300) and a threshold cuts only above 0 (1155-1156). The rules
+    carry no crash flag under these premises (state.RuleConfig.can_crash); this is why."""
+    return _in_modes(_no_assertion_argument, timeout_s,
+                     "every WAITING-loop iteration offers >= 1 token, so scheduler.py:1170 "
+                     "is never reached, and 1372 pads only with drafts", capped=True)
+
+
 def _synchronous(family: Family) -> bool:
     base = family.base
     return not (base.speculative_method or base.async_scheduling)
@@ -736,4 +769,7 @@ THEOREMS: dict[str, Theorem] = {
     "preempted_requeued": Theorem(preempted_requeued_unbounded,
                                   (WITHOUT_DRAFTS, PREEMPTION_GATE),
                                   states="aae4e6bee51a6d9a"),
+    "no_engine_assertion": Theorem(no_engine_assertion_unbounded,
+                                   (WITHOUT_DRAFTS, PREFIX_HIT_CAPPED),
+                                   states="84e6d95d7f184b1b"),
 }

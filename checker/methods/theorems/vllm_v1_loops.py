@@ -150,6 +150,24 @@ class _Iter:
     stopped: Any
 
 
+@dataclass(frozen=True, slots=True)
+class _Offer:
+    """A WAITING-loop iteration up to its allocation (`_Loops.offer`): its step scratch,
+    whether it is active, the request's num_tokens, its prefix hit (blocks, the evictable
+    ones, tokens, and what is known of them), the tokens offered and whether they are too
+    long for the budget with chunked prefill off."""
+
+    w: _Work
+    active: Any
+    total: Any
+    hit_blocks: Any
+    evictable: Any
+    computed: Any
+    hit_hyps: list[z3.BoolRef]
+    n: Any
+    too_long: Any
+
+
 def _tag(kind: str) -> str:
     return f"{kind}{next(_FRESH)}"
 
@@ -436,28 +454,39 @@ class _Loops:
         """The WAITING loop's initial stopped (rules.py:293, scheduler.py:900)."""
         return acc.any_preempted if self.cfg.preemption_gate else False
 
-    def admit(self, acc: _Acc, sel: _Req, other: _Req, stopped: Any, eligible: Any
-              ) -> tuple[_Acc, Any, list[z3.BoolRef], list[_Req]]:
-        """One WAITING-loop iteration (rules.py:294-352; scheduler.py:912-924, 1118-1170,
-        1259-1282, 1343-1369) without speculative decoding. The token and admission
-        arithmetic is hand-written, a copy of rules.py:304-333 with no padding (`_padding`
-        gives (False, False) when num_spec_tokens is 0; crash stays False) and the prefix
-        hit `_abstract_hit` (`hit_blocks = evictable = computed = 0` without a cache); the
-        blocks come from the rules' `blocks_needed`, the accounting from the rules'
-        `_serve`. `sel` is the queue's head, if `eligible`."""
+    def offer(self, acc: _Acc, sel: _Req, other: _Req, stopped: Any, eligible: Any
+              ) -> _Offer:
+        """A WAITING-loop iteration up to its allocation (rules.py:294-333;
+        scheduler.py:912-924, 1118-1169) without speculative decoding: whether it is
+        active, the prefix hit and the tokens offered. The arithmetic is hand-written, a
+        copy of rules.py's with no padding (`_padding` gives (False, False) when
+        num_spec_tokens is 0) and the hit `_abstract_hit` (`hit_blocks = evictable =
+        computed = 0` without a cache). `sel` is the queue's head, if `eligible`."""
         ops, cfg, thr = self.ops, self.cfg, self.thr
         w = self.work(acc, [sel, other])
-        num_running = acc.running
         active = ops.and_(ops.not_(stopped), w.token_budget > 0,
                           w.input_budget > cfg.draft_slots, eligible,
-                          num_running < cfg.max_num_active_reqs)
+                          acc.running < cfg.max_num_active_reqs)
         total = sel.ntok
         hit_blocks, evictable, computed, hit_hyps = self._abstract_hit(total)
         req_budget = ops.min(w.token_budget, w.input_budget - cfg.draft_slots)  # 1118
         lacks = total - computed  # 1129
         n = ops.ite(ops.and_(thr > 0, thr < lacks), thr, lacks)  # 1155-1156
         too_long = ops.and_(ops.not_(cfg.enable_chunked_prefill), n > req_budget)  # 1160
-        n = ops.min(n, req_budget)  # 1169
+        return _Offer(w, active, total, hit_blocks, evictable, computed, hit_hyps,
+                      ops.min(n, req_budget), too_long)  # 1169
+
+    def admit(self, acc: _Acc, sel: _Req, other: _Req, stopped: Any, eligible: Any
+              ) -> tuple[_Acc, Any, list[z3.BoolRef], list[_Req]]:
+        """One WAITING-loop iteration (rules.py:294-352; scheduler.py:912-924, 1118-1170,
+        1259-1282, 1343-1369) without speculative decoding: its `offer` (crash stays
+        False: `offers_tokens` proves the offer >= 1 where the cap holds), the blocks from
+        the rules' `blocks_needed`, the accounting from the rules' `_serve`."""
+        ops, cfg = self.ops, self.cfg
+        o = self.offer(acc, sel, other, stopped, eligible)
+        w, n, total, hit_blocks, evictable = o.w, o.n, o.total, o.hit_blocks, o.evictable
+        computed, active, too_long = o.computed, o.active, o.too_long
+        num_running = acc.running
         wm = ops.ite(num_running > 0, cfg.watermark_blocks, 0)  # kv_cache_manager 509-516
         full_need = blocks_needed(ops, cfg, total, hit_blocks) + evictable
         full_ok = ops.or_(ops.not_(cfg.scheduler_reserve_full_isl), full_need + wm <= w.free)
@@ -473,7 +502,7 @@ class _Loops:
         w.next_run_key = ops.ite(ok, w.next_run_key + 1, w.next_run_key)
         stopped = ops.or_(stopped, ops.not_(ok))  # every failure ends the loop
         new = self.after(w, [sel, other])
-        hyps = [z3.Implies(eligible, _is(sel.status, WAITING, PREEMPTED)), *hit_hyps]
+        hyps = [z3.Implies(eligible, _is(sel.status, WAITING, PREEMPTED)), *o.hit_hyps]
         held = ops.ite(ok, hit_blocks - evictable, 0)  # hit blocks another request holds
         return self.moved(acc, _regather(acc, [sel, other], new, w), held=held), stopped, hyps, new
 
