@@ -15,6 +15,7 @@ import pytest
 import z3
 from hypothesis import given
 from hypothesis import strategies as st
+from vllm_v0_hand import HAND_COMPUTED, SWAP_HAND_COMPUTED
 
 from checker.conformance.vllm_v0_real import random_workload
 from model.core.ops import CONCRETE, SymbolicOps, as_python
@@ -52,87 +53,6 @@ def assert_agree(w: Workload) -> None:
     assert len(by_rules) == len(reference)
     for ref, got in zip(reference, by_rules, strict=True):
         assert got == ref, f"step {ref.step}:\n reference {ref}\n rules     {got}"
-
-
-def _workload(cfg: Config, *requests: tuple[str, int, int, int], steps: int,
-              eos: tuple[tuple[str, int], ...] = ()) -> Workload:
-    return Workload(config=cfg, steps=steps, engine=ENGINE_VLLM_V0,
-                    requests=tuple(RequestSpec(id=i, prompt_len=p, max_tokens=m, arrival_step=a)
-                                   for i, p, m, a in requests),
-                    eos=tuple(EosEvent(id=i, step=s) for i, s in eos))
-
-
-_SMALL = dict(max_num_batched_tokens=8, max_num_seqs=4, max_model_len=8, block_size=4,
-              num_gpu_blocks=16)
-
-# The workloads of tests/test_vllm_v0_reference.py, whose steps are computed by hand there.
-HAND_COMPUTED = {
-    "prefills first, then decodes": _workload(
-        Config(**_SMALL), ("a", 3, 3, 1), ("b", 2, 2, 2), steps=4),
-    "the watermark refuses an admission": _workload(
-        Config(max_num_batched_tokens=100, max_num_seqs=4, max_model_len=100, block_size=1,
-               num_gpu_blocks=100), ("a", 60, 5, 1), ("b", 40, 5, 1), steps=2),
-    "recompute preemption of the running tail": _workload(
-        Config(max_num_batched_tokens=8, max_num_seqs=4, max_model_len=8, block_size=2,
-               num_gpu_blocks=3), ("a", 2, 6, 1), ("b", 1, 6, 1), ("c", 1, 6, 1), steps=3),
-    "a decode with room in its block still needs a free block": _workload(
-        Config(max_num_batched_tokens=8, max_num_seqs=4, max_model_len=8, block_size=2,
-               num_gpu_blocks=2), ("a", 3, 4, 1), steps=3),
-    "a prompt longer than max_model_len is ignored": _workload(
-        Config(**_SMALL), ("a", 9, 2, 1), ("b", 3, 1, 1), steps=2),
-    "a prompt the pool can never hold is ignored": _workload(
-        Config(max_num_batched_tokens=128, max_num_seqs=4, max_model_len=128, block_size=1,
-               num_gpu_blocks=100), ("a", 100, 2, 1), ("b", 99, 1, 1), steps=1),
-    "EOS stops": _workload(Config(**_SMALL), ("a", 3, 5, 1), steps=3, eos=(("a", 2),)),
-    "max_model_len finishes": _workload(
-        Config(**{**_SMALL, "max_model_len": 5}), ("a", 4, 10, 1), steps=2),
-    "chunked mode admits after a preemption": _workload(
-        Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, block_size=2,
-               num_gpu_blocks=3, enable_chunked_prefill=True),
-        ("a", 2, 8, 1), ("b", 2, 8, 1), ("c", 1, 1, 2), steps=2),
-    "chunked mode allocates the whole prompt and chunks it": _workload(
-        Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, block_size=4,
-               num_gpu_blocks=10, enable_chunked_prefill=True), ("a", 10, 1, 1), steps=3),
-}
-
-
-_SWAP = dict(preemption_mode="swap")
-
-# The swap workloads of tests/test_vllm_v0_swap.py (computed by hand there, and run on the
-# real 0.10.2 Scheduler), and two more: a swap-in the whole GPU can never hold (NEVER) and
-# the watermark on swap-in.
-SWAP_HAND_COMPUTED = {
-    "default path swaps the tail out and back in": _workload(
-        Config(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=16, block_size=2,
-               num_gpu_blocks=4, num_cpu_blocks=8, **_SWAP),
-        ("r0", 3, 6, 1), ("r1", 3, 6, 1), steps=8),
-    "a CPU pool too small kills the engine": _workload(
-        Config(max_num_batched_tokens=8, max_num_seqs=2, max_model_len=8, block_size=2,
-               num_gpu_blocks=3, num_cpu_blocks=1, **_SWAP),
-        ("r0", 1, 2, 1), ("r1", 3, 2, 1), steps=3),
-    "chunked path swaps a prefill out and back in whole": _workload(
-        Config(max_num_batched_tokens=4, max_num_seqs=2, max_model_len=16, block_size=2,
-               num_gpu_blocks=4, enable_chunked_prefill=True, num_cpu_blocks=4, **_SWAP),
-        ("r0", 2, 3, 1), ("r1", 6, 2, 1), steps=5),
-    "chunked path never swaps back a prefill longer than the budget": _workload(
-        Config(max_num_batched_tokens=4, max_num_seqs=2, max_model_len=16, block_size=2,
-               num_gpu_blocks=5, enable_chunked_prefill=True, num_cpu_blocks=8, **_SWAP),
-        ("r0", 2, 3, 1), ("r1", 8, 2, 1), steps=8),
-    # r0 fills both blocks; its decode swaps itself out (1 touched + 2 full = 3 CPU
-    # blocks); coming back it needs 3 > the 2 GPU blocks: NEVER, ignored, its CPU blocks
-    # never returned; r1 is admitted once `swapped` is empty.
-    "a swap-in the whole GPU can never hold is ignored": _workload(
-        Config(max_num_batched_tokens=8, max_num_seqs=2, max_model_len=8, block_size=2,
-               num_gpu_blocks=2, num_cpu_blocks=8, **_SWAP),
-        ("r0", 4, 4, 1), ("r1", 2, 2, 2), steps=5),
-    # 100 blocks keep a watermark of 1 (BM:93): a swap-in needs one block more; in this
-    # run one finds exactly as many free blocks as it touches and waits (LATER).
-    "the watermark holds a swap-in back": _workload(
-        Config(max_num_batched_tokens=128, max_num_seqs=4, max_model_len=128, block_size=1,
-               num_gpu_blocks=100, num_cpu_blocks=100, **_SWAP),
-        ("r2", 23, 17, 2), ("r1", 27, 20, 3), ("r3", 25, 29, 3), ("r0", 15, 13, 6),
-        steps=40),
-}
 
 
 @pytest.mark.parametrize("name", list(HAND_COMPUTED))

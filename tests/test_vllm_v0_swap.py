@@ -8,8 +8,9 @@ BM = vllm/core/block_manager.py, BT = vllm/core/block/block_table.py). The count
 - a swap touches the table's full blocks plus the blocks its unseen tokens touch
   (BM:454-500 `_can_swap`, naive_block.py:288-307), against the CPU pool to go out (no
   watermark) and the GPU less the watermark to come in; every block, full or not, moves.
-Each workload was also run on the real Scheduler (checker.conformance.vllm_v0_real
---workload): every step agrees.
+The workloads are tests/vllm_v0_hand.py's SWAP_* (tests/test_vllm_v0_refinement.py runs
+them on the rules too). Each was also run on the real Scheduler
+(checker.conformance.vllm_v0_real --workload): every step agrees.
 """
 
 from __future__ import annotations
@@ -18,20 +19,15 @@ import json
 from pathlib import Path
 
 import pytest
+from vllm_v0_hand import SWAP_CHUNKED, SWAP_CHUNKED_LONG, SWAP_CRASH, SWAP_DEFAULT, workload
 
 from checker.cli.main import main
 from model.core.errors import InputError
-from model.core.types import RequestSpec, Workload
 from model.vllm_v0.config import Config, parse_config
 from model.vllm_v0.engine import ENGINE, observe
 from model.vllm_v0.reference import simulate
 
 SWAP = {"preemption_mode": "swap"}
-
-
-def _run(cfg: Config, *reqs: tuple[str, int, int, int], steps: int) -> Workload:
-    return Workload(config=cfg, requests=tuple(RequestSpec(*r) for r in reqs), steps=steps,
-                    engine="vllm-v0")
 
 
 def _row(rec):  # type: ignore[no-untyped-def]
@@ -40,14 +36,8 @@ def _row(rec):  # type: ignore[no-untyped-def]
             extra["swapped"], extra["free_cpu_blocks"])
 
 
-# Default path, block_size 2, 4 GPU blocks, 8 CPU blocks; r0 and r1: 3-token prompts.
-W_DEFAULT = _run(Config(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=16,
-                        block_size=2, num_gpu_blocks=4, num_cpu_blocks=8, **SWAP),
-                 ("r0", 3, 6, 1), ("r1", 3, 6, 1), steps=8)
-
-
 def test_default_path_swaps_the_tail_out_and_back_in() -> None:
-    recs = simulate(W_DEFAULT)
+    recs = simulate(SWAP_DEFAULT)
     assert [_row(r) for r in recs] == [
         # 1: both prompts admitted, cdiv(3, 2) = 2 blocks each: 0 free.
         ((("r0", 3), ("r1", 3)), (), (), ("r0", "r1"), 0, (), 8),
@@ -81,7 +71,7 @@ def test_default_path_swaps_the_tail_out_and_back_in() -> None:
 
 
 def test_observe_holds_a_swapped_request_outside_both_queues() -> None:
-    steps = observe(W_DEFAULT, simulate(W_DEFAULT))
+    steps = observe(SWAP_DEFAULT, simulate(SWAP_DEFAULT))
     r1 = [s.slots[1] for s in steps]
     # step 2: swapped out while running
     assert r1[1].preempted and r1[1].was_running and not r1[1].running_after
@@ -97,14 +87,8 @@ def test_observe_holds_a_swapped_request_outside_both_queues() -> None:
     assert not any(s.assertion for s in steps)
 
 
-# The CPU pool too small: r0 (1 token) and r1 (3 tokens), 3 GPU blocks, 1 CPU block.
-W_CRASH = _run(Config(max_num_batched_tokens=8, max_num_seqs=2, max_model_len=8, block_size=2,
-                      num_gpu_blocks=3, num_cpu_blocks=1, **SWAP),
-               ("r0", 1, 2, 1), ("r1", 3, 2, 1), steps=3)
-
-
 def test_a_cpu_pool_too_small_kills_the_engine() -> None:
-    recs = simulate(W_CRASH)
+    recs = simulate(SWAP_CRASH)
     # 1: r0 (1 block) and r1 (2 blocks) admitted: 0 free.
     assert recs[0].scheduled == (("r0", 1), ("r1", 2 + 1)) and recs[0].free_blocks == 0
     # 2: r0's decode needs 1 block: r1 is the victim; its swap-out touches 1 full block + 1
@@ -115,21 +99,14 @@ def test_a_cpu_pool_too_small_kills_the_engine() -> None:
     for rec in recs[1:]:  # the engine is dead: step 3 records the same
         assert rec.extra == (("assertion", message),)
         assert (rec.scheduled, rec.preempted, rec.finished, rec.free_blocks) == ((), (), (), 0)
-    steps = observe(W_CRASH, recs)
+    steps = observe(SWAP_CRASH, recs)
     assert [s.assertion for s in steps] == [False, True, True]
     # held as the step found them: r0 and r1 running, nothing scheduled
     assert all(o.held and o.was_running and o.scheduled == 0 for o in steps[1].slots)
 
 
-# Chunked path: budget 4, block_size 2, 4 GPU blocks, 4 CPU blocks.
-W_CHUNKED = _run(Config(max_num_batched_tokens=4, max_num_seqs=2, max_model_len=16,
-                        block_size=2, num_gpu_blocks=4, enable_chunked_prefill=True,
-                        num_cpu_blocks=4, **SWAP),
-                 ("r0", 2, 3, 1), ("r1", 6, 2, 1), steps=5)
-
-
 def test_chunked_path_swaps_a_prefill_out_and_back_in_whole() -> None:
-    recs = simulate(W_CHUNKED)
+    recs = simulate(SWAP_CHUNKED)
     assert [_row(r) for r in recs] == [
         # 1: r0's prompt (1 block), then r1's first chunk min(6, 4 - 2) = 2, its whole
         # prompt allocated (3 blocks, S:1188): 0 free.
@@ -154,10 +131,7 @@ def test_chunked_path_never_swaps_back_a_prefill_longer_than_the_budget() -> Non
     # As above with r1's prompt 8 and 5 GPU blocks: at swap-in r1 has 8 - 2 = 6 tokens
     # left, unchunked, and can_schedule(6) fails against the budget of 4 (S:890-896) at
     # every step: the engine idles with every GPU block free and r1 held forever.
-    w = _run(Config(max_num_batched_tokens=4, max_num_seqs=2, max_model_len=16, block_size=2,
-                    num_gpu_blocks=5, enable_chunked_prefill=True, num_cpu_blocks=8, **SWAP),
-             ("r0", 2, 3, 1), ("r1", 8, 2, 1), steps=8)
-    recs = simulate(w)
+    recs = simulate(SWAP_CHUNKED_LONG)
     assert recs[1].preempted == ("r1",) and dict(recs[1].extra)["free_cpu_blocks"] == 8 - 4
     for rec in recs[3:]:
         assert rec.scheduled == () and rec.free_blocks == 5
@@ -165,8 +139,9 @@ def test_chunked_path_never_swaps_back_a_prefill_longer_than_the_budget() -> Non
 
 
 def test_recompute_records_are_unchanged() -> None:
-    w = _run(Config(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=16, block_size=2,
-                    num_gpu_blocks=4), ("r0", 3, 6, 1), ("r1", 3, 6, 1), steps=3)
+    w = workload(Config(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=16,
+                        block_size=2, num_gpu_blocks=4), ("r0", 3, 6, 1), ("r1", 3, 6, 1),
+                 steps=3)
     recs = simulate(w)
     assert [k for k, _ in recs[1].extra] == ["ignored", "blocks"]
     assert recs[1].preempted == ("r1",) and recs[1].waiting == ("r1",)
