@@ -27,7 +27,8 @@ SERVE_DEFAULTS = replace(CACHED, async_scheduling=True)
 EVERY_MODE = ("budget_respected", "running_within_max_num_seqs",
               "no_admission_after_preemption", "whole_prompt_without_chunking",
               "running_before_waiting", "preempted_requeued", "admitted_with_tokens",
-              "prefix_hit_whole_blocks", "kv_blocks_conserved", "no_engine_assertion")
+              "prefix_hit_whole_blocks", "kv_blocks_conserved", "no_engine_assertion",
+              "sampled_within_max_model_len")
 
 
 # A mutation test (monkeypatch) must prove its patched rules, not read a stored proof.
@@ -150,6 +151,30 @@ def test_the_assertion_proof_fails_on_an_offer_one_token_short(monkeypatch):
     result = loops._prove(theorems._no_assertion_argument(), 30, "mutated", cached=True,
                           capped=True, asynchronous=True)
     assert not result.proved and result.detail.endswith(": sat"), result.detail
+
+
+def test_the_sampled_position_proof_needs_the_running_cap(monkeypatch):
+    # vllm-project/vllm#53962: a running request offered past max_model_len - 1 -
+    # num_computed_tokens samples a token with no position (scheduler.py:714-721).
+    def uncapped(ops, cfg, remaining, ncomp, threshold, token_budget, input_budget):
+        n = ops.ite(ops.and_(threshold > 0, threshold < remaining), threshold, remaining)
+        return ops.min(n, ops.min(token_budget, input_budget - cfg.draft_slots))
+    monkeypatch.setattr(loops, "running_tokens", uncapped)
+    result = loops._prove(theorems._sampled_argument(), 30, "mutated", cached=True,
+                          asynchronous=True)
+    assert not result.proved and result.detail.startswith("running-loop iteration starts")
+    assert result.detail.endswith(": sat")
+
+
+def test_the_sampled_position_proof_needs_prompts_below_max_model_len():
+    # A prompt of max_model_len tokens (refused by vLLM V1's input processor) would be
+    # admitted whole and leave no position for its sampled token.
+    argument = replace(theorems._sampled_argument(), fixed=None)
+    result = loops._prove(argument, 30, "mutated")
+    assert not result.proved and result.detail.startswith("initial state")
+    drafts = replace(SERVE_DEFAULTS, speculative_method="ngram", num_speculative_tokens=2)
+    theorem = _theorem("sampled_within_max_model_len")
+    assert [p.name for p in theorem.broken(Family(drafts))] == ["no_speculative_decoding"]
 
 
 def test_the_whole_block_proof_needs_the_abstractions_whole_block_fact(monkeypatch):

@@ -17,7 +17,7 @@ from typing import Any
 import z3
 
 from checker.methods import proof_cache
-from checker.methods.symbolic import Family
+from checker.methods.symbolic import Family, longest_prompt
 from checker.methods.theorems import Premise, Theorem, TheoremResult, discharge, field_range
 from checker.methods.theorems.vllm_v1_loops import (
     _Acc,
@@ -44,6 +44,7 @@ from model.vllm.rules import (
 )
 from model.vllm.state import (
     ABSENT,
+    FINISHED,
     PREEMPTED,
     RUNNING,
     WAITING,
@@ -669,6 +670,51 @@ def no_engine_assertion_unbounded(timeout_s: float) -> TheoremResult:
                      "is never reached, and 1372 pads only with drafts", capped=True)
 
 
+def _sampled_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
+    mml = l_.cfg.max_model_len
+    facts = [r.prompt + 1 <= mml, r.out >= 0, r.ncomp >= 0, *_key_order(l_, acc, r, stage),
+             # check_stop (sched/utils.py:98-119) finishes a request that reaches
+             # max_model_len tokens, so one not finished has room for one more.
+             z3.Implies(r.status != FINISHED, r.ntok + 1 <= mml),
+             z3.Implies(_unstarted(r), r.ncomp == 0)]
+    if stage == "between":
+        return z3.And(*facts)
+    # A preempted request is reset with nothing scheduled (FCFS: the victim is not served
+    # yet, by the run-key order; PRIORITY and running[0]: it gives its tokens back).
+    return z3.And(*facts, z3.Implies(r.scheduled > 0, r.ncomp + r.scheduled + 1 <= mml),
+                  z3.Implies(_unstarted(r), r.scheduled == 0),
+                  z3.Implies(r.pre, acc.any_preempted))
+
+
+def _sampled_argument() -> _Argument:
+    def inner(l_: _Loops, acc: _Acc, sel: _Req, it: _Iter) -> Any:
+        # scheduler.py:714-721: a running request is offered at most max_model_len -
+        # num_computed_tokens - 1 (`running_tokens`), from what it had at the pick.
+        return z3.And(_order_inner(l_, acc, sel, it),
+                      it.ncomp + it.n + 1 <= l_.cfg.max_model_len,
+                      z3.Implies(_running(sel), it.ncomp == sel.ncomp))
+    return _Argument(lambda *_: True, inner, lambda *_: True, lambda l_: [],
+                     waiting=_gated, between=lambda *_: True, each=_sampled_each,
+                     pair=_distinct_keys,
+                     fixed=lambda l_, r: r.prompt + 1 <= l_.cfg.max_model_len,
+                     observed="sampled_within_max_model_len")
+
+
+def sampled_within_max_model_len_unbounded(timeout_s: float) -> TheoremResult:
+    """For every number of requests, without speculative decoding: a request scheduled in
+    a step has num_computed_tokens + 1 <= max_model_len afterwards (its sampled token has
+    a position). Per-request invariant over steps: every prompt is below max_model_len
+    (vLLM V1's input processor refuses longer ones), a request not finished has num_tokens
+    below it (check_stop ends one that reaches it), one not started has computed nothing;
+    within a step, a running request is offered at most max_model_len -
+    num_computed_tokens - 1 (scheduler.py:714-721), a waiting one at most what it lacks
+    beyond its hit (1129-1169), and a preemption only lowers num_computed_tokens."""
+    return _in_modes(_sampled_argument, timeout_s,
+                     f"{_OVER_STEPS} {_ON_TOUCHED}; per-request invariant: a request not "
+                     "finished has num_tokens < max_model_len, one scheduled "
+                     "num_computed_tokens + scheduled < max_model_len")
+
+
 def _synchronous(family: Family) -> bool:
     base = family.base
     return not (base.speculative_method or base.async_scheduling)
@@ -719,6 +765,11 @@ NO_THRESHOLD_WITHOUT_CHUNKING = Premise(
     "scheduler.py:1155-1167; on no_chunking_threshold the property is VIOLATED)",
     lambda f: (f.base.enable_chunked_prefill or not f.base.rules.long_prefill_cap
                or field_range(f, "long_prefill_token_threshold")[1] <= 0))
+PROMPTS_BELOW_MAX_MODEL_LEN = Premise(
+    "prompts_below_max_model_len",
+    "every prompt is shorter than max_model_len (vLLM V1's input processor refuses the "
+    "rest; symbolic.longest_prompt)",
+    lambda f: longest_prompt(f.base) == f.base.max_model_len - 1)
 PREEMPTION_GATE = Premise(
     "preemption_gate_on", "the rule 'no admission in a step that preempted' "
     "(scheduler.py:900) is not switched off (rules.preemption_gate)",
@@ -769,6 +820,9 @@ THEOREMS: dict[str, Theorem] = {
     "preempted_requeued": Theorem(preempted_requeued_unbounded,
                                   (WITHOUT_DRAFTS, PREEMPTION_GATE),
                                   states="aae4e6bee51a6d9a"),
+    "sampled_within_max_model_len": Theorem(sampled_within_max_model_len_unbounded,
+                                            (WITHOUT_DRAFTS, PROMPTS_BELOW_MAX_MODEL_LEN),
+                                            states="94ab51faf616fe3d"),
     "no_engine_assertion": Theorem(no_engine_assertion_unbounded,
                                    (WITHOUT_DRAFTS, PREFIX_HIT_CAPPED),
                                    states="84e6d95d7f184b1b"),

@@ -627,7 +627,9 @@ class _Argument:
     leaves unchanged while the accumulators move), so they hold for every request and
     every two; `observed` names the catalogue property then evaluated, as the conclusion,
     on the rules' observation of two arbitrary requests (the four properties so proved
-    are conjunctions over one request or over two distinct requests)."""
+    are conjunctions over one request or over two distinct requests). `fixed`: facts of
+    a request's fixed parameters that the workload's contract gives (assumed of the
+    initial state's requests; `each` must state them to keep them)."""
 
     inv: Invariant
     inner: InnerInvariant
@@ -640,6 +642,7 @@ class _Argument:
     pair: Pair | None = None
     observed: str | None = None
     side: Callable[[_Loops], list[tuple[str, Callable[[], z3.BoolRef]]]] | None = None
+    fixed: Callable[[_Loops, _Req], Any] | None = None
 
 
 def _bool(x: Any) -> z3.BoolRef:
@@ -777,7 +780,10 @@ def _obligations(a: _Argument, loops: _Loops) -> list[tuple[str, Callable[[], z3
         acc = _Acc(0, 0, init.free_blocks, False, 0, 0, 0, 0, head=init.wait_head,
                    tail=init.wait_tail, nrk=init.next_run_key)
         reqs = [_initial_req() for _ in bystanders()]
-        return valid([c for r in reqs for c in _wf(r)],
+        # `fixed`: what the workload's contract says of every request's parameters (the
+        # prompt never changes, so `each` keeps it once it holds here).
+        fixed = [a.fixed(loops, r) for r in reqs] if a.fixed is not None else []
+        return valid([c for r in reqs for c in _wf(r)] + fixed,
                      [between(loops, acc), *each(acc, reqs, "between")])
 
     def scheduled() -> z3.BoolRef:
