@@ -18,7 +18,8 @@ from model.vllm.engine import ENGINE
 from model.vllm.reference import simulate
 
 # The switches older releases turn off (cap_prefix_hit is an ablation, tested elsewhere).
-OLDER = ("threshold_off_when_alone", "adaptive_threshold", "active_seqs_cap", "input_budget")
+OLDER = ("threshold_off_when_alone", "adaptive_threshold", "active_seqs_cap", "input_budget",
+         "priority_victim_reindex")
 
 
 def _with_rules(w: Workload, rules: VllmRules) -> Workload:
@@ -112,6 +113,26 @@ def test_a_scheduled_cap_above_the_batch_is_the_budget_only_before_0_28():
            RequestSpec(id="b", prompt_len=7, max_tokens=2))
     assert dict(_run("0.30.0", config, two, 1)[0].scheduled) == {"a": 7, "b": 1}
     assert dict(_run("0.27.1", config, two, 1)[0].scheduled) == {"a": 7, "b": 7}
+
+
+def test_a_priority_victim_passed_over_passes_over_the_next_request_only_before_0_28():
+    # The AsyncScheduler under PRIORITY with 5 usable blocks of 1 token: at step 3 r1
+    # (priority 1) is passed over, its last output in flight; r0 finds no free block and
+    # preempts r1, which stood before it. 0.28.0+ moves the loop's index back and serves r2;
+    # 0.27.1 does not, so r2 is passed over too (vllm#49097). Both real schedulers agree
+    # with the reference on this workload (checker/conformance, their overlays).
+    config = {"max_num_batched_tokens": 12, "max_num_seqs": 4, "max_model_len": 12,
+              "block_size": 1, "num_gpu_blocks": 6, "policy": "priority",
+              "async_scheduling": True}
+    reqs = (RequestSpec(id="r0", prompt_len=2, max_tokens=4, arrival_step=2),
+            RequestSpec(id="r1", prompt_len=1, max_tokens=2, arrival_step=1, priority=1),
+            RequestSpec(id="r2", prompt_len=1, max_tokens=2, arrival_step=2))
+    for version, served in (("0.30.0", {"r0": 1, "r2": 1}), ("0.27.1", {"r0": 1})):
+        cfg = registry.get(f"vllm-v1@{version}").parse_config(config)
+        w = Workload(config=cfg, requests=reqs, steps=3)
+        last = simulate(w)[-1]
+        assert dict(last.scheduled) == served and last.preempted == ("r1",)
+        assert_agree(w)
 
 
 def test_versions_differ_by_the_switches_the_evidence_names():

@@ -67,6 +67,13 @@ class VllmRules:
     # one budget, token_budget (0.27.1 scheduler.py:459, 485, 523, 687, 907-913),
     # so a max_num_scheduled_tokens above max_num_batched_tokens is the whole budget.
     input_budget: bool = True
+    # 0.28.0 fixed the RUNNING loop's index after a PRIORITY preemption (vllm-project/vllm
+    # #49206, for #49097): a victim removed from before the index moves it back whether or
+    # not it was served in the step (0.28.0 scheduler.py:648-656; 0.32.0 808-812). Off,
+    # 0.27.1 (scheduler.py:590-613): only a victim already served moves it back, so taking
+    # one that was passed over in the step (async's last-token skip, 488-501, or no tokens
+    # to offer, 556-573) passes over the request after the one being served as well.
+    priority_victim_reindex: bool = True
     # Speculative decoding's uniform-decode padding of a one-token admission (scheduler.py
     # 1131-1153). spec_pad_room, first in 0.29.0 (vllm-project/vllm#53962, "Don't pad spec
     # decode up to max_model_len"): pad only if the sampled token still fits,
@@ -115,7 +122,7 @@ RULE_SWITCHES: tuple[str, ...] = tuple(f.name for f in fields(VllmRules))
 # Scheduler (checker/conformance, --vllm-version).
 _V0_30_0 = VllmRules(threshold_off_when_alone=False, adaptive_threshold=False,
                      active_seqs_cap=False)
-_V0_27_1 = replace(_V0_30_0, input_budget=False)
+_V0_27_1 = replace(_V0_30_0, input_budget=False, priority_victim_reindex=False)
 VERSIONS: Mapping[str, VllmRules] = {
     "0.27.1": _V0_27_1,
     "0.30.0": _V0_30_0,

@@ -350,6 +350,13 @@ _SWITCH_EVIDENCE = {
                        "stops at max_num_active_seqs (default max_num_seqs). Off (0.30.0 "
                        "S:124, 863-865; 0.27.1 S:109, 690-692): it stops at max_num_seqs; "
                        "max_num_active_seqs does not exist and is refused (field_in_version)",
+    "priority_victim_reindex": "first in 0.28.0 (vllm-project/vllm#49206, for #49097). On "
+                               "(0.28.0 S:648-656; 0.30.0 S:760-763; 0.32.0 S:808-812): a "
+                               "PRIORITY victim removed from before the RUNNING loop's index "
+                               "moves the index back. Off (0.27.1 S:590-613): only a victim "
+                               "already scheduled in the step moves it back; taking one passed "
+                               "over earlier (async's last-token skip, S:488-501) passes over "
+                               "the request after the one being served as well",
     "input_budget": "first in 0.28.0. On (0.30.0 S:581-584, 664, 808, 859, 1035, 1263; "
                     "0.32.0 S:611-614, 710-712, 857, 918, 1118, 1367): besides token_budget "
                     "(max_num_scheduled_tokens, else max_num_batched_tokens) an input_budget "

@@ -741,7 +741,10 @@ class VllmV1Scheduler:
         FCFS: `running[-1]` (S:802, 834). PRIORITY: the first maximum of
         (priority, arrival_time) in running order (S:796-800); if it sits before the
         current index the index moves back (S:809-812); if it was already scheduled in
-        this step its tokens go back to both budgets (S:814-832).
+        this step its tokens go back to both budgets (S:814-832). Before 0.28.0
+        (VllmRules.priority_victim_reindex off; 0.27.1 S:595-613) the index moves back
+        only for a victim already scheduled: one passed over earlier in the step leaves it
+        a place ahead, and the request after the current one is passed over too.
         """
         if self.cfg.policy != POLICY_PRIORITY and self.cfg.rules.victim_latest:
             return self.running.pop(), req_index
@@ -751,9 +754,10 @@ class VllmV1Scheduler:
             victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
         victim_index = self.running.index(victim)
         del self.running[victim_index]
-        if victim_index < req_index:
+        served = victim in out.scheduled_running_reqs
+        if victim_index < req_index and (served or self.cfg.rules.priority_victim_reindex):
             req_index -= 1
-        if victim in out.scheduled_running_reqs:
+        if served:
             out.scheduled_running_reqs.remove(victim)
             restored = out.num_scheduled_tokens.pop(victim.request_id)
             out.token_budget += restored

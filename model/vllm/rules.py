@@ -222,27 +222,33 @@ def _running_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
                   ntok: Sequence[Int], thr: Int) -> None:
     """The RUNNING loop in list order (scheduler.py:657-887). A request offered 0 tokens is
     skipped (755-773); an allocation failure preempts victims until the request fits or
-    preempts itself (777-844), and then the loop ends (846-848)."""
+    preempts itself (777-844), and then the loop ends (846-848). Before 0.28.0
+    (`victim_reindex` off, 0.27.1 scheduler.py:595-613) each victim passed over earlier in
+    the step that a served request preempted makes the loop pass over one more request
+    after it (its index was not moved back)."""
     n_slots = len(specs)
     stopped: Bool = False
+    passes: Int = 0  # requests the loop's index still jumps over (victim_reindex off)
     for _ in range(n_slots):
         eligible = [ops.and_(w.status[i] == RUNNING, ops.not_(w.visited[i]))
                     for i in range(n_slots)]
         sel = select_min(ops, eligible, [(k,) for k in w.run_key])
         active = ops.and_(ops.not_(stopped), w.token_budget > 0, ops.or_(*eligible),
                           w.input_budget > cfg.draft_slots)  # 659, 661
+        passing = False if cfg.victim_reindex else ops.and_(active, passes > 0)
         ncomp = pick(ops, sel, w.ncomp)
         ph = 0 if w.placeholders is None else pick(ops, sel, w.placeholders)
         drafts = 0 if w.drafts is None else pick(ops, sel, w.drafts)
         n = running_tokens(ops, cfg, pick(ops, sel, ntok) + drafts + ph - ncomp, ncomp, thr,
                            w.token_budget, w.input_budget)
-        wants = ops.and_(active, n > 0)
+        wants = ops.and_(active, ops.not_(passing), n > 0)
         if w.placeholders is not None:
             # 664-677: async, the output in flight is the last one max_tokens allows.
             last = pick(ops, sel, [sp.prompt_len + sp.max_tokens for sp in specs])
             wants = ops.and_(wants, ops.not_(ops.and_(ph > 0, ncomp + 2 - ph >= last)))
         done: Bool = False
         fits: Bool = False
+        passed_victims: Int = 0
         for _ in range(n_slots):
             # A RUNNING request pays no watermark and no full-sequence check (509-516).
             need = blocks_needed(ops, cfg, ncomp + n + cfg.num_lookahead_tokens,
@@ -253,6 +259,11 @@ def _running_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
             done = ops.or_(done, ok)
             victim = _victim(ops, cfg, w, specs)
             evict = ops.and_(trying, ops.not_(ok))
+            if not cfg.victim_reindex:  # a victim visited in the step but not served
+                ahead = [ops.and_(v, w.visited[i], w.scheduled[i] == 0)
+                         for i, v in enumerate(victim)]
+                passed_victims = ops.name(passed_victims
+                                          + ops.ite(ops.and_(evict, ops.or_(*ahead)), 1, 0))
             _preempt(ops, cfg, w, victim, evict)
             hits_self = [ops.and_(v, s) for v, s in zip(victim, sel, strict=True)]
             self_preempted = ops.and_(evict, ops.or_(*hits_self))
@@ -273,6 +284,9 @@ def _running_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
         for i in range(n_slots):
             w.visited[i] = ops.or_(w.visited[i], ops.and_(active, sel[i]))
         stopped = ops.name(stopped)
+        if not cfg.victim_reindex:
+            passes = ops.name(passes - ops.ite(passing, 1, 0)
+                              + ops.ite(fits, passed_victims, 0))
         _checkpoint(ops, w)
 
 

@@ -74,6 +74,7 @@ class RuleConfig:
     threshold_skips_padding: bool = False  # VllmRules.threshold_skips_padding
     preemption_gate: bool = True  # VllmRules.preemption_gate
     victim_latest: bool = True  # VllmRules.victim_latest
+    victim_reindex: bool = True  # VllmRules.priority_victim_reindex (0.27.1 off)
 
     @property
     def pool_choices(self) -> tuple[str, ...]:
@@ -128,6 +129,7 @@ class RuleConfig:
             spec_pad_room=cfg.rules.spec_pad_room,
             threshold_skips_padding=cfg.rules.threshold_skips_padding,
             preemption_gate=cfg.rules.preemption_gate, victim_latest=cfg.rules.victim_latest,
+            victim_reindex=cfg.rules.priority_victim_reindex,
         ))
 
 
@@ -236,7 +238,9 @@ def _unread_switches_pinned(cfg: RuleConfig) -> RuleConfig:
     prefix-hit cap without a prefix cache (cache_rules.lookup), the lone-request threshold
     rule with no threshold (rules._threshold gives 0 either way), the separate input
     budget when both budgets are the same number, the padding forms without speculative
-    decoding (rules._padding), the FCFS victim rule under PRIORITY (rules._victim)."""
+    decoding (rules._padding), the FCFS victim rule under PRIORITY (rules._victim), and
+    the index fix-up of a victim ahead of the running loop's index when the victim is
+    always running[-1] (FCFS, rules._running_loop)."""
     return replace(
         cfg,
         cap_prefix_hit=cfg.cap_prefix_hit or not cfg.prefix_caching,
@@ -246,7 +250,9 @@ def _unread_switches_pinned(cfg: RuleConfig) -> RuleConfig:
         or cfg.token_budget == cfg.max_num_batched_tokens,
         spec_pad_room=cfg.spec_pad_room or not cfg.num_spec_tokens,
         threshold_skips_padding=cfg.threshold_skips_padding and bool(cfg.num_spec_tokens),
-        victim_latest=cfg.victim_latest or cfg.policy_priority)
+        victim_latest=cfg.victim_latest or cfg.policy_priority,
+        victim_reindex=(cfg.victim_reindex
+                        or not (cfg.policy_priority or not cfg.victim_latest)))
 
 
 def _span(tokens: int, block_size: int, max_model_len: int) -> int:
