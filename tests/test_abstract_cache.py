@@ -10,6 +10,7 @@ import json
 from dataclasses import fields, replace
 
 import pytest
+from example_counts import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_rules_refinement import cached_workloads
@@ -99,14 +100,14 @@ def replay_counted(w: Workload, monkeypatch) -> None:
         assert _state_view(counted_state) == _state_view(exact_state), f"after step {t}"
 
 
-@settings(max_examples=60)  # the default suite's share; each example runs both rules
+@settings(max_examples=examples(60))  # the default suite's share: both rules per example
 @given(cached_workloads())
 def test_every_exact_run_is_a_counted_run(w):
     with pytest.MonkeyPatch.context() as monkeypatch:
         replay_counted(w, monkeypatch)
 
 
-@settings(max_examples=60)  # the default suite's share; each example runs both rules
+@settings(max_examples=examples(60))  # the default suite's share: both rules per example
 @given(cached_workloads())
 def test_every_exact_run_is_a_counted_run_under_async_scheduling(w):
     w = replace(w, config=replace(w.config, async_scheduling=True))
@@ -245,7 +246,7 @@ def test_a_hit_that_ignores_the_cap_is_not_proved_admitted_with_tokens(monkeypat
                                120).proved
 
 
-@settings(max_examples=40)  # each run twice over with drafts: the slowest of the three
+@settings(max_examples=examples(40))  # each run twice over with drafts: the slowest
 @given(cached_workloads(), st.sampled_from([("ngram", 2), ("eagle", 1), ("eagle3", 3)]),
        st.booleans())
 def test_every_exact_run_is_a_counted_run_with_speculative_decoding(w, spec, asynchronous):

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from example_counts import examples
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
@@ -747,10 +748,11 @@ FUZZ_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                            HealthCheck.data_too_large])
 
 
-# The default suite's fuzz: 60 cases (about 130 invocations, 5-6 s of CPU; 120 cases were
-# its longest test). The slow suite's survey (below) judges the same way at least 3,000
-# invocations of the same generators and the large inputs besides.
-@settings(max_examples=60, **FUZZ_SETTINGS)
+# The default suite's fuzz: 60 cases in CI (about 130 invocations, 5-6 s of CPU; 120 cases
+# were its longest test), the README run's share of them (tests/example_counts.py). The
+# slow suite's survey (below) judges the same way at least 3,000 invocations of the same
+# generators and the large inputs besides.
+@settings(max_examples=examples(60), **FUZZ_SETTINGS)
 @given(case=cases(), data=st.data())
 def test_no_command_tracebacks_hangs_or_passes_bad_input(case, data):
     run_case(case, data)
@@ -807,8 +809,10 @@ def test_the_judge_catches_each_kind_of_failure():
 
 _TIMER_CHECK = """
 import faulthandler
+import sys
 import time
 import checker.cli.seeds as seeds
+sys.path.insert(0, "tests")  # test_fuzz's own imports of tests/ (example_counts), as pytest has
 from tests import test_fuzz
 
 def forever():
