@@ -28,9 +28,15 @@ FIRST = ("test_vllm_invariant_cached.py", "test_vllm_invariant_async.py",
 # pyproject's addopts): they share the proofs and runs of the unpatched rules that the
 # per-process caches keep (v0_tiny's invariant takes 10-18 s, the cached runs 10 s). The
 # slow tests stay free, for balance: there one of them takes minutes.
+# So do the modules whose tests share a module-scoped fixture or a cached result: xdist
+# would otherwise send their tests to both workers, each paying for it (the array
+# explorer's two proved shapes, 4.7 s; the 8B example config's hazards; worst's answers).
 GROUPED = {"test_vllm_invariant_cached.py": "cached_invariant",
            "test_vllm_invariant_async.py": "async_invariant",
-           "test_vllm_v0_invariant.py": "v0_invariant"}
+           "test_vllm_v0_invariant.py": "v0_invariant",
+           "test_array_stored.py": "array_stored",
+           "test_hazards_deployed.py": "hazards_deployed",
+           "test_worst.py": "worst"}
 
 
 #: Seconds each long test took in a run of the README command or of CI step 5, by node id

@@ -8,6 +8,7 @@ and of the reference's rule are not WITNESSED)."""
 import argparse
 from collections import Counter
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,16 @@ def deployed(name):
     return checked.config, req.envelope, checked.pool_known, req.deployment
 
 
+@cache
+def deployed_verdicts(name):
+    """Every hazard's verdict for the example config `name` as `deployed` reads it, by
+    hazard name: decided once per process, for the tests that read one hazard's verdict
+    or all of them (decide_all is decide on each hazard; the module runs on one xdist
+    worker, tests/conftest.py GROUPED)."""
+    cfg, env, pool_known, deployment = deployed(name)
+    return {r.name: r for r in decide_all(cfg, env, pool_known, deployment=deployment)}
+
+
 def preemptions(workload):
     """How often the reference preempts each request in the workload's run, and the run."""
     records = simulate(workload)
@@ -83,9 +94,9 @@ def assert_repeated_on_reference(result, m=1):
 # --- the example configs at deployment size ------------------------------------------------
 
 def test_llama8b_h100_repeated_preemption_is_witnessed_on_the_serve_defaults():
-    cfg, env, pool_known, deployment = deployed("llama8b_h100.yaml")
+    _, _, _, deployment = deployed("llama8b_h100.yaml")
     assert deployment.prefix_caching and deployment.async_scheduling
-    result = decide(H["repeated_preemption"], cfg, env, pool_known, deployment)
+    result = deployed_verdicts("llama8b_h100.yaml")["repeated_preemption"]
     assert_repeated_on_reference(result)
     assert "prefix caching on and async scheduling on" in result.detail
 
@@ -120,8 +131,7 @@ def test_more_preemptions_take_one_short_request_each():
     "llama8b_h100.yaml", pytest.param("llama8b_128k_h100.yaml", marks=pytest.mark.slow),
     pytest.param("llama70b_tp8_h100.yaml", marks=pytest.mark.slow)])
 def test_no_hazard_of_the_example_configs_is_unknown(name):
-    cfg, env, pool_known, deployment = deployed(name)
-    results = decide_all(cfg, env, pool_known, deployment=deployment)
+    results = deployed_verdicts(name).values()
     assert [r.name for r in results if r.verdict == UNKNOWN_LABEL] == []
     assert {r.name for r in results if r.verdict == WITNESSED} == {
         "starvation", "head_of_line", "repeated_preemption"}
@@ -134,8 +144,8 @@ def test_no_hazard_of_the_example_configs_is_unknown(name):
 def test_a_model_witness_is_confirmed_with_the_deployment_s_switches():
     # starvation's minimal trace is found without the cache (too large for the symbolic
     # one); the same workload with the cache and async on fails at the same step.
-    cfg, env, pool_known, deployment = deployed("llama8b_h100.yaml")
-    result = decide(H["starvation"], cfg, env, pool_known, deployment)
+    _, env, _, _ = deployed("llama8b_h100.yaml")
+    result = deployed_verdicts("llama8b_h100.yaml")["starvation"]
     assert result.verdict == WITNESSED and "the same violation at step" in result.detail
     w = result.witness
     on = replace(w.workload, config=replace(w.workload.config, enable_prefix_caching=True,
