@@ -176,7 +176,8 @@ def test_a_switch_the_config_does_not_read_is_proved_equivalent_at_once(switch):
     assert result.seconds < 1
 
 
-# victim_latest (6 s) in the slow suite; tests/test_diff_explore.py runs it by both methods
+# victim_latest (6 s) in the slow suite; full_sequence_check is the same check at the
+# same bounds
 @pytest.mark.parametrize(("switch", "step"), [
     pytest.param("victim_latest", 2, marks=pytest.mark.slow), ("full_sequence_check", 2)])
 def test_the_ablations_change_decisions_with_a_minimal_workload(switch, step):
