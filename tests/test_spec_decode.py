@@ -194,9 +194,11 @@ def test_reference_and_rules_agree_on_speculative_workloads(w):
     (replace(EAGLE, max_num_batched_tokens=8, max_num_seqs=2, max_model_len=12,
              num_gpu_blocks=5, num_speculative_tokens=2, async_scheduling=True),
      "computed_within_tokens", "violated", 3),
-    (replace(EAGLE, max_num_batched_tokens=8, max_num_seqs=2, max_model_len=12,
-             num_gpu_blocks=5, num_speculative_tokens=2, async_scheduling=True),
-     "kv_blocks_conserved", "holds", 3),
+    # async EAGLE's kv_blocks_conserved (1.2 s) in the slow suite: the synchronous one
+    # above is the same search, and async EAGLE's violation stays
+    pytest.param(replace(EAGLE, max_num_batched_tokens=8, max_num_seqs=2, max_model_len=12,
+                         num_gpu_blocks=5, num_speculative_tokens=2, async_scheduling=True),
+                 "kv_blocks_conserved", "holds", 3, marks=pytest.mark.slow),
 ])
 def test_bmc_and_the_explorer_agree_with_the_same_least_witness(config, prop, status, depth):
     family, bounds = Family(base=config), Bounds(slots=2, depth=depth, max_prompt_len=3,
