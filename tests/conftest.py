@@ -77,6 +77,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """In an xdist worker of a `--dist loadgroup` run, end the node id of each test of an
+    xdist group with `@group` before the worker sends its node ids (xdist's own
+    pytest_collection_finish), as xdist's pytest_collection_modifyitems means to: the
+    controller groups by that suffix. pytest-xdist 3.8 writes it to the old `_nodeid`,
+    which pytest 9.2's structured node ids no longer read (pytest-dev/pytest-xdist#1386),
+    so without this every group was split over both workers and each paid for the proofs
+    and runs it was to share. A node id xdist did suffix is left as it is."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    for item in session.items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if names and not _grouped(item.nodeid):
+            item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
+def _grouped(nodeid: str) -> bool:
+    """The node id carries an xdist group (xdist's own test: an `@` after any `]`)."""
+    return nodeid.rfind("@") > nodeid.rfind("]")
+
+
 #: The test run's proof store: a folder of its own, kept between runs (a contributor's
 #: second run reads the invariant, theorem and reduction proofs the first one paid for),
 #: never the user's store. Every key digests the sources the proof reads
@@ -201,7 +224,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Add up each test's set-up, call and tear-down time (on xdist's controller too) when
     BATCHPROOF_RECORD_DURATIONS names a file to merge them into."""
     if "BATCHPROOF_RECORD_DURATIONS" in os.environ and not report.skipped:
-        _RECORDED[report.nodeid] = _RECORDED.get(report.nodeid, 0.0) + report.duration
+        nodeid = report.nodeid.rpartition("@")[0] if _grouped(report.nodeid) else report.nodeid
+        _RECORDED[nodeid] = _RECORDED.get(nodeid, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
