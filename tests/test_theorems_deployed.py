@@ -17,7 +17,7 @@ from checker.methods.theorems import vllm_v1_loops as loops
 from model import registry
 from model.core.rule_parts import arrive_at_tail
 from model.vllm import cache_rules
-from model.vllm.config import Config, VllmRules
+from model.vllm.config import VERSIONS, Config, VllmRules
 from model.vllm.state import ABSENT, RUNNING
 from properties.manifest import custom_config, with_bounds
 
@@ -175,6 +175,18 @@ def test_the_sampled_position_proof_needs_prompts_below_max_model_len():
     drafts = replace(SERVE_DEFAULTS, speculative_method="ngram", num_speculative_tokens=2)
     theorem = _theorem("sampled_within_max_model_len")
     assert [p.name for p in theorem.broken(Family(drafts))] == ["no_speculative_decoding"]
+
+
+@pytest.mark.parametrize("prop", EVERY_MODE)
+def test_the_loop_theorems_stay_outside_0_27_1s_priority_victim_index(prop):
+    # The loop bodies proved move the RUNNING loop's index back for every PRIORITY victim
+    # ahead of it (0.28.0+); 0.27.1 passes over one more request, so a PRIORITY family of
+    # that release is left to k-induction and BMC. Under FCFS the switch is not read.
+    older = replace(CACHED, rules=VERSIONS["0.27.1"], version="0.27.1")
+    theorem = _theorem(prop)
+    assert "priority_victim_reindex" in [
+        p.name for p in theorem.broken(Family(replace(older, policy="priority")))]
+    assert "priority_victim_reindex" not in [p.name for p in theorem.broken(Family(older))]
 
 
 def test_the_whole_block_proof_needs_the_abstractions_whole_block_fact(monkeypatch):

@@ -37,6 +37,7 @@ from checker.methods.theorems.vllm_v1_loops import (
     release_refines_abstract_freeing,
 )
 from model.core.ops import SymbolicOps
+from model.vllm.config import POLICY_PRIORITY
 from model.vllm.rules import (
     _threshold,
     blocks_needed,
@@ -770,6 +771,14 @@ PROMPTS_BELOW_MAX_MODEL_LEN = Premise(
     "every prompt is shorter than max_model_len (vLLM V1's input processor refuses the "
     "rest; symbolic.longest_prompt)",
     lambda f: longest_prompt(f.base) == f.base.max_model_len - 1)
+PRIORITY_VICTIM_REINDEX = Premise(
+    "priority_victim_reindex",
+    "under PRIORITY, a victim taken from before the RUNNING loop's index moves it back "
+    "(0.28.0 and later, scheduler.py:808-812; the loop bodies proved are these; 0.27.1's "
+    "rule, rules.priority_victim_reindex off, passes over one more request)",
+    lambda f: f.base.rules.priority_victim_reindex or f.base.policy != POLICY_PRIORITY)
+#: The premises of every loop proof: the loop bodies proved are 0.32.0's without drafts.
+LOOP_BODIES = (WITHOUT_DRAFTS, PRIORITY_VICTIM_REINDEX)
 PREEMPTION_GATE = Premise(
     "preemption_gate_on", "the rule 'no admission in a step that preempted' "
     "(scheduler.py:900) is not switched off (rules.preemption_gate)",
@@ -784,46 +793,47 @@ THEOREMS: dict[str, Theorem] = {
     # No premise: the proof ranges over every budget B >= 1 (the token budget, whichever
     # field sets it), every input budget and threshold, and every mix of running requests.
     "decodes_exhaust_budget": Theorem(decodes_exhaust_budget_unbounded,
-                                      states="53f1ed6e962fa60b"),
+                                      (PRIORITY_VICTIM_REINDEX,), states="53f1ed6e962fa60b"),
     "exhausting_decodes_fill_max_num_seqs": Theorem(
         exhausting_decodes_fill_max_num_seqs_unbounded, (BUDGET_COVERS_SEATS,
                                                          ACTIVE_WITHIN_SEATS),
         states="fdb1d19823172fef"),
     # For every number of requests (loop invariants; docs/parameterised_proofs.md).
     "budget_respected": Theorem(budget_respected_unbounded,
-                                (WITHOUT_DRAFTS, BUDGET_NONNEGATIVE),
+                                (*LOOP_BODIES, BUDGET_NONNEGATIVE),
                                 states="0e6d49755612bc27"),
     "running_within_max_num_seqs": Theorem(
         running_within_max_num_seqs_unbounded,
-        (WITHOUT_DRAFTS, ACTIVE_WITHIN_SEATS, SEATS_NONNEGATIVE), states="015c2fb3f8cffee1"),
+        (*LOOP_BODIES, ACTIVE_WITHIN_SEATS, SEATS_NONNEGATIVE), states="015c2fb3f8cffee1"),
     "kv_blocks_conserved": Theorem(kv_blocks_conserved_unbounded,
-                                   (WITHOUT_DRAFTS, POOL_NONEMPTY, WATERMARK_NONNEGATIVE),
+                                   (*LOOP_BODIES, POOL_NONEMPTY, WATERMARK_NONNEGATIVE),
                                    states="68fea0a56159ef19"),
     "no_admission_after_preemption": Theorem(no_admission_after_preemption_unbounded,
-                                             (WITHOUT_DRAFTS, PREEMPTION_GATE),
+                                             (*LOOP_BODIES, PREEMPTION_GATE),
                                              states="4801bd76f453ed0c"),
     "computed_within_tokens": Theorem(computed_within_tokens_unbounded,
-                                      (SYNC_WITHOUT_DRAFTS, PREEMPTION_GATE),
+                                      (SYNC_WITHOUT_DRAFTS, PRIORITY_VICTIM_REINDEX,
+                                       PREEMPTION_GATE),
                                       states="62fbe5613fdb2e41"),
     "whole_prompt_without_chunking": Theorem(whole_prompt_without_chunking_unbounded,
-                                             (WITHOUT_DRAFTS, NO_THRESHOLD_WITHOUT_CHUNKING),
+                                             (*LOOP_BODIES, NO_THRESHOLD_WITHOUT_CHUNKING),
                                              states="0c20ba639b9f514b"),
     "running_before_waiting": Theorem(running_before_waiting_unbounded,
-                                      (WITHOUT_DRAFTS, PREEMPTION_GATE),
+                                      (*LOOP_BODIES, PREEMPTION_GATE),
                                       states="2975efd1180e086c"),
     "admitted_with_tokens": Theorem(admitted_with_tokens_unbounded,
-                                    (WITHOUT_DRAFTS, PREFIX_HIT_CAPPED),
+                                    (*LOOP_BODIES, PREFIX_HIT_CAPPED),
                                     states="4c33f8af6746634a"),
     "prefix_hit_whole_blocks": Theorem(prefix_hit_whole_blocks_unbounded,
-                                       (WITHOUT_DRAFTS, PREFIX_HIT_CAPPED, BLOCKS_POSITIVE),
+                                       (*LOOP_BODIES, PREFIX_HIT_CAPPED, BLOCKS_POSITIVE),
                                        states="066ef673c9550608"),
     "preempted_requeued": Theorem(preempted_requeued_unbounded,
-                                  (WITHOUT_DRAFTS, PREEMPTION_GATE),
+                                  (*LOOP_BODIES, PREEMPTION_GATE),
                                   states="aae4e6bee51a6d9a"),
     "sampled_within_max_model_len": Theorem(sampled_within_max_model_len_unbounded,
-                                            (WITHOUT_DRAFTS, PROMPTS_BELOW_MAX_MODEL_LEN),
+                                            (*LOOP_BODIES, PROMPTS_BELOW_MAX_MODEL_LEN),
                                             states="94ab51faf616fe3d"),
     "no_engine_assertion": Theorem(no_engine_assertion_unbounded,
-                                   (WITHOUT_DRAFTS, PREFIX_HIT_CAPPED),
+                                   (*LOOP_BODIES, PREFIX_HIT_CAPPED),
                                    states="84e6d95d7f184b1b"),
 }
