@@ -18,6 +18,7 @@ from checker.methods.symbolic import (
     restore,
     without_carried,
 )
+from checker.methods.theorems import counted_refinement
 from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED, Counterexample, Verdict
 from model import registry as engines
 from model.core.engine import EngineModel
@@ -375,10 +376,12 @@ def _counted_induction(job: Job, family: Family, bounds: Bounds, start: float,
         notes.append(f"induction over the counted cache: {ind.reason}")
         return None
     why = engine.abstraction(abstract) if engine.abstraction is not None else None
+    refined = counted_refinement.evidence(engine.abstract_config,
+                                          job.timeout_s - (time.monotonic() - start))
     return JobResult(_verdict(
         job, start, PROVED, ind.k, f"{ind.k}-induction on {bounds.slots} slots, all request "
-        f"lengths, over the engine's abstracted rules ({why or 'an over-approximation'})",
-        "induction"))
+        f"lengths, over the engine's abstracted rules ({why or 'an over-approximation'}; "
+        f"{refined})", "induction"))
 
 
 def _bmc_search(job: Job, notes: list[str], start: float) -> JobResult:
@@ -404,6 +407,9 @@ def _bmc_search(job: Job, notes: list[str], start: float) -> JobResult:
     remaining = job.timeout_s - (time.monotonic() - start)
     result = bmc.check(prop, family, bounds, remaining, stated_limit_s=job.timeout_s)
     if result.status == "holds":
+        if counted is not None:  # what the carry-over rests on: the z3 refinement, or runs
+            said.append(counted_refinement.evidence(job.model.abstract_config,
+                                                    job.timeout_s - (time.monotonic() - start)))
         return JobResult(verdict(HOLDS, result.depth, "; ".join([*said, *notes])))
     if result.status == "unknown":
         # what the proofs before it could not decide, too: an invariant whose proof took
