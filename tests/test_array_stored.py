@@ -118,3 +118,12 @@ def test_a_term_that_would_not_read_back_is_refused():
 def test_the_store_is_off_when_asked(monkeypatch):
     monkeypatch.setenv("BATCHPROOF_PROOF_CACHE", proof_cache.OFF)
     assert proof_cache.cache_dir() is None
+
+
+def test_the_modules_tests_are_one_xdist_group(request):
+    # `proved` above is set up once in `pytest -n auto` only if the module's tests all go
+    # to one worker: tests/conftest.py groups them, and names the group in the node id
+    # itself where xdist's own suffix no longer takes (pytest-dev/pytest-xdist#1386)
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("checked in an xdist worker of `pytest -n auto` (--dist loadgroup)")
+    assert request.node.nodeid.endswith("@array_stored"), request.node.nodeid
