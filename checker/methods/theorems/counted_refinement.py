@@ -523,7 +523,7 @@ def describe(sizes: Sequence[Size]) -> str:
 
 #: The sizes a check job proves before it names the refinement as the evidence of a
 #: counted verdict (`evidence`): one and two slots, every table length the exact cache
-#: carries, pools of 1-3 blocks, block sizes 1, 2 and 4 (about 15 s on 2 busy cores, paid
+#: carries, pools of 1-3 blocks, block sizes 1, 2 and 4 (12-25 s on 2 busy cores, paid
 #: once per machine and sources, checker/methods/proof_cache.py). `SIZES` is the whole
 #: list, for the slow test and `python -m` this module.
 JOB_SIZES = tuple(dict.fromkeys(
