@@ -263,3 +263,22 @@ def test_every_exact_run_is_a_counted_run_with_speculative_decoding(w, spec, asy
                                   num_speculative_tokens=k, async_scheduling=asynchronous))
     with pytest.MonkeyPatch.context() as monkeypatch:
         replay_counted(w, monkeypatch)
+
+
+@pytest.mark.parametrize("group", [1, 3, 16])
+def test_a_group_number_beyond_the_slots_names_no_other_requests_blocks(group):
+    # cache_rules.block_hash once numbered group g's blocks into slot g-N-1's own chain:
+    # with 2 slots, r1 in group 3 hit r0's unrelated blocks (found by the counted cache's
+    # refinement proof). Any group number gives the hits the reference gives.
+    cfg = Config(max_num_batched_tokens=32, max_num_seqs=4, max_model_len=8, block_size=2,
+                 num_gpu_blocks=9, enable_prefix_caching=True)
+    reqs = (RequestSpec(id="r0", prompt_len=5, max_tokens=1, arrival_step=1),
+            RequestSpec(id="r1", prompt_len=5, max_tokens=1, arrival_step=3,
+                        prefix_group="a", shared_prefix_len=4))
+    sw = to_slots(Workload(config=cfg, requests=reqs, eos=(), steps=4))
+    specs = [sw.specs[0], replace(sw.specs[1], prefix_group=group)]
+    state, hits = ENGINE.initial_state(2, sw.cfg), []
+    for eos in sw.eos:
+        state, observed = ENGINE.step(CONCRETE, sw.cfg, specs, state, eos)
+        hits.append([o.prefix_hit for o in observed.slots])
+    assert hits == [[0, 0]] * 4  # r0 shares nothing: no hit for r1, in any step

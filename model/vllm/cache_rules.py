@@ -66,9 +66,11 @@ class CacheWork:
 
 def block_hash(ops: Ops, cfg: RuleConfig, spec: SlotSpec, slot: int, j: int,
                num_slots: int) -> Int:
-    """The hash id of block j of the request in `slot` (R:272-288, U:941-1000)."""
-    own = 1 + (num_slots + slot) * cfg.table_len + j
-    group = 1 + (spec.prefix_group - 1) * cfg.table_len + j
+    """The hash id of block j of the request in `slot` (R:272-288, U:941-1000). The slots'
+    own chains come first and the groups' after them, so no group number (up to the CLI's
+    --prefix-groups, which may exceed the slots) names another request's own block."""
+    own = 1 + slot * cfg.table_len + j
+    group = 1 + (num_slots + spec.prefix_group - 1) * cfg.table_len + j
     shared = ops.and_(spec.prefix_group > 0, (j + 1) * cfg.block_size <= spec.shared_prefix_len)
     return ops.ite(shared, group, own)
 
