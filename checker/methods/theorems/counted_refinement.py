@@ -237,15 +237,20 @@ def _one_hot(n: int, k: int) -> list[bool]:
     return [i == k for i in range(n)]
 
 
+def _start(cfg: RuleConfig, size: Size, selected: int
+           ) -> tuple[SymbolicOps, _Pair, str, list[object]]:
+    """A one-slot claim's start: fresh ops, a fresh related pair at `size`, a tag for the
+    claim's own symbols, and the selection of slot `selected`."""
+    p = _fresh_pair(cfg, size.slots)
+    return SymbolicOps(), p, f"cr{next(_FRESH)}", list(_one_hot(size.slots, selected))
+
+
 def _lookup_claim(size: Size, capped: bool, eagle: bool, selected: int) -> _Claim:
     """A waiting request's lookup and the adoption of its hit (rules._waiting_loop): the
     exact hit and evictable blocks are the counted lookup's, within its clamps."""
-    ops = SymbolicOps()
     cfg = _config(size, capped, eagle)
+    ops, p, tag, sel = _start(cfg, size, selected)
     n = size.slots
-    p = _fresh_pair(cfg, n)
-    tag = f"cr{next(_FRESH)}"
-    sel: list[object] = _one_hot(n, selected)
     total, do = z3.Int(f"{tag}.num_tokens"), z3.Bool(f"{tag}.do")
     exact, _ = _copy(p)
     w = _work(p.blocks, exact)
@@ -286,12 +291,8 @@ def _work(blocks: Sequence[z3.ArithRef], cache: CacheWork | CountWork,
 def _take_claim(size: Size, selected: int) -> _Claim:
     """An allocation of `count` free blocks to the selected request's table from position
     `start` (its blocks held), as the RUNNING and WAITING loops make it."""
-    ops = SymbolicOps()
     cfg = _config(size)
-    n = size.slots
-    p = _fresh_pair(cfg, n)
-    tag = f"cr{next(_FRESH)}"
-    sel: list[object] = _one_hot(n, selected)
+    ops, p, tag, sel = _start(cfg, size, selected)
     count, do = z3.Int(f"{tag}.count"), z3.Bool(f"{tag}.do")
     start = p.blocks[selected]
     exact, counted = _copy(p)
@@ -307,12 +308,8 @@ def _take_claim(size: Size, selected: int) -> _Claim:
 
 def _cache_claim(size: Size, selected: int) -> _Claim:
     """The selected request caches its full blocks up to `num_tokens` tokens."""
-    ops = SymbolicOps()
     cfg = _config(size)
-    n = size.slots
-    p = _fresh_pair(cfg, n)
-    tag = f"cr{next(_FRESH)}"
-    sel: list[object] = _one_hot(n, selected)
+    ops, p, tag, sel = _start(cfg, size, selected)
     tokens, do = z3.Int(f"{tag}.num_tokens"), z3.Bool(f"{tag}.do")
     exact, counted = _copy(p)
     rules._cache(ops, cfg, _work(p.blocks, exact), p.specs, sel, tokens, do)
