@@ -179,14 +179,17 @@ def test_the_sampled_position_proof_needs_prompts_below_max_model_len():
 
 @pytest.mark.parametrize("prop", EVERY_MODE)
 def test_the_loop_theorems_stay_outside_0_27_1s_priority_victim_index(prop):
-    # The loop bodies proved move the RUNNING loop's index back for every PRIORITY victim
-    # ahead of it (0.28.0+); 0.27.1 passes over one more request, so a PRIORITY family of
-    # that release is left to k-induction and BMC. Under FCFS the switch is not read.
+    # The loop bodies proved move the RUNNING loop's index back for every victim ahead of
+    # it (0.28.0+); 0.27.1 passes over one more request, so a PRIORITY family of that
+    # release is left to k-induction and BMC. Under FCFS running[-1] the switch is not read.
     older = replace(CACHED, rules=VERSIONS["0.27.1"], version="0.27.1")
     theorem = _theorem(prop)
     assert "priority_victim_reindex" in [
         p.name for p in theorem.broken(Family(replace(older, policy="priority")))]
     assert "priority_victim_reindex" not in [p.name for p in theorem.broken(Family(older))]
+    # FCFS's running[0] ablation reads the index fix-up too (RuleConfig pins it otherwise)
+    first = replace(older, rules=replace(older.rules, victim_latest=False))
+    assert "priority_victim_reindex" in [p.name for p in theorem.broken(Family(first))]
 
 
 def test_the_whole_block_proof_needs_the_abstractions_whole_block_fact(monkeypatch):

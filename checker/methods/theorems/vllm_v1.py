@@ -37,7 +37,6 @@ from checker.methods.theorems.vllm_v1_loops import (
     release_refines_abstract_freeing,
 )
 from model.core.ops import SymbolicOps
-from model.vllm.config import POLICY_PRIORITY
 from model.vllm.rules import (
     _threshold,
     blocks_needed,
@@ -773,10 +772,11 @@ PROMPTS_BELOW_MAX_MODEL_LEN = Premise(
     lambda f: longest_prompt(f.base) == f.base.max_model_len - 1)
 PRIORITY_VICTIM_REINDEX = Premise(
     "priority_victim_reindex",
-    "under PRIORITY, a victim taken from before the RUNNING loop's index moves it back "
-    "(0.28.0 and later, scheduler.py:808-812; the loop bodies proved are these; 0.27.1's "
-    "rule, rules.priority_victim_reindex off, passes over one more request)",
-    lambda f: f.base.rules.priority_victim_reindex or f.base.policy != POLICY_PRIORITY)
+    "a victim taken from before the RUNNING loop's index (PRIORITY, or FCFS's running[0] "
+    "ablation) moves it back (0.28.0 and later, scheduler.py:808-812; the loop bodies "
+    "proved are these; 0.27.1's rule, rules.priority_victim_reindex off, passes over one "
+    "more request)",
+    lambda f: RuleConfig.from_config(f.base).victim_reindex)
 #: The premises of every loop proof: the loop bodies proved are 0.32.0's without drafts.
 LOOP_BODIES = (WITHOUT_DRAFTS, PRIORITY_VICTIM_REINDEX)
 PREEMPTION_GATE = Premise(
