@@ -63,7 +63,7 @@ from dataclasses import dataclass, replace
 import z3
 
 from checker.methods import proof_cache
-from checker.methods.theorems import TheoremResult
+from checker.methods.theorems import TheoremResult, stored
 from model.core.ops import SymbolicOps
 from model.core.types import SlotSpec
 from model.vllm import abstract_cache, cache_rules, rules
@@ -544,19 +544,12 @@ def stored_prove(timeout_s: float, sizes: Sequence[Size] = JOB_SIZES) -> Theorem
     """`prove` at `sizes`, kept on disk once proved (keyed on the sizes, the rules and the
     sources, checker/methods/proof_cache.py) and for the process; a failure is not kept."""
     name = proof_cache.key("counted-refinement", tuple(sizes), tuple(RULES))
-    if name in _PROVED:
-        return _PROVED[name]
-    stored = proof_cache.load(name)
-    if stored is not None and stored.get("proved") is True:
-        result = TheoremResult(True, 0.0, str(stored["detail"]))
-    else:
-        result = prove(timeout_s, sizes)
+    if name not in _PROVED:
+        result = stored(name, lambda: prove(timeout_s, sizes))
         if not result.proved:
             return result
-        proof_cache.store(name, {"proved": True, "detail": result.detail,
-                                 "seconds": round(result.seconds, 1)})
-    _PROVED[name] = result
-    return result
+        _PROVED[name] = result
+    return _PROVED[name]
 
 
 def evidence(engine_abstract_config: object, timeout_s: float) -> str:

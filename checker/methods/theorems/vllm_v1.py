@@ -18,7 +18,14 @@ import z3
 
 from checker.methods import proof_cache
 from checker.methods.symbolic import Family, longest_prompt
-from checker.methods.theorems import Premise, Theorem, TheoremResult, discharge, field_range
+from checker.methods.theorems import (
+    Premise,
+    Theorem,
+    TheoremResult,
+    discharge,
+    field_range,
+    stored,
+)
 from checker.methods.theorems.vllm_v1_loops import (
     _Acc,
     _Argument,
@@ -200,14 +207,8 @@ def _in_modes(argument: Callable[[], _Argument], timeout_s: float, kind: str,
     result for every mode; the first that fails is named. A proved result is kept on disk
     (checker/methods/proof_cache.py, keyed on the argument, the modes and the sources),
     so a later job reads it back with 0 seconds; a failure is never kept."""
-    name = proof_cache.key("theorem", argument.__qualname__, modes, capped, kind)
-    stored = proof_cache.load(name)
-    if stored is not None and stored.get("proved") is True:
-        return TheoremResult(True, 0.0, str(stored["detail"]))
-    result = _each_mode(argument, timeout_s, kind, modes, capped)
-    if result.proved:
-        proof_cache.store(name, {"proved": True, "detail": result.detail})
-    return result
+    return stored(proof_cache.key("theorem", argument.__qualname__, modes, capped, kind),
+                  lambda: _each_mode(argument, timeout_s, kind, modes, capped))
 
 
 def _each_mode(argument: Callable[[], _Argument], timeout_s: float, kind: str,
