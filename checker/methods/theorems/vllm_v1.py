@@ -671,9 +671,14 @@ def no_engine_assertion_unbounded(timeout_s: float) -> TheoremResult:
                      "is never reached, and 1372 pads only with drafts", capped=True)
 
 
+def _prompt_fits(l_: _Loops, r: _Req) -> Any:
+    # The workload contract: vLLM V1's input processor refuses prompt_len >= max_model_len.
+    return r.prompt + 1 <= l_.cfg.max_model_len
+
+
 def _sampled_each(l_: _Loops, acc: _Acc, r: _Req, stage: str) -> Any:
     mml = l_.cfg.max_model_len
-    facts = [r.prompt + 1 <= mml, r.out >= 0, r.ncomp >= 0, *_key_order(l_, acc, r, stage),
+    facts = [_prompt_fits(l_, r), r.out >= 0, r.ncomp >= 0, *_key_order(l_, acc, r, stage),
              # check_stop (sched/utils.py:98-119) finishes a request that reaches
              # max_model_len tokens, so one not finished has room for one more.
              z3.Implies(r.status != FINISHED, r.ntok + 1 <= mml),
@@ -697,7 +702,7 @@ def _sampled_argument() -> _Argument:
     return _Argument(lambda *_: True, inner, lambda *_: True, lambda l_: [],
                      waiting=_gated, between=lambda *_: True, each=_sampled_each,
                      pair=_distinct_keys,
-                     fixed=lambda l_, r: r.prompt + 1 <= l_.cfg.max_model_len,
+                     fixed=_prompt_fits,
                      observed="sampled_within_max_model_len")
 
 
