@@ -140,9 +140,11 @@ def test_versions_differ_by_the_switches_the_evidence_names():
     for rules in VERSIONS.values():
         for name in VllmRules().changed(rules):
             assert "0.3" in versions.evidence(name) or "0.2" in versions.evidence(name)
-    # cap_prefix_hit, spec_pad_room and threshold_skips_padding are bug-class switches
-    # (speculative decoding is modelled for the pinned release only), the rest ablations
+    # cap_prefix_hit and threshold_skips_padding are bug-class switches, the speculative
+    # ones older releases' forms too (tests/test_vllm_versions_spec.py), the rest ablations
     assert set(asdict(VllmRules())) == {*OLDER, "cap_prefix_hit", "spec_pad_room",
+                                        "per_request_draft_slots", "pad_after_prefix_hit",
+                                        "eagle_drop_flag", "pad_assertion",
                                         "threshold_skips_padding", "preemption_gate",
                                         "watermark_check", "full_sequence_check",
                                         "long_prefill_cap", "victim_latest"}

@@ -213,8 +213,23 @@ def at_release(workload: Workload, version: str) -> Workload:
     defaults = Config()
     lacking = {name: getattr(defaults, name) for name, switch, _, _ in NEWER_FIELDS
                if not getattr(rules, switch)}
-    return replace(workload, config=replace(workload.config, rules=rules, version=version,
-                                            **lacking))
+    cfg = replace(workload.config, rules=rules, version=version, **lacking)
+    return replace(workload, config=_draft_slots_reserved(cfg))
+
+
+def _draft_slots_reserved(cfg: Config) -> Config:
+    """Before 0.28.0 the draft slots of max_num_seqs requests come out of the budget at
+    startup (rule draft_slots_reserved): fewer seats, and a max_num_scheduled_tokens
+    within what is left, keep a tight budget valid."""
+    if not cfg.speculative_method or cfg.rules.per_request_draft_slots:
+        return cfg
+    b, ds = cfg.max_num_batched_tokens, cfg.draft_slots
+    if ds:
+        cfg = replace(cfg, max_num_seqs=max(1, min(cfg.max_num_seqs, (b - 1) // ds)))
+    if cfg.max_num_scheduled_tokens is not None:
+        cfg = replace(cfg, max_num_scheduled_tokens=min(cfg.max_num_scheduled_tokens,
+                                                        b - cfg.reserved_draft_slots))
+    return cfg
 
 
 def random_workload(seed: int, steps: int = 30) -> Workload:

@@ -56,7 +56,7 @@ def scheduler_config_kwargs(cfg: Config) -> dict[str, Any]:
     }
     for name, switch, _, _ in NEWER_FIELDS:
         if not getattr(cfg.rules, switch):
-            del out[name]
+            out.pop(name, None)  # disable_eagle_block_drop is SpeculativeConfig's
     return out
 
 

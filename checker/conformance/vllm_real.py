@@ -283,12 +283,15 @@ def _speculative_config(cfg: Config, model_config: Any, parallel_config: Any) ->
     v = _vllm()
     draft = SPEC_METHODS_BUILT[cfg.speculative_method]
     model = {"": None, "stub": _stub_model_dir(), "eagle": _eagle_stub_dir()}[draft]
+    # disable_eagle_block_drop is not a field before 0.29.0 (VllmRules.eagle_drop_flag)
+    flag = ({"disable_eagle_block_drop": cfg.disable_eagle_block_drop}
+            if cfg.rules.eagle_drop_flag else {})
     try:
         return v.SpeculativeConfig(
             method=cfg.speculative_method, num_speculative_tokens=cfg.num_speculative_tokens,
             model=model, target_model_config=model_config,
             target_parallel_config=parallel_config, parallel_drafting=cfg.parallel_drafting,
-            disable_eagle_block_drop=cfg.disable_eagle_block_drop)
+            **flag)
     except ValueError as exc:
         raise InputError(f"vLLM's SpeculativeConfig rejects the config: {exc}") from None
 
@@ -349,8 +352,9 @@ def _check_config_kept(cfg: Config, vllm_config: Any) -> None:
     want = _scheduler_fields(cfg)
     if cfg.speculative_method and want["max_num_scheduled_tokens"] is None:
         # With a SpeculativeConfig, VllmConfig fills the unset field with
-        # max_num_batched_tokens (config/vllm.py:2263-2264): the same token budget.
-        want["max_num_scheduled_tokens"] = cfg.max_num_batched_tokens
+        # max_num_batched_tokens (config/vllm.py:2263-2264), before 0.28.0 less the draft
+        # slots of max_num_seqs requests (0.27.1 config/vllm.py:1742-1745): the token budget.
+        want["max_num_scheduled_tokens"] = cfg.token_budget
     got = {k: getattr(sc, k) for k in want if k != "max_model_len"}
     got["max_model_len"] = vllm_config.model_config.max_model_len
     if got != want:
@@ -402,7 +406,8 @@ def _check_spec_kept(cfg: Config, vllm_config: Any, sched: Any) -> None:
     got = {"num_spec_tokens": sched.num_spec_tokens,
            "num_lookahead_tokens": sched.num_lookahead_tokens,
            "draft_slots": spec.max_num_new_slots_for_drafting,
-           "eagle_block_drop": sched.use_eagle_block_drop,
+           # before 0.29.0 the drop is use_eagle itself (0.27.1 S:256-257, 281)
+           "eagle_block_drop": getattr(sched, "use_eagle_block_drop", sched.use_eagle),
            "kv_manager_eagle_block_drop": sched.kv_cache_manager.use_eagle}
     want = {"num_spec_tokens": cfg.num_spec_tokens,
             "num_lookahead_tokens": cfg.num_lookahead_tokens,
@@ -414,9 +419,10 @@ def _check_spec_kept(cfg: Config, vllm_config: Any, sched: Any) -> None:
         raise RuntimeError(f"speculative_method {cfg.speculative_method!r}: the model's "
                            f"derived sizes differ from vLLM's (model, vLLM): {changed}; "
                            "model/vllm/config.py is wrong for this method")
-    if sched.num_prefill_lookahead > 1 or sched.dynamic_sd_lookup is not None:
+    lookahead = getattr(sched, "num_prefill_lookahead", 0)  # not before 0.28.0
+    if lookahead > 1 or sched.dynamic_sd_lookup is not None:
         raise RuntimeError(f"speculative_method {cfg.speculative_method!r}: prefill "
-                           f"lookahead {sched.num_prefill_lookahead} or dynamic SD is outside "
+                           f"lookahead {lookahead} or dynamic SD is outside "
                            "the modelled scope (at most 1, static k)")
 
 
@@ -1061,8 +1067,9 @@ def _spec_choices(step: int, out: Any, req_ids: list[str], samples: tuple[str, .
     return spec_scheduled, applied
 
 
-#: The assertion the engine reaches in scope (notes/vllm_spec_asserts.md, B.1).
-PAD_ASSERTION_LINE = 1372
+#: The assertion the engine reaches in scope (notes/vllm_spec_asserts.md, B.1): line 1372
+#: of 0.32.0's scheduler.py, 1267 of 0.30.0's.
+PAD_ASSERTION_STATEMENT = "assert num_new_tokens == 1 + self.num_spec_tokens"
 #: scheduler.py:1170's statement in 0.32.0: a request about to be admitted (or resumed)
 #: has a token to compute. kv_cache_manager.py:289-300 caps a prefix hit at num_tokens - 1
 #: so that it holds; a hit of every token (the cap patched away, or a KV connector's
@@ -1121,9 +1128,12 @@ def scheduler_assertion(exc: AssertionError) -> str:
         fact = zero_tokens_assertion(zero.request_id, zero.num_tokens,
                                      resumed=zero.status == v.RequestStatus.PREEMPTED)
         return fact.replace(ZERO_TOKENS_ASSERTION, where, 1)
-    if (frame.lineno == PAD_ASSERTION_LINE and "num_new_tokens" in local
+    # Found by its statement (1372 in 0.32.0, 1267 in 0.30.0); the threshold is the local
+    # long_prefill_token_threshold in 0.32.0, threshold in 0.30.0.
+    threshold = local.get("long_prefill_token_threshold", local.get("threshold"))
+    if ((frame.line or "").strip() == PAD_ASSERTION_STATEMENT and "num_new_tokens" in local
             and "request" in local and local.get("pad_spec_decode")
-            and local.get("long_prefill_token_threshold") == local["num_new_tokens"]):
+            and threshold == local["num_new_tokens"]):
         k = local["self"].num_spec_tokens
         return (f"{where} AssertionError: request {local['request'].request_id!r} was padded "
                 f"to 1 + {k} tokens and the long-prefill threshold cut it to "

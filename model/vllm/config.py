@@ -83,6 +83,31 @@ class VllmRules:
     # up to max_model_len samples a token past it ("Sampled token IDs exceed the max model
     # length", #53812). Only this padding rule of those releases is modelled.
     spec_pad_room: bool = True
+    # 0.28.0 made speculative decoding's extra query slots a charge per scheduled request:
+    # each one costs max_num_new_slots_for_drafting of the input budget (0.28.0
+    # scheduler.py:498, 527, 566, 701, 752, 927, 1134; 0.30.0 583, 614, 664, 808, 859, 1035,
+    # 1263), counted by the table of 0.28.0 config/speculative.py:1421-1460 (dflash K).
+    # Off, 0.27.1: VllmConfig reserves them once at startup, lowering an unset
+    # max_num_scheduled_tokens to max_num_batched_tokens - slots * max_num_seqs
+    # (config/vllm.py:1728-1745), and the scheduler charges nothing per request; the slots
+    # are (K - 1 if parallel) + (1 for a draft model) (config/speculative.py:1357-1371), and
+    # dflash is always parallel there (984-985), so it has K - 1.
+    per_request_draft_slots: bool = True
+    # The uniform-decode padding's second occasion: a waiting request with one token left
+    # after a prefix hit is padded even with no running request scheduled (0.30.0
+    # scheduler.py:1045-1050, `or num_computed_tokens > 0`; 0.32.0 1134-1139). Off, 0.27.1
+    # (scheduler.py:884-888) and 0.28.0 (937-941): only beside scheduled running requests.
+    pad_after_prefix_hit: bool = True
+    # SpeculativeConfig.disable_eagle_block_drop exists (0.30.0 config/speculative.py:440,
+    # 1915-1917; not in 0.28.0). Off, 0.27.1: every EAGLE-like method drops a hit's last
+    # block (scheduler.py:256-257, 281, kv_cache_manager.py:143), and the field is refused.
+    eagle_drop_flag: bool = True
+    # `assert num_new_tokens == 1 + num_spec_tokens` after a padded admission (0.30.0
+    # scheduler.py:1266-1267; 0.32.0 1371-1372). Off, 0.27.1 (1076-1079) and 0.28.0
+    # (1137-1140): no assertion; a padded request the long-prefill threshold cut below 1 + k
+    # is scheduled with the threshold's tokens and still gets k placeholder drafts, which
+    # the output then rolls back as rejected.
+    pad_assertion: bool = True
     # threshold_skips_padding: the fix proposed in vllm-project/vllm#54028 (open; in no
     # release): no padding when 0 < long_prefill_token_threshold < 1 + k, so the threshold
     # never cuts a padded request and scheduler.py:1372 `assert num_new_tokens == 1 +
@@ -122,7 +147,9 @@ RULE_SWITCHES: tuple[str, ...] = tuple(f.name for f in fields(VllmRules))
 # Scheduler (checker/conformance, --vllm-version).
 _V0_30_0 = VllmRules(threshold_off_when_alone=False, adaptive_threshold=False,
                      active_seqs_cap=False)
-_V0_27_1 = replace(_V0_30_0, input_budget=False, priority_victim_reindex=False)
+_V0_27_1 = replace(_V0_30_0, input_budget=False, priority_victim_reindex=False,
+                   per_request_draft_slots=False, pad_after_prefix_hit=False,
+                   eagle_drop_flag=False, spec_pad_room=False, pad_assertion=False)
 VERSIONS: Mapping[str, VllmRules] = {
     "0.27.1": _V0_27_1,
     "0.30.0": _V0_30_0,
@@ -176,10 +203,14 @@ class Config:
 
     @property
     def token_budget(self) -> int:
-        """Tokens the scheduler may issue per step (scheduler.py:137-141, 611)."""
-        if self.max_num_scheduled_tokens is None:
-            return self.max_num_batched_tokens
-        return self.max_num_scheduled_tokens
+        """Tokens the scheduler may issue per step (scheduler.py:137-141, 611). Before 0.28.0
+        (per_request_draft_slots off) an unset max_num_scheduled_tokens is lowered by the
+        draft slots of max_num_seqs requests at startup (0.27.1 config/vllm.py:1737-1745)."""
+        if self.max_num_scheduled_tokens is not None:
+            return self.max_num_scheduled_tokens
+        if self.speculative_method and not self.rules.per_request_draft_slots:
+            return self.max_num_batched_tokens - self.reserved_draft_slots
+        return self.max_num_batched_tokens
 
     @property
     def max_num_active_reqs(self) -> int:
@@ -219,11 +250,47 @@ class Config:
         k, method = self.num_spec_tokens, self.speculative_method
         if not method:
             return 0
+        if not self.rules.per_request_draft_slots:  # 0.27.1 config/speculative.py:1357-1371
+            parallel = self.parallel_drafting or method == "dflash"  # 984-985
+            return (k - 1 if parallel else 0) + (1 if method == "draft_model" else 0)
         if method == "dflash":
             return k
         if self.parallel_drafting:
             return k if method == "draft_model" else k - 1
         return 1 if method == "draft_model" else 0
+
+    @property
+    def step_draft_slots(self) -> int:
+        """The draft slots each scheduled request costs the step's input budget: `draft_slots`
+        from 0.28.0 on, 0 before (per_request_draft_slots off: they are reserved at startup,
+        `reserved_draft_slots`)."""
+        return self.draft_slots if self.rules.per_request_draft_slots else 0
+
+    @property
+    def reserved_draft_slots(self) -> int:
+        """Before 0.28.0, the draft slots VllmConfig takes out of max_num_batched_tokens at
+        startup for max_num_seqs requests (0.27.1 config/vllm.py:1737-1740); 0 from 0.28.0."""
+        if self.rules.per_request_draft_slots:
+            return 0
+        return self.draft_slots * self.max_num_seqs
+
+    @property
+    def drafter_extra_slots(self) -> int | None:
+        """Query slots the drafter adds per scheduled request to the step's tokens in its
+        input buffers, which it sizes to max_num_batched_tokens (v1/spec_decode/
+        llm_base_proposer.py:143, 185-187, 236-244): one for the next token, or k with parallel
+        drafting, less the one shifted out when the target's hidden states are passed
+        (eagle, eagle3, mtp; not a draft model) (114-120; the same lines 110-116 in 0.27.1
+        and 0.30.0). None for a method whose proposer keeps no such buffer: n-gram and
+        suffix (no buffer sized from it), medusa (one hidden state per request), dflash
+        (its queries have a buffer of their own, dflash.py:40-46), mlp_speculator (its V1
+        proposer was not read)."""
+        k, method = self.num_spec_tokens, self.speculative_method
+        if method in ("eagle", "eagle3", "mtp"):
+            return (k if self.parallel_drafting else 1) - 1
+        if method == "draft_model":
+            return k if self.parallel_drafting else 1
+        return None
 
     @property
     def num_lookahead_tokens(self) -> int:
@@ -240,7 +307,7 @@ class Config:
         """A prefix hit gives back its last block (single_type_kv_cache_manager.py:815-820;
         config/speculative.py:1944-1952)."""
         return (self.speculative_method in SPEC_EAGLE_LIKE
-                and not self.disable_eagle_block_drop)
+                and not (self.disable_eagle_block_drop and self.rules.eagle_drop_flag))
 
     @property
     def drafts_vary(self) -> bool:

@@ -12,12 +12,14 @@ branches are left out.
 Speculative decoding (S:612-614, 661, 703-721, 857-876, 918, 1118, 1131-1153, 1367-1375,
 2108-2128; A:25-56): a request carries `spec_token_ids` drafts into a step; the running loop
 schedules them within both budgets (each scheduled request costs `draft_slots` more of the
-input budget), allocate_slots reserves `num_lookahead_tokens` slots past the chunk, a
-waiting request with one token left is padded to 1+k placeholder drafts, and the output's
-accepted count (the environment's choice, `step(accepted=...)`) rolls back the rejected
-ones. Synchronous: the drafter's proposals for the next step come in with
-`step(drafts=...)` (default k each; update_draft_token_ids, S:2550-2569). Async: the
-scheduler sets k placeholders itself (A:50).
+input budget; before 0.28.0 nothing per request, the slots being taken out of the token
+budget at startup: Config.step_draft_slots, token_budget), allocate_slots reserves
+`num_lookahead_tokens` slots past the chunk, a waiting request with one token left is
+padded to 1+k placeholder drafts, and the output's accepted count (the environment's
+choice, `step(accepted=...)`) rolls back the rejected ones. Synchronous: the drafter's
+proposals for the next step come in with `step(drafts=...)` (default k each;
+update_draft_token_ids, S:2550-2569). Async: the scheduler sets k placeholders itself
+(A:50).
 
 An assertion the engine reaches (S:1372 `num_new_tokens == 1 + num_spec_tokens`, reachable
 when 0 < long_prefill_token_threshold < 1+k cuts a padded request; S:1170 `num_new_tokens >
@@ -264,6 +266,9 @@ def running_num_new_tokens(
     return max(num_new_tokens, 0)
 
 
+#: Where schedule() asserts that a padded admission kept its 1 + k tokens, by release (the
+#: releases with VllmRules.pad_assertion on).
+PAD_ASSERTION_LINES = {"0.30.0": 1267, "0.32.0": 1372}
 #: Where schedule() asserts that a request it admits or resumes has a token to compute.
 ZERO_TOKENS_ASSERTION = "scheduler.py:1170"
 _ZERO_TOKENS_LEAD = f"{ZERO_TOKENS_ASSERTION} AssertionError: request "
@@ -695,7 +700,7 @@ class VllmV1Scheduler:
         req_index = 0
         while req_index < len(self.running) and out.token_budget > 0:  # S:659
             request = self.running[req_index]
-            if out.input_budget <= self.cfg.draft_slots:  # S:661
+            if out.input_budget <= self.cfg.step_draft_slots:  # S:661
                 break
             if (request.num_output_placeholders > 0  # S:664-677: async, max_tokens reached
                     and request.num_computed_tokens + 2 - request.num_output_placeholders
@@ -704,7 +709,7 @@ class VllmV1Scheduler:
                 continue
             num_new_tokens = running_num_new_tokens(
                 request, threshold, out.token_budget, out.input_budget, self.cfg.max_model_len,
-                self.cfg.draft_slots)
+                self.cfg.step_draft_slots)
             if num_new_tokens == 0:  # S:755-773: skip, do not break
                 req_index += 1
                 continue
@@ -725,7 +730,7 @@ class VllmV1Scheduler:
             out.prefill_scheduled |= request.is_prefill_chunk  # S:852
             out.num_scheduled_tokens[request.request_id] = num_new_tokens
             out.token_budget -= num_new_tokens
-            out.input_budget -= num_new_tokens + self.cfg.draft_slots
+            out.input_budget -= num_new_tokens + self.cfg.step_draft_slots
             req_index += 1
             if request.num_spec_tokens:  # S:861-876: trimmed to what was scheduled
                 num_spec = (num_new_tokens + request.num_computed_tokens - request.num_tokens
@@ -761,7 +766,7 @@ class VllmV1Scheduler:
             out.scheduled_running_reqs.remove(victim)
             restored = out.num_scheduled_tokens.pop(victim.request_id)
             out.token_budget += restored
-            out.input_budget += restored + self.cfg.draft_slots  # S:814-821
+            out.input_budget += restored + self.cfg.step_draft_slots  # S:814-821
             out.spec_scheduled.pop(victim.request_id, None)
         return victim, req_index
 
@@ -779,7 +784,7 @@ class VllmV1Scheduler:
         """The WAITING loop's admissions (S:912-1369); `skipped` collects the requests
         skipped for stale output in flight."""
         while out.token_budget > 0:  # S:912
-            if not self.waiting or out.input_budget <= self.cfg.draft_slots:  # S:918-919
+            if not self.waiting or out.input_budget <= self.cfg.step_draft_slots:  # S:918-919
                 break
             # S:922-924; before 0.31.0 (VllmRules.active_seqs_cap off) the cap is
             # max_num_seqs (0.30.0 S:864), there being no max_num_active_seqs.
@@ -807,7 +812,7 @@ class VllmV1Scheduler:
                     hit = hit[:-1]
             num_computed_tokens = request.num_computed_tokens + len(hit) * self.cfg.block_size
             request_token_budget = min(out.token_budget,
-                                       out.input_budget - self.cfg.draft_slots)  # S:1118
+                                       out.input_budget - self.cfg.step_draft_slots)  # S:1118
             # S:1129: num_tokens, not the prompt: a resumed request recomputes its outputs.
             num_new_tokens = request.num_tokens - num_computed_tokens
             padded = self._pad_spec_decode(out, num_new_tokens, num_computed_tokens, threshold)
@@ -848,13 +853,16 @@ class VllmV1Scheduler:
                 out.scheduled_resumed_reqs.append(request)
             out.num_scheduled_tokens[request.request_id] = num_new_tokens  # S:1365-1367
             out.token_budget -= num_new_tokens
-            out.input_budget -= num_new_tokens + self.cfg.draft_slots
+            out.input_budget -= num_new_tokens + self.cfg.step_draft_slots
             request.status = Status.RUNNING  # S:1368-1369
             request.num_computed_tokens = num_computed_tokens
             if padded:  # S:1371-1375
                 k = self.cfg.num_spec_tokens
-                if num_new_tokens != 1 + k:
-                    out.assertion = (f"scheduler.py:1372 AssertionError: request "
+                # Before 0.29.0 (pad_assertion off, 0.27.1 S:1076-1079) no assertion: the cut
+                # request keeps its k placeholder drafts, rolled back with its output.
+                if num_new_tokens != 1 + k and self.cfg.rules.pad_assertion:
+                    line = PAD_ASSERTION_LINES.get(self.cfg.version, 1372)
+                    out.assertion = (f"scheduler.py:{line} AssertionError: request "
                                      f"{request.request_id!r} was padded to 1 + {k} tokens "
                                      f"and the long-prefill threshold cut it to "
                                      f"{num_new_tokens} (assert num_new_tokens == 1 + "
@@ -871,12 +879,15 @@ class VllmV1Scheduler:
         them placeholder drafts, if they fit before max_model_len. Returns 1+k, 0 when the
         padded request does not fit the budget (the waiting loop then stops), or None."""
         k, rules = self.cfg.num_spec_tokens, self.cfg.rules
+        # Before 0.30.0 (pad_after_prefix_hit off; 0.27.1 S:884-888) only beside scheduled
+        # running requests, not after a prefix hit alone.
+        after_hit = rules.pad_after_prefix_hit and num_computed_tokens > 0
         if not (k and num_new_tokens == 1 and not out.prefill_scheduled
-                and (out.scheduled_running_reqs or num_computed_tokens > 0)):
+                and (out.scheduled_running_reqs or after_hit)):
             return None
         if rules.threshold_skips_padding and 0 < threshold < 1 + k:  # vllm#54028's fix
             return None
-        budget = min(out.token_budget, out.input_budget - self.cfg.draft_slots)
+        budget = min(out.token_budget, out.input_budget - self.cfg.step_draft_slots)
         if not rules.spec_pad_room:  # 0.28.0 S:943-950: no room or budget stops admission
             fits = num_computed_tokens + 1 + k <= self.cfg.max_model_len
             return 1 + k if fits and 1 + k <= budget else 0

@@ -369,7 +369,9 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
                 w.spec_scheduled[i] = ops.ite(ops.and_(padded, sel[i]), k, w.spec_scheduled[i])
                 w.padded[i] = ops.or_(w.padded[i], ops.and_(padded, sel[i]))
             # 1372: the threshold cut a padded request below 1 + k; the engine dies here.
-            w.crash = ops.or_(w.crash, ops.and_(padded, n != 1 + k))
+            # Before 0.29.0 (pad_assertion off) it runs on with its k placeholder drafts.
+            if cfg.pad_assertion:
+                w.crash = ops.or_(w.crash, ops.and_(padded, n != 1 + k))
         if hit is not None:
             if isinstance(w.cache, CountWork):
                 assert isinstance(hit, abstract_cache.CountHit)
@@ -401,7 +403,10 @@ def _padding(ops: Ops, cfg: RuleConfig, w: _Work, lacks: Int, computed: Int,
     k = cfg.num_spec_tokens
     if not k:
         return False, False
-    pad = ops.and_(lacks == 1, ops.not_(w.prefill_scheduled), ops.or_(w.ran, computed > 0))
+    # Before 0.30.0 (pad_after_prefix_hit off, 0.27.1 scheduler.py:884-888) only beside
+    # scheduled running requests.
+    beside = ops.or_(w.ran, computed > 0) if cfg.pad_after_prefix_hit else w.ran
+    pad = ops.and_(lacks == 1, ops.not_(w.prefill_scheduled), beside)
     if cfg.threshold_skips_padding:  # vllm#54028's fix
         pad = ops.and_(pad, ops.not_(ops.and_(thr > 0, thr < 1 + k)))
     if cfg.spec_pad_room:

@@ -64,13 +64,17 @@ class RuleConfig:
     max_new_blocks: int = 0
     # Speculative decoding (Config.speculative_method; concrete, it shapes the state): k,
     # the extra input slots per scheduled request, the lookahead slots, EAGLE's block drop,
-    # whether the drafter may propose fewer than k.
+    # whether the drafter may propose fewer than k. `draft_slots` is what each scheduled
+    # request costs the input budget: 0 before 0.28.0, whose slots come out of token_budget
+    # at startup (Config.step_draft_slots, VllmRules.per_request_draft_slots).
     num_spec_tokens: int = 0
     draft_slots: int = 0
     num_lookahead_tokens: int = 0
     eagle_block_drop: bool = False
     drafts_vary: bool = False
     spec_pad_room: bool = True  # VllmRules.spec_pad_room
+    pad_after_prefix_hit: bool = True  # VllmRules.pad_after_prefix_hit (0.27.1 off)
+    pad_assertion: bool = True  # VllmRules.pad_assertion (0.27.1 off)
     threshold_skips_padding: bool = False  # VllmRules.threshold_skips_padding
     preemption_gate: bool = True  # VllmRules.preemption_gate
     victim_latest: bool = True  # VllmRules.victim_latest
@@ -123,10 +127,12 @@ class RuleConfig:
             max_new_blocks=(_span(cfg.token_budget + cfg.num_lookahead_tokens, cfg.block_size,
                                   cfg.max_model_len)
                             if cfg.enable_prefix_caching else 0),
-            num_spec_tokens=cfg.num_spec_tokens, draft_slots=cfg.draft_slots,
+            num_spec_tokens=cfg.num_spec_tokens, draft_slots=cfg.step_draft_slots,
             num_lookahead_tokens=cfg.num_lookahead_tokens,
             eagle_block_drop=cfg.eagle_block_drop, drafts_vary=cfg.drafts_vary,
             spec_pad_room=cfg.rules.spec_pad_room,
+            pad_after_prefix_hit=cfg.rules.pad_after_prefix_hit,
+            pad_assertion=cfg.rules.pad_assertion,
             threshold_skips_padding=cfg.rules.threshold_skips_padding,
             preemption_gate=cfg.rules.preemption_gate, victim_latest=cfg.rules.victim_latest,
             victim_reindex=cfg.rules.priority_victim_reindex,
@@ -238,9 +244,10 @@ def _unread_switches_pinned(cfg: RuleConfig) -> RuleConfig:
     prefix-hit cap without a prefix cache (cache_rules.lookup), the lone-request threshold
     rule with no threshold (rules._threshold gives 0 either way), the separate input
     budget when both budgets are the same number, the padding forms without speculative
-    decoding (rules._padding), the FCFS victim rule under PRIORITY (rules._victim), and
-    the index fix-up of a victim ahead of the running loop's index when the victim is
-    always running[-1] (FCFS, rules._running_loop)."""
+    decoding (rules._padding) and the prefix-hit occasion of padding without a prefix cache
+    (a waiting request has computed tokens only from a hit), the FCFS victim rule under
+    PRIORITY (rules._victim), and the index fix-up of a victim ahead of the running loop's
+    index when the victim is always running[-1] (FCFS, rules._running_loop)."""
     return replace(
         cfg,
         cap_prefix_hit=cfg.cap_prefix_hit or not cfg.prefix_caching,
@@ -249,6 +256,9 @@ def _unread_switches_pinned(cfg: RuleConfig) -> RuleConfig:
         separate_input_budget=cfg.separate_input_budget
         or cfg.token_budget == cfg.max_num_batched_tokens,
         spec_pad_room=cfg.spec_pad_room or not cfg.num_spec_tokens,
+        pad_after_prefix_hit=(cfg.pad_after_prefix_hit or not cfg.num_spec_tokens
+                              or not cfg.prefix_caching),
+        pad_assertion=cfg.pad_assertion or not cfg.num_spec_tokens,
         threshold_skips_padding=cfg.threshold_skips_padding and bool(cfg.num_spec_tokens),
         victim_latest=cfg.victim_latest or cfg.policy_priority,
         victim_reindex=(cfg.victim_reindex

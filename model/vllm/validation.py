@@ -15,7 +15,6 @@ from model.vllm.config import (
     POLICY_FCFS,
     POLICY_PRIORITY,
     SPEC_METHODS_MODELLED,
-    VLLM_VERSION,
     Config,
     check_value,
 )
@@ -61,7 +60,19 @@ NEWER_FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("max_num_active_seqs", "active_seqs_cap", "0.31.0", "config/scheduler.py:69-77"),
     ("long_prefill_token_threshold_adaptive", "adaptive_threshold", "0.31.0",
      "config/scheduler.py:86-90"),
+    # In 0.30.0 (config/speculative.py:440, 1915-1917), not in 0.28.0; 0.29.0 was not read.
+    ("disable_eagle_block_drop", "eagle_drop_flag", "0.29.0-0.30.0",
+     "config/speculative.py:440 of 0.30.0"),
 )
+
+# Before 0.28.0 (VllmRules.per_request_draft_slots off) VllmConfig reserves the draft slots
+# of max_num_seqs requests at startup and refuses a config that leaves no token to schedule
+# (0.27.1 config/vllm.py:1728-1776). Like `field_in_version`, a rule of the older releases
+# only, not one of RULES (0.32.0's).
+DRAFT_SLOTS_RESERVED = Rule(
+    "draft_slots_reserved", "vllm/config/vllm.py:1728-1776 (0.27.1)",
+    "before 0.28.0, with speculative decoding: max_num_batched_tokens - draft slots * "
+    "max_num_seqs >= 1 (unset max_num_scheduled_tokens) or >= max_num_scheduled_tokens")
 
 
 def check_version_fields(cfg: Config) -> None:
@@ -114,11 +125,6 @@ def _check_spec_fields(cfg: Config) -> None:
         raise InputError(
             f"num_speculative_tokens {k} / parallel_drafting without a speculative_method; "
             "give speculative_method or leave them unset")
-    if method and cfg.version != VLLM_VERSION:
-        raise InputError(
-            f"speculative decoding is modelled for vLLM {VLLM_VERSION} only, not "
-            f"{cfg.version} (its draft and padding rules changed between releases); use "
-            f"vllm-v1 or drop speculative_method")
     if method and k < 1:
         raise ConfigError(
             "speculative_tokens_positive",
@@ -170,7 +176,9 @@ def validate(cfg: Config) -> None:
             f"max_num_active_seqs ({cfg.max_num_active_seqs}) exceeds max_num_seqs "
             f"({cfg.max_num_seqs}); lower it to at most {cfg.max_num_seqs} "
             "(vllm/config/scheduler.py:335-342)")
-    if cfg.speculative_method and cfg.max_num_batched_tokens <= cfg.draft_slots:
+    if cfg.speculative_method and not cfg.rules.per_request_draft_slots:
+        _check_reserved_draft_slots(cfg)
+    elif cfg.speculative_method and cfg.max_num_batched_tokens <= cfg.draft_slots:
         raise ConfigError(
             "batched_tokens_gt_draft_slots",
             f"max_num_batched_tokens ({cfg.max_num_batched_tokens}) must exceed the "
@@ -183,6 +191,30 @@ def validate(cfg: Config) -> None:
             f"long_prefill_token_threshold ({cfg.long_prefill_token_threshold}) exceeds "
             f"max_model_len ({cfg.max_model_len}); lower it to at most {cfg.max_model_len} "
             "(vllm/config/scheduler.py:352-357)")
+
+
+def _check_reserved_draft_slots(cfg: Config) -> None:
+    """0.27.1's startup reservation of the draft slots (config/vllm.py:1737-1776): an unset
+    max_num_scheduled_tokens becomes max_num_batched_tokens less the slots of max_num_seqs
+    requests and must stay positive (1747-1755); a set one must leave room for them
+    (1766-1776), so it cannot exceed max_num_batched_tokens even with no slots."""
+    reserved, b = cfg.reserved_draft_slots, cfg.max_num_batched_tokens
+    where = f"vLLM {cfg.version} {DRAFT_SLOTS_RESERVED.upstream.split(' (')[0]}"
+    what = (f"{cfg.draft_slots} draft slots per request of {cfg.speculative_method} with "
+            f"num_speculative_tokens={cfg.num_speculative_tokens} times max_num_seqs "
+            f"({cfg.max_num_seqs}) = {reserved}")
+    if cfg.max_num_scheduled_tokens is None and b - reserved < 1:
+        raise ConfigError(
+            DRAFT_SLOTS_RESERVED.name,
+            f"max_num_batched_tokens ({b}) less the {what} leaves no token to schedule; "
+            f"raise max_num_batched_tokens above {reserved} or lower max_num_seqs ({where})")
+    if cfg.max_num_scheduled_tokens is not None \
+            and b < cfg.max_num_scheduled_tokens + reserved:
+        raise ConfigError(
+            DRAFT_SLOTS_RESERVED.name,
+            f"max_num_scheduled_tokens ({cfg.max_num_scheduled_tokens}) plus the {what} "
+            f"exceeds max_num_batched_tokens ({b}); lower max_num_scheduled_tokens to "
+            f"{b - reserved} or leave it unset ({where})")
 
 
 def rejection(cfg: Config) -> ConfigError | None:
