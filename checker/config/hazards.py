@@ -169,9 +169,14 @@ class Hazard:
     # its argument or shown by its constructed run on the reference.
     own: Callable[[Envelope], Property] | None = None
     construct_first: bool = False  # try the constructed run before the search
+    # An own property that reads the config's numbers (decided as `own` is).
+    own_cfg: Callable[[Config], Property] | None = None
 
-    def prop(self, env: Envelope) -> Property:
+    def prop(self, env: Envelope, cfg: Config | None = None) -> Property:
         """The property that rules the hazard out."""
+        if self.own_cfg is not None:
+            assert cfg is not None, f"hazard {self.name}'s property reads the config"
+            return self.own_cfg(cfg)
         if self.own is not None:
             return self.own(env)
         return catalogue.get(self.property, **dict(self.params(env)))
@@ -530,10 +535,16 @@ def _repeat_workload(cfg: Config, env: Envelope) -> Workload | None:
 
 # --- speculative decoding: hazards of the step's sizes (scheduler.py, v0.32.0) -------------
 
+def _input_start(cfg: Config) -> int:
+    """The step's input budget: max_num_batched_tokens (scheduler.py:614), the token
+    budget itself before 0.28.0 (VllmRules.input_budget off: one budget)."""
+    return cfg.max_num_batched_tokens if cfg.rules.input_budget else cfg.token_budget
+
+
 def _room(cfg: Config) -> int:
     """The most tokens one request can get in a step: min(token budget, input budget less
     its draft slots) (scheduler.py:710-712, 1118)."""
-    return min(cfg.token_budget, cfg.max_num_batched_tokens - cfg.draft_slots)
+    return min(cfg.token_budget, _input_start(cfg) - cfg.step_draft_slots)
 
 
 def _no_padding_cut(cfg: Config) -> str | None:
@@ -573,13 +584,13 @@ def _all_drafts_fit(cfg: Config) -> str | None:
 
 def _two_fit(cfg: Config) -> str | None:
     """Why a step can schedule two requests, or None."""
-    ds, b = cfg.draft_slots, cfg.max_num_batched_tokens
+    ds, b = cfg.step_draft_slots, _input_start(cfg)
     if not cfg.num_spec_tokens:
         return "no speculative decoding: no draft slots"
     if cfg.max_num_active_reqs < 2:
         return (f"one request runs at a time anyway: max_num_active_reqs is "
                 f"{cfg.max_num_active_reqs} (scheduler.py:922-924)")
-    if b >= 2 * (ds + 1):
+    if b >= 2 * (ds + 1) and cfg.token_budget >= 2:
         return (f"two one-token requests cost 2 * (1 + {ds} draft slots) = {2 * (ds + 1)} of "
                 f"the {b}-token input budget, so a step can schedule both "
                 "(scheduler.py:661, 857, 918, 1367)")
@@ -651,11 +662,86 @@ def _one_per_step_workload(cfg: Config, env: Envelope) -> Workload | None:
     return _tiny(cfg, (1, 3, 1), (1, 3, 1), steps=2)
 
 
+# The drafter's input buffers (v1/spec_decode/llm_base_proposer.py of 0.32.0; the same
+# lines 110-116, 139 in 0.27.1): sized to max_num_batched_tokens (143, 185-187, 236-244),
+# they take the step's scheduled tokens (gpu_model_runner.py:4984-4988, the actual tokens,
+# not a padded count) plus Config.drafter_extra_slots per request (114-120, 876-879).
+_DRAFTER = "llm_base_proposer.py:143, 185-187 (buffers), 114-120, 876-879 (extra slots)"
+
+
+def _drafter_most(cfg: Config) -> tuple[int, str]:
+    """The most query tokens a step can hand the drafter, and why: each request's tokens
+    plus its extra slots."""
+    net, sds, start = cfg.drafter_extra_slots or 0, cfg.step_draft_slots, _input_start(cfg)
+    seats = cfg.max_num_active_reqs if cfg.rules.active_seqs_cap else cfg.max_num_seqs
+    by_seats = min(cfg.token_budget, start) + net * seats
+    if sds >= net and start <= by_seats:
+        return start, (f"each scheduled request costs its tokens plus {sds} draft slots "
+                       f"(>= the drafter's {net} extra slots) of a step's input budget of "
+                       f"{start} (scheduler.py:612-614, 661, 857, 918, 1367)")
+    return by_seats, (f"the scheduled tokens are at most min(token budget {cfg.token_budget}, "
+                      f"input budget {start}) and at most {seats} requests run, each adding "
+                      f"{net} extra slots: {by_seats}")
+
+
+def _drafter_fits(cfg: Config) -> str | None:
+    """Why a step's drafter input never exceeds its buffers of max_num_batched_tokens, or
+    None."""
+    method, b = cfg.speculative_method, cfg.max_num_batched_tokens
+    if not method:
+        return "no speculative decoding: no drafter"
+    if method in ("ngram", "ngram_gpu", "suffix"):
+        return (f"the {method} proposer sizes no buffer from max_num_batched_tokens "
+                "(v1/spec_decode/ngram_proposer.py, ngram_proposer_gpu.py, "
+                "suffix_decoding.py)")
+    if method == "medusa":
+        return (f"medusa reads one hidden state per request (medusa.py:38-56): at most "
+                f"max_num_seqs {cfg.max_num_seqs} <= max_num_batched_tokens {b} "
+                "(config/scheduler.py:328-333)")
+    if method == "dflash":
+        return (f"dflash keeps its queries in a buffer of max_num_seqs * (1 + k) "
+                f"(dflash.py:40-46) and the step's context in one of max_num_batched_tokens "
+                f"{b} (49-61), which the step's scheduled tokens, at most "
+                f"{min(cfg.token_budget, _input_start(cfg))}, fit")
+    if cfg.drafter_extra_slots is None:
+        return None
+    most, why = _drafter_most(cfg)
+    if most <= b:
+        return (f"a step hands the drafter at most {most} query tokens, within its buffers "
+                f"of max_num_batched_tokens {b} ({_DRAFTER}): {why}")
+    return None
+
+
+def _drafter_overflow(cfg: Config) -> Property:
+    """A step whose scheduled tokens plus the drafter's extra slots per scheduled request
+    exceed max_num_batched_tokens, the size of the drafter's buffers."""
+    net, b = cfg.drafter_extra_slots or 0, cfg.max_num_batched_tokens
+
+    def holds(ops: Ops, steps: object, t: int) -> object:
+        s = steps[t]  # type: ignore[index]
+        tokens = ops.sum([o.scheduled for o in s.slots])
+        served = ops.sum([ops.to_int(o.scheduled > 0) for o in s.slots])
+        return tokens + net * served <= b
+    return Property("drafter_input_within_buffers", "step",
+                    "a step's scheduled tokens plus the drafter's extra slots per request fit "
+                    "its buffers of max_num_batched_tokens", holds)
+
+
+def _drafter_workload(cfg: Config, env: Envelope) -> Workload | None:
+    """As many prompts as seats (at most 64) at step 1, long enough together to fill the
+    token budget: the first step schedules the most tokens for the most requests."""
+    seats = min(cfg.max_num_active_reqs if cfg.rules.active_seqs_cap else cfg.max_num_seqs,
+                64)
+    each = min(cfg.max_model_len - 1, max(1, -(-cfg.token_budget // seats)))
+    return _tiny(cfg, *[(each, 2, 1)] * seats, steps=2)
+
+
 _ANY_STEP_FEATURE = (ANY_FEATURE, "it follows from the config's numbers and the lines "
                      "cited, whatever else the deployment turns on")
 PADDING_NOT_CUT = Argument(_no_padding_cut, holds_with=(_ANY_STEP_FEATURE,))
 ALL_DRAFTS_FIT = Argument(_all_drafts_fit, holds_with=(_ANY_STEP_FEATURE,))
 TWO_FIT = Argument(_two_fit, holds_with=(_ANY_STEP_FEATURE,))
+DRAFTER_FITS = Argument(_drafter_fits, holds_with=(_ANY_STEP_FEATURE,))
 
 SPEC_HAZARDS: tuple[Hazard, ...] = (
     Hazard("spec_padding_assertion", "the engine crashes: a request padded to 1+k for "
@@ -676,6 +762,12 @@ SPEC_HAZARDS: tuple[Hazard, ...] = (
            "scheduler.py:857, 1367 charge n + draft slots to the input budget; 661, 918 stop "
            "both loops once it is at most the draft slots", False, TWO_FIT,
            construct=_one_per_step_workload, own=_one_per_step),
+    Hazard("spec_drafter_buffer", "a step hands the drafter more query tokens (scheduled "
+           "tokens + its extra slots per request) than its buffers of "
+           "max_num_batched_tokens hold", "", lambda e: (),
+           f"v1/spec_decode/{_DRAFTER}; the scheduler bounds the step's tokens "
+           "(scheduler.py:612-614, 857, 1367)", False, DRAFTER_FITS,
+           construct=_drafter_workload, own_cfg=_drafter_overflow),
 )
 
 
@@ -772,9 +864,9 @@ def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool,
         # carries over to a deployment whose scheduler decides differently.
         return HazardResult(h.name, h.title, UNKNOWN_LABEL, outside_reason(outside) + why_not,
                             seconds=time.monotonic() - start)
-    if h.construct_first or h.own is not None:
+    if h.construct_first or h.own is not None or h.own_cfg is not None:
         shown = _constructed(h, deployed, env)
-        if shown is not None or h.own is not None:
+        if shown is not None or h.own is not None or h.own_cfg is not None:
             return replace(shown or HazardResult(
                 h.name, h.title, UNKNOWN_LABEL, "the argument that rules it out does not "
                 "apply and the constructed run on the reference did not show it" + why_not),
@@ -964,7 +1056,7 @@ def _constructed(h: Hazard, cfg: Config, env: Envelope) -> HazardResult | None:
     workload = h.construct(cfg, env)
     if workload is None:
         return None
-    prop = h.prop(env)
+    prop = h.prop(env, cfg)
     records = []
     for _, record in iter_steps(workload):
         records.append(record)
@@ -977,7 +1069,8 @@ def _constructed(h: Hazard, cfg: Config, env: Envelope) -> HazardResult | None:
     at = failing[0] + 1
     shown = max(1, at - 5)
     how = (f"needs {len(workload.requests)} requests, more than the checker's bound of "
-           f"{env.slots}: a constructed run" if h.own is None and not h.construct_first else
+           f"{env.slots}: a constructed run" if h.own is None and h.own_cfg is None
+           and not h.construct_first else
            f"{h.upstream}: a constructed run of {len(workload.requests)} request(s)")
     return HazardResult(
         h.name, h.title, WITNESSED, how + f", checked on the reference with "
