@@ -826,7 +826,8 @@ def test_an_unpatched_copy_audits_clean(tmp_path):
     mut = _mutations_module()
     overlay = mut.build_overlay([], tmp_path)
     code, doc, _ = mut.run_audit(overlay, ["--seed", "1000", "--count", "20", "--modes",
-                                           "off,prefix", "--sources", "random"])
+                                           "off,prefix", "--sources", "random"],
+                                 preloaded=True)
     assert code == 0 and doc["findings"] == []
 
 
@@ -938,7 +939,7 @@ def test_each_mutation_is_caught_small_as_one_finding_at_its_lines(name, tmp_pat
     mut = _mutations_module()
     patch = mut.mutations()[name]
     overlay = mut.build_overlay([patch], tmp_path)
-    code, doc, _ = mut.run_audit(overlay, list(mut.ONE_AUDIT))
+    code, doc, _ = mut.run_audit(overlay, list(mut.ONE_AUDIT), preloaded=True)
     assert code == 1
     [group] = doc["findings"]
     # caught by the random workloads (they come first), the finding a shrink of one
@@ -1113,7 +1114,7 @@ def test_a_patch_that_only_moves_lines_audits_clean(tmp_path):
         "                    assert num_new_tokens == 1 + self.num_spec_tokens")
     assert line == 1372 + 14
     code, doc, _ = mut.run_audit(overlay, ["--seed", "1000", "--count", "10",
-                                           "--shrink-calls", "20"])
+                                           "--shrink-calls", "20"], preloaded=True)
     assert doc["findings"] == [] and code == 0, [f["title"] for f in doc["findings"]]
     assert doc["expected_violations"]["no_engine_assertion"] > 0  # the moved assertion
     assert doc["sources"]["counterexamples"] > 0 and doc["sources"]["random"] == 80
