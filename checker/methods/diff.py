@@ -59,6 +59,7 @@ from checker.methods.symbolic import (
 )
 from model import registry as engines
 from model.core.engine import EngineModel
+from model.core.errors import InputError
 from model.core.ops import Bool, Ops, SymbolicOps
 from model.core.types import EosEvent, SlotObs, SlotSpec, Step, StepRecord, Workload
 from model.run import simulate, without_unsampled_eos
@@ -416,35 +417,60 @@ def _replayed(a: Side, b: Side, p: _Pair, model: z3.ModelRef, d: int, start: flo
                                             key=lambda e: (e.step, e.id))))
     wa = replace(base, eos=eos_a)
     wb = replace(base, config=b.config, engine=b.engine, eos=eos_b)
+    ids = [r.id for r in wa.arrival_order()]
+
+    def result(status: str, runs: tuple[tuple[Workload, tuple[StepRecord, ...]], ...] = (),
+               found: tuple[Difference, ...] = (), reason: str = "") -> DiffResult:
+        return DiffResult(status, d, time.monotonic() - start, common, runs, found,
+                          reason=reason, minimal=minimal)
+
+    return on_references((engines.get(a.engine), wa), (engines.get(b.engine), wb), d,
+                         _rules_differences(p, model, d, ids), p.step_observables, result)
+
+
+def on_references(a: tuple[EngineModel, Workload], b: tuple[EngineModel, Workload],
+                  depth: int, predicted: tuple[Difference, ...],
+                  step_observables: Sequence[str], result: Callable[..., DiffResult],
+                  void: str = "") -> DiffResult:
+    """A difference the rules found first at step `depth` (`predicted`: what differs
+    there), judged by running each side's workload on its engine's reference scheduler
+    (model/run.py): DIFFER when the references agree on steps 1..depth-1 and differ at
+    `depth` in exactly `predicted`; UNKNOWN where a reference asserts; else DIVERGENCE,
+    never a finding. `void`, when not empty, is why the rules' own prediction does not
+    stand (a DIVERGENCE once the references have run). Every answer is built by
+    `result(status, runs, found, reason)`, which adds the caller's depth, time and method."""
+    (engine_a, wa), (engine_b, wb) = a, b
     try:
         ra, rb = simulate(wa), simulate(wb)
     except AssertionError as e:  # a reference's own consistency check
-        frame = traceback.extract_tb(e.__traceback__)[-1]
-        return DiffResult(UNKNOWN, d, time.monotonic() - start, common, (), (),
-                          reason=f"a reference asserts at {Path(frame.filename).name}:"
-                          f"{frame.lineno} ({frame.line}) replaying the rules' difference: "
-                          "the rules so switched reach a path the reference does not model",
-                          minimal=minimal)
-    sa = engines.get(a.engine).observe(wa, ra)
-    sb = engines.get(b.engine).observe(wb, rb)
-    ids = [r.id for r in wa.arrival_order()]
-    found = [differences(x, y, ids, p.step_observables) for x, y in zip(sa, sb, strict=True)]
-    seconds = time.monotonic() - start
-    first = next((t for t, f in enumerate(found) if f), None)
+        return result(UNKNOWN, reason=f"a reference asserts at {assertion_site(e)} replaying "
+                      "the rules' difference: the rules so switched reach a path the "
+                      "reference does not model")
+    except InputError as e:  # an EOS where the reference samples nothing
+        return result(DIVERGENCE, reason=f"a reference refuses the rules' workload: {e}")
     runs = ((wa, ra), (wb, rb))
-    if first != d - 1:
+    ids = [r.id for r in wa.arrival_order()]
+    found = [differences(x, y, ids, step_observables)
+             for x, y in zip(engine_a.observe(wa, ra), engine_b.observe(wb, rb), strict=True)]
+    first = next((t for t, f in enumerate(found) if f), None)
+    if void:
+        return result(DIVERGENCE, runs, reason=void)
+    if first != depth - 1:
         where = "agree on every step" if first is None else f"differ first at step {first + 1}"
-        return DiffResult(DIVERGENCE, d, seconds, common, runs, (),
-                          reason=f"the rules differ first at step {d} but the references "
-                          f"{where}; the rules and a reference disagree", minimal=minimal)
-    # The rules must predict what the references do at step d, observable by observable.
-    rules_found = _rules_differences(p, model, d, ids)
-    if rules_found != found[d - 1]:
-        return DiffResult(DIVERGENCE, d, seconds, common, runs, found[d - 1],
-                          reason=f"at step {d} the rules differ in "
-                          f"{_names(rules_found)}, the references in {_names(found[d - 1])}",
-                          minimal=minimal)
-    return DiffResult(DIFFER, d, seconds, common, runs, found[d - 1], minimal=minimal)
+        return result(DIVERGENCE, runs, reason=f"the rules differ first at step {depth} but "
+                      f"the references {where}; the rules and a reference disagree")
+    # The rules must predict what the references do at step depth, observable by observable.
+    if predicted != found[depth - 1]:
+        return result(DIVERGENCE, runs, found[depth - 1],
+                      reason=f"at step {depth} the rules differ in {_names(predicted)}, "
+                      f"the references in {_names(found[depth - 1])}")
+    return result(DIFFER, runs, found[depth - 1])
+
+
+def assertion_site(e: AssertionError) -> str:
+    """Where a reference asserted: `file.py:line (the line's code)`, its innermost frame."""
+    frame = traceback.extract_tb(e.__traceback__)[-1]
+    return f"{Path(frame.filename).name}:{frame.lineno} ({frame.line})"
 
 
 def _rules_differences(p: _Pair, model: z3.ModelRef, d: int, ids: Sequence[str]
@@ -540,7 +566,7 @@ def concrete_differences(a: Side, b: Side, workload: Workload
 
 __all__ = ["DIFFER", "DIVERGENCE", "OBSERVABLES", "PROVED", "SAME",
            "STEP_OBSERVABLES", "UNKNOWN", "ConfigBridge", "DiffResult", "Difference", "Side",
-           "bridge_of", "bridged_pairs", "compare", "compared_step_observables",
-           "concrete_differences", "differences", "differs", "engines_joinable",
-           "one_rule_system", "pair_specs", "prove_equivalent", "sides_compatible",
-           "unread_switch"]
+           "assertion_site", "bridge_of", "bridged_pairs", "compare",
+           "compared_step_observables", "concrete_differences", "differences", "differs",
+           "engines_joinable", "on_references", "one_rule_system", "pair_specs",
+           "prove_equivalent", "sides_compatible", "unread_switch"]

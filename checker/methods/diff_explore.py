@@ -45,10 +45,8 @@ from __future__ import annotations
 import copy
 import itertools
 import time
-import traceback
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from checker.methods import diff
@@ -62,6 +60,7 @@ from checker.methods.diff import (
     Difference,
     DiffResult,
     Side,
+    assertion_site,
     compared_step_observables,
     differences,
     pair_menu,
@@ -395,9 +394,7 @@ def _positions(sched: ReferenceScheduler, ids: Sequence[str]) -> dict[str, int]:
 
 def _asserted(e: AssertionError, depth: int) -> str:
     """Why the search stopped at a reference's assertion: where, and what it means."""
-    frame = traceback.extract_tb(e.__traceback__)[-1]
-    where = f"{Path(frame.filename).name}:{frame.lineno}"
-    return (f"{ASSERTS} at {where} ({frame.line}) in step {depth}: the rules "
+    return (f"{ASSERTS} at {assertion_site(e)} in step {depth}: the rules "
             "so switched reach a path the reference does not model, so neither side can "
             f"be run there (no difference up to step {depth - 1})")
 

@@ -44,14 +44,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
 from checker.methods.array import options_for, unsupported, workload_of
 from checker.methods.array.search import Options, Search, Witness
 from checker.methods.diff import (
-    DIFFER,
-    DIVERGENCE,
     OBSERVABLES,
     SAME,
     UNKNOWN,
@@ -60,16 +57,16 @@ from checker.methods.diff import (
     Side,
     compared_step_observables,
     differences,
+    on_references,
     pair_menu,
 )
 from checker.methods.explore import Kind
 from checker.methods.symbolic import Bounds, Family
 from model import registry as engines
 from model.core.engine import EngineModel
-from model.core.errors import InputError
 from model.core.ops import CONCRETE, Bool, Ops
+from model.core.slots import lay_out
 from model.core.types import EosEvent, SlotObs, SlotSpec, Step, StepRecord, Workload
-from model.run import simulate
 from properties.catalogue import Property
 
 METHOD = "array"
@@ -77,8 +74,6 @@ METHOD = "array"
 _COUNTS = frozenset({"scheduled", "free_blocks"})
 _SLOT_FIELDS = tuple(f.name for f in fields(SlotObs))
 _STEP_FIELDS = tuple(f.name for f in fields(Step) if f.name not in ("step", "slots", "cfg"))
-# An unused request slot, as model/core/slots.py lays one out.
-_UNUSED = SlotSpec(prompt_len=1, max_tokens=1, arrival_step=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,22 +278,14 @@ def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, symmetric: bool 
 
 def rules_steps(engine: EngineModel, cfg: Any, workload: Workload, slots: int
                 ) -> tuple[Step, ...]:
-    """One side's rules run concretely on a workload (its requests in slots 0.., the rest
-    unused; the EOS choices as given), step by step."""
-    ordered = workload.arrival_order()
-    specs = [SlotSpec(r.prompt_len, r.max_tokens, r.arrival_step, r.priority,
-                      r.cached_prefix_len, r.prefix_group, r.shared_prefix_len)
-             for r in ordered] + [_UNUSED] * (slots - len(ordered))
-    index = {r.id: i for i, r in enumerate(ordered)}
-    eos_at = workload.eos_steps()
+    """One side's rules run concretely on a workload laid on `slots` request slots as every
+    rules run lays one (model/core/slots.py: its requests in slots 0.. in arrival order,
+    the rest unused; the EOS choices as given), step by step."""
+    laid = lay_out(workload, cfg, slots)
     state = engine.initial_state(slots, cfg)
     out = []
-    for t in range(1, workload.steps + 1):
-        eos = [False] * slots
-        for rid, steps in eos_at.items():
-            if t in steps:
-                eos[index[rid]] = True
-        state, obs = engine.step(CONCRETE, cfg, specs, state, eos)
+    for eos in laid.eos:
+        state, obs = engine.step(CONCRETE, cfg, laid.specs, state, eos)
         out.append(obs)
     return tuple(out)
 
@@ -325,49 +312,18 @@ def replayed(a: Side, b: Side, rules: PairRules, cfg: PairConfig, kinds: Sequenc
 
     by_rules = [differences(x, y, ids, cfg.step_observables)
                 for x, y in zip(steps_a, steps_b, strict=True)]
-    try:
-        ra, rb = simulate(wa), simulate(wb)
-    except AssertionError as e:  # a reference's own consistency check
-        return result(UNKNOWN, reason=f"a reference asserts at {_where(e)} replaying the "
-                      "rules' difference: the rules so switched reach a path the reference "
-                      "does not model")
-    except InputError as e:  # an EOS where the reference samples nothing
-        return result(DIVERGENCE, reason=f"a reference refuses the rules' workload: {e}")
-    runs = ((wa, ra), (wb, rb))
-    observed_a = rules.engine_a.observe(wa, ra)
-    observed_b = rules.engine_b.observe(wb, rb)
-    found = [differences(x, y, ids, cfg.step_observables)
-             for x, y in zip(observed_a, observed_b, strict=True)]
-    first = next((t for t, f in enumerate(found) if f), None)
+    void = ""
     if any(by_rules[:-1]) or not by_rules[-1]:
-        return result(DIVERGENCE, runs, reason=f"the rules run again do not differ first "
-                      f"at step {depth}, where the search found them differ")
-    if first != depth - 1:
-        where = "agree on every step" if first is None else f"differ first at step {first + 1}"
-        return result(DIVERGENCE, runs, reason=f"the rules differ first at step {depth} but "
-                      f"the references {where}; the rules and a reference disagree")
-    if found[-1] != by_rules[-1]:
-        return result(DIVERGENCE, runs, found[-1],
-                      reason=f"at step {depth} the rules differ in {_names(by_rules[-1])}, "
-                      f"the references in {_names(found[-1])}")
-    return result(DIFFER, runs, found[-1])
+        void = (f"the rules run again do not differ first at step {depth}, where the search "
+                "found them differ")
+    return on_references((rules.engine_a, wa), (rules.engine_b, wb), depth, by_rules[-1],
+                         cfg.step_observables, result, void)
 
 
 def _sampled_eos(w: Workload, steps: Sequence[Step]) -> tuple[EosEvent, ...]:
     """The workload's EOS choices at the steps where the side's rules sample the request."""
     index = {r.id: i for i, r in enumerate(w.arrival_order())}
     return tuple(e for e in w.eos if steps[e.step - 1].slots[index[e.id]].sampled)
-
-
-def _where(e: AssertionError) -> str:
-    import traceback
-
-    frame = traceback.extract_tb(e.__traceback__)[-1]
-    return f"{Path(frame.filename).name}:{frame.lineno} ({frame.line})"
-
-
-def _names(found: Sequence[Difference]) -> str:
-    return ", ".join(f"{f.request} {f.observable}".strip() for f in found) or "nothing"
 
 
 __all__ = ["METHOD", "PairConfig", "PairRules", "PairSlot", "PairState", "agrees", "apart",
