@@ -25,6 +25,7 @@ EXAMPLE = ROOT / "examples" / "sglang_chunked_stall.json"
     ({"schedule_policy": "dfs-weight"}, "is not modelled"),
     ({"schedule_conservativeness": -1}, "non-negative"),
     ({"enable_mixed_chunk": 1}, "true or false"),
+    ({"page_size": 0}, "page_size must be a positive integer"),
 ])
 def test_bad_config_values_are_one_line_input_errors(raw, match):
     with pytest.raises(InputError, match=match) as info:
@@ -53,6 +54,23 @@ def test_rejection_names_the_rule():
     bad = Config(chunked_prefill_size=4, enable_mixed_chunk=True, max_running_requests=8,
                  max_total_num_tokens=100)
     assert rejection(bad).rule == "mixed_chunk_budget"
+
+
+def test_page_size_rounds_pool_chunk_and_clip_to_pages():
+    # The pool is whole pages (pool_configurator.py:623-629), the chunk a multiple of the
+    # page (validation_hook.py:242-245).
+    odd_pool = rejection(Config(max_total_num_tokens=100, page_size=16))
+    assert odd_pool.rule == "pool_not_page_aligned" and "96" in str(odd_pool)
+    assert rejection(Config(max_total_num_tokens=96, chunked_prefill_size=24,
+                            page_size=16)).rule == "chunk_not_page_aligned"
+    assert rejection(Config(max_total_num_tokens=96, chunked_prefill_size=-1,
+                            page_size=16)) is None  # chunking off: no chunk to align
+    # max_new_tokens: pool - ceil_page(prompt) - page - 1 (allocator/base.py:86-105)
+    paged = Config(max_total_num_tokens=64, context_length=1024, page_size=16)
+    assert paged.clip_max_new_tokens(17, 1000) == 64 - 32 - 16 - 1
+    assert Config(max_total_num_tokens=64, context_length=1024
+                  ).clip_max_new_tokens(17, 1000) == 64 - 17 - 2
+    assert paged.pages(1) == 16 and paged.pages(16) == 16 and paged.pages(17) == 32
 
 
 def test_simulate_prints_batch_kinds_and_json_carries_the_sglang_facts(capsys):
@@ -94,3 +112,26 @@ def test_decode_stall_theorem_fails_when_continuing_chunks_could_exceed_c(monkey
     monkeypatch.setattr(th, "continuation_len", too_big)
     result = th.decode_stall_unbounded(30)
     assert not result.proved and "progress" in result.detail
+
+
+@pytest.mark.parametrize("page", (2, 4, 16))
+def test_decode_stall_chunk_arithmetic_is_the_same_at_any_page_size(page):
+    """The theorem reads `new_chunk_len` at page size 1; with C a multiple of the page (the
+    startup rule) a prompt served first gets the same chunk at page size P, and any budget
+    gives a chunk of at most the budget, so its obligations hold for every page size."""
+    import z3
+
+    from model.core.ops import SymbolicOps
+    from model.sglang.rules import new_chunk_len
+
+    ops = SymbolicOps()
+    big_l, k, budget = z3.Ints("L k budget")
+    c = page * k
+    chunked_p, e_p = new_chunk_len(ops, big_l, c, page)
+    chunked_1, e_1 = new_chunk_len(ops, big_l, c)
+    some_chunked, some_e = new_chunk_len(ops, big_l, budget, page)
+    solver = z3.Solver()
+    solver.add(*ops.take_definitions(), big_l >= 1, k >= 1, budget >= 1, budget <= c)
+    solver.add(z3.Or(chunked_p != chunked_1, e_p != e_1, some_e > budget,
+                     z3.And(some_chunked, some_e != 0, some_e < page)))
+    assert solver.check() == z3.unsat

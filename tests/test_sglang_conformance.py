@@ -23,6 +23,7 @@ from test_conformance import assert_all_agree
 from checker.conformance.sglang_generate import (
     FEATURES,
     MOVES,
+    PAGE_FEATURES,
     SIZES,
     in_scope,
     random_sglang_workload,
@@ -99,9 +100,36 @@ RETAINED_PROMPT = _workload({"max_total_num_tokens": 31, "disable_radix_cache": 
 EVICTED_PROMPT = replace(RETAINED_PROMPT, config=replace(RETAINED_PROMPT.config,
                                                          retract_decode_steps=31))
 
+# Page size 4 (the paged allocator and tree): a's 11 tokens exceed the 8-token chunk and
+# are cut to 2 pages, its 3-token continuation ends inside a page; decodes take a page
+# only on a page boundary; a is retracted; c's whole prompt (2 pages) is cached, so its
+# last page is recomputed and given back; d's 6 cached tokens match as 1 page.
+PAGED_4 = _workload(
+    {"max_total_num_tokens": 32, "chunked_prefill_size": 8, "max_prefill_tokens": 16,
+     "max_running_requests": 3, "schedule_conservativeness": 0.1, "page_size": 4,
+     "context_length": 64, "retract_decode_steps": 64},
+    [("a", 11, 14, 1), ("b", 3, 12, 2), ("c", 8, 6, 3, 8), ("d", 9, 3, 4, 6)], 27)
+# Page size 16, mixed chunk: the decode rows take up 3 tokens of the 32-token chunk, so a
+# new 40-token prompt gets only 16 (a page cut below the budget, P:1567-1573).
+PAGED_16_MIXED = _workload(
+    {"max_total_num_tokens": 256, "chunked_prefill_size": 32, "max_prefill_tokens": 64,
+     "max_running_requests": 4, "enable_mixed_chunk": True, "page_size": 16,
+     "disable_radix_cache": True, "context_length": 256},
+    [("x", 5, 30, 1), ("y", 17, 20, 1), ("z", 2, 20, 1), ("w", 40, 5, 3)], 30)
+# Page size 16, a 2-page pool: max_new_tokens clips to 0 (32 - 16 - 16 - 1 < 0,
+# allocator/base.py:86-105), the request still samples one token, and its EOS is demoted
+# to a length finish (schedule_batch.py:1901-1911).
+ZERO_NEW_TOKENS = _workload(
+    {"max_total_num_tokens": 32, "chunked_prefill_size": -1, "max_prefill_tokens": 1,
+     "page_size": 16, "disable_radix_cache": True, "context_length": 8},
+    [("r0", 1, 1, 2)], 2, eos=(("r0", 2),))
+
 TARGETED = {"latch_no_token": LATCH_NO_TOKEN, "latch_after_chunk": LATCH_AFTER_CHUNK,
             "latch_mixed": LATCH_MIXED, "retract_order": RETRACT_ORDER,
-            "fully_cached": FULLY_CACHED, "evicted_prompt": EVICTED_PROMPT}
+            "fully_cached": FULLY_CACHED, "evicted_prompt": EVICTED_PROMPT,
+            "paged_4": PAGED_4, "paged_16_mixed": PAGED_16_MIXED,
+            "zero_new_tokens": ZERO_NEW_TOKENS}
+PAGE_SIZES = (4, 16)
 
 
 # ---------------------------------------------------------------------------- pure
@@ -129,8 +157,40 @@ def test_generated_workloads_reach_every_feature_on_the_reference():
         w = without_unsampled_eos(random_sglang_workload(seed))
         for name in run_features(w, simulate(w)):
             reached[name] += 1
-    assert all(reached.values()), reached
+    assert all(n for name, n in reached.items() if name not in PAGE_FEATURES), reached
+    assert not any(reached[name] for name in PAGE_FEATURES)
     assert reached["retraction"] >= 20 and reached["batch:mixed"] >= 20, reached
+
+
+@pytest.mark.parametrize("page", PAGE_SIZES)
+def test_paged_workloads_stay_in_scope_and_reach_the_page_features(page):
+    reached = dict.fromkeys(FEATURES, 0)
+    for seed in range(150):
+        w = random_sglang_workload(seed, "any", page)
+        assert in_scope(w), (seed, w)
+        assert w.config.page_size == page and w.config.max_total_num_tokens % page == 0
+        assert retracted_prompt_evicted(w.config, w.requests)
+        for name in run_features(w, simulate(without_unsampled_eos(w))):
+            reached[name] += 1
+    assert random_sglang_workload(5, "any", page) == random_sglang_workload(5, "any", page)
+    paged = ("paged", "page_hit", "page_cut_chunk", "unaligned_chunk_end", "retraction",
+             "fully_cached_prompt", "chunked", "batch:mixed")
+    assert all(reached[name] for name in paged), reached
+
+
+def test_the_paged_targeted_workloads_use_pages():
+    records = simulate(PAGED_4)
+    assert records[0].scheduled == (("a", 8),) and records[1].scheduled == (("a", 3),)
+    assert all(r.free_blocks % 4 == 0 for r in records)
+    assert any(r.preempted == ("a",) for r in records)
+    c_prefill = next(r for r in records if "c" in r.admitted)
+    assert dict(c_prefill.scheduled)["c"] == 4  # the recomputed last page
+    d_prefill = next(r for r in records if "d" in r.admitted)
+    assert dict(d_prefill.num_computed_tokens)["d"] - dict(d_prefill.scheduled)["d"] == 4
+    assert simulate(ZERO_NEW_TOKENS)[1].finished == (("r0", "length"),)
+    mixed = simulate(PAGED_16_MIXED)
+    w_step = next(r for r in mixed if "w" in r.admitted)
+    assert dict(w_step.scheduled)["w"] == 16 and dict(w_step.extra)["batch"] == "mixed"
 
 
 @pytest.mark.parametrize("name", sorted(TARGETED))
@@ -269,6 +329,16 @@ def test_generated_workloads_agree_on_every_step():
 
 @pytest.mark.conformance
 @needs_sglang
+@pytest.mark.parametrize("page", PAGE_SIZES)
+def test_generated_paged_workloads_agree_on_every_step(page):
+    from checker.conformance.sglang_real import compare
+
+    assert_all_agree(compare, lambda seed: random_sglang_workload(seed, "any", page),
+                     range(100))
+
+
+@pytest.mark.conformance
+@needs_sglang
 def test_the_driver_refuses_what_the_model_refuses():
     from checker.conformance.sglang_real import run_real_sglang
 
@@ -291,6 +361,9 @@ def test_the_runner_reports_agreement(capsys):
     assert main(["--count", "15", "--seed", "40"]) == 0
     out = capsys.readouterr().out
     assert "workloads agreeing: 15/15 (100.0%)" in out and "steps agreeing" in out
+    assert main(["--count", "10", "--seed", "0", "--page-size", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "page size 16" in out and "workloads agreeing: 10/10 (100.0%)" in out
 
 
 @pytest.mark.conformance

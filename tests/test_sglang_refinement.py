@@ -1,9 +1,10 @@
 """SGLang: the reference refines the rules (every StepRecord field and the ratio after every
-step agree on random workloads), and the rules are branch-free (one symbolic run builds and
-evaluates to the concrete one)."""
+step agree on random workloads, at page sizes 1, 2, 4 and 16), and the rules are branch-free
+(one symbolic run builds and evaluates to the concrete one, at page sizes 1 and 4)."""
 
 from dataclasses import replace
 
+import pytest
 import z3
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,13 +16,28 @@ from model.sglang import rules
 from model.sglang.config import Config
 from model.sglang.engine import run_rules, to_record
 
+PAGE_SIZES = (1, 2, 4, 16)
+
 
 @st.composite
-def workloads(draw):
+def workloads(draw, page=1):
+    """Page size 1: pools of 14-26 tokens, chunks of 2-8. Larger pages: pools of 3-13 whole
+    pages (at least 14 tokens), chunks of 1-8 pages (a multiple, as SGLang requires)."""
+    if page == 1:
+        pool = draw(st.integers(14, 26))
+        chunk = draw(st.sampled_from([None, 2, 3, 4, 8]))
+        prefill = draw(st.sampled_from([2, 4, 8, 16]))
+        most_tokens = 12
+    else:
+        pool = page * draw(st.integers(max(3, -(-14 // page)), max(6, -(-26 // page))))
+        chunk = draw(st.sampled_from([None, page, 2 * page, 3 * page, 8 * page]))
+        prefill = draw(st.sampled_from([2, 4, 8, 16, 2 * page, 4 * page]))
+        most_tokens = 12 + 2 * page
     cfg = Config(
-        max_total_num_tokens=draw(st.integers(14, 26)),
-        chunked_prefill_size=draw(st.sampled_from([None, 2, 3, 4, 8])),
-        max_prefill_tokens=draw(st.sampled_from([2, 4, 8, 16])),
+        max_total_num_tokens=pool,
+        chunked_prefill_size=chunk,
+        max_prefill_tokens=prefill,
+        page_size=page,
         max_running_requests=draw(st.sampled_from([None, 1, 2, 3, 8])),
         schedule_policy=draw(st.sampled_from(["fcfs", "lof", "lpm"])),
         schedule_conservativeness=draw(st.sampled_from([1.0, 0.1, 0.3, 2.0])),
@@ -37,7 +53,7 @@ def workloads(draw):
     requests = []
     for i in range(n):
         p = draw(st.integers(1, cfg.max_req_input_len - 1))
-        requests.append(RequestSpec(f"q{i}", p, draw(st.integers(1, 12)),
+        requests.append(RequestSpec(f"q{i}", p, draw(st.integers(1, most_tokens)),
                                     draw(st.integers(1, min(steps, 4))), 0,
                                     draw(st.integers(0, p))))
     eos = tuple(EosEvent(f"q{draw(st.integers(0, n - 1))}", draw(st.integers(1, steps)))
@@ -46,9 +62,10 @@ def workloads(draw):
                     engine="sglang")
 
 
-@given(workloads())
-def test_reference_and_rules_agree_on_every_step_and_ratio(w):
-    w = without_unsampled_eos(w)
+@pytest.mark.parametrize("page", PAGE_SIZES)
+@given(data=st.data())
+def test_reference_and_rules_agree_on_every_step_and_ratio(page, data):
+    w = without_unsampled_eos(data.draw(workloads(page)))
     reference = simulate(w)
     run = run_rules(w)
     for ref, observed, state in zip(reference, run.steps, run.states[1:], strict=True):
@@ -78,10 +95,32 @@ def test_refinement_covers_retraction_chunking_and_mixed_batches():
         assert to_record(observed, run.ids) == replace(ref, extra=())
 
 
-def test_rules_are_branch_free_one_symbolic_run_equals_the_concrete_one():
-    cfg = Config(max_total_num_tokens=14, chunked_prefill_size=3, max_prefill_tokens=8,
+def test_refinement_covers_paged_chunking_decode_pages_and_retraction():
+    """Page size 4: a chunk cut to whole pages, a continuation that is not, decodes that
+    take a page only on a boundary, a retraction, and a fully cached prompt of whole pages
+    giving its last page back."""
+    cfg = Config(max_total_num_tokens=32, chunked_prefill_size=8, max_prefill_tokens=16,
+                 max_running_requests=3, schedule_conservativeness=0.1, page_size=4,
+                 context_length=64, retract_decode_steps=64)
+    reqs = (RequestSpec("a", 11, 14, 1), RequestSpec("b", 3, 12, 2),
+            RequestSpec("c", 8, 6, 3, cached_prefix_len=8))
+    w = Workload(config=cfg, requests=reqs, steps=20, engine="sglang")
+    reference = simulate(w)
+    assert dict(reference[0].scheduled) == {"a": 8}  # 11 > 8: chunked at 2 pages
+    assert any(r.preempted for r in reference)
+    assert any(dict(r.scheduled).get("c") == 4 for r in reference)  # the recomputed page
+    assert all(r.free_blocks % 4 == 0 for r in reference)
+    run = run_rules(w)
+    for ref, observed in zip(reference, run.steps, strict=True):
+        assert to_record(observed, run.ids) == replace(ref, extra=())
+
+
+@pytest.mark.parametrize("page", (1, 4))
+def test_rules_are_branch_free_one_symbolic_run_equals_the_concrete_one(page):
+    cfg = Config(max_total_num_tokens=14 if page == 1 else 24,
+                 chunked_prefill_size=3 if page == 1 else 4, max_prefill_tokens=8,
                  max_running_requests=3, schedule_policy="lof", enable_mixed_chunk=False,
-                 schedule_conservativeness=0.3, context_length=64)
+                 schedule_conservativeness=0.3, context_length=64, page_size=page)
     w = Workload(config=cfg, requests=(RequestSpec("a", 5, 4, 1), RequestSpec("b", 2, 6, 1),
                                        RequestSpec("c", 4, 3, 2)), steps=8, engine="sglang")
     concrete = run_rules(w)

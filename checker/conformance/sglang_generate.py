@@ -13,6 +13,15 @@ on or off, cached prefixes (up to the whole prompt), EOS entries, the conservati
 the ratio knobs and max_running_requests; 40% of them get a pool cut below what their
 requests need. Pressure: decode-heavy workloads (2-6 short prompts with 8-30 outputs,
 20-50 steps, a low reservation ratio, a pool at 40-75% of the need) that retract.
+
+With a page size P > 1 (`page_size`) the same three kinds are drawn in pages: small pools
+of 4-12 pages, chunks of 1-4 pages, prompts up to 3 pages and up to 2P + 8 outputs; large
+pools of 12-40 pages, chunks of 1-8 pages, prompts up to 8 pages; pressure: 3-8 prompts of
+up to P + 4 tokens with P/2 + 4 to 2P + 16 outputs, 30-60 steps, a pool of 40-75% of the
+need in whole pages. Contexts are 4P + 64 tokens (16P + 64 when large). Cached prefixes
+are whole pages or not (a match is whole pages), and one request in ten has a fully cached
+prompt of whole pages, whose last page the tree keeps. Page size 1 draws exactly what it
+drew before page sizes were modelled.
 """
 
 from __future__ import annotations
@@ -69,14 +78,17 @@ def in_scope(w: Workload) -> bool:
     return retracted_prompt_evicted(w.config, w.requests)
 
 
-def random_sglang_workload(seed: int, size: str = "any") -> Workload:
-    """The workload of `seed` (the same seed gives the same workload)."""
+def random_sglang_workload(seed: int, size: str = "any", page_size: int = 1) -> Workload:
+    """The workload of `seed` at `page_size` (the same seed and page size give the same
+    workload)."""
     rng = random.Random(seed)
     if size == "any":
         u = rng.random()
         size = ("large" if u < LARGE_SHARE else
                 "pressure" if u < LARGE_SHARE + PRESSURE_SHARE else "small")
-    if size == "pressure":
+    if page_size > 1:
+        cfg, requests, steps = _draw_paged(rng, size, page_size)
+    elif size == "pressure":
         cfg, requests, steps = _draw_pressure(rng)
     else:
         cfg, requests, steps = _draw_large(rng) if size == "large" else _draw_small(rng)
@@ -159,10 +171,59 @@ def _pressed(rng: random.Random, cfg: Config, requests: tuple[RequestSpec, ...],
              low: float, high: float) -> Config:
     """The pool cut to a share in [low, high] of every prompt plus its outputs (so decodes
     outgrow it and retract), never below what the longest prompt needs
-    (max_req_input_len > prompt)."""
-    need = sum(r.prompt_len + r.max_tokens for r in requests)
-    floor = max(8, max(r.prompt_len for r in requests) + 7)
-    return replace(cfg, max_total_num_tokens=max(floor, int(need * rng.uniform(low, high))))
+    (max_req_input_len > prompt); whole pages."""
+    need = sum(cfg.pages(r.prompt_len + r.max_tokens) for r in requests)
+    floor = cfg.pages(max(8, max(r.prompt_len for r in requests) + 7))
+    pool = max(floor, int(need * rng.uniform(low, high)))
+    return replace(cfg, max_total_num_tokens=pool // cfg.page_size * cfg.page_size)
+
+
+def _draw_paged(rng: random.Random, size: str, page: int
+                ) -> tuple[Config, tuple[RequestSpec, ...], int]:
+    """A workload of `size` drawn in pages of `page` tokens (see the module doc)."""
+    if size == "large":
+        pool, chunk_pages, top, most, count = rng.randint(12, 40), 8, 8 * page, 3 * page, 12
+        steps, last_arrival, retract = rng.randint(10, 60), 30, (20, 1, 5)
+        conservativeness: tuple[float, ...] = (0.1, 0.3, 0.5, 1.0, 2.0)
+    elif size == "pressure":
+        pool, chunk_pages, top, most, count = 64, 4, page + 4, 2 * page + 16, 8
+        steps, last_arrival, retract = rng.randint(30, 60), 10, (20, 1, 3)
+        conservativeness = (0.1, 0.2, 0.3, 0.5)
+    else:
+        pool, chunk_pages, top, most, count = rng.randint(4, 12), 4, 3 * page, 2 * page + 8, 5
+        steps, last_arrival, retract = rng.randint(4, 24), 6, (20, 1)
+        conservativeness = (0.1, 0.3, 1.0, 2.0)
+    context = (16 if size == "large" else 4) * page + 64  # run_features reads the size back
+    cfg = _draw_config(rng, pool=pool * page,
+                       chunk=rng.choice((None, page * rng.randint(1, chunk_pages))),
+                       prefill=rng.randint(2, 8 * page),
+                       running=rng.choice((None, rng.randint(1, 6))), context=context,
+                       decay=(600, 5, 2) if size == "pressure" else (600, 20, 5),
+                       retract=retract, conservativeness=conservativeness)
+    cfg = replace(cfg, page_size=page)
+    requests = []
+    for i in range(rng.randint({"small": 1, "large": 2}.get(size, 3), count)):
+        top_here = max(1, min(top, cfg.max_req_input_len - 1))
+        prompt = rng.randint(1, top_here)
+        u = rng.random()
+        if u < 0.1 and top_here >= page:  # a fully cached prompt of whole pages
+            prompt = page * rng.randint(1, top_here // page)
+            cached = prompt
+        elif u < 0.4:
+            cached = rng.choice((rng.randint(0, prompt), prompt // page * page))
+        else:
+            cached = 0
+        least = page // 2 + 4 if size == "pressure" else 1
+        requests.append(RequestSpec(id=f"r{i}", prompt_len=prompt,
+                                    max_tokens=rng.randint(least, most),
+                                    arrival_step=rng.randint(1, min(last_arrival, steps)),
+                                    cached_prefix_len=cached))
+    reqs = tuple(requests)
+    if size == "pressure":
+        cfg = _pressed(rng, cfg, reqs, 0.4, 0.75)
+    elif rng.random() < PRESSED_SHARE:
+        cfg = _pressed(rng, cfg, reqs, 0.3, 0.8)
+    return cfg, reqs, steps
 
 
 def _into_scope(rng: random.Random, cfg: Config, requests: tuple[RequestSpec, ...]
@@ -175,7 +236,7 @@ def _into_scope(rng: random.Random, cfg: Config, requests: tuple[RequestSpec, ..
             cfg = replace(cfg, retract_decode_steps=cfg.max_total_num_tokens
                           + rng.randint(0, 16))
         else:
-            cfg = replace(cfg, max_total_num_tokens=sum(r.prompt_len + r.max_tokens
+            cfg = replace(cfg, max_total_num_tokens=sum(cfg.pages(r.prompt_len + r.max_tokens)
                                                         for r in requests))
     if rejection(cfg) is not None:
         cfg = replace(cfg, enable_mixed_chunk=False)
@@ -195,6 +256,7 @@ _SIMPLE_CONFIG: tuple[tuple[str, object], ...] = (
     ("min_new_token_ratio_factor", 0.14),
     ("new_token_ratio_decay_steps", 600),
     ("retract_decode_steps", 20),
+    ("page_size", 1),
 )
 #: Config fields shrunk towards a smaller integer, with their floor (none of those moved to
 #: a default above, or the two moves would undo each other).
@@ -264,13 +326,20 @@ FEATURES: tuple[str, ...] = (
     "size:small", "size:large", "policy:fcfs", "policy:lof", "policy:lpm+radix",
     "radix", "cached_prefix", "batch:prefill", "batch:decode", "batch:mixed", "batch:idle",
     "chunked", "latch", "latch_dropped_by_merge", "retraction", "retraction_reorders",
-    "resumed", "fully_cached_prompt", "eos_stop", "ratio_reset",
+    "resumed", "fully_cached_prompt", "eos_stop", "ratio_reset", "paged", "page_hit",
+    "page_cut_chunk", "unaligned_chunk_end",
 )
 """What `run_features` names: the workload's switches, and the mechanisms a run used
 (`latch_dropped_by_merge`: an extend step with the latch set and no running request
 beside the batch, so the next merge takes the batch's fresh latch, S:3830-3833;
 `retraction_reorders`: the survivors of a retraction changed order, B:3379;
-`fully_cached_prompt`: a request with its whole prompt cached ran on after its prefill)."""
+`fully_cached_prompt`: a request with its whole prompt cached ran on after its prefill;
+`paged`: page size > 1; `page_hit`: a new request's cache hit cut to whole pages below its
+cached prefix; `page_cut_chunk`: a new chunk cut to whole pages below the chunk budget,
+P:1567-1573; `unaligned_chunk_end`: a chunk ending inside a page, so the next chunk
+continues it)."""
+PAGE_FEATURES: tuple[str, ...] = ("paged", "page_hit", "page_cut_chunk", "unaligned_chunk_end")
+"""The `FEATURES` only a page size > 1 can reach."""
 
 
 def run_features(w: Workload, records: Sequence[StepRecord]) -> frozenset[str]:
@@ -279,13 +348,18 @@ def run_features(w: Workload, records: Sequence[StepRecord]) -> frozenset[str]:
     cfg: Config = w.config
     found = {f"policy:{cfg.schedule_policy}" if cfg.schedule_policy != "lpm" else
              "policy:lpm+radix" if not cfg.disable_radix_cache else "policy:fcfs"}
-    found.add("size:large" if cfg.context_length > 64 else "size:small")
+    found.add("size:large" if cfg.context_length > 4 * cfg.page_size + 64 else "size:small")
     if not cfg.disable_radix_cache:
         found.add("radix")
         if any(r.cached_prefix_len for r in w.requests):
             found.add("cached_prefix")
     full_cached = {r.id for r in w.requests if r.cached_prefix_len >= r.prompt_len}
     ratio_init = float(cfg.ratio_init())
+    page = cfg.page_size
+    cached = {r.id: r.cached_prefix_len for r in w.requests}
+    prompt = {r.id: r.prompt_len for r in w.requests}
+    if page > 1:
+        found.add("paged")
     for t, rec in enumerate(records):
         extra = dict(rec.extra)
         found.add(f"batch:{extra['batch']}")
@@ -306,6 +380,15 @@ def run_features(w: Workload, records: Sequence[StepRecord]) -> frozenset[str]:
                 found.add("retraction_reorders")
         if rec.resumed:
             found.add("resumed")
+        computed = dict(rec.num_computed_tokens)
+        for rid in rec.admitted if page > 1 and not cfg.disable_radix_cache else ():
+            if computed.get(rid, 0) - scheduled.get(rid, 0) < min(cached[rid], prompt[rid] - 1):
+                found.add("page_hit")
+            if rid == extra["chunked_req"] and (extra["rem_chunk_tokens"] or 0) > 0:
+                found.add("page_cut_chunk")
+        if page > 1 and extra["chunked_req"] is not None and \
+                computed.get(extra["chunked_req"], 0) % page:
+            found.add("unaligned_chunk_end")
         if not cfg.disable_radix_cache and any(
                 r in full_cached and r not in finished for r in rec.admitted):
             found.add("fully_cached_prompt")

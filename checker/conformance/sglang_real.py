@@ -1,8 +1,9 @@
 """Drive SGLang v0.5.22's REAL scheduler on a CPU over a workload; record each step in the
 simulation contract, with the same `extra` keys as model/sglang/reference.py.
 
-`python -m checker.conformance.sglang_real --count N --seed S` compares the reference with
-it on N generated workloads (`checker.conformance.sglang_generate`) and prints the
+`python -m checker.conformance.sglang_real --count N --seed S [--page-size P]` compares the
+reference with it on N generated workloads (`checker.conformance.sglang_generate`, drawn in
+pages of P tokens) and prints the
 workloads and steps compared and the agreement; on a divergence the shrunk workload and
 its first diverging step side by side (exit 1). Exit 2: SGLang is not installed.
 
@@ -23,9 +24,11 @@ What runs for real (upstream's code, unchanged):
   `update_running_batch` (`check_decode_mem`, `retract_decode`, `release_req` with its
   tree eviction, `prepare_for_decode`), `filter_batch`, `merge_batch`,
   `Req.init_next_round_input` (the radix match);
-- the memory: `ReqToTokenPool`, `TokenToKVPoolAllocator` (CPU tensors, page size 1) and
-  `UnifiedRadixCache` (with `disable=True` when the radix cache is off, as
-  `mem_cache/registry.py:83-147` builds it in both cases);
+- the memory: `ReqToTokenPool`, `TokenToKVPoolAllocator` at page size 1 or
+  `PagedTokenToKVPoolAllocator` above (CPU tensors; the choice of
+  mem_cache/kv_cache_configurator.py:2594-2616, its torch-native kernels as on a platform
+  without triton) and `UnifiedRadixCache` of that page size (with `disable=True` when the
+  radix cache is off, as `mem_cache/registry.py:83-147` builds it in both cases);
 - set-up: `Scheduler.init_chunked_prefill`, `Scheduler.init_schedule_policy` (the policy
   and `NewTokenRatioTracker.from_config`), `KVCacheConfigurator.resolve_max_num_reqs`
   (mem_cache/kv_cache_configurator.py:2800) for max_running_requests; the server
@@ -42,7 +45,7 @@ What runs for real (upstream's code, unchanged):
 What is stubbed, and why it carries no scheduling decision:
 - `Scheduler.__init__` is bypassed (`object.__new__`): it would start the model worker,
   NCCL/gloo groups, ZMQ IPC, the tokenizer and CUDA graphs. The attributes it would set
-  are set to the values of a one-rank, non-overlap, page-size-1 server with every
+  are set to the values of a one-rank, non-overlap server of the workload's page size with every
   optional feature off (LoRA, speculative decoding, hierarchical cache, disaggregation,
   priority scheduling, prefill delayers, hybrid SWA/SSM);
 - `model_config`: vocabulary 2^20, the context length, not multimodal nor
@@ -73,7 +76,8 @@ aborted requests.
 The model's abstract cache hit (`cached_prefix_len`, model/sglang/reference.py) is
 reproduced with real tree nodes: request i's first `cached_prefix_len` prompt tokens are
 token 500000 + i, the rest 1000 + i (no two requests share a prefix); the allocator gets
-that many extra slots, each prefix is inserted into the real tree and locked
+that many extra slots (the prefix's whole pages: the tree holds only those), each prefix is
+inserted into the real tree and locked
 (`inc_lock_ref`), so it is matched at every admission, never evicted, and counts as
 neither available nor evictable: outside the modelled pool, as the model says. Every run
 ends with the pool identity available + evictable + protected == pool size once no
@@ -193,6 +197,7 @@ def _sglang() -> SimpleNamespace:
             SchedulerLogprobResultProcessor,
         )
         from sglang.srt.managers.utils import GenerationBatchResult, validate_input_length
+        from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
         from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
         from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
@@ -216,7 +221,8 @@ def _sglang() -> SimpleNamespace:
         SchedulerLogprobResultProcessor=SchedulerLogprobResultProcessor,
         GenerationBatchResult=GenerationBatchResult,
         validate_input_length=validate_input_length,
-        TokenToKVPoolAllocator=TokenToKVPoolAllocator, InsertParams=InsertParams,
+        TokenToKVPoolAllocator=TokenToKVPoolAllocator,
+        PagedTokenToKVPoolAllocator=PagedTokenToKVPoolAllocator, InsertParams=InsertParams,
         MatchPrefixParams=MatchPrefixParams, CacheInitParams=CacheInitParams,
         KVCacheConfigurator=KVCacheConfigurator, ReqToTokenPool=ReqToTokenPool,
         RadixKey=RadixKey, ComponentType=ComponentType, UnifiedRadixCache=UnifiedRadixCache,
@@ -267,10 +273,11 @@ _PUBLISHED = _Published()
 
 
 def _server_fields(cfg: Config) -> dict[str, object]:
-    """The ServerArgs fields of `cfg`: the model's knobs, page size 1, the non-overlap
-    loop, the torch-native attention backend on a CPU, no prefill-decode interval."""
+    """The ServerArgs fields of `cfg`: the model's knobs with its page size, the
+    non-overlap loop, the torch-native attention backend on a CPU, no prefill-decode
+    interval."""
     return dict(
-        page_size=1,
+        page_size=cfg.page_size,
         chunked_prefill_size=(cfg.chunked_prefill_size
                               if cfg.chunked_prefill_size is not None else -1),
         max_prefill_tokens=cfg.max_prefill_tokens,
@@ -427,7 +434,7 @@ def new_scheduler(cfg: Config, extra_pool_tokens: int = 0,
     s.enable_overlap = False
     s.enable_overlap_mlx = False
     s.spec_algorithm = sg.SpeculativeAlgorithm.from_string(None)
-    s.page_size = 1
+    s.page_size = cfg.page_size
     for name in ("enable_hierarchical_cache", "enable_lmcache", "enable_hicache_storage",
                  "enable_unified_cache_external_linker", "enable_hisparse",
                  "enable_session_radix_cache", "enable_fpm", "require_mlp_sync",
@@ -462,12 +469,17 @@ def new_scheduler(cfg: Config, extra_pool_tokens: int = 0,
     s.req_to_token_pool = sg.ReqToTokenPool(
         size=max_num_reqs, max_context_len=cfg.context_length + 4, device="cpu",
         enable_memory_saver=False)
-    s.token_to_kv_pool_allocator = sg.TokenToKVPoolAllocator(
-        cfg.max_total_num_tokens + extra_pool_tokens, dtype=sg.torch.float32,
-        device="cpu", kvcache=None, need_sort=False)
+    pool = cfg.max_total_num_tokens + extra_pool_tokens
+    if cfg.page_size == 1:  # the allocator kv_cache_configurator.py:2594-2616 picks
+        s.token_to_kv_pool_allocator = sg.TokenToKVPoolAllocator(
+            pool, dtype=sg.torch.float32, device="cpu", kvcache=None, need_sort=False)
+    else:
+        s.token_to_kv_pool_allocator = sg.PagedTokenToKVPoolAllocator(
+            pool, page_size=cfg.page_size, dtype=sg.torch.float32, device="cpu",
+            kvcache=None, need_sort=False)
     s.tree_cache = sg.UnifiedRadixCache(sg.CacheInitParams(
         disable=cfg.disable_radix_cache, req_to_token_pool=s.req_to_token_pool,
-        token_to_kv_pool_allocator=s.token_to_kv_pool_allocator, page_size=1,
+        token_to_kv_pool_allocator=s.token_to_kv_pool_allocator, page_size=cfg.page_size,
         chunked_prefill_size=cfg.chunked_prefill_size,
         tree_components=(sg.ComponentType.FULL,)))
     s.disable_radix_cache = cfg.disable_radix_cache
@@ -531,12 +543,17 @@ def prompt_ids(spec: RequestSpec, index: int) -> array:
                  + [_OWN_TOKEN + index] * (spec.prompt_len - c))
 
 
-def _preload_cached_prefixes(sg: SimpleNamespace, s: Any,
+def preloaded_len(cfg: Config, spec: RequestSpec) -> int:
+    """The tokens of `spec`'s cached prefix the tree can hold: its whole pages."""
+    return spec.cached_prefix_len // cfg.page_size * cfg.page_size
+
+
+def _preload_cached_prefixes(sg: SimpleNamespace, s: Any, cfg: Config,
                              requests: Sequence[RequestSpec]) -> None:
-    """Insert each request's cached prefix into the real tree with real slots and lock it
-    (see the module doc)."""
+    """Insert each request's cached prefix (its whole pages) into the real tree with real
+    slots and lock it (see the module doc)."""
     for i, spec in enumerate(requests):
-        c = spec.cached_prefix_len
+        c = preloaded_len(cfg, spec)
         if not c:
             continue
         ids = prompt_ids(spec, i)[:c]
@@ -742,11 +759,11 @@ def run_real_sglang_detailed(workload: Workload) -> RealRun:
     sg = _sglang()
     cfg: Config = workload.config
     requests = workload.requests
-    extra = 0 if cfg.disable_radix_cache else sum(r.cached_prefix_len for r in requests)
+    extra = 0 if cfg.disable_radix_cache else sum(preloaded_len(cfg, r) for r in requests)
     observer = _Observer()
     s = new_scheduler(cfg, extra_pool_tokens=extra, observer=observer)
     if extra:
-        _preload_cached_prefixes(sg, s, requests)
+        _preload_cached_prefixes(sg, s, cfg, requests)
     index = {r.id: i for i, r in enumerate(requests)}
     arrivals = workload.arrivals_by_step()
     eos = workload.eos_ids_by_step()
@@ -846,6 +863,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     parser.add_argument("--size", choices=SIZES, default="any",
                         help="small or large configs, or either by seed (default any)")
+    parser.add_argument("--page-size", type=int, default=1, metavar="P",
+                        help="SGLang's --page-size of every workload (default 1; P > 1 "
+                             "draws the workloads in pages of P tokens)")
     parser.add_argument("--no-shrink", action="store_true",
                         help="print the first divergence as found, without shrinking it")
     return parser
@@ -856,6 +876,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.count < 1:
         sys.stderr.write("--count must be positive\n")
+        return EXIT_UNAVAILABLE
+    if args.page_size < 1:
+        sys.stderr.write(f"--page-size must be a positive integer, got {args.page_size}\n")
         return EXIT_UNAVAILABLE
     if (reason := sglang_unavailable_reason()) is not None:
         sys.stderr.write(f"conformance: {reason}\n")
@@ -872,7 +895,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     first: tuple[int, Workload] | None = None
     reached = dict.fromkeys(FEATURES, 0)
     for seed in range(args.seed, args.seed + args.count):
-        w = random_sglang_workload(seed, args.size)
+        w = random_sglang_workload(seed, args.size, args.page_size)
         divergence, run = compare_detailed(w)
         for name in run_features(w, run.records):
             reached[name] += 1
@@ -889,7 +912,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = time.monotonic() - start
     print(f"compared {args.count} workloads ({steps_compared} steps) against {REAL}'s "
           f"scheduler in {elapsed:.1f} s (seeds {args.seed}-{args.seed + args.count - 1}, "
-          f"size {args.size})")
+          f"size {args.size}, page size {args.page_size})")
     print(f"workloads agreeing: {workloads_agreed}/{args.count} "
           f"({100.0 * workloads_agreed / args.count:.1f}%); steps agreeing: "
           f"{steps_agreed}/{steps_compared} "

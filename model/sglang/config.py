@@ -43,7 +43,10 @@ class Config:
     `context_length` come from memory profiling and the model upstream; ours are defaults.
     The ratio fields are environment variables (environ.py:595-598): SGLANG_INIT_NEW_TOKEN_RATIO,
     SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS,
-    SGLANG_RETRACT_DECODE_STEPS.
+    SGLANG_RETRACT_DECODE_STEPS. `page_size` is `--page-size` (tokens per KV page; 1 gives
+    the token allocator, more the paged one, mem_cache/kv_cache_configurator.py:2594-2616);
+    the pool is then whole pages (model_executor/pool_configurator.py:623-629) and a chunk
+    size a multiple of the page (arg_groups/validation_hook.py:242-245).
     """
 
     max_total_num_tokens: int = 8192
@@ -59,6 +62,7 @@ class Config:
     min_new_token_ratio_factor: float = 0.14
     new_token_ratio_decay_steps: int = 600
     retract_decode_steps: int = 20
+    page_size: int = 1
 
     # ---- derived values --------------------------------------------------------------
 
@@ -118,12 +122,17 @@ class Config:
         """`(init - min) / decay_steps` (new_token_ratio_tracker.py:31), exact."""
         return (self.ratio_init() - self.ratio_floor()) / self.new_token_ratio_decay_steps
 
+    def pages(self, tokens: int) -> int:
+        """`tokens` rounded up to whole pages, in tokens (`ceil_paged_tokens`,
+        schedule_policy.py:827-828, prefill_budget.py:76-77)."""
+        return -(-tokens // self.page_size) * self.page_size
+
     def clip_max_new_tokens(self, prompt_len: int, max_tokens: int) -> int:
-        """`init_req_max_new_tokens` (managers/scheduler.py:2585-2630), page size 1:
-        capped by the context (`max_req_len - input - 1`) and by an empty pool
-        (mem_cache/allocator/base.py:102-105: `capacity - input - page - 1`)."""
+        """`init_req_max_new_tokens` (managers/scheduler.py:2585-2630): capped by the
+        context (`max_req_len - input - 1`) and by an empty pool
+        (mem_cache/allocator/base.py:86-105: `capacity - ceil_page(input) - page - 1`)."""
         cap = min(max_tokens, self.max_req_len - prompt_len - 1,
-                  self.max_total_num_tokens - prompt_len - 2)
+                  self.max_total_num_tokens - self.pages(prompt_len) - self.page_size - 1)
         return max(0, cap)
 
     def to_dict(self) -> dict[str, object]:
@@ -141,7 +150,7 @@ def _frac(value: float) -> Fraction:
 
 
 _INT_FIELDS = ("max_total_num_tokens", "max_prefill_tokens", "context_length",
-               "new_token_ratio_decay_steps", "retract_decode_steps")
+               "new_token_ratio_decay_steps", "retract_decode_steps", "page_size")
 _FLOAT_FIELDS = ("schedule_conservativeness", "init_new_token_ratio",
                  "min_new_token_ratio_factor")
 _BOOL_FIELDS = ("enable_mixed_chunk", "disable_radix_cache")
@@ -191,6 +200,20 @@ def _check_field(name: str, value: Any) -> None:
 
 def rejection(cfg: Config) -> ConfigError | None:
     """The rule SGLang (or this model's scope) rejects the configuration by, or None."""
+    page = cfg.page_size
+    if cfg.max_total_num_tokens % page:
+        return ConfigError(
+            "pool_not_page_aligned",
+            f"max_total_num_tokens {cfg.max_total_num_tokens} is not a whole number of "
+            f"{page}-token pages: SGLang floors the pool to pages "
+            "(model_executor/pool_configurator.py:623-629), so the pool would be "
+            f"{cfg.max_total_num_tokens // page * page}; give that value")
+    if cfg.chunking and cfg.chunked_prefill_size % page:
+        return ConfigError(
+            "chunk_not_page_aligned",
+            f"chunked_prefill_size {cfg.chunked_prefill_size} is not a multiple of "
+            f"page_size {page}: SGLang refuses to start (arg_groups/validation_hook.py:"
+            f"242-245); use a multiple of {page}")
     if cfg.max_req_input_len < 1:
         return ConfigError(
             "pool_too_small",

@@ -46,10 +46,10 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     """Step observables of a reference run, slot i = i-th request in arrival order.
 
     The record names the running batch, the chunked request and the waiting list after
-    scheduling; a request's own KV (`blocks`) is its computed tokens less the cache hit it
-    was admitted with (computed - scheduled in the step it joined), less the last prompt
-    token of a fully cached prompt from the step after its prefill on (the tree's copy,
-    model/sglang/reference.py `_process_results`)."""
+    scheduling; a request's own KV (`blocks`) is its computed tokens rounded up to pages
+    less the cache hit it was admitted with (computed - scheduled in the step it joined;
+    whole pages), less the last prompt page of a fully cached prompt from the step after its
+    prefill on (the tree's copy, model/sglang/reference.py `_process_results`)."""
     cfg: Config = workload.config
     rcfg = rules.SGLangRuleConfig.from_config(cfg)
     ordered = workload.arrival_order()
@@ -92,7 +92,7 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
                 sampled=sampled, num_tokens=spec.prompt_len + outputs[rid],
                 num_computed_tokens_before=computed[rid], num_computed_tokens=now,
                 num_output_tokens=outputs[rid] + int(sampled),
-                blocks=now - hits[rid] - deduped[rid] if held_now else 0,
+                blocks=cfg.pages(now) - hits[rid] - deduped[rid] if held_now else 0,
                 num_preemptions=retractions[rid], running_after=rid in rec.running,
                 waiting_after=rid in rec.waiting,
                 queue_key=rec.waiting.index(rid) if rid in rec.waiting else 0,
@@ -101,9 +101,10 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
                 max_tokens=cfg.clip_max_new_tokens(spec.prompt_len, spec.max_tokens),
                 priority=0, arrival_time=i))
             dedup = (sampled and outputs[rid] == 0 and rid not in finished
-                     and not cfg.disable_radix_cache and spec.cached_prefix_len >= spec.prompt_len)
-            deduped[rid] += int(dedup)
-            released += int(dedup)
+                     and not cfg.disable_radix_cache and spec.cached_prefix_len >= spec.prompt_len
+                     and spec.prompt_len % cfg.page_size == 0)
+            deduped[rid] += cfg.page_size * int(dedup)
+            released += cfg.page_size * int(dedup)
             outputs[rid] += int(sampled)
             computed[rid] = now
         released += sum(o.blocks for o in slots if o.finished)
@@ -249,11 +250,24 @@ RULES_TABLE: tuple[tuple[str, str, str], ...] = (
      "SGLangScheduler._retract_decode", "rules._retract, rules._keep_retraction_order"),
     ("managers/scheduler_components/new_token_ratio_tracker.py:21-49", "RatioTracker",
      "rules._decayed, rules._decode (estimate), rules.step (reset)"),
-    ("managers/schedule_batch.py:1913-1950", "SGLangScheduler._process_results",
-     "rules._finish"),
+    ("managers/schedule_batch.py:1913-1950 (1901-1911: an EOS past max_new_tokens is a "
+     "length finish)", "SGLangScheduler._process_results", "rules._finish"),
     ("managers/scheduler_components/batch_result_processor.py:394; "
      "mem_cache/unified_radix_cache.py:1080-1154", "SGLangScheduler._process_results "
-     "(a fully cached prompt's recomputed token)", "rules._finish (dedup)"),
+     "(a fully cached prompt's recomputed token, or last page)", "rules._finish (dedup)"),
+    ("page size: managers/schedule_policy.py:827-828, 851-900, 1345-1353, 1516-1573 "
+     "(paged extends in the budgets, one page per request, a new chunk cut to whole pages)",
+     "PrefillAdder._pages, _charge, add_one_req", "rules.paged, rules.page_floor, "
+     "rules._Adder.charge, rules.new_chunk_len"),
+    ("page size: mem_cache/allocator/paged.py:41-133, 136-170 (pages past the last partly "
+     "filled one); mem_cache/allocator/base.py:86-105 (max_new_tokens clip)",
+     "SGLangScheduler._allocate, Config.clip_max_new_tokens", "rules._serve, "
+     "rules.max_new_tokens"),
+    ("page size: managers/schedule_batch.py:3250-3296 (a page per request on a page "
+     "boundary)", "SGLangScheduler._decode_fits", "rules._decode_need"),
+    ("page size: mem_cache/unified_radix_cache.py:1148; mem_cache/common.py:203-245; "
+     "managers/schedule_policy.py:342-352, 437-446 (whole-page matches; LPM's key)",
+     "SGLangScheduler._cache_hit, _lpm_match", "rules._prefill (hit_len, lpm_len)"),
 )
 
 

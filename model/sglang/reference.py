@@ -2,19 +2,24 @@
 (`event_loop_normal`), `get_next_batch_to_run`, `PrefillAdder`, `update_running_batch`
 and `retract_decode`, written to be read beside the upstream files.
 
-Scope: page size 1, one TP/DP/PP rank, the standard token allocator with its pool counted in
-tokens, no speculative decoding, LoRA, grammar, multimodal, disaggregation, hierarchical
-cache, priority scheduling or prefill delayers, `ignore_eos` off, the non-overlap loop. The
-radix cache is abstracted: a request's `cached_prefix_len` tokens are found in the cache at
-every admission while the cache is on (they live outside the modelled pool), and KV that
-upstream keeps as evictable tree nodes is counted as free, as admission
-(`available + evictable`, prefill_budget.py:90-96) and the decode check (evict then compare,
+Scope: any page size (`page_size`: 1 is the token allocator, more the paged one; the pool
+is counted in tokens, always whole pages), one TP/DP/PP rank, no speculative decoding,
+LoRA, grammar, multimodal, disaggregation, hierarchical cache, priority scheduling or
+prefill delayers, `ignore_eos` off, the non-overlap loop. The radix cache is abstracted: a
+request's `cached_prefix_len` tokens are found in the cache at every admission while the
+cache is on (they live outside the modelled pool), and KV that upstream keeps as evictable
+tree nodes is counted as free, as admission (`available + evictable`,
+prefill_budget.py:90-96) and the decode check (evict then compare,
 mem_cache/allocator/base.py:160-174) both do. A fully cached prompt recomputes its last
 token (the match stops at fill - 1, B:1696-1706), and the tree keeps its own copy when the
 request's KV is checkpointed after the prefill, freeing the request's duplicate
-(mem_cache/unified_radix_cache.py:1080-1154). With the cache on, the model assumes a retracted
-request's prompt leaves the tree at its retraction (`retracted_prompt_evicted` says when
-that is sure); upstream may otherwise find it again at re-admission.
+(mem_cache/unified_radix_cache.py:1080-1154). With a page size P > 1 a match is whole
+pages (the tree's keys are page-aligned, unified_radix_cache.py:1148), a request holds
+`ceil(len / P) - hit / P` pages, and the tree holds a copy only of a fully cached prompt of
+whole pages (its last page is recomputed, then freed). With the cache on, the model
+assumes a retracted request's prompt leaves the tree at its retraction
+(`retracted_prompt_evicted` says when that is sure); upstream may otherwise find it again
+at re-admission.
 
 Citations (paths relative to `sglang/srt/`, v0.5.22):
   S  = managers/scheduler.py              P  = managers/schedule_policy.py
@@ -54,12 +59,14 @@ def retracted_prompt_evicted(cfg: Config, requests: Sequence[RequestSpec]) -> bo
     `remaining x SGLANG_RETRACT_DECODE_STEPS` tokens are available (allocator/base.py:
     144-158). At `retract_decode_steps >= max_total_num_tokens` that empties every
     evictable node, so the prompt is gone; a pool of at least every prompt plus its
-    max_tokens never retracts (a running request holds at most prompt + outputs - 1 own
-    tokens, so one free token per request always remains). Otherwise a re-admitted request
-    can match its old prompt and extend less than the model's recomputation."""
+    max_tokens, each in whole pages, never retracts (a decoding request has at most
+    prompt + max_tokens - 2 tokens in KV, so a page for each request on a page boundary
+    always remains). Otherwise a re-admitted request can match its old prompt and extend
+    less than the model's recomputation."""
     if cfg.disable_radix_cache or cfg.retract_decode_steps >= cfg.max_total_num_tokens:
         return True
-    return cfg.max_total_num_tokens >= sum(r.prompt_len + r.max_tokens for r in requests)
+    return cfg.max_total_num_tokens >= sum(cfg.pages(r.prompt_len + r.max_tokens)
+                                           for r in requests)
 
 BATCH_PREFILL = "prefill"
 BATCH_MIXED = "mixed"
@@ -147,10 +154,13 @@ def running_reservation(r: Req, ratio: Fraction) -> Fraction:
 
 
 class PrefillAdder:
-    """`PrefillAdder` (P:581-1600) with `PrefillBudget` (PB:62-168), page size 1."""
+    """`PrefillAdder` (P:581-1600) with `PrefillBudget` (PB:62-168). KV budgets are charged
+    page-rounded extends plus one page per request; without exact chunk fill (a gfx95-only
+    switch, P:91-99) the compute budgets are charged the page-rounded extend too (P:872-897)."""
 
     def __init__(self, free: int, running: list[Req], ratio: Fraction, rem_input: int,
-                 rem_chunk: int | None, mixed_decode_tokens: int) -> None:
+                 rem_chunk: int | None, mixed_decode_tokens: int, page_size: int = 1) -> None:
+        self.page_size = page_size
         self.free = free  # available + evictable (PB:90-96); fixed during the pass
         self.rem_input_tokens = rem_input - mixed_decode_tokens  # P:607
         self.rem_chunk_tokens = (None if rem_chunk is None
@@ -182,19 +192,26 @@ class PrefillAdder:
             return AddReqResult.OTHER
         return AddReqResult.CONTINUE
 
+    def _pages(self, tokens: int) -> int:
+        """`ceil_paged_tokens` (P:827-828)."""
+        return -(-tokens // self.page_size) * self.page_size
+
     def _charge(self, extend: int, max_new: int) -> None:
-        """`_update_prefill_budget` (P:851-900) and `reserve` (PB:155-167): one page of
-        slack per request, the output reservation only in the total."""
-        self.total_offset += extend + 1 + max_new
-        self.current_offset += extend + 1
-        self.rem_input_tokens -= extend
+        """`_update_prefill_budget` (P:851-900) and `reserve` (PB:155-167): the extend
+        rounded up to pages, one page of slack per request, the output reservation only
+        in the total."""
+        paged = self._pages(extend)
+        self.total_offset += paged + self.page_size + max_new
+        self.current_offset += paged + self.page_size
+        self.rem_input_tokens -= paged
         if self.rem_chunk_tokens is not None:
-            self.rem_chunk_tokens -= extend
+            self.rem_chunk_tokens -= paged
 
     def add_chunked_req(self, req: Req) -> Req | None:
         """The continuing chunk, always admitted first (P:1092-1173): as much as the chunk
         budget and memory allow, or the whole chunk budget when memory is spent
-        (PB:141-144, "must make progress"). None when this is its last chunk."""
+        (PB:141-144, "must make progress"). The continuation is not page-aligned (no KV
+        sharding, P:1100-1108). None when this is its last chunk."""
         assert self.rem_chunk_tokens is not None
         available = min(self.rem_chunk_tokens, math.trunc(self.rem_total_tokens))
         limit = available if available > 0 else self.rem_chunk_tokens
@@ -211,17 +228,21 @@ class PrefillAdder:
         the next candidate: `req` may already be admitted when it is not CONTINUE."""
         max_new_left = min(max(req.max_new_tokens - req.output_len, 0), CLIP_MAX_NEW_TOKENS)
         extend = req.fill_len - req.prefix_len
-        total_tokens = extend + max_new_left + 1  # P:1349-1352, per-request page
+        total_tokens = extend + max_new_left + self.page_size  # P:1345-1352, raw extend
         if not total_tokens < self.rem_total_tokens:  # PB:114-129, strict
             return AddReqResult.NO_TOKEN
+        paged = self._pages(extend)  # P:1516-1520: the fit tests use the paged extend
         # Without chunking, only the first request may exceed the input cap (P:1530-1536).
         if (self.rem_chunk_tokens is None and self.can_run_list
-                and extend >= self.rem_input_tokens):
+                and paged >= self.rem_input_tokens):
             return AddReqResult.OTHER
         max_new = min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS)  # P:1542: not the remainder
         chunked = False
-        if self.rem_chunk_tokens is not None and extend > self.rem_chunk_tokens:  # P:1549
-            extend = self.rem_chunk_tokens  # page size 1: no alignment (P:1567-1573)
+        if self.rem_chunk_tokens is not None and paged > self.rem_chunk_tokens:  # P:1549
+            # Whole pages of the budget, the chunk's end on a page boundary (P:1567-1573).
+            budget = self.rem_chunk_tokens // self.page_size * self.page_size
+            end = (req.prefix_len + budget) // self.page_size * self.page_size
+            extend = end - req.prefix_len
             if extend <= 0:
                 return AddReqResult.OTHER
             chunked, max_new = True, 0
@@ -384,14 +405,27 @@ class SGLangScheduler:
             self.waiting.sort(key=lambda r: -r.max_new_tokens)  # P:500-515
         elif (self.cfg.active_policy_is_lpm
               and len(self.waiting) <= WAITING_QUEUE_PREFIX_MATCH_MAX):
-            self.waiting.sort(key=lambda r: -self._cache_hit(r))  # P:437-446
+            self.waiting.sort(key=lambda r: -self._lpm_match(r))  # P:437-446
+
+    def _lpm_match(self, req: Req) -> int:
+        """LPM's key, `num_matched_prefix_tokens` (mem_cache/common.py:203-245): the tree
+        matched against the whole fill (whole pages, no `fill - 1` limit, P:342-352), then
+        capped at `fill - 1`. At page size 1 this is the admission hit; above, a fully
+        cached prompt of whole pages ranks by its whole prompt less one token while its
+        admission hit stops a page short."""
+        if self.cfg.disable_radix_cache:
+            return 0
+        page = self.cfg.page_size
+        return min(min(req.cached_prefix_len, req.fill_len) // page * page, req.fill_len - 1)
 
     def _cache_hit(self, req: Req) -> int:
         """Prefix tokens found in the cache: the abstract `cached_prefix_len`, at most
-        `fill - 1` (B:1696-1706); none with the cache off."""
+        `fill - 1` (B:1696-1706), in whole pages (the tree's keys are page-aligned,
+        mem_cache/unified_radix_cache.py:1148); none with the cache off."""
         if self.cfg.disable_radix_cache:
             return 0
-        return min(req.cached_prefix_len, req.fill_len - 1)
+        page = self.cfg.page_size
+        return min(req.cached_prefix_len, req.fill_len - 1) // page * page
 
     def _get_new_batch_prefill(self, facts: _StepFacts) -> Batch | None:
         """`_get_new_batch_prefill_raw` in scope."""
@@ -410,7 +444,8 @@ class SGLangScheduler:
             free=self.free, running=self.running, ratio=self.ratio.current,
             rem_input=cfg.max_prefill_tokens,
             rem_chunk=cfg.chunked_prefill_size if cfg.chunking else None,
-            mixed_decode_tokens=running_bs if cfg.mixed_chunk else 0)  # S:4034-4051
+            mixed_decode_tokens=running_bs if cfg.mixed_chunk else 0,  # S:4034-4051
+            page_size=cfg.page_size)
         if self.chunked_req is not None:  # S:4053-4061
             self.chunked_req = adder.add_chunked_req(self.chunked_req)
         for req in self.waiting:  # S:4081-4180
@@ -455,9 +490,13 @@ class SGLangScheduler:
                 facts.admitted.append(req.rid)
 
     def _allocate(self, req: Req, tokens: int) -> None:
-        """Take `tokens` KV slots (alloc_extend / alloc_decode)."""
-        self.free -= tokens
-        req.kv += tokens
+        """Extend the request by `tokens` KV slots (alloc_extend / alloc_decode): the new
+        pages are those past its last partly filled one (allocator/paged.py:62-76, 117-133:
+        `ceil(seq / P) - ceil(prefix / P)`); the pool is counted in tokens."""
+        pages = self.cfg.pages
+        taken = pages(req.prefix_len + tokens) - pages(req.prefix_len)
+        self.free -= taken
+        req.kv += taken
         req.prefix_len += tokens
 
     def _mix_running(self, batch: Batch, facts: _StepFacts) -> None:
@@ -477,8 +516,11 @@ class SGLangScheduler:
     # ---- decode (S:4335-4428; B:3250-3430) ---------------------------------------------
 
     def _decode_fits(self, reqs: list[Req]) -> bool:
-        """`check_decode_mem`: one new token per request, page size 1 (B:3250-3296)."""
-        return self.free >= len(reqs)
+        """`check_decode_mem` (B:3250-3296): a new page for each request whose KV ends on
+        a page boundary (`kv_committed_len % P == 0`), after evicting the tree
+        (allocator/base.py:160-174)."""
+        page = self.cfg.page_size
+        return self.free >= page * sum(1 for r in reqs if r.prefix_len % page == 0)
 
     def _update_running_batch(self, facts: _StepFacts) -> Batch | None:
         """Filter finished requests; retract when the decode does not fit, else decay the
@@ -548,8 +590,10 @@ class SGLangScheduler:
         req.kv -= tokens
 
     def _prompt_fully_cached(self, req: Req) -> bool:
-        """The cache holds the request's whole prompt (its hit stops one token short)."""
-        return not self.cfg.disable_radix_cache and req.cached_prefix_len >= req.prompt_len
+        """The cache holds the request's whole prompt in whole pages (its hit stops a page
+        short, so the checkpoint finds that last page in the tree)."""
+        return (not self.cfg.disable_radix_cache and req.cached_prefix_len >= req.prompt_len
+                and req.prompt_len % self.cfg.page_size == 0)
 
     def _is_fully_idle(self) -> bool:
         """`is_fully_idle` in scope: nothing running, chunked or waiting (S:5168-5190).
@@ -580,19 +624,22 @@ class SGLangScheduler:
         """One output token each; EOS first, then max_new_tokens (B:1913-1950); a finished
         request releases its KV (BR:387, 1452). Aborted requests finish too. A request
         that ends its first prefill unfinished checkpoints its KV into the tree (BR:394);
-        when its whole prompt was cached, the tree already holds the recomputed last
-        token and frees the request's copy (mem_cache/unified_radix_cache.py:1080-1154)."""
+        when its whole prompt was cached in whole pages, the tree already holds the
+        recomputed last page and frees the request's copy
+        (mem_cache/unified_radix_cache.py:1080-1154)."""
         finished: list[tuple[str, str]] = []
         for req in sampled:
             first_token = req.output_len == 0
             req.output_len += 1
-            if req.rid in eos_ids:
+            # An EOS past max_new_tokens is demoted to a length finish (B:1901-1911, 1940-1942):
+            # only a request clipped to 0 new tokens (a page size > 1 pool) samples one.
+            if req.rid in eos_ids and req.output_len <= req.max_new_tokens:
                 req.finished_reason = FINISH_STOP
             elif req.output_len >= req.max_new_tokens:
                 req.finished_reason = FINISH_LENGTH
             else:
                 if first_token and self._prompt_fully_cached(req):
-                    self._release_tokens(req, 1)
+                    self._release_tokens(req, self.cfg.page_size)
                 continue
             self._release(req)
             finished.append((req.rid, req.finished_reason))

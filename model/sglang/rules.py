@@ -1,8 +1,10 @@
 """SGLang (v0.5.22) scheduler iteration as one branch-free step over a fixed number of request
 slots, written once over Ops: the merge of the last extend batch, `PrefillAdder` (three
 budgets, the chunked request first, head-of-line stop), the decode check with retraction,
-the new-token-ratio tracker, and the results. Page size 1; the reference
-(model/sglang/reference.py) states the scope.
+the new-token-ratio tracker, and the results. Any page size P (`page_size`): the pool and
+each request's KV are counted in tokens, always whole pages; the reference
+(model/sglang/reference.py) states the scope. At P = 1 no page arithmetic is emitted
+(`paged` and friends return their argument), so the page-size-1 formulas are unchanged.
 
 Fractions are exact integers. The ratio is a pair (n, b) meaning n / (b * Q), with Q the
 least common denominator of the initial ratio, its floor and its decay (a config constant):
@@ -44,7 +46,8 @@ class SGLangRuleConfig:
     Shared names, with their nearest SGLang meaning: `token_budget` and
     `max_num_batched_tokens` = max_prefill_tokens (the per-batch input cap);
     `max_num_seqs` = the effective max_running_requests; `usable_blocks` =
-    max_total_num_tokens (page size 1, so a block is a token); `max_model_len` =
+    max_total_num_tokens (a block is a token; with `page_size` P > 1 the pool and each
+    request's KV are whole pages, counted in tokens); `max_model_len` =
     max_req_input_len (prompts must be shorter); `block_size` = 1; `watermark_blocks` = 0;
     `enable_chunked_prefill` = chunked prefill on; `policy_priority` = False (priority
     scheduling is not modelled).
@@ -67,6 +70,7 @@ class SGLangRuleConfig:
     ratio_floor: int  # floor * Q
     ratio_decay: int  # decay * Q
     retract_decode_steps: int
+    page_size: int = 1
     block_size: int = 1
     watermark_blocks: int = 0
     policy_priority: bool = False
@@ -86,7 +90,7 @@ class SGLangRuleConfig:
             policy_lof=cfg.schedule_policy == "lof", policy_lpm=cfg.active_policy_is_lpm,
             max_req_len=cfg.max_req_len, ratio_scale=q, ratio_init=int(init * q),
             ratio_floor=int(floor * q), ratio_decay=int(decay * q),
-            retract_decode_steps=cfg.retract_decode_steps)
+            retract_decode_steps=cfg.retract_decode_steps, page_size=cfg.page_size)
 
     def ratio(self, n: int, b: int) -> Fraction:
         """The ratio a concrete (n, b) pair stands for."""
@@ -135,18 +139,37 @@ def initial_state(num_slots: int, cfg: SGLangRuleConfig) -> SGLangState:
 # ---------------------------------------------------------------------------------------
 
 
+def paged(ops: Ops, tokens: Int, page: int) -> Int:
+    """`tokens` rounded up to whole pages, in tokens (`ceil_paged_tokens`, P:827-828)."""
+    return tokens if page == 1 else ops.cdiv(tokens, page) * page
+
+
+def page_floor(ops: Ops, tokens: Int, page: int) -> Int:
+    """`tokens` rounded down to whole pages, in tokens."""
+    return tokens if page == 1 else ops.floordiv(tokens, page) * page
+
+
+def _on_page_boundary(ops: Ops, tokens: Int, page: int) -> Bool:
+    """`tokens % page == 0`."""
+    return True if page == 1 else tokens == page_floor(ops, tokens, page)
+
+
 def max_new_tokens(ops: Ops, cfg: SGLangRuleConfig, spec: SlotSpec) -> Int:
-    """`init_req_max_new_tokens` (S:2585-2630), page size 1."""
-    cap = ops.min(spec.max_tokens, ops.min(cfg.max_req_len - spec.prompt_len - 1,
-                                            cfg.usable_blocks - spec.prompt_len - 2))
+    """`init_req_max_new_tokens` (S:2585-2630; allocator/base.py:86-105: the empty pool
+    less the paged prompt, one page and one token)."""
+    pool_cap = (cfg.usable_blocks - spec.prompt_len - 2 if cfg.page_size == 1 else
+                cfg.usable_blocks - paged(ops, spec.prompt_len, cfg.page_size)
+                - cfg.page_size - 1)
+    cap = ops.min(spec.max_tokens, ops.min(cfg.max_req_len - spec.prompt_len - 1, pool_cap))
     return ops.max(cap, 0)
 
 
-def new_chunk_len(ops: Ops, extend: Int, rem_chunk: Int) -> tuple[Bool, Int]:
-    """A new request is chunked when its extend exceeds the chunk budget, and then gets the
-    whole budget (P:1549-1575, page size 1): (chunked, extend admitted)."""
-    chunked = extend > rem_chunk
-    return chunked, ops.ite(chunked, rem_chunk, extend)
+def new_chunk_len(ops: Ops, extend: Int, rem_chunk: Int, page: int = 1) -> tuple[Bool, Int]:
+    """A new request is chunked when its paged extend exceeds the chunk budget, and then
+    gets the budget's whole pages (P:1549-1575; its cache hit is whole pages, so the
+    chunk's end is on a page boundary too): (chunked, extend admitted)."""
+    chunked = paged(ops, extend, page) > rem_chunk
+    return chunked, ops.ite(chunked, page_floor(ops, rem_chunk, page), extend)
 
 
 def continuation_len(ops: Ops, remaining: Int, rem_chunk: Int, mem_floor: Int) -> Int:
@@ -246,25 +269,39 @@ def _in_running_batch(ops: Ops, status: Int) -> Bool:
     return ops.or_(status == RUNNING, status == STALE)
 
 
-def _serve(ops: Ops, w: _Work, i: int, hit: Bool, n: Int) -> None:
-    """Allocate `n` KV tokens to slot i when `hit` (prepare_for_extend / for_decode)."""
+def _serve(ops: Ops, cfg: SGLangRuleConfig, w: _Work, i: int, hit: Bool, n: Int) -> None:
+    """Extend slot i by `n` KV tokens when `hit` (prepare_for_extend / for_decode): the
+    pages past its last partly filled one (allocator/paged.py:62-76, 117-133)."""
+    page = cfg.page_size
+    taken = (n if page == 1 else
+             paged(ops, w.computed[i] + n, page) - paged(ops, w.computed[i], page))
     w.scheduled[i] = ops.ite(hit, n, w.scheduled[i])
-    w.kv[i] = ops.ite(hit, w.kv[i] + n, w.kv[i])
+    w.kv[i] = ops.ite(hit, w.kv[i] + taken, w.kv[i])
     w.computed[i] = ops.ite(hit, w.computed[i] + n, w.computed[i])
     w.serve_rank[i] = ops.ite(hit, w.served, w.serve_rank[i])
     w.in_batch[i] = ops.or_(w.in_batch[i], hit)
-    w.free = ops.ite(hit, w.free - n, w.free)
+    w.free = ops.ite(hit, w.free - taken, w.free)
+
+
+def _decode_need(ops: Ops, cfg: SGLangRuleConfig, w: _Work, members: Sequence[Bool]) -> Int:
+    """`new_tokens_required_next_decode` (B:3250-3264): a page for each member whose KV
+    ends on a page boundary."""
+    page = cfg.page_size
+    if page == 1:
+        return ops.sum([ops.to_int(m) for m in members])
+    return page * ops.sum([ops.to_int(ops.and_(m, _on_page_boundary(ops, c, page)))
+                           for m, c in zip(members, w.computed, strict=True)])
 
 
 def _sort_waiting(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w: _Work,
-                  mnew: Sequence[Int], hit_len: Sequence[Int], do: Bool) -> None:
+                  mnew: Sequence[Int], match_len: Sequence[Int], do: Bool) -> None:
     """`calc_priority` (P:209-298): a stable in-place sort, so the new order is by
     (policy key, current position). FCFS does not sort; LPM does not above 128 waiting."""
     if not (cfg.policy_lof or cfg.policy_lpm):
         return
     n = len(specs)
     waiting = [s == WAITING for s in w.status]
-    keys = [-mnew[i] if cfg.policy_lof else -hit_len[i] for i in range(n)]
+    keys = [-mnew[i] if cfg.policy_lof else -match_len[i] for i in range(n)]
     if cfg.policy_lpm:
         do = ops.and_(do, ops.sum([ops.to_int(x) for x in waiting])
                       <= WAITING_QUEUE_PREFIX_MATCH_MAX)
@@ -290,10 +327,12 @@ class _Adder:
     res: Int
     count: Int  # len(can_run_list)
 
-    def charge(self, ops: Ops, do: Bool, extend: Int, max_new: Int) -> None:
-        """`_update_prefill_budget` with `reserve` (P:851-900; PB:155-167)."""
-        self.total_off = ops.ite(do, self.total_off + extend + 1 + max_new, self.total_off)
-        self.cur_off = ops.ite(do, self.cur_off + extend + 1, self.cur_off)
+    def charge(self, ops: Ops, page: int, do: Bool, extend: Int, max_new: Int) -> None:
+        """`_update_prefill_budget` with `reserve` (P:851-900; PB:155-167): the extend
+        in whole pages, one page of slack."""
+        extend = paged(ops, extend, page)
+        self.total_off = ops.ite(do, self.total_off + extend + page + max_new, self.total_off)
+        self.cur_off = ops.ite(do, self.cur_off + extend + page, self.cur_off)
         self.rem_input = ops.ite(do, self.rem_input - extend, self.rem_input)
         self.rem_chunk = ops.ite(do, self.rem_chunk - extend, self.rem_chunk)
         self.count = ops.ite(do, self.count + 1, self.count)
@@ -324,9 +363,16 @@ def _prefill(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w: _Wor
     blocked = ops.and_(attempt, ops.not_(has_c), allocatable <= 0)  # S:3997-4004
     w.full = ops.or_(w.full, blocked)
     go = ops.and_(attempt, ops.not_(blocked))
-    hit_len = [ops.ite(cfg.radix_cache, ops.min(specs[i].cached_prefix_len, fill[i] - 1), 0)
+    hit_len = [ops.ite(cfg.radix_cache, page_floor(ops, ops.min(specs[i].cached_prefix_len,
+                                                                 fill[i] - 1), cfg.page_size), 0)
                for i in range(n)]
-    _sort_waiting(ops, cfg, specs, w, mnew, hit_len, go)
+    # LPM's key matches the whole fill, then caps it at fill - 1 (mem_cache/common.py:
+    # 203-245); at page size 1 that is the admission hit.
+    lpm_len = hit_len if cfg.page_size == 1 else [
+        ops.ite(cfg.radix_cache, ops.min(page_floor(ops, ops.min(specs[i].cached_prefix_len,
+                                                                 fill[i]), cfg.page_size),
+                                         fill[i] - 1), 0) for i in range(n)]
+    _sort_waiting(ops, cfg, specs, w, mnew, lpm_len, go)
     mixed_tokens = running_bs if cfg.enable_mixed_chunk else 0
     res = ops.sum([ops.ite(in_r[i], ops.min(mnew[i] - outputs[i], CLIP_MAX_NEW_TOKENS), 0)
                    for i in range(n)])
@@ -355,9 +401,9 @@ def _continue_chunk(ops: Ops, cfg: SGLangRuleConfig, w: _Work, a: _Adder, is_c: 
     e = ops.name(continuation_len(ops, remaining, a.rem_chunk, floor))
     truncated = remaining > e
     mn = ops.ite(truncated, 0, ops.min(pick(ops, is_c, list(mnew)), CLIP_MAX_NEW_TOKENS))
-    a.charge(ops, do, e, mn)
+    a.charge(ops, cfg.page_size, do, e, mn)
     for i in range(len(is_c)):
-        _serve(ops, w, i, ops.and_(do, is_c[i]), e)
+        _serve(ops, cfg, w, i, ops.and_(do, is_c[i]), e)
         w.status[i] = ops.ite(ops.and_(do, is_c[i]), EXTEND, w.status[i])
     w.served = ops.ite(do, w.served + 1, w.served)
     return [ops.and_(c, ops.or_(ops.not_(do), truncated)) for c in is_c]
@@ -380,23 +426,23 @@ def _admit_waiting(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w
         extend = pick(ops, sel, [fill[i] - hit_len[i] for i in range(n)])
         left = ops.min(ops.max(pick(ops, sel, [mnew[i] - outputs[i] for i in range(n)]), 0),
                        CLIP_MAX_NEW_TOKENS)
-        y = _mem_terms(cfg, w, a) - (extend + left + 1)
+        y = _mem_terms(cfg, w, a) - (extend + left + cfg.page_size)
         mem_ok = _reservation_below(ops, cfg, a.res, y, w.ratio_n, w.ratio_b)
         other = ops.and_(ops.not_(cfg.enable_chunked_prefill), a.count > 0,
-                         extend >= a.rem_input)  # P:1530-1536
+                         paged(ops, extend, cfg.page_size) >= a.rem_input)  # P:1530-1536
         if cfg.enable_chunked_prefill:
-            chunked, e = new_chunk_len(ops, extend, a.rem_chunk)
+            chunked, e = new_chunk_len(ops, extend, a.rem_chunk, cfg.page_size)
             other = ops.or_(other, ops.and_(chunked, e <= 0))
         else:
             chunked, e = False, extend
         admit = ops.and_(active, mem_ok, ops.not_(other))
         mn = ops.ite(chunked, 0, ops.min(pick(ops, sel, list(mnew)), CLIP_MAX_NEW_TOKENS))
-        a.charge(ops, admit, e, mn)
+        a.charge(ops, cfg.page_size, admit, e, mn)
         for i in range(n):
             hit = ops.and_(admit, sel[i])
             w.computed[i] = ops.ite(hit, hit_len[i], w.computed[i])
             w.status[i] = ops.ite(hit, EXTEND, w.status[i])
-            _serve(ops, w, i, hit, e)
+            _serve(ops, cfg, w, i, hit, e)
             w.joined[i] = ops.or_(w.joined[i], hit)
             still_chunked[i] = ops.or_(still_chunked[i], ops.and_(hit, chunked))
             visited[i] = ops.or_(visited[i], ops.and_(active, sel[i]))
@@ -426,13 +472,14 @@ def _mix(ops: Ops, cfg: SGLangRuleConfig, w: _Work, formed: Bool) -> Bool:
     nonempty = ops.or_(*[_in_running_batch(ops, s) for s in w.status])
     do = ops.and_(formed, nonempty)
     w.status = [ops.ite(ops.and_(do, s == STALE), FINISHED, s) for s in w.status]
-    live = ops.sum([ops.to_int(s == RUNNING) for s in w.status])
-    mixed = ops.and_(do, live > 0, w.free >= live)
-    _serve_running(ops, w, mixed)
+    running = [s == RUNNING for s in w.status]
+    live = ops.sum([ops.to_int(r) for r in running])
+    mixed = ops.and_(do, live > 0, w.free >= _decode_need(ops, cfg, w, running))
+    _serve_running(ops, cfg, w, mixed)
     return mixed
 
 
-def _serve_running(ops: Ops, w: _Work, do: Bool) -> None:
+def _serve_running(ops: Ops, cfg: SGLangRuleConfig, w: _Work, do: Bool) -> None:
     """One decode token to each running request, in running order, when `do`."""
     n = len(w.status)
     visited: list[Bool] = [False] * n
@@ -440,7 +487,7 @@ def _serve_running(ops: Ops, w: _Work, do: Bool) -> None:
         eligible = [ops.and_(w.status[i] == RUNNING, ops.not_(visited[i])) for i in range(n)]
         sel = select_min(ops, eligible, [(k,) for k in w.run_key])
         for i in range(n):
-            _serve(ops, w, i, ops.and_(do, sel[i]), 1)
+            _serve(ops, cfg, w, i, ops.and_(do, sel[i]), 1)
             visited[i] = ops.or_(visited[i], sel[i])
         w.served = ops.ite(ops.and_(do, ops.or_(*eligible)), w.served + 1, w.served)
         _checkpoint(ops, w)
@@ -454,12 +501,13 @@ def _decode(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w: _Work
     n = len(specs)
     initial_bs = ops.sum([ops.to_int(_in_running_batch(ops, s)) for s in w.status])
     w.status = [ops.ite(ops.and_(do, s == STALE), FINISHED, s) for s in w.status]
-    live = ops.sum([ops.to_int(s == RUNNING) for s in w.status])
+    running = [s == RUNNING for s in w.status]
+    live = ops.sum([ops.to_int(r) for r in running])
     w.full = ops.and_(w.full, ops.not_(ops.and_(do, live == 0)))
     active = ops.and_(do, live > 0)
-    fits = w.free >= live
+    fits = w.free >= _decode_need(ops, cfg, w, running)
     retract = ops.and_(active, ops.not_(fits))
-    _retract(ops, specs, w, outputs, retract)
+    _retract(ops, cfg, specs, w, outputs, retract)
     kept = [ops.and_(s == RUNNING, ops.not_(p)) for s, p in zip(w.status, w.preempted,
                                                                 strict=True)]
     a = ops.sum([ops.ite(kept[i], outputs[i], 0) for i in range(n)])
@@ -475,7 +523,7 @@ def _decode(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w: _Work
     w.ratio_n = ops.ite(retract, est_n, ops.ite(decay, decayed, w.ratio_n))
     w.ratio_b = ops.ite(retract, est_b, w.ratio_b)
     w.full = ops.and_(w.full, ops.not_(ops.and_(do, count < initial_bs)))
-    _serve_running(ops, w, active)
+    _serve_running(ops, cfg, w, active)
     return ops.and_(active, count > 0)
 
 
@@ -501,8 +549,8 @@ def _keep_retraction_order(ops: Ops, specs: Sequence[SlotSpec], w: _Work,
     w.next_run_key = ops.ite(do, w.next_run_key + count, w.next_run_key)
 
 
-def _retract(ops: Ops, specs: Sequence[SlotSpec], w: _Work, outputs: Sequence[Int],
-             do: Bool) -> None:
+def _retract(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w: _Work,
+             outputs: Sequence[Int], do: Bool) -> None:
     """`retract_decode` (B:3298-3385): pop the request with the fewest outputs, then the
     longest prompt, then the latest in running order, until the decode fits (at least
     one, keeping one); abort a last request that still does not fit. Retracted requests
@@ -512,7 +560,8 @@ def _retract(ops: Ops, specs: Sequence[SlotSpec], w: _Work, outputs: Sequence[In
     for _ in range(n):
         left = [ops.and_(w.status[i] == RUNNING, ops.not_(w.preempted[i])) for i in range(n)]
         count = ops.sum([ops.to_int(x) for x in left])
-        want = ops.and_(do, ops.or_(first, ops.not_(w.free >= count)), count > 1)
+        fits = w.free >= _decode_need(ops, cfg, w, left)
+        want = ops.and_(do, ops.or_(first, ops.not_(fits)), count > 1)
         victim = select_min(ops, left, [(outputs[i], -specs[i].prompt_len, -w.run_key[i])
                                          for i in range(n)])
         for i in range(n):
@@ -530,7 +579,7 @@ def _retract(ops: Ops, specs: Sequence[SlotSpec], w: _Work, outputs: Sequence[In
         _checkpoint(ops, w)
     left = [ops.and_(w.status[i] == RUNNING, ops.not_(w.preempted[i])) for i in range(n)]
     count = ops.sum([ops.to_int(x) for x in left])
-    abort = ops.and_(do, count <= 1, ops.not_(w.free >= count))
+    abort = ops.and_(do, count <= 1, ops.not_(w.free >= _decode_need(ops, cfg, w, left)))
     for i in range(n):
         hit = ops.and_(abort, left[i])
         w.free = ops.ite(hit, w.free + w.kv[i], w.free)
@@ -605,14 +654,23 @@ def _finish(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], state: S
     for i, spec in enumerate(specs):
         sampled = ops.and_(w.in_batch[i], ops.not_(still_chunked[i]))
         out = before[i].outputs + ops.to_int(sampled)
-        stop = ops.and_(sampled, eos[i])
+        # An EOS past max_new_tokens is a length finish (B:1901-1911, 1940-1942); only a
+        # request clipped to 0 new tokens samples past it, which needs a page size > 1.
+        stop = (ops.and_(sampled, eos[i]) if cfg.page_size == 1
+                else ops.and_(sampled, eos[i], out <= mnew[i]))
         length = ops.and_(sampled, out >= mnew[i])
         finished = ops.or_(stop, length)
         # A fully cached prompt's recomputed last token is the tree's after the prefill's
         # checkpoint (BR:394; mem_cache/unified_radix_cache.py:1080-1154).
+        # With pages, only a prompt of whole pages is all in the tree (its last page).
+        whole = (() if cfg.page_size == 1
+                 else (_on_page_boundary(ops, spec.prompt_len, cfg.page_size),))
         dedup = ops.and_(cfg.radix_cache, sampled, ops.not_(finished),
-                         before[i].outputs == 0, spec.cached_prefix_len >= spec.prompt_len)
-        free_end = free_end + ops.ite(finished, w.kv[i], ops.to_int(dedup))
+                         before[i].outputs == 0, spec.cached_prefix_len >= spec.prompt_len,
+                         *whole)
+        returned = (ops.to_int(dedup) if cfg.page_size == 1
+                    else cfg.page_size * ops.to_int(dedup))
+        free_end = free_end + ops.ite(finished, w.kv[i], returned)
         extend_member = ops.and_(formed, w.in_batch[i])
         dropped = ops.or_(dropped, ops.and_(extend_member, ops.or_(finished, still_chunked[i])))
         kept = ops.or_(kept, ops.and_(extend_member, ops.not_(still_chunked[i]),
@@ -626,7 +684,7 @@ def _finish(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], state: S
         running_after = ops.or_(ops.and_(extend_member, ops.not_(still_chunked[i])),
                                 ops.and_(ops.not_(extend_member), w.status[i] == RUNNING))
         slots.append(SGLangSlot(
-            status=status, kv=ops.ite(finished, 0, w.kv[i] - ops.to_int(dedup)),
+            status=status, kv=ops.ite(finished, 0, w.kv[i] - returned),
             computed=w.computed[i],
             outputs=out, run_key=run_key[i], wait_key=w.wait_key[i],
             retracted=ops.and_(w.retracted[i], ops.not_(w.joined[i])),
