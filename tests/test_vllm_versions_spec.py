@@ -207,3 +207,36 @@ def test_the_drafter_buffer_hazard_is_witnessed_where_a_budget_above_the_buffers
     # with the input budget (every release from 0.28.0) the same numbers rule it out
     fixed = replace(cfg, rules=VllmRules())
     assert decide(DRAFTER, fixed, Envelope(timeout_s=20), pool_known=False).verdict == ABSENT
+
+
+SERVE = ("--max-model-len", "4096", "--max-num-batched-tokens", "512", "--max-num-seqs", "8",
+         "--num-gpu-blocks", "2000", "--no-async-scheduling", "--json")
+
+
+def _config_hazards(capsys, spec: str, exit_code: int) -> dict:
+    import json
+
+    from checker.cli.main import main
+    code = main(["config", *SERVE, "--speculative-config", spec, "--hazard",
+                 "spec_drafter_buffer", "--hazard", "spec_drafts_cut"])
+    out, _ = capsys.readouterr()
+    assert code == exit_code  # 3: some verdict is UNKNOWN (checker/cli/config.py:68)
+    return {h["hazard"]: h for h in json.loads(out)["hazards"]}
+
+
+def test_config_proves_the_drafter_buffer_absent_for_a_modelled_method(capsys):
+    got = _config_hazards(capsys, '{"method": "draft_model", "num_speculative_tokens": 3, '
+                                  '"model": "x"}', 0)
+    assert got["spec_drafter_buffer"]["verdict"] == ABSENT
+    assert "at most 512 query tokens" in got["spec_drafter_buffer"]["detail"]
+
+
+def test_config_says_unknown_for_the_spec_hazards_of_a_method_outside_the_model(capsys):
+    # dspark is outside the model: its Config carries no speculative method, and the spec
+    # hazards must not read that as "no speculative decoding" (they did: PROVED absent).
+    got = _config_hazards(capsys, '{"method": "dspark", "num_speculative_tokens": 3, '
+                                  '"model": "x"}', 3)
+    for name in ("spec_drafter_buffer", "spec_drafts_cut"):
+        assert got[name]["verdict"] == "UNKNOWN"
+        assert "outside the model: speculative decoding (speculative method dspark)" \
+            in got[name]["detail"]

@@ -547,14 +547,17 @@ def _room(cfg: Config) -> int:
     return min(cfg.token_budget, _input_start(cfg) - cfg.step_draft_slots)
 
 
+_THRESHOLD_OFF = ("long_prefill_token_threshold is 0: nothing cuts a request padded to 1+k "
+                  "(scheduler.py:1155-1156)")
+
+
 def _no_padding_cut(cfg: Config) -> str | None:
     """Why no padded request is ever cut below 1+k, or None."""
     k, thr = cfg.num_spec_tokens, cfg.long_prefill_token_threshold
     if not k:
         return "no speculative decoding: no request is padded (scheduler.py:1131-1136)"
     if thr == 0:
-        return ("long_prefill_token_threshold is 0: nothing cuts a request padded to 1+k "
-                "(scheduler.py:1155-1156)")
+        return _THRESHOLD_OFF
     if thr > k:
         return (f"long_prefill_token_threshold {thr} is at least 1+k = {k + 1}: it never "
                 "cuts a request padded to 1+k (scheduler.py:1155-1156)")
@@ -844,6 +847,15 @@ def decide(h: Hazard, cfg: Config, env: Envelope, pool_known: bool,
                        async_scheduling=deployment.async_scheduling)
     cfg, outside = _model_of(h, cfg, env, deployment)
     on = deployment.features()
+    # A speculative method outside the model leaves the Config without one: a hazard of the
+    # step's speculative sizes keeps only an argument that holds for any method.
+    spec_outside = tuple(f for f in outside if f.name.startswith(SPECULATIVE_DECODING.name))
+    if spec_outside and h in SPEC_HAZARDS:
+        if h.name == "spec_padding_assertion" and cfg.long_prefill_token_threshold == 0:
+            return HazardResult(h.name, h.title, ABSENT, _THRESHOLD_OFF + _still_holds(h, on),
+                                seconds=time.monotonic() - start)
+        return HazardResult(h.name, h.title, UNKNOWN_LABEL, outside_reason(spec_outside),
+                            seconds=time.monotonic() - start)
     broken = h.absent.broken(cfg)
     argument = None if broken else h.absent.claim(cfg)
     # A closed-form argument is derived for the synchronous Scheduler without a cache: it
