@@ -13,7 +13,8 @@
   SchedulerConfig-time and lives with the other rules (model/vllm/validation.RULES); for a
   method outside the model it is applied here, on the same Config.draft_slots.
 
-These are kept apart from model/vllm/validation.RULES on purpose: those are the rules the
+These are kept apart from model/vllm/validation.RULES on purpose (the same `Rule` type, in
+another set: `simulate` names a rejection by either alike): those are the rules the
 manifest's configurations are validated against (some manifest configs study pools below
 one max_model_len request). `start_rejection` applies both, as every command does to a
 configuration a user gives (model/workload.py).
@@ -31,33 +32,22 @@ from dataclasses import dataclass, replace
 
 from model.core.errors import ConfigError
 from model.vllm.config import SPEC_METHODS_MODELLED, Config
-from model.vllm.validation import RULES, check_field_types, rejection
+from model.vllm.validation import RULES, Rule, check_field_types, rejection
 
-
-@dataclass(frozen=True, slots=True)
-class StartupRule:
-    """A rule vLLM applies when the engine starts."""
-
-    name: str
-    upstream: str
-    text: str
-
-
-KV_HOLDS_ONE_REQUEST = StartupRule(
+KV_HOLDS_ONE_REQUEST = Rule(
     "kv_holds_one_max_model_len_request",
     "vllm/v1/core/kv_cache_utils.py:1003-1040, 2605-2647",
     "cdiv(max_model_len, block_size) <= num_gpu_blocks - 1 (block 0 is the null block)")
-LORA_SPEC_BUDGET = StartupRule(
+LORA_SPEC_BUDGET = Rule(
     "lora_spec_budget", "vllm/engine/arg_utils.py:2671-2683",
     "max_num_batched_tokens >= max_num_seqs * (num_speculative_tokens + 1) with LoRA")
-ASYNC_SPEC_METHOD = StartupRule(
+ASYNC_SPEC_METHOD = Rule(
     "async_scheduling_spec_method", "vllm/config/vllm.py:1563-1580",
     "an explicit --async-scheduling needs an EAGLE/MTP/draft-model/ngram_gpu/DSpark/DFlash "
     "speculative method")
 SPEC_DRAFT_SLOTS = next(r for r in RULES if r.name == "batched_tokens_gt_draft_slots")
 
-STARTUP_RULES: tuple[StartupRule, ...] = (KV_HOLDS_ONE_REQUEST, LORA_SPEC_BUDGET,
-                                          ASYNC_SPEC_METHOD)
+STARTUP_RULES: tuple[Rule, ...] = (KV_HOLDS_ONE_REQUEST, LORA_SPEC_BUDGET, ASYNC_SPEC_METHOD)
 
 # Upstream's methods the model leaves out (config/speculative.py:73-83), each with why.
 # Every one still has its draft slots from Config.draft_slots (they depend only on the
