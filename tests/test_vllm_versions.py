@@ -145,6 +145,7 @@ def test_versions_differ_by_the_switches_the_evidence_names():
     assert set(asdict(VllmRules())) == {*OLDER, "cap_prefix_hit", "spec_pad_room",
                                         "per_request_draft_slots", "pad_after_prefix_hit",
                                         "eagle_drop_flag", "pad_assertion",
+                                        "running_tokens_clamp",
                                         "threshold_skips_padding", "preemption_gate",
                                         "watermark_check", "full_sequence_check",
                                         "long_prefill_cap", "victim_latest"}

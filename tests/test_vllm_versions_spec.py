@@ -25,7 +25,7 @@ from model.vllm.reference import simulate
 from model.vllm.validation import is_valid
 
 NEW = ("per_request_draft_slots", "pad_after_prefix_hit", "eagle_drop_flag", "spec_pad_room",
-       "pad_assertion")
+       "pad_assertion", "running_tokens_clamp")
 OLDER = [v for v in VERSIONS if v != VLLM_VERSION]
 
 
@@ -158,6 +158,27 @@ def test_disable_eagle_block_drop_does_not_exist_in_0_27_1():
     later = registry.get("vllm-v1@0.30.0")
     assert later.rejection(later.parse_config(config)) is None
     assert not later.parse_config(config).eagle_block_drop
+
+
+def test_0_27_1_async_speculative_decoding_that_can_pad_to_max_model_len_is_refused():
+    # Not modelled: 0.27.1 pads a request up to max_model_len (no room kept for the sampled
+    # token) and, without 0.28.0's clamp, the AsyncScheduler then gives it -1 tokens and
+    # update_from_output asserts (scheduler.py:1734); found by the conformance harness on
+    # spec-async-prefix seed 169. Refused in one line, never run with another release's rules.
+    from model.core.errors import InputError
+    engine = registry.get("vllm-v1@0.27.1")
+    config = dict(DRAFT, async_scheduling=True, enable_prefix_caching=True)
+    with pytest.raises(InputError) as refused:
+        engine.rejection(engine.parse_config(config))
+    message = str(refused.value)
+    assert "\n" not in message and "scheduler.py:1734" in message
+    assert "vLLM 0.27.1's AsyncScheduler" in message and "vllm-v1@0.30.0" in message
+    # without prefix caching a waiting request has nothing computed, so padding reaches
+    # max_model_len only when it is at most 1 + k
+    assert engine.rejection(engine.parse_config(dict(config, enable_prefix_caching=False))) \
+        is None
+    later = registry.get("vllm-v1@0.30.0")
+    assert later.rejection(later.parse_config(config)) is None
 
 
 def test_each_release_has_the_spec_switches_its_sources_show():

@@ -110,8 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     steps_compared = steps_agreed = workloads_agreed = 0
     first: tuple[int, Workload] | None = None
     workloads = [mode.generate(args.seed + i, args.steps) for i in range(args.count)]
+    seeds = list(range(args.seed, args.seed + args.count))
     if version != VLLM_VERSION:
         workloads = [at_release(w, version) for w in workloads]
+        workloads, seeds = _modelled(workloads, seeds, version)
     features: dict[str, int] = {f: 0 for f in mode.features}
     for i, w in enumerate(workloads):
         run = run_real_vllm_detailed(w)
@@ -126,15 +128,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if divergence is None:
             workloads_agreed += 1
             continue
-        print(f"seed {args.seed + i}: {divergence.summary()}")
+        print(f"seed {seeds[i]}: {divergence.summary()}")
         if first is None:
-            first = (args.seed + i, divergence.workload)
+            first = (seeds[i], divergence.workload)
     elapsed = time.monotonic() - start
-    print(f"compared {args.count} workloads ({steps_compared} steps) against vLLM "
+    print(f"compared {len(workloads)} workloads ({steps_compared} steps) against vLLM "
           f"{version}'s real {mode.scheduler} in {elapsed:.1f} s (mode {mode.name}: "
           f"{mode.what})")
-    print(f"workloads agreeing: {workloads_agreed}/{args.count} "
-          f"({100.0 * workloads_agreed / args.count:.1f}%); steps agreeing: "
+    print(f"workloads agreeing: {workloads_agreed}/{len(workloads)} "
+          f"({100.0 * workloads_agreed / max(1, len(workloads)):.1f}%); steps agreeing: "
           f"{steps_agreed}/{steps_compared} ({100.0 * steps_agreed / max(1, steps_compared):.1f}%)")
     if mode.report_features and not args.coverage:
         print("workload and run features (workloads having each):")
@@ -147,6 +149,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     seed, workload = first
     _print_minimal(seed, workload, shrink_it=not args.no_shrink)
     return EXIT_DIVERGED
+
+
+def _modelled(workloads: list[Workload], seeds: list[int], version: str
+              ) -> tuple[list[Workload], list[int]]:
+    """The workloads (and their seeds) the model takes at `version`; the others, which its
+    validation refuses as not modelled there (an InputError, e.g. 0.27.1's AsyncScheduler
+    with speculative decoding and prefix caching), are counted and named on one line."""
+    from model.core.errors import InputError
+    from model.vllm.validation import check_field_types
+
+    kept: list[tuple[Workload, int]] = []
+    reason = ""
+    for w, seed in zip(workloads, seeds, strict=True):
+        try:
+            check_field_types(w.config)
+        except InputError as exc:
+            reason = reason or str(exc)
+            continue
+        kept.append((w, seed))
+    if len(kept) < len(workloads):
+        print(f"skipped {len(workloads) - len(kept)} of {len(workloads)} workloads that vLLM "
+              f"{version}'s model refuses: {reason}")
+    return [w for w, _ in kept], [seed for _, seed in kept]
 
 
 def compare_effective(workload: Workload) -> Divergence | None:

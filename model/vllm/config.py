@@ -108,6 +108,13 @@ class VllmRules:
     # is scheduled with the threshold's tokens and still gets k placeholder drafts, which
     # the output then rolls back as rejected.
     pad_assertion: bool = True
+    # The running loop's clamp of a request's tokens at 0 (0.28.0+ _reserve_prefill_lookahead,
+    # 0.32.0 scheduler.py:744-753). Off, 0.27.1: none; under the AsyncScheduler a request
+    # padded up to max_model_len (spec_pad_room off) is next given max_model_len -
+    # num_computed_tokens - 1 = -1 tokens (S:528-532) and update_from_output's `assert
+    # num_tokens_scheduled > 0` (S:1734) kills the engine. Not modelled: validation refuses
+    # the configs that can reach it (model/vllm/validation.py, _check_spec_fields).
+    running_tokens_clamp: bool = True
     # threshold_skips_padding: the fix proposed in vllm-project/vllm#54028 (open; in no
     # release): no padding when 0 < long_prefill_token_threshold < 1 + k, so the threshold
     # never cuts a padded request and scheduler.py:1372 `assert num_new_tokens == 1 +
@@ -149,7 +156,8 @@ _V0_30_0 = VllmRules(threshold_off_when_alone=False, adaptive_threshold=False,
                      active_seqs_cap=False)
 _V0_27_1 = replace(_V0_30_0, input_budget=False, priority_victim_reindex=False,
                    per_request_draft_slots=False, pad_after_prefix_hit=False,
-                   eagle_drop_flag=False, spec_pad_room=False, pad_assertion=False)
+                   eagle_drop_flag=False, spec_pad_room=False, pad_assertion=False,
+                   running_tokens_clamp=False)
 VERSIONS: Mapping[str, VllmRules] = {
     "0.27.1": _V0_27_1,
     "0.30.0": _V0_30_0,

@@ -356,6 +356,15 @@ _SWITCH_EVIDENCE = {
                      "Off (0.27.1 S:1076-1079; 0.28.0 S:1137-1140): no assertion; the cut "
                      "request is scheduled with the threshold's tokens and k placeholder "
                      "drafts, which its output rolls back as rejected",
+    "running_tokens_clamp": "first in 0.28.0 (_reserve_prefill_lookahead). On (0.32.0 "
+                            "S:744-753): a running request's tokens are clamped at 0 and it "
+                            "is skipped. Off (0.27.1 S:516-553): a request padded up to "
+                            "max_model_len (spec_pad_room off, S:884-897) is next given "
+                            "max_model_len - num_computed_tokens - 1 = -1 tokens under the "
+                            "AsyncScheduler and update_from_output's `assert "
+                            "num_tokens_scheduled > 0` (S:1734) fails. Not modelled: "
+                            "validation refuses async + speculative decoding with prefix "
+                            "caching or max_model_len <= 1 + k there",
     "threshold_skips_padding": "in no release: the fix proposed in vllm-project/vllm#54028. "
                                "Off (0.29.0-0.32.0; 0.32.0 S:1131-1156, 1371-1372): the "
                                "long-prefill threshold cuts a padded request below 1 + k and "

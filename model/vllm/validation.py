@@ -125,6 +125,15 @@ def _check_spec_fields(cfg: Config) -> None:
         raise InputError(
             f"num_speculative_tokens {k} / parallel_drafting without a speculative_method; "
             "give speculative_method or leave them unset")
+    if (method and cfg.async_scheduling and not cfg.rules.running_tokens_clamp
+            and not cfg.rules.spec_pad_room
+            and (cfg.enable_prefix_caching or cfg.max_model_len <= k + 1)):
+        raise InputError(
+            f"vLLM {cfg.version}'s AsyncScheduler with speculative decoding and prefix caching "
+            f"(or max_model_len <= 1 + k) is not modelled: a request padded up to "
+            f"max_model_len is next scheduled -1 tokens (no clamp before 0.28.0) and "
+            f"update_from_output's assert (scheduler.py:1734) kills the engine; use "
+            f"vllm-v1@0.30.0, --no-async-scheduling or no prefix caching")
     if method and k < 1:
         raise ConfigError(
             "speculative_tokens_positive",
