@@ -387,3 +387,23 @@ def test_the_runner_reports_a_divergence_of_the_old_latch(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "workloads agreeing: 9/10" in out and "first diverging workload" in out
     assert "first divergence at step 11" in out and "* rem_total_tokens" in out
+
+
+@pytest.mark.conformance
+@needs_sglang
+def test_the_runner_reports_a_divergence_of_unpaged_cache_hits(monkeypatch, capsys):
+    """A reference whose cache hit ignores the page (page size 1's `min(cached, fill - 1)`)
+    diverges from the real paged tree at page size 16: the harness drives real pages."""
+    from checker.conformance.sglang_real import main
+    from model.sglang.reference import SGLangScheduler
+
+    def unpaged_hit(self, req):
+        if self.cfg.disable_radix_cache:
+            return 0
+        return min(req.cached_prefix_len, req.fill_len - 1)
+
+    monkeypatch.setattr(SGLangScheduler, "_cache_hit", unpaged_hit)
+    assert main(["--count", "10", "--seed", "0", "--page-size", "16", "--no-shrink"]) == 1
+    out = capsys.readouterr().out
+    assert "workloads agreeing: 7/10" in out and "* scheduled" in out
+    assert "r3:16" in out and "r3:5" in out  # 34 tokens, 11 cached: 0 whole pages hit
