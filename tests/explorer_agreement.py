@@ -10,9 +10,11 @@ from checker.methods.verdict import VIOLATED
 from properties import catalogue, manifest
 
 
-def agree(entries, timeout, *, supported=False):
+def agree(entries, timeout, *, supported=False, same_states=False):
     """Search `entries` with both explorers (`timeout` seconds each) and assert they agree;
-    with `supported`, first assert the array explorer applies. Returns the array results."""
+    with `supported`, first assert the array explorer applies; with `same_states`, that the
+    two searches found as many states (their keys are the same quotient). Returns the
+    array results."""
     m = manifest.load()
     first = entries[0]
     nc = manifest.with_bounds(m.configs[first.config], **dict(first.bounds))
@@ -22,6 +24,9 @@ def agree(entries, timeout, *, supported=False):
         assert ax.unsupported(family, bounds) is None
     reference = explore.check_many(props, family, bounds, timeout)
     arrays = ax.check_many(props, family, bounds, timeout)
+    if same_states:
+        assert arrays[0].stats.states == reference[0].stats.states, \
+            (arrays[0].stats.states, reference[0].stats.states)
     for e, ref, arr in zip(entries, reference, arrays, strict=True):
         assert (arr.status, arr.depth, arr.workload, arr.loop) == \
             (ref.status, ref.depth, ref.workload, ref.loop), e.property

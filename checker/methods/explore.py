@@ -177,16 +177,35 @@ def _arrival_choices(kinds: Sequence[Kind], room: int) -> Iterator[tuple[Kind, .
 
 
 def _history_key(prop: Property, steps: Sequence[Step], ids: Sequence[str],
-                 symmetric: bool) -> tuple[dict[str, Hashable], Hashable]:
-    """Per request and per step, what the property may still read of the past."""
+                 symmetric: bool, counts: bool = True) -> tuple[dict[str, Hashable], Hashable]:
+    """Per request and per step, what the property may still read of the past: the last
+    window - 1 steps' observables and, with `counts` (a property that reads
+    `num_preemptions`, which counts from the request's arrival), each request's count so
+    far. The count steers no decision (the engine's `state_key` leaves it out), so a
+    property that never reads it loses nothing when two states differ only by it."""
     past = steps[len(steps) - (prop.window - 1):] if prop.window > 1 else ()
     per_request: dict[str, Hashable] = {}
     for i, rid in enumerate(ids):
         seen = tuple(_slot_key(s.slots[i]) for s in past if i < len(s.slots))
-        count = () if prop.kind == "lasso" or not steps else (steps[-1].slots[i].num_preemptions,)
+        count = () if prop.kind == "lasso" or not steps or not counts else \
+            (steps[-1].slots[i].num_preemptions,)
         per_request[rid] = (seen, count, None if symmetric else rid)
     global_ = tuple(tuple(getattr(s, f) for f in _STEP_FIELDS) for s in past)
     return per_request, global_
+
+
+def _reads_preemptions(props: Sequence[Property], rule_cfg: object, slots: int) -> bool:
+    """Whether one of the properties reads a request's `num_preemptions` at some step of
+    its window (found by evaluating it once on recording steps, as the array explorer
+    finds what its key must carry: checker/methods/array/history.py `reads`). Where that
+    probe cannot evaluate a property, the count is kept."""
+    from checker.methods.array import history  # the array package imports this module
+
+    try:
+        return any("num_preemptions" in history.reads(p, rule_cfg, slots).all_slot_fields()
+                   for p in props)
+    except (TypeError, ValueError, AttributeError, ArithmeticError):
+        return True
 
 
 def _slot_key(o: SlotObs) -> tuple[object, ...]:
@@ -212,6 +231,7 @@ class Explorer:
         self.kinds = menu(bounds, self.rule_cfg)
         self.deadline = time.monotonic() + timeout_s
         self.symmetric, self.keep_graph, self.max_states = symmetric, keep_graph, max_states
+        self.counts = _reads_preemptions(self.props, self.rule_cfg, bounds.slots)
         self.graph = nx.DiGraph()
         self.nodes: dict[Hashable, _Node] = {}  # the kept representative of each key
         self.transitions = 0
@@ -348,7 +368,8 @@ class Explorer:
 
     def _key(self, sched: ReferenceScheduler, arrived: int, steps: Sequence[Step],
              ids: Sequence[str]) -> Hashable:
-        per_request, global_ = _history_key(self.prop, steps, ids, self.symmetric)
+        per_request, global_ = _history_key(self.prop, steps, ids, self.symmetric,
+                                            self.counts)
         return (arrived, sched.state_key(per_request), global_)
 
     # ---- lassos -------------------------------------------------------------------------

@@ -123,6 +123,19 @@ class Shape:
     # the status fields in each `retired` combination): what a finished request still has
     # in flight, or holds in a block table, before it is quiet
     retire_quiet: tuple[Path, ...] = ()
+    # combinations (one status field, then `at_once_quiet`) at which a slot retires as
+    # soon as it enters the status: the value is absorbing, the step resets the
+    # `at_once_quiet` leaves on entering it, and no other slot's leaf, no global leaf and
+    # no observable but the slot's own depends on its other leaves or its request; and the
+    # slot's own observables that may depend on its other leaves there but not once quiet
+    # (a property that reads one keeps the quiet retirement above)
+    retired_at_once: frozenset[tuple[int, ...]] = frozenset()
+    at_once_quiet: tuple[Path, ...] = ()
+    at_once_obs: frozenset[str] = frozenset()
+    # in-slot leaves compared by same_behaviour that no next leaf depends on (their own
+    # next value included), each with the observables (SlotObs or Step field names) that
+    # may depend on it: the key leaves one out unless a property reads one of those
+    idle: tuple[tuple[Path, frozenset[str]], ...] = ()
 
 
 def field_of(leaf_path: Path) -> Path:
@@ -768,6 +781,93 @@ class _Analyser:
                      _OBS_FIELDS), strict=True)]
         return _solve_unsat([*cons, *d1, *d2, z3.Or(*rest)], PROOF_TIMEOUT_MS)
 
+    def retired_at_once(self, quiet: Sequence[Path]
+                        ) -> tuple[frozenset[tuple[int, ...]], tuple[Path, ...],
+                                   frozenset[str]]:
+        """`Shape.retired_at_once`: the status values at which a slot retires as soon as it
+        enters them, with those of the `quiet` leaves that the step resets on entry (always
+        at their initial values there, so asking for them costs nothing), those leaves, and
+        the slot's own observables that may depend on its other leaves there but not once
+        every quiet leaf is initial (beyond the quiet retirement's premise: a property that
+        reads one keeps that retirement). The reduction needs less than `_retires`: the
+        slot need not keep its leaves (the key resets them), only stay at the value and
+        steer nothing else. vLLM's FINISHED under the AsyncScheduler: the finished
+        request's last output is still delivered in the next step and only its own
+        `finish_rank` report reads what is in flight; the reference explorer's `state_key`
+        drops a finished request at once too (model/vllm/reference.py)."""
+        status = status_fields(self.leaves)
+        if len(status) != 1 or not quiet:
+            return frozenset(), (), frozenset()
+        initial = {leaf.field: leaf.initial for leaf in self.leaves if leaf.slot == 0}
+        found: dict[int, tuple[Path, ...]] = {}
+        reads: set[str] = set()
+        for v in range(8):
+            if v == initial[status[0]] or not self._enters(status[0], v):
+                continue
+            if not self._absorbing(status[0], v):
+                continue
+            entry = tuple(f for f in quiet if self._resets(status[0], v, f, initial[f]))
+            own = self._own_reads({status[0]: v, **{f: initial[f] for f in entry}})
+            once_quiet = self._own_reads({status[0]: v, **{f: initial[f] for f in quiet}})
+            if own is not None:
+                found[v] = entry
+                reads |= own - (once_quiet if once_quiet is not None else frozenset())
+        if not found:
+            return frozenset(), (), frozenset()
+        common = tuple(sorted({f for e in found.values() for f in e}, key=repr))
+        if any(set(e) != set(common) for e in found.values()):
+            return frozenset(), (), frozenset()  # one set of leaves for every value, or none
+        combos = frozenset((v, *(initial[f] for f in common)) for v in found)
+        return combos, common, frozenset(reads)
+
+    def _own_reads(self, fixed: Mapping[Path, int]) -> frozenset[str] | None:
+        """With slot 0's leaves `fixed`, the simplified step: None if an output but slot 0's
+        own names slot 0's other leaves or its request (`_independent`), else the fields of
+        slot 0's observables that name its other leaves."""
+        if not self._independent(fixed):
+            return None
+        s = self.fresh("s", 2)
+        slot = s.slots[0]
+        for g, x in fixed.items():
+            slot = _set(slot, g, _like(values_of(slot)[g], x))
+        s = replace(s, slots=(slot, *s.slots[1:]))
+        specs = _symbolic_specs("p", self.n)
+        eos = [z3.Bool(f"e{k}") for k in range(self.n)]
+        _, obs = self.engine.step(_Unnamed(), self.cfg, specs, s, eos)
+        names = [f for f in _OBS_FIELDS if isinstance(getattr(obs.slots[0], f), z3.ExprRef)]
+        simplified = _simplified([getattr(obs.slots[0], f) for f in names])
+        return frozenset(f for f, x in zip(names, simplified, strict=True)
+                         if any(c.startswith("s.slots.0.") for c in z3_consts(x)))
+
+    def idle(self, equal: frozenset[Path]) -> tuple[tuple[Path, frozenset[str]], ...]:
+        """`Shape.idle`: in-slot fields of `equal` that no next leaf names once the step is
+        built and simplified (a sufficient condition for not depending on them), each with
+        the observables that name it. vLLM's `pending_rank` without the prefix cache: the
+        order the previous schedule served its requests in orders only the freeing of
+        cached blocks (and the `finish_rank` report)."""
+        candidates = [leaf.field for leaf in self.leaves
+                      if leaf.slot == 0 and leaf.field in equal
+                      and leaf.field not in {field_of(p) for p in self.constant}]
+        if not candidates:
+            return ()
+        s = self.fresh("s", 2)
+        specs = _symbolic_specs("p", self.n)
+        eos = [z3.Bool(f"e{k}") for k in range(self.n)]
+        nxt, obs = self.engine.step(_Unnamed(), self.cfg, specs, s, eos)
+        named: list[tuple[str | None, Any]] = [(None, v) for v in values_of(nxt).values()]
+        named += [(f, getattr(obs, f)) for f in _STEP_FIELDS]
+        named += [(f, getattr(o, f)) for o in obs.slots for f in _OBS_FIELDS]
+        simplified = _simplified([v for _, v in named])
+        names = [(tag, {c for c in z3_consts(x)} if isinstance(x, z3.ExprRef) else set())
+                 for (tag, _), x in zip(named, simplified, strict=True)]
+        out = []
+        for f in candidates:
+            mine = {".".join(str(p) for p in ("s", "slots", i, *f)) for i in range(self.n)}
+            if any(tag is None and consts & mine for tag, consts in names):
+                continue
+            out.append((f, frozenset(str(tag) for tag, consts in names if consts & mine)))
+        return tuple(out)
+
     def flow(self) -> tuple[dict[str, frozenset[Path]], dict[Path, frozenset[Path]]]:
         s = self.fresh("s", 1)
         specs = _symbolic_specs("p", self.n)
@@ -793,6 +893,29 @@ class _Unnamed(SymbolicOps):
     def name(self, value: Any) -> Any:
         """Identity."""
         return value
+
+
+def _simplified(values: Sequence[Any]) -> list[Any]:
+    """The values (ints, bools or z3 terms) simplified in one goal: they share most of
+    their terms."""
+    goal = z3.Goal()
+    where = []
+    for k, x in enumerate(values):
+        if isinstance(x, z3.ExprRef):
+            where.append(k)
+            goal.add(z3.Const(f"out.{k}", x.sort()) == x)
+    out = list(values)
+    if not where:
+        return out
+    result = z3.Tactic("simplify")(goal)
+    # Each fact names its own output; a fact that names none or several (or an output no
+    # fact names) leaves that output's term as it was, which names at least as much.
+    for f in (f for sub in result for f in sub):
+        outs = [c for c in z3_consts(f) if c.startswith("out.")]
+        if len(outs) == 1:
+            k = int(outs[0][4:])
+            out[k] = f.arg(1) if z3.is_eq(f) and _const_name(f.arg(0)) == outs[0] else f
+    return out
 
 
 def _same_term(x: Any, y: Any) -> bool:
@@ -890,6 +1013,9 @@ def _proved_shape(engine: EngineModel, rule_cfg: Any, slots: int) -> Shape:
     n = max(1, min(slots, PROOF_SLOTS))
     parts = _parts(engine, rule_cfg)
     quiet: tuple[Path, ...] = ()
+    at_once: frozenset[tuple[int, ...]] = frozenset()
+    at_once_quiet: tuple[Path, ...] = ()
+    at_once_obs: frozenset[str] = frozenset()
     if parts:
         sym, retired = _joint_facts(engine, parts, slots)
         retired = retired if proved else frozenset()
@@ -897,11 +1023,16 @@ def _proved_shape(engine: EngineModel, rule_cfg: Any, slots: int) -> Shape:
         small = _Analyser(engine, rule_cfg, n) if n != slots else a
         sym = small.symmetry()
         retired, quiet = small.retired() if proved else (frozenset(), ())
+        if proved and quiet:
+            at_once, at_once_quiet, at_once_obs = small.retired_at_once(quiet)
     return Shape(proof_slots=n, equal=equal, order=order, behaviour_proved=proved,
                  arrival_step_read=arrival, symmetry=sym,
                  retired=retired, obs_flow=obs_flow, next_flow=next_flow,
                  constant=frozenset(field_of(p) for p in a.constant), notes=tuple(a.notes),
-                 global_order=global_order, retire_quiet=quiet if retired else ())
+                 global_order=global_order, retire_quiet=quiet if retired else (),
+                 retired_at_once=at_once, at_once_quiet=at_once_quiet,
+                 at_once_obs=at_once_obs,
+                 idle=a.idle(equal) if proved else ())
 
 
 def _parts(engine: Any, rule_cfg: Any) -> tuple[tuple[EngineModel, Any], ...]:

@@ -157,8 +157,13 @@ class Search:
                 slot_fields.append(leaf.field)
         global_fields = [leaf.path for leaf in self.leaves
                          if leaf.slot is None and leaf.path not in sh.constant]
+        # A leaf no next leaf depends on (analysis.Shape.idle) steers nothing: the key
+        # leaves it out unless a property reads an observable it reaches or it is carried.
+        read_obs = set(read_slot) | set(read_step)
+        idle = {f for f, obs in sh.idle if not obs & read_obs and f not in self.carried}
         if sh.behaviour_proved:
-            self.key_slot = [f for f in slot_fields if f in sh.equal or f in self.carried]
+            self.key_slot = [f for f in slot_fields
+                             if (f in sh.equal and f not in idle) or f in self.carried]
             self.key_global = [p for p in global_fields if p in sh.equal or p in self.carried]
             self.order = list(sh.order)
             self.global_order = [g for g in sh.global_order
@@ -192,7 +197,14 @@ class Search:
         # A slot retires at a combination of its status fields' values and, where the
         # proof needed them, of its quiet leaves' initial values (analysis.Shape); a quiet
         # leaf that is constant has no column and is always at its initial value.
-        fields_ = (*status_fields(self.leaves), *sh.retire_quiet)
+        quiet = sh.retire_quiet
+        if sh.retired_at_once and not sh.at_once_obs & set(read_slot) and self.opt.retire:
+            # A slot retires as it enters the status (analysis.Shape.retired_at_once), as
+            # the reference explorer drops a finished request at once, when no property
+            # reads what it still reports of its in-flight output.
+            self.retired = tuple(sorted(sh.retired_at_once))
+            quiet = sh.at_once_quiet
+        fields_ = (*status_fields(self.leaves), *quiet)
         kept = [k for k, f in enumerate(fields_) if f not in sh.constant]
         self.status_fields = tuple(fields_[k] for k in kept)
         self.retired = tuple(sorted({tuple(c[k] for k in kept) for c in self.retired}))

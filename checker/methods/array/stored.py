@@ -79,6 +79,10 @@ def shape_to_json(sh: Any) -> dict[str, Any] | None:
         "constant": _paths(sh.constant), "notes": list(sh.notes),
         "global_order": [[list(p) for p in g] for g in sh.global_order],
         "retire_quiet": [list(p) for p in sh.retire_quiet],
+        "retired_at_once": sorted(list(r) for r in sh.retired_at_once),
+        "at_once_quiet": [list(p) for p in sh.at_once_quiet],
+        "at_once_obs": sorted(sh.at_once_obs),
+        "idle": [[list(f), sorted(obs)] for f, obs in sh.idle],
     }
 
 
@@ -103,4 +107,8 @@ def shape_from_json(stored: Mapping[str, Any], shape_type: type, order_type: typ
         next_flow={_path(k): frozenset(map(_path, v)) for k, v in stored["next_flow"]},
         constant=frozenset(map(_path, stored["constant"])), notes=tuple(stored["notes"]),
         global_order=tuple(tuple(map(_path, g)) for g in stored.get("global_order", [])),
-        retire_quiet=tuple(map(_path, stored.get("retire_quiet", []))))
+        retire_quiet=tuple(map(_path, stored.get("retire_quiet", []))),
+        retired_at_once=frozenset(tuple(r) for r in stored.get("retired_at_once", [])),
+        at_once_quiet=tuple(map(_path, stored.get("at_once_quiet", []))),
+        at_once_obs=frozenset(stored.get("at_once_obs", [])),
+        idle=tuple((_path(f), frozenset(obs)) for f, obs in stored.get("idle", [])))
