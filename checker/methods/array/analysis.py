@@ -47,6 +47,19 @@ fact it rests on (else the explorer keeps the leaf raw, which is always sound):
   reference explorer (whose `state_key` drops finished requests), is that a property
   does not depend on what a retired slot goes on reporting after it retired;
   tests/test_array_explore.py compares verdicts with and without the reduction.
+  Where the quiet leaves still moving (what is in flight) steer nothing but the slot's own
+  reports, the slot retires as it enters the status (`Shape.retired_at_once`): the value
+  is absorbing and the simplified step names the slot's other leaves and its request in
+  no output but its own, so states that differ only there have the same futures; the
+  reports that read them (`Shape.at_once_obs`, vLLM's `finish_rank`) keep the quiet
+  retirement for a property that reads one. This is the reference explorer's quotient
+  (its `state_key` drops a finished request at once), and with it the two count the same
+  states under the AsyncScheduler (tests/test_array_modes.py).
+- **idle leaves**: an in-slot leaf of the behaviour key that no next leaf names once the
+  step is built and simplified (`Shape.idle`; vLLM's `pending_rank` without the cache, which
+  orders only the freeing of cached blocks) steers nothing: states that differ only there
+  have the same successors, so the key leaves it out unless a property reads an
+  observable it reaches.
 
 Where a proof fails (or z3 cannot decide it in PROOF_TIMEOUT_MS), its reduction is off for
 that config, which is always sound: with prefix caching each slot's block hashes are its
