@@ -204,7 +204,7 @@ def _reads_preemptions(props: Sequence[Property], rule_cfg: object, slots: int) 
     try:
         return any("num_preemptions" in history.reads(p, rule_cfg, slots).all_slot_fields()
                    for p in props)
-    except (TypeError, ValueError, AttributeError, ArithmeticError):
+    except (TypeError, ValueError, AttributeError, ArithmeticError, LookupError):
         return True
 
 
