@@ -135,3 +135,13 @@ def test_decode_stall_chunk_arithmetic_is_the_same_at_any_page_size(page):
     solver.add(z3.Or(chunked_p != chunked_1, e_p != e_1, some_e > budget,
                      z3.And(some_chunked, some_e != 0, some_e < page)))
     assert solver.check() == z3.unsat
+
+
+def test_page_size_is_written_only_when_it_is_not_one():
+    # documents and question names from before page size existed read as before
+    # (tests/test_environment_bounds.py's file name); a paged config round-trips
+    assert "page_size" not in Config().to_dict()
+    paged = Config(page_size=16, max_total_num_tokens=256, max_prefill_tokens=64,
+                   chunked_prefill_size=64)
+    assert paged.to_dict()["page_size"] == 16
+    assert parse_config(paged.to_dict()) == paged

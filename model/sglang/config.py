@@ -136,8 +136,12 @@ class Config:
         return max(0, cap)
 
     def to_dict(self) -> dict[str, object]:
-        """The config as workload JSON spells it (SGLang's names)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The config as workload JSON spells it (SGLang's names). `page_size` is written
+        only when it is not 1, the one page size the model had before it: a document, a
+        counterexample and a question's file name (`check.query_slug`) without it stay
+        as they were."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name != "page_size" or self.page_size != 1}
 
 
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config))
