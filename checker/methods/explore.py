@@ -45,6 +45,7 @@ from model.core.types import (
     Workload,
 )
 from properties.catalogue import Property
+from properties.reads import reads
 
 # SlotObs fields that name a slot by its index, not by what it holds.
 _POSITIONAL = {"arrival_time"}
@@ -196,13 +197,11 @@ def _history_key(prop: Property, steps: Sequence[Step], ids: Sequence[str],
 
 def _reads_preemptions(props: Sequence[Property], rule_cfg: object, slots: int) -> bool:
     """Whether one of the properties reads a request's `num_preemptions` at some step of
-    its window (found by evaluating it once on recording steps, as the array explorer
-    finds what its key must carry: checker/methods/array/history.py `reads`). Where that
-    probe cannot evaluate a property, the count is kept."""
-    from checker.methods.array import history  # the array package imports this module
-
+    its window (found by evaluating it once on recording steps, properties/reads.py, as
+    the array explorer finds what its key must carry). Where that probe cannot evaluate a
+    property, the count is kept."""
     try:
-        return any("num_preemptions" in history.reads(p, rule_cfg, slots).all_slot_fields()
+        return any("num_preemptions" in reads(p, rule_cfg, slots).all_slot_fields()
                    for p in props)
     except (TypeError, ValueError, AttributeError, ArithmeticError, LookupError):
         return True

@@ -30,6 +30,7 @@ from model.core.engine import EngineModel
 from model.core.ops import CONCRETE
 from model.core.types import SlotSpec, Step
 from properties.catalogue import Property
+from properties.reads import Reads, merged, reads
 
 _KIND_FIELDS = tuple(f.name for f in fields(Kind))
 _SPEC_FIELDS = tuple(f.name for f in fields(SlotSpec))
@@ -117,9 +118,8 @@ class Search:
         self.template = engine.initial_state(slots, rule_cfg)
         self.leaves: tuple[Leaf, ...] = leaves_of(self.template)
         self.shape: Shape = analysis.shape(engine, rule_cfg, slots)
-        self.reads = history.merged([history.reads(p, rule_cfg, slots) for p in props]
-                                    ) if props else history.Reads((frozenset(),),
-                                                                  (frozenset(),))
+        self.reads = merged([reads(p, rule_cfg, slots) for p in props]
+                            ) if props else Reads((frozenset(),), (frozenset(),))
         self.ops = ArrayOps(np)
         self.dtype = _eval_dtype(rule_cfg)
         self.paths = options.least or options.keep_edges
