@@ -677,11 +677,9 @@ class _Analyser:
             quiet |= moving
         return None
 
-    def _independent(self, fixed: Mapping[Path, int]) -> bool:
-        """No output but slot 0's own names slot 0's other leaves or its request, once the
-        step is built for a slot 0 with these leaves fixed and simplified (a sufficient
-        condition for `_retires`'s second query, decided without the solver's search,
-        which a large step such as the prefix cache's can exceed the time limit in)."""
+    def _step_fixing_slot_0(self, fixed: Mapping[Path, int]) -> tuple[Any, Any]:
+        """(next state, observables) of the step, symbolic but for slot 0's leaves `fixed`,
+        its terms unnamed (so that z3 simplifies them)."""
         s = self.fresh("s", 2)
         slot = s.slots[0]
         for g, x in fixed.items():
@@ -689,7 +687,14 @@ class _Analyser:
         s = replace(s, slots=(slot, *s.slots[1:]))
         specs = _symbolic_specs("p", self.n)
         eos = [z3.Bool(f"e{k}") for k in range(self.n)]
-        nxt, obs = self.engine.step(_Unnamed(), self.cfg, specs, s, eos)
+        return self.engine.step(_Unnamed(), self.cfg, specs, s, eos)
+
+    def _independent(self, fixed: Mapping[Path, int]) -> bool:
+        """No output but slot 0's own names slot 0's other leaves or its request, once the
+        step is built for a slot 0 with these leaves fixed and simplified (a sufficient
+        condition for `_retires`'s second query, decided without the solver's search,
+        which a large step such as the prefix cache's can exceed the time limit in)."""
+        nxt, obs = self._step_fixing_slot_0(fixed)
         outs = _outputs(replace(nxt, slots=nxt.slots[1:]), replace(obs, slots=obs.slots[1:]),
                         _OBS_FIELDS)
 
@@ -839,14 +844,7 @@ class _Analyser:
         slot 0's observables that name its other leaves."""
         if not self._independent(fixed):
             return None
-        s = self.fresh("s", 2)
-        slot = s.slots[0]
-        for g, x in fixed.items():
-            slot = _set(slot, g, _like(values_of(slot)[g], x))
-        s = replace(s, slots=(slot, *s.slots[1:]))
-        specs = _symbolic_specs("p", self.n)
-        eos = [z3.Bool(f"e{k}") for k in range(self.n)]
-        _, obs = self.engine.step(_Unnamed(), self.cfg, specs, s, eos)
+        _, obs = self._step_fixing_slot_0(fixed)
         names = [f for f in _OBS_FIELDS if isinstance(getattr(obs.slots[0], f), z3.ExprRef)]
         simplified = _simplified([getattr(obs.slots[0], f) for f in names])
         return frozenset(f for f, x in zip(names, simplified, strict=True)
