@@ -165,8 +165,10 @@ def keep_valid_choices(w):
     return w
 
 
-@given(spec_workloads())
-def test_reference_and_rules_agree_on_speculative_workloads(w):
+def rules_agree_up_to_a_crash(w: Workload) -> None:
+    """The rules give the reference's record at every step of a valid `w` (its choices
+    kept to the valid ones), up to an engine assertion, which both must flag at one step
+    (also tests/test_vllm_versions_spec.py, at the older releases)."""
     if not is_valid(w.config):
         return
     w = keep_valid_choices(w)
@@ -178,6 +180,11 @@ def test_reference_and_rules_agree_on_speculative_workloads(w):
         if crashed:  # the engine is dead from here; the rules only flag it
             break
         assert got == ref, f"step {ref.step}:\n reference {ref}\n rules     {got}"
+
+
+@given(spec_workloads())
+def test_reference_and_rules_agree_on_speculative_workloads(w):
+    rules_agree_up_to_a_crash(w)
 
 
 @pytest.mark.parametrize(("config", "prop", "status", "depth"), [

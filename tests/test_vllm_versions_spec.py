@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_spec_decode import keep_valid_choices, spec_workloads
+from test_spec_decode import rules_agree_up_to_a_crash, spec_workloads
 
 from checker.config.hazards import ABSENT, HAZARDS, WITNESSED, Envelope, decide
 from checker.conformance.generate import at_release
@@ -17,31 +17,13 @@ from model import registry
 from model.core.errors import ConfigError
 from model.core.ops import CONCRETE
 from model.core.types import RequestSpec, Workload
-from model.slots import run_rules, to_slots
 from model.vllm.config import VERSIONS, VLLM_VERSION, Config, VllmRules
 from model.vllm.engine import records_to_steps
-from model.vllm.records import to_record
 from model.vllm.reference import simulate
-from model.vllm.validation import is_valid
 
 NEW = ("per_request_draft_slots", "pad_after_prefix_hit", "eagle_drop_flag", "spec_pad_room",
        "pad_assertion", "running_tokens_clamp")
 OLDER = [v for v in VERSIONS if v != VLLM_VERSION]
-
-
-def _agree(w: Workload) -> None:
-    """The rules give the reference's record at every step (up to an engine crash)."""
-    if not is_valid(w.config):
-        return
-    w = keep_valid_choices(w)
-    sw = to_slots(w)
-    for ref, got in zip(simulate(w), (to_record(s, sw.ids) for s in run_rules(sw)),
-                        strict=True):
-        crashed = "assertion" in dict(ref.extra)
-        assert crashed == ("assertion" in dict(got.extra)), f"step {ref.step}"
-        if crashed:
-            break
-        assert got == ref, f"step {ref.step}:\n reference {ref}\n rules     {got}"
 
 
 @pytest.mark.parametrize("version", OLDER)
@@ -49,12 +31,13 @@ def _agree(w: Workload) -> None:
 def test_reference_and_rules_agree_on_speculative_workloads_at_older_releases(version, w):
     # at_release: the release's switches, the fields it lacks unset, and (0.27.1) the seats
     # lowered so that the startup reservation of the draft slots leaves a budget.
-    _agree(at_release(w, version))
+    rules_agree_up_to_a_crash(at_release(w, version))
 
 
 @given(w=spec_workloads(), switches=st.fixed_dictionaries({n: st.booleans() for n in NEW}))
 def test_reference_and_rules_agree_under_every_combination_of_the_spec_switches(w, switches):
-    _agree(replace(w, config=replace(w.config, rules=replace(w.config.rules, **switches))))
+    rules = replace(w.config.rules, **switches)
+    rules_agree_up_to_a_crash(replace(w, config=replace(w.config, rules=rules)))
 
 
 def _run(version: str, config: dict, requests: tuple[RequestSpec, ...], steps: int):
@@ -63,7 +46,7 @@ def _run(version: str, config: dict, requests: tuple[RequestSpec, ...], steps: i
     cfg = engine.parse_config(config)
     assert engine.rejection(cfg) is None
     w = Workload(config=cfg, requests=requests, steps=steps)
-    _agree(w)
+    rules_agree_up_to_a_crash(w)
     return [dict(r.scheduled) for r in simulate(w)]
 
 
@@ -115,7 +98,7 @@ def test_a_padded_admission_cut_by_the_threshold_crashes_only_from_0_30():
         second = simulate(w)[1]
         assert (dict(second.extra).get("assertion") or None) is None if crash is None \
             else dict(second.extra)["assertion"].startswith(crash)
-        _agree(w)
+        rules_agree_up_to_a_crash(w)
     old = simulate(Workload(config=registry.get("vllm-v1@0.27.1").parse_config(config),
                             requests=reqs, steps=3))
     assert dict(old[1].scheduled) == {"a": 1, "b": 1}
