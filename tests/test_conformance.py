@@ -247,6 +247,18 @@ def test_shrinking_keeps_the_failure_and_reaches_the_smallest_workload():
     assert small.config.max_model_len == 13  # the smallest that admits a 12-token prompt
 
 
+def test_a_long_descent_finishes_within_a_small_budget():
+    # A value that must stay >= 50 from 184: the old ladder (floor, half-way, one less)
+    # walked 92 -> 50 one unit a call round and stopped at 77 with 80 calls (a live
+    # trace's shrink ran out so, leaving four requests where two showed the finding).
+    w = _big_workload()
+    w = replace(w, config=replace(w.config, max_model_len=200),
+                requests=(replace(w.requests[0], prompt_len=184),) + w.requests[1:])
+    small = shrink(w, lambda c: any(r.prompt_len >= 50 for r in c.requests), 80)
+    assert [r.prompt_len for r in small.requests] == [50]
+    assert small.config.max_model_len == 51
+
+
 def test_shrinking_returns_the_workload_when_nothing_smaller_fails():
     w = _big_workload()
     assert shrink(w, lambda c: c == w) == w
