@@ -32,6 +32,35 @@ SPEC_EAGLE_LIKE = ("eagle", "eagle3", "mtp", "dflash")
 SPEC_FIXED_K = ("medusa", "mlp_speculator", "draft_model")
 SPEC_METHODS_MODELLED = SPEC_NGRAM_LIKE + SPEC_EAGLE_LIKE + SPEC_FIXED_K
 
+# KV cache group kinds (v1/kv_cache_interface.py: FullAttentionSpec, SlidingWindowSpec,
+# MambaSpec), as the workload JSON spells them under "kv_cache_groups".
+GROUP_FULL, GROUP_SLIDING, GROUP_MAMBA = "full", "sliding_window", "mamba"
+GROUP_KINDS = (GROUP_FULL, GROUP_SLIDING, GROUP_MAMBA)
+
+
+@dataclass(frozen=True, slots=True)
+class KvGroup:
+    """One KV cache group of the shared block pool (KVCacheGroupSpec): its kind and, for a
+    sliding-window group, the window in tokens. A Mamba group runs mamba_cache_mode "none"
+    (align mode goes with prefix caching, which the model refuses beside hybrid groups)."""
+
+    kind: str = GROUP_FULL
+    sliding_window: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        """The workload JSON form."""
+        if self.kind == GROUP_SLIDING:
+            return {"kind": self.kind, "sliding_window": self.sliding_window}
+        return {"kind": self.kind}
+
+    def describe(self) -> str:
+        """A short name for scope lines: full, sliding_window(W), mamba."""
+        return f"sliding_window({self.sliding_window})" if self.kind == GROUP_SLIDING \
+            else self.kind
+
+
+ONE_FULL_GROUP: tuple[KvGroup, ...] = (KvGroup(),)
+
 
 @dataclass(frozen=True, slots=True)
 class VllmRules:
@@ -204,6 +233,11 @@ class Config:
     num_speculative_tokens: int = 0
     parallel_drafting: bool = False
     disable_eagle_block_drop: bool = False
+    # The KV cache groups drawing from the one pool (KVCacheConfig.kv_cache_groups, in
+    # vLLM's order: here full attention, then sliding window, then Mamba). The default,
+    # one full-attention group, is what the model had before groups; the workload JSON
+    # writes the field only when it differs.
+    kv_cache_groups: tuple[KvGroup, ...] = ONE_FULL_GROUP
     # Rule switches (VllmRules); the workload JSON spells under "rules" the ones that
     # differ from `version`'s, the VERSIONS entry the config was parsed for.
     rules: VllmRules = field(default_factory=VllmRules)
@@ -324,6 +358,37 @@ class Config:
         return self.speculative_method in SPEC_NGRAM_LIKE
 
     @property
+    def hybrid_kv(self) -> bool:
+        """Whether the KV cache is other than one full-attention group."""
+        return self.kv_cache_groups != ONE_FULL_GROUP
+
+    @property
+    def max_in_flight_tokens(self) -> int:
+        """Tokens scheduled but not settled: one batch, two with async scheduling
+        (config/vllm.py:576-599, the V1 model runner without pipeline parallelism)."""
+        return (2 if self.async_scheduling else 1) * self.max_num_batched_tokens
+
+    def sliding_window_cap(self, window: int) -> int:
+        """The blocks a sliding-window group lets one request hold at admission, and what
+        the startup check counts for it: cdiv(min(window - 1 + in-flight tokens,
+        max_model_len), block_size) + 1 (v1/kv_cache_interface.py:859-885; no extra
+        retained tokens, multi-module MTP being outside the model)."""
+        tokens = min(window - 1 + self.max_in_flight_tokens, self.max_model_len)
+        return -(-tokens // self.block_size) + 1
+
+    def group_blocks_per_request(self, group: KvGroup) -> int:
+        """The blocks one request of max_model_len needs in `group` at most, as vLLM's
+        startup check counts them (v1/core/kv_cache_utils.py:2337-2366): full attention
+        cdiv(max_model_len, block_size) (kv_cache_interface.py:602-607), a sliding window
+        its admission cap, Mamba 1 + k state blocks in mode "none"
+        (kv_cache_interface.py:1076-1082)."""
+        if group.kind == GROUP_SLIDING:
+            return self.sliding_window_cap(group.sliding_window)
+        if group.kind == GROUP_MAMBA:
+            return 1 + self.num_spec_tokens
+        return -(-self.max_model_len // self.block_size)
+
+    @property
     def usable_blocks(self) -> int:
         """Blocks a request can hold: the pool less the null block (block_pool.py:185-188)."""
         return self.num_gpu_blocks - 1
@@ -331,13 +396,16 @@ class Config:
     def to_dict(self) -> dict[str, object]:
         """The config as workload JSON spells it (vLLM field names), and under "rules" the
         switches that differ from its version's (none, unless one was changed)."""
-        return with_rules({name: getattr(self, name) for name in CONFIG_FIELDS
-                           if name not in SPEC_FIELDS or self.speculative_method},
-                          self.rules, VERSIONS[self.version])
+        out: dict[str, object] = {name: getattr(self, name) for name in CONFIG_FIELDS
+                                  if name not in SPEC_FIELDS or self.speculative_method}
+        if self.hybrid_kv:
+            out[GROUPS_FIELD] = [g.to_dict() for g in self.kv_cache_groups]
+        return with_rules(out, self.rules, VERSIONS[self.version])
 
 
+GROUPS_FIELD = "kv_cache_groups"
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config)
-                                       if f.name not in ("rules", "version"))
+                                       if f.name not in ("rules", "version", GROUPS_FIELD))
 # Written only when speculative decoding is on, so documents without it read as before.
 SPEC_FIELDS = ("speculative_method", "num_speculative_tokens", "parallel_drafting",
                "disable_eagle_block_drop")
@@ -380,17 +448,47 @@ def parse_config(raw: Any, base: Config | None = None, *, version: str = VLLM_VE
     "rules" object toggles switches of those rules."""
     if not isinstance(raw, dict):
         raise InputError(f"'config' must be a JSON object of vLLM field names, got {shown(raw)}")
-    refuse_unknown(raw, {*CONFIG_FIELDS, "rules"}, "unknown config field",
-                   f"known fields: {', '.join(CONFIG_FIELDS)}, rules")
-    knobs = {k: v for k, v in raw.items() if k != "rules"}
+    refuse_unknown(raw, {*CONFIG_FIELDS, GROUPS_FIELD, "rules"}, "unknown config field",
+                   f"known fields: {', '.join(CONFIG_FIELDS)}, {GROUPS_FIELD}, rules")
+    knobs = {k: v for k, v in raw.items() if k not in ("rules", GROUPS_FIELD)}
     for name, value in knobs.items():
         check_value(name, value)
+    if GROUPS_FIELD in raw:
+        knobs[GROUPS_FIELD] = parse_kv_groups(raw[GROUPS_FIELD])
     if base is None:
         base = Config(rules=VERSIONS[version], version=version)
     cfg = replace(base, **knobs)
     if "rules" in raw:
         cfg = replace(cfg, rules=with_switches(cfg.rules, raw["rules"]))
     return cfg
+
+
+def parse_kv_groups(raw: Any) -> tuple[KvGroup, ...]:
+    """The "kv_cache_groups" list: objects {"kind": "full" | "sliding_window" | "mamba"},
+    a sliding-window one with "sliding_window": W >= 1. InputError naming the bad entry."""
+    fix = ('write e.g. [{"kind": "full"}, {"kind": "sliding_window", "sliding_window": 64}, '
+           '{"kind": "mamba"}]')
+    if not isinstance(raw, list) or not raw:
+        raise InputError(f"kv_cache_groups must be a non-empty list of groups, got "
+                         f"{shown(raw)}; {fix}")
+    out = []
+    for entry in raw:
+        if not isinstance(entry, dict) or entry.get("kind") not in GROUP_KINDS:
+            raise InputError(f"kv_cache_groups entry {shown(entry)} needs a kind in "
+                             f"{', '.join(GROUP_KINDS)}; {fix}")
+        refuse_unknown(entry, {"kind", "sliding_window"}, "unknown kv_cache_groups key",
+                       "known keys: kind, sliding_window")
+        window = entry.get("sliding_window", 0)
+        if entry["kind"] == GROUP_SLIDING:
+            if isinstance(window, bool) or not isinstance(window, int) \
+                    or not 1 <= window <= MAX_INT:
+                raise InputError(f"kv_cache_groups entry {shown(entry)}: sliding_window "
+                                 "must be an integer >= 1 (tokens)")
+        elif "sliding_window" in entry:
+            raise InputError(f"kv_cache_groups entry {shown(entry)}: only a sliding_window "
+                             "group has a window; drop it")
+        out.append(KvGroup(entry["kind"], window if entry["kind"] == GROUP_SLIDING else 0))
+    return tuple(out)
 
 
 def with_switches(rules: VllmRules, changes: Any) -> VllmRules:

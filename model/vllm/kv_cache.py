@@ -187,3 +187,200 @@ class BlockTable:
         table = self.blocks.pop(request_id, [])
         self.num_cached.pop(request_id, None)
         self.pool.free_blocks(reversed(table))
+
+    def num_blocks_to_allocate_in_groups(self, request_id: str, num_tokens: int,
+                                         hit: list[KVBlock], total_computed_tokens: int = 0,
+                                         admission: bool = False) -> int:
+        """`num_blocks_to_allocate` under the coordinator's signature (the tables of
+        `GroupTables` take the computed tokens and the admission cap): full attention skips
+        no tokens and has no cap, so both are ignored (T:712-723)."""
+        del total_computed_tokens, admission
+        return self.num_blocks_to_allocate(request_id, num_tokens, hit)
+
+    def remove_skipped_blocks(self, request_id: str, processed_tokens: int) -> None:
+        """Full attention skips no tokens: nothing to free (T:672-702, 712-723)."""
+        del request_id, processed_tokens
+
+
+# ---------------------------------------------------------------------------------------
+# Several KV cache groups (the hybrid KV cache manager), without prefix caching
+# ---------------------------------------------------------------------------------------
+# C = v1/core/kv_cache_coordinator.py, I = v1/kv_cache_interface.py. With prefix caching off
+# vLLM runs KVCacheCoordinatorNoPrefixCache (C:995-1008): every group's manager draws from
+# the one BlockPool, no block is ever hashed, and no request ever enters a manager's
+# num_cached_block (only add_local_computed_blocks and cache_blocks fill it, neither runs
+# without caching: K:581-600, C:336-340), so each manager's count takes its general path
+# (T:226-262). Prefix caching beside such groups (HybridKVCacheCoordinator's fixed-point
+# hit search, Mamba's align mode) is a stated limit, refused by the config's validation.
+
+
+class GroupTable:
+    """One KV cache group's `SingleTypeKVCacheManager` without prefix caching: per request
+    its block table, a null block (None here) where a block was freed and replaced
+    (T:638-670). Full attention skips no tokens and has no admission cap."""
+
+    def __init__(self, pool: BlockPool, block_size: int) -> None:
+        self.pool = pool
+        self.block_size = block_size
+        self.blocks: dict[str, list[KVBlock | None]] = {}
+
+    def skipped_tokens(self, num_computed_tokens: int) -> int:
+        """Tokens whose blocks attention no longer reads (T:712-723: none)."""
+        del num_computed_tokens
+        return 0
+
+    def slot_tokens(self, num_tokens: int) -> int:
+        """The slots the table is sized for when a request needs `num_tokens` (Mamba adds
+        its speculative blocks here)."""
+        return num_tokens
+
+    def admission_cap(self) -> int | None:
+        """The per-request cap of the full-sequence admission check (None: no cap)."""
+        return None
+
+    def held(self, request_id: str) -> int:
+        """Real blocks the request holds (null blocks left out)."""
+        return sum(b is not None for b in self.blocks.get(request_id, ()))
+
+    def length(self, request_id: str) -> int:
+        """The table's length, null blocks included (what the allocation counts read)."""
+        return len(self.blocks.get(request_id, ()))
+
+    def num_blocks_to_allocate(self, request_id: str, num_tokens: int,
+                               total_computed_tokens: int, admission: bool) -> int:
+        """T:175-265 without a prefix hit: the blocks for cdiv(slots, block_size) (capped at
+        admission for groups that recycle blocks, T:216-230) beyond the table's length or
+        the skipped blocks, whichever is more (T:245-252)."""
+        required = -(-self.slot_tokens(num_tokens) // self.block_size)
+        cap = self.admission_cap()
+        if admission and cap is not None:
+            required = min(required, cap)
+        skipped = self.skipped_tokens(total_computed_tokens) // self.block_size
+        return max(required - max(skipped, self.length(request_id)), 0)
+
+    def remove_skipped_blocks(self, request_id: str, processed_tokens: int) -> None:
+        """Free the blocks wholly before the skipped tokens, last first, replacing each by
+        the null block and stopping at one already null (T:638-710)."""
+        skipped = self.skipped_tokens(processed_tokens)
+        if skipped <= 0 or request_id not in self.blocks:
+            return
+        table = self.blocks[request_id]
+        freed: list[KVBlock] = []
+        for i in range(min(skipped // self.block_size, len(table)) - 1, -1, -1):
+            block = table[i]
+            if block is None:
+                break
+            freed.append(block)
+            table[i] = None
+        self.pool.free_blocks(freed)
+
+    def allocate(self, request_id: str, num_tokens: int) -> None:
+        """Append new blocks up to cdiv(slots, block_size) (T:369-410)."""
+        table = self.blocks.setdefault(request_id, [])
+        required = -(-self.slot_tokens(num_tokens) // self.block_size)
+        if required > len(table):
+            table += self.pool.get_new_blocks(required - len(table))
+
+    def free(self, request_id: str) -> None:
+        """Free the request's real blocks, last first (T:562-589; the pool skips the null
+        block, P:774-805)."""
+        table = self.blocks.pop(request_id, [])
+        self.pool.free_blocks(b for b in reversed(table) if b is not None)
+
+
+class SlidingWindowTable(GroupTable):
+    """`SlidingWindowManager` (T:933-1170): tokens before the window's start are skipped,
+    and the full-sequence admission check caps a request at the window's blocks
+    (`SlidingWindowSpec.max_admission_blocks_per_request`, I:859-885, set by T:2613-2628)."""
+
+    def __init__(self, pool: BlockPool, block_size: int, window: int, cap: int) -> None:
+        super().__init__(pool, block_size)
+        self.window = window
+        self.cap = cap
+
+    def skipped_tokens(self, num_computed_tokens: int) -> int:
+        """num_computed_tokens - window + 1, at least 0 (T:1135-1170; no extra retained
+        tokens: multi-module MTP is outside the model)."""
+        return max(0, num_computed_tokens - self.window + 1)
+
+    def admission_cap(self) -> int | None:
+        return self.cap
+
+
+class MambaTable(GroupTable):
+    """`MambaManager` in mamba_cache_mode "none" (T:1415-1960): its block size is
+    max_model_len (model_executor/models/config.py:705-709), the table is sized for
+    `num_speculative_blocks` (= k, model_executor/layers/mamba/abstract.py:76-82) blocks
+    more (T:1690-1697, 1783-1788), and only the last computed token's state is kept
+    (T:1954-1960). A request thus holds 1 + k blocks from its first allocation until it is
+    freed or preempted."""
+
+    def __init__(self, pool: BlockPool, block_size: int, num_speculative_blocks: int) -> None:
+        super().__init__(pool, block_size)
+        self.num_speculative_blocks = num_speculative_blocks
+
+    def skipped_tokens(self, num_computed_tokens: int) -> int:
+        return num_computed_tokens - 1
+
+    def slot_tokens(self, num_tokens: int) -> int:
+        return num_tokens + self.block_size * self.num_speculative_blocks
+
+
+class GroupTables:
+    """`KVCacheCoordinatorNoPrefixCache` (C:80-420 with C:995-1008): the groups' tables over
+    one pool, asked in group order. Same interface as `BlockTable` where the reference
+    calls it."""
+
+    def __init__(self, pool: BlockPool, tables: list[GroupTable]) -> None:
+        self.pool = pool
+        self.tables = tables
+
+    @property
+    def blocks(self) -> dict[str, list[KVBlock | None]]:
+        """The first group's tables (prefix-cache facts read them; caching is off here)."""
+        return self.tables[0].blocks
+
+    def held(self, request_id: str) -> int:
+        """Real blocks the request holds, summed over the groups."""
+        return sum(t.held(request_id) for t in self.tables)
+
+    def group_key(self, request_id: str) -> tuple[tuple[int, int], ...]:
+        """Per group (table length, real blocks): what steers the request's later counts."""
+        return tuple((t.length(request_id), t.held(request_id)) for t in self.tables)
+
+    def held_by_group(self, request_id: str) -> tuple[int, ...]:
+        """Real blocks the request holds in each group."""
+        return tuple(t.held(request_id) for t in self.tables)
+
+    def longest_hit(self, hashes: list[Hashable], max_length: int) -> list[KVBlock]:
+        """No prefix caching: no hit."""
+        del hashes, max_length
+        return []
+
+    def num_blocks_to_allocate_in_groups(self, request_id: str, num_tokens: int,
+                                         hit: list[KVBlock], total_computed_tokens: int = 0,
+                                         admission: bool = False) -> int:
+        """The sum of every group's count (C:190-263)."""
+        assert not hit
+        return sum(t.num_blocks_to_allocate(request_id, num_tokens, total_computed_tokens,
+                                            admission) for t in self.tables)
+
+    def remove_skipped_blocks(self, request_id: str, processed_tokens: int) -> None:
+        """Each group frees what fell out of its attention (C:429-445)."""
+        for t in self.tables:
+            t.remove_skipped_blocks(request_id, processed_tokens)
+
+    def allocate(self, request_id: str, hit: list[KVBlock], num_tokens: int) -> None:
+        """Each group allocates up to its slots, in group order (C:303-334)."""
+        assert not hit
+        for t in self.tables:
+            t.allocate(request_id, num_tokens)
+
+    def cache(self, request_id: str, hashes: list[Hashable], num_tokens: int) -> None:
+        """No prefix caching: nothing is cached (C:351-374 skip every manager)."""
+        del request_id, hashes, num_tokens
+
+    def free(self, request_id: str) -> None:
+        """Each group frees the request's blocks, in group order (C:400-409)."""
+        for t in self.tables:
+            t.free(request_id)

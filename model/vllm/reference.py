@@ -68,8 +68,16 @@ from model.core.types import (
     StepRecord,
     Workload,
 )
-from model.vllm.config import POLICY_PRIORITY, Config
-from model.vllm.kv_cache import BlockPool, BlockTable, KVBlock
+from model.vllm.config import GROUP_MAMBA, GROUP_SLIDING, POLICY_PRIORITY, Config
+from model.vllm.kv_cache import (
+    BlockPool,
+    BlockTable,
+    GroupTable,
+    GroupTables,
+    KVBlock,
+    MambaTable,
+    SlidingWindowTable,
+)
 from model.vllm.validation import check_field_types
 
 
@@ -356,7 +364,7 @@ class VllmV1Scheduler:
             PriorityQueue() if cfg.policy == POLICY_PRIORITY else FcfsQueue())  # S:223-231
         self.running: list[Request] = []
         self.pool = BlockPool(cfg.num_gpu_blocks, cfg.enable_prefix_caching)
-        self.table = BlockTable(self.pool, cfg.block_size)
+        self.table = kv_tables(cfg, self.pool)
         self._num_arrived = 0
         self._finished_ids: set[str] = set()
         self._aborted: list[str] = []  # aborted since the last record (FINISH_ABORT)
@@ -458,6 +466,8 @@ class VllmV1Scheduler:
         num_computed = tuple((r.request_id, r.num_computed_tokens) for r in held)
         running_ids = tuple(r.request_id for r in self.running)
         held_blocks = {rid: self.table.held(rid) for rid in running_ids}
+        group_blocks = ({rid: self.table.held_by_group(rid) for rid in running_ids}
+                        if isinstance(self.table, GroupTables) else {})
         waiting_ids = tuple(r.request_id for r in self.waiting)
         self._check_eos(out, eos_ids)
         samples = frozenset(rid for rid in out.num_scheduled_tokens
@@ -488,8 +498,12 @@ class VllmV1Scheduler:
                                               if r in output.samples)),)
         if self.cfg.num_spec_tokens:  # blocks: lookahead and rolled-back drafts keep theirs
             cache_facts += (("spec_scheduled", dict(out.spec_scheduled)),
-                            ("accepted", dict(chosen)),
-                            ("blocks_held", held_blocks))
+                            ("accepted", dict(chosen)))
+        if self.cfg.num_spec_tokens or self.cfg.hybrid_kv:
+            # With groups, blocks held are not cdiv(tokens, block_size): say them.
+            cache_facts += (("blocks_held", held_blocks),)
+        if isinstance(self.table, GroupTables):
+            cache_facts += (("group_blocks", group_blocks),)
         return StepRecord(
             step=self.current_step,
             scheduled=tuple(out.num_scheduled_tokens.items()),
@@ -610,10 +624,17 @@ class VllmV1Scheduler:
                     r.num_computed_tokens, self.table.held(r.request_id),
                     r.priority if priority else 0, ranks[id(r)] if priority else 0,
                     extra.get(r.request_id), r.prefix_group, r.shared_prefix_len,
-                    *self._async_key(r), *self._spec_key(r))
+                    *self._async_key(r), *self._spec_key(r), *self._groups_key(r))
         key = (self.pool.num_free_blocks, tuple(one(r) for r in self.running),
                tuple(one(r) for r in self.waiting), self.crashed)
         return key + self._cache_key(held) if self.cfg.enable_prefix_caching else key
+
+    def _groups_key(self, r: Request) -> tuple[object, ...]:
+        """Several KV cache groups: each group's table length (null blocks included, they
+        steer later counts) and real blocks."""
+        if not isinstance(self.table, GroupTables):
+            return ()
+        return (self.table.group_key(r.request_id),)
 
     def _spec_key(self, r: Request) -> tuple[object, ...]:
         """Speculative decoding: the drafts the request carries, and under async what the
@@ -904,10 +925,12 @@ class VllmV1Scheduler:
         has_scheduled_reqs: bool = True,
         lookahead: int = 0,
     ) -> bool:
-        """`KVCacheManager.allocate_slots` for full attention (K:371-618), `hit` the
-        prefix-cache blocks of a waiting request, `lookahead` the speculative slots reserved
-        past the chunk (K:541-544; the full-sequence check leaves them out, 522-539). True
-        when the blocks were allocated, False where upstream returns None."""
+        """`KVCacheManager.allocate_slots` (K:371-618), `hit` the prefix-cache blocks of a
+        waiting request, `lookahead` the speculative slots reserved past the chunk
+        (K:541-544; the full-sequence check leaves them out, 522-539). True when the blocks
+        were allocated, False where upstream returns None. With one full-attention group
+        the skipped-block step and the admission cap do nothing; with several groups each
+        counts and allocates its own blocks of the one pool (model/vllm/kv_cache.py)."""
         hit = hit or []
         if num_new_tokens == 0 and not hit:  # K:474-482
             raise ValueError("num_new_tokens must be greater than 0 when there are no "
@@ -922,12 +945,18 @@ class VllmV1Scheduler:
             watermark_blocks = self.cfg.watermark_blocks
         if full_sequence_must_fit:  # K:522-539: a check only, nothing is reserved
             full_num_tokens = min(request.num_tokens, max_model_len)
-            required = table.num_blocks_to_allocate(rid, full_num_tokens, hit)
+            required = table.num_blocks_to_allocate_in_groups(
+                rid, full_num_tokens, hit, total_computed_tokens, admission=True)
             if required + watermark_blocks > self.pool.num_free_blocks:
                 return False
         num_tokens_need_slot = min(total_computed_tokens + num_new_tokens + lookahead,
                                    max_model_len)
-        num_blocks = table.num_blocks_to_allocate(rid, num_tokens_need_slot, hit)  # K:561-571
+        # K:546-558: free what fell out of a window, on the processed tokens (in-flight
+        # ones excluded), even if the request is not scheduled after all.
+        table.remove_skipped_blocks(rid, max(0, total_computed_tokens
+                                             - request.num_in_flight_tokens))
+        num_blocks = table.num_blocks_to_allocate_in_groups(  # K:560-571
+            rid, num_tokens_need_slot, hit, local)
         if num_blocks + watermark_blocks > self.pool.num_free_blocks:  # K:575-579
             return False
         table.allocate(rid, hit, num_tokens_need_slot)  # K:581-600
@@ -1085,6 +1114,24 @@ class VllmV1Scheduler:
 # Driving a whole workload
 # ---------------------------------------------------------------------------------------
 
+
+
+def kv_tables(cfg: Config, pool: BlockPool) -> BlockTable | GroupTables:
+    """The KV cache manager's tables for `cfg`'s groups: one full-attention group is the
+    `BlockTable` (with or without prefix caching); several groups are the coordinator
+    without prefix caching over one table per group (K:132-200, C:995-1008)."""
+    if not cfg.hybrid_kv:
+        return BlockTable(pool, cfg.block_size)
+    tables: list[GroupTable] = []
+    for group in cfg.kv_cache_groups:
+        if group.kind == GROUP_SLIDING:
+            tables.append(SlidingWindowTable(pool, cfg.block_size, group.sliding_window,
+                                             cfg.sliding_window_cap(group.sliding_window)))
+        elif group.kind == GROUP_MAMBA:
+            tables.append(MambaTable(pool, cfg.max_model_len, cfg.num_spec_tokens))
+        else:
+            tables.append(GroupTable(pool, cfg.block_size))
+    return GroupTables(pool, tables)
 
 
 def iter_steps(workload: Workload) -> Iterator[tuple[tuple[RequestView, ...], StepRecord]]:

@@ -11,11 +11,15 @@ from dataclasses import dataclass
 from model.core.errors import ConfigError, InputError, shown
 from model.vllm.config import (
     CONFIG_FIELDS,
+    GROUP_KINDS,
+    GROUP_SLIDING,
     OPTIONAL_INT_FIELDS,
     POLICY_FCFS,
     POLICY_PRIORITY,
     SPEC_METHODS_MODELLED,
+    VLLM_VERSION,
     Config,
+    KvGroup,
     check_value,
 )
 
@@ -112,6 +116,31 @@ def check_field_types(cfg: Config) -> None:
             f"policy {shown(cfg.policy)} is not a vLLM scheduling policy; use 'fcfs' or 'priority' "
             "(vllm/config/scheduler.py:21)")
     _check_spec_fields(cfg)
+    _check_kv_groups(cfg)
+
+
+def _check_kv_groups(cfg: Config) -> None:
+    """The KV cache groups are known kinds, and the modes the model has for several groups:
+    prefix caching off, the pinned release."""
+    groups = cfg.kv_cache_groups
+    if not isinstance(groups, tuple) or not groups or not all(
+            isinstance(g, KvGroup) and g.kind in GROUP_KINDS
+            and (g.sliding_window >= 1 if g.kind == GROUP_SLIDING else g.sliding_window == 0)
+            for g in groups):
+        raise InputError(f"kv_cache_groups {shown(groups)} must be a non-empty list of "
+                         f"groups of kind {', '.join(GROUP_KINDS)} (a sliding window >= 1)")
+    if not cfg.hybrid_kv:
+        return
+    names = ", ".join(g.describe() for g in groups)
+    if cfg.enable_prefix_caching:
+        raise InputError(
+            f"prefix caching with KV cache groups {names} is not modelled (the hybrid "
+            "coordinator's fixed-point hit search, v1/core/kv_cache_coordinator.py, and "
+            "Mamba's align mode); turn it off: enable_prefix_caching false "
+            "(--no-enable-prefix-caching)")
+    if cfg.version != VLLM_VERSION:
+        raise InputError(f"KV cache groups {names} are modelled at vLLM {VLLM_VERSION} only, "
+                         f"not {cfg.version}; use vllm-v1@{VLLM_VERSION}")
 
 
 def _check_spec_fields(cfg: Config) -> None:
