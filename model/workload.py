@@ -24,13 +24,16 @@ from model.core.types import (
     AcceptEvent,
     DraftEvent,
     EosEvent,
+    ExternalHit,
+    KVLoadEvent,
     RequestSpec,
     Workload,
 )
 from model.vllm.config import ENGINE_VLLM_V1
 from model.vllm.startup import start_rejection
 
-_TOP_KEYS = {"engine", "config", "requests", "eos", "steps", "accepted", "drafts", "aborts"}
+_TOP_KEYS = {"engine", "config", "requests", "eos", "steps", "accepted", "drafts", "aborts",
+             "kv_hits", "kv_loads"}
 _REQUEST_KEYS = {"id", "prompt_len", "max_tokens", "arrival_step", "priority",
                  "cached_prefix_len", "prefix_group", "shared_prefix_len"}
 
@@ -119,8 +122,20 @@ def parse_workload(doc: Any, need_requests: bool = True) -> Workload:
     if aborts and engine != ENGINE_VLLM_V1:
         raise InputError(f"'aborts' is modelled for {ENGINE_VLLM_V1} only, not {engine}; "
                          "drop the 'aborts' entries")
+    prompts = {r.id: r.prompt_len for r in requests}
+    kv_hits = tuple(_parse_kv_hit(i, e, prompts)
+                    for i, e in enumerate(_list(doc, "kv_hits", MAX_REQUESTS)))
+    kv_loads = tuple(_parse_kv_load(i, e, ids, steps)
+                     for i, e in enumerate(_list(doc, "kv_loads", MAX_REQUESTS)))
+    if (kv_hits or kv_loads) and not getattr(config, "kv_connector", False):
+        raise InputError("the workload gives 'kv_hits' or 'kv_loads' but its config has no KV "
+                         "connector; set \"kv_connector\": true or drop them")
+    if len({h.id for h in kv_hits}) != len(kv_hits):
+        raise InputError("'kv_hits' names a request twice; give each request at most one "
+                         "external hit")
     workload = Workload(config=config, requests=requests, eos=eos, steps=steps, engine=engine,
-                        accepted=accepted, drafts=drafts, aborts=aborts)
+                        accepted=accepted, drafts=drafts, aborts=aborts, kv_hits=kv_hits,
+                        kv_loads=kv_loads)
     check_size(workload)
     return workload
 
@@ -235,6 +250,39 @@ def _parse_abort(index: int, raw: Any, ids: set[str], steps: int) -> AbortEvent:
                       after_schedule=after)
 
 
+def _parse_kv_hit(index: int, raw: Any, prompts: dict[str, int]) -> ExternalHit:
+    """One external hit {"id", "tokens"[, "async"]} (docs/simulation_contract.md)."""
+    where = f"kv_hits[{index}]"
+    if (not isinstance(raw, dict) or not {"id", "tokens"} <= set(raw)
+            or not set(raw) <= {"id", "tokens", "async"}):
+        raise InputError(f"{where} must be an object {{\"id\": ..., \"tokens\": ...}} with "
+                         f"an optional \"async\": true, got {shown(raw)}")
+    rid = _request_id(where, raw["id"], set(prompts))
+    load_async = raw.get("async", False)
+    if not isinstance(load_async, bool):
+        raise InputError(f"{where}: async must be true or false, got {shown(load_async)}")
+    tokens = _int(where, "tokens", raw["tokens"], 0)
+    if tokens > prompts[rid]:
+        raise InputError(f"{where}: tokens {tokens} exceeds request {rid!r}'s prompt_len "
+                         f"{prompts[rid]}; an external hit covers prompt tokens, give at most "
+                         f"{prompts[rid]}")
+    return ExternalHit(id=rid, tokens=tokens, load_async=load_async)
+
+
+def _parse_kv_load(index: int, raw: Any, ids: set[str], steps: int) -> KVLoadEvent:
+    """One KV load report {"id", "step"[, "failed"]} (docs/simulation_contract.md)."""
+    where = f"kv_loads[{index}]"
+    if (not isinstance(raw, dict) or not {"id", "step"} <= set(raw)
+            or not set(raw) <= {"id", "step", "failed"}):
+        raise InputError(f"{where} must be an object {{\"id\": ..., \"step\": ...}} with an "
+                         f"optional \"failed\": true, got {shown(raw)}")
+    rid = _request_id(where, raw["id"], ids)
+    failed = raw.get("failed", False)
+    if not isinstance(failed, bool):
+        raise InputError(f"{where}: failed must be true or false, got {shown(failed)}")
+    return KVLoadEvent(id=rid, step=_int(where, "step", raw["step"], 1, steps), failed=failed)
+
+
 def _int(where: str, key: str, value: Any, minimum: int, maximum: int = MAX_INT) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InputError(f"{where}: {key} must be an integer, got {shown(value)}")
@@ -285,6 +333,11 @@ def workload_to_json(w: Workload) -> dict[str, Any]:
         **({"aborts": [{"id": e.id, "step": e.step,
                         **({"after_schedule": True} if e.after_schedule else {})}
                        for e in w.aborts]} if w.aborts else {}),
+        **({"kv_hits": [{"id": h.id, "tokens": h.tokens,
+                         **({"async": True} if h.load_async else {})}
+                        for h in w.kv_hits]} if w.kv_hits else {}),
+        **({"kv_loads": [{"id": e.id, "step": e.step, **({"failed": True} if e.failed else {})}
+                         for e in w.kv_loads]} if w.kv_loads else {}),
     }
 
 

@@ -187,8 +187,9 @@ def compare_effective(workload: Workload) -> Divergence | None:
 
 
 def _fewer_choices(w: Workload) -> Iterator[Workload]:
-    """One accepted or drafts entry fewer, or an accepted count one lower (the shrinker's
-    moves do not touch them)."""
+    """One accepted or drafts entry fewer, or an accepted count one lower; one KV load
+    report or external hit fewer, or a hit one token shorter (the shrinker's moves do not
+    touch them)."""
     for i, e in enumerate(w.accepted):
         yield replace(w, accepted=w.accepted[:i] + w.accepted[i + 1:])
         if e.count > 1:
@@ -196,13 +197,23 @@ def _fewer_choices(w: Workload) -> Iterator[Workload]:
                                        *w.accepted[i + 1:]))
     for i in range(len(w.drafts)):
         yield replace(w, drafts=w.drafts[:i] + w.drafts[i + 1:])
+    for i in range(len(w.kv_loads)):  # a KV connector's load reports and hits
+        yield replace(w, kv_loads=w.kv_loads[:i] + w.kv_loads[i + 1:])
+    for i, h in enumerate(w.kv_hits):
+        yield replace(w, kv_hits=w.kv_hits[:i] + w.kv_hits[i + 1:])
+        if h.tokens > 0:
+            yield replace(w, kv_hits=(*w.kv_hits[:i], replace(h, tokens=h.tokens - 1),
+                                      *w.kv_hits[i + 1:]))
 
 
 def _without_strays(w: Workload) -> Workload:
-    """`w` without accepted/drafts entries naming a request the shrinker removed."""
+    """`w` without accepted/drafts/KV connector entries naming a request the shrinker
+    removed."""
     ids = {r.id for r in w.requests}
     return replace(w, accepted=tuple(e for e in w.accepted if e.id in ids),
-                   drafts=tuple(e for e in w.drafts if e.id in ids))
+                   drafts=tuple(e for e in w.drafts if e.id in ids),
+                   kv_hits=tuple(h for h in w.kv_hits if h.id in ids),
+                   kv_loads=tuple(e for e in w.kv_loads if e.id in ids))
 
 
 def shrink_divergence(workload: Workload, max_calls: int = 3000) -> Workload:

@@ -32,6 +32,15 @@ budgets, pools, max_model_len and long-prefill thresholds in 1..k, and the envir
 choices: accepted counts 0..k per request and step (the driver applies at most the drafts
 scheduled, `RealRun.effective_accepted`), and for ngram draft counts 0..k.
 
+`random_connector_workload(seed)` is the KV-connector mode's generator (the synchronous
+Scheduler with the harness's connector, checker/conformance/vllm_connector.py): for most
+requests an external hit (a block-aligned share of the prompt, the prompt less one token,
+or now and then the whole prompt), loaded asynchronously about two times in three; load
+reports (one in five failed) at steps after each async request's arrival, some of which
+name no load in flight and do nothing; client aborts (checker/conformance/aborts.py), some
+of them of requests whose load is in flight; pools from ample to scarce
+(`CONNECTOR_RUN_FEATURES` counts what the runs reach).
+
 `random_any_config(seed)` draws configs that are often invalid, for the config-validation
 conformance: each breaks zero, one or two of vLLM's SchedulerConfig rules.
 """
@@ -44,11 +53,15 @@ from dataclasses import replace
 
 from model.core.errors import InputError
 from model.core.types import (
+    FINISH_ABORT,
+    FINISH_ERROR,
     FINISH_LENGTH,
     FINISH_STOP,
     AcceptEvent,
     DraftEvent,
     EosEvent,
+    ExternalHit,
+    KVLoadEvent,
     RequestSpec,
     StepRecord,
     Workload,
@@ -637,6 +650,128 @@ def _spec_batch(rng: random.Random, steps: int) -> Workload:
     return Workload(config=cfg, requests=requests, eos=tuple(eos), steps=steps)
 
 
+#: What the connector mode's runs reach, read from their records (`connector_run_features`).
+CONNECTOR_RUN_FEATURES: tuple[str, ...] = (
+    "connector:sync_hit_admitted",
+    "connector:async_load_started",
+    "connector:async_load_admitted",
+    "connector:full_prompt_load_cut_to_n_minus_1",
+    "connector:load_failed_error",
+    "connector:load_blocked_behind_reservation",
+    "connector:aborted_while_loading",
+    "connector:sync_full_hit_assertion",
+    "connector:preempted_then_reloaded",
+)
+
+
+def random_connector_workload(seed: int, steps: int = 30) -> Workload:
+    """A valid workload with the KV connector on, drawn from `seed` alone (its own stream;
+    see the module doc)."""
+    from checker.conformance.aborts import with_aborts  # aborts imports only core types
+
+    rng = random.Random(f"connector-{seed}")
+    n_req = rng.randint(1, 8)
+    prompts = [_draw_prompt(rng) for _ in range(n_req)]
+    max_tokens = [rng.choice((rng.randint(1, 6), rng.randint(1, 24))) for _ in prompts]
+    cfg = replace(_draw_config(rng, prompts, max_tokens, 0), kv_connector=True)
+    last_arrival = max(1, (2 * steps) // 3)
+    requests = [RequestSpec(id=f"r{i}", prompt_len=p, max_tokens=mt,
+                            arrival_step=1 if rng.random() < 0.55 else
+                            rng.randint(1, last_arrival), priority=rng.randint(0, 3))
+                for i, (p, mt) in enumerate(zip(prompts, max_tokens, strict=True))]
+    hits: list[ExternalHit] = []
+    loads: list[KVLoadEvent] = []
+    for r in requests:
+        if rng.random() < 0.25:
+            continue
+        hit = ExternalHit(id=r.id, tokens=_draw_hit(rng, r.prompt_len, cfg.block_size),
+                          load_async=rng.random() < 0.65)
+        if not hit.load_async and hit.tokens == r.prompt_len and rng.random() < 0.7:
+            hit = replace(hit, tokens=r.prompt_len - 1)  # keep most runs alive
+        hits.append(hit)
+        if hit.load_async:
+            for _ in range(rng.randint(1, 3)):
+                step = r.arrival_step + rng.randint(0, 8)
+                if step <= steps:
+                    loads.append(KVLoadEvent(id=r.id, step=step, failed=rng.random() < 0.2))
+    loads.sort(key=lambda e: e.step)
+    eos = _draw_eos(rng, cfg, requests, steps)
+    workload = Workload(config=cfg, requests=tuple(requests), eos=tuple(eos), steps=steps,
+                        kv_hits=tuple(hits), kv_loads=tuple(_first_per_step(loads)))
+    if rng.random() < 0.5:
+        workload = with_aborts(workload, seed)
+    validate(workload.config)
+    return workload
+
+
+def _draw_hit(rng: random.Random, prompt_len: int, block_size: int) -> int:
+    """An external hit of a prompt: whole blocks of it, the prompt less one token, all of
+    it, or any share."""
+    kind = rng.random()
+    if kind < 0.4:
+        return min(prompt_len, block_size * rng.randint(0, prompt_len // block_size + 1))
+    if kind < 0.6:
+        return max(0, prompt_len - 1)
+    if kind < 0.8:
+        return prompt_len
+    return rng.randint(0, prompt_len)
+
+
+def _first_per_step(loads: Sequence[KVLoadEvent]) -> list[KVLoadEvent]:
+    """One load report per (request, step): the first drawn."""
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for e in loads:
+        if (e.id, e.step) not in seen:
+            seen.add((e.id, e.step))
+            out.append(e)
+    return out
+
+
+def connector_run_features(w: Workload, records: Sequence[StepRecord]) -> set[str]:
+    """The CONNECTOR_RUN_FEATURES one run shows, read from its records: a request listed
+    waiting with computed tokens it was never scheduled is loading (async); an admission
+    whose computed tokens exceed what it is scheduled came with a hit."""
+    hits = {h.id: h for h in w.kv_hits}
+    specs = {r.id: r for r in w.requests}
+    out: set[str] = set()
+    loading: set[str] = set()
+    preempted: set[str] = set()
+    for rec in records:
+        computed = dict(rec.num_computed_tokens)
+        scheduled = dict(rec.scheduled)
+        if dict(rec.extra).get("assertion") and any(
+                hits.get(rid) and hits[rid].tokens == specs[rid].prompt_len
+                for rid in rec.admitted):
+            out.add("connector:sync_full_hit_assertion")
+        for rid in rec.admitted + rec.resumed:
+            hit = hits.get(rid)
+            if hit is None or rid not in computed:
+                continue
+            if rid in loading:
+                out.add("connector:async_load_admitted")
+                if scheduled.get(rid) == 1 and hit.tokens == specs[rid].prompt_len:
+                    out.add("connector:full_prompt_load_cut_to_n_minus_1")
+                if rid in preempted:
+                    out.add("connector:preempted_then_reloaded")
+            elif computed[rid] > scheduled.get(rid, 0) and not hit.load_async:
+                out.add("connector:sync_hit_admitted")
+        for rid in rec.waiting:
+            if computed.get(rid, 0) > 0 and rid not in loading and rid not in rec.preempted:
+                loading.add(rid)
+                out.add("connector:async_load_started")
+        if any(rid in loading for rid in rec.waiting) and len(rec.waiting) > len(loading):
+            out.add("connector:load_blocked_behind_reservation")
+        for rid, reason in rec.finished:
+            if reason == FINISH_ERROR:
+                out.add("connector:load_failed_error")
+            elif reason == FINISH_ABORT and rid in loading and rid not in rec.running:
+                out.add("connector:aborted_while_loading")
+        preempted |= set(rec.preempted)
+        loading -= {*rec.admitted, *rec.resumed, *(rid for rid, _ in rec.finished)}
+    return out
+
+
 def _fit_pool(rng: random.Random, cfg: Config, prompts: Sequence[int],
               max_tokens: Sequence[int], groups: Sequence[tuple[str, int] | None],
               batch: bool) -> Config:
@@ -885,6 +1020,8 @@ def run_features(w: Workload, records: Iterable[StepRecord],
     if w.config.num_spec_tokens:
         out |= _spec_run_features(w, records)
         out |= probed & set(SPEC_PROBED_FEATURES)
+    if w.config.kv_connector:
+        out |= connector_run_features(w, records)
     return frozenset(out)
 
 

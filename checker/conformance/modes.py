@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from checker.conformance.generate import (
     ASYNC_PREFIX_RUN_FEATURES,
     ASYNC_RUN_FEATURES,
+    CONNECTOR_RUN_FEATURES,
     PREFIX_RUN_FEATURES,
     PREFIX_STATIC_FEATURES,
     RUN_FEATURES,
@@ -26,6 +27,7 @@ from checker.conformance.generate import (
     STATIC_FEATURES,
     random_async_prefix_workload,
     random_async_workload,
+    random_connector_workload,
     random_prefix_workload,
     random_spec_async_prefix_workload,
     random_spec_async_workload,
@@ -89,6 +91,11 @@ MODES: dict[str, Mode] = {
              (*SPEC_ASYNC_STATIC_FEATURES, *SPEC_RUN_FEATURES, *SPEC_ASYNC_RUN_FEATURES,
               *SPEC_PREFIX_RUN_FEATURES),
              ("base", "prefix", "async", "async+prefix"), report_features=True),
+        Mode("connector", "a KV connector (the harness's own, answering from the workload: "
+             "sync and async external hits, load reports and failures), the synchronous "
+             "Scheduler, prefix caching off", random_connector_workload, "Scheduler",
+             (*STATIC_FEATURES, *RUN_FEATURES, *CONNECTOR_RUN_FEATURES), ("base",),
+             report_features=True),
     )
 }
 DEFAULT_MODE = "off"

@@ -61,8 +61,10 @@ def is_admissible(w: Workload) -> bool:
         validate(w.config)
     except InputError:
         return False
+    prompts = {r.id: r.prompt_len for r in w.requests}
     return all(1 <= r.prompt_len < w.config.max_model_len for r in w.requests) and all(
-        r.arrival_step >= 1 and r.max_tokens >= 1 and _group_ok(r) for r in w.requests)
+        r.arrival_step >= 1 and r.max_tokens >= 1 and _group_ok(r) for r in w.requests
+    ) and all(h.tokens <= prompts.get(h.id, h.tokens) for h in w.kv_hits)
 
 
 def _group_ok(r: RequestSpec) -> bool:

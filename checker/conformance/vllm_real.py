@@ -131,11 +131,13 @@ from checker.conformance.importing import unavailable_reason
 from model.core.errors import InputError
 from model.core.types import (
     FINISH_ABORT,
+    FINISH_ERROR,
     FINISH_LENGTH,
     FINISH_STOP,
     AcceptEvent,
     DraftEvent,
     EosEvent,
+    KVLoadEvent,
     RequestSpec,
     StepRecord,
     Workload,
@@ -203,6 +205,7 @@ def _vllm() -> SimpleNamespace:
         SpeculativeConfig,
         VllmConfig,
     )
+    from vllm.config.kv_transfer import KVTransferConfig
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import (
@@ -217,7 +220,7 @@ def _vllm() -> SimpleNamespace:
         KVCacheConfig,
         KVCacheGroupSpec,
     )
-    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+    from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
     from vllm.v1.structured_output import StructuredOutputManager
 
@@ -233,7 +236,8 @@ def _vllm() -> SimpleNamespace:
         FullAttentionSpec=FullAttentionSpec, KVCacheConfig=KVCacheConfig,
         KVCacheGroupSpec=KVCacheGroupSpec, ModelRunnerOutput=ModelRunnerOutput,
         Request=Request, RequestStatus=RequestStatus,
-        StructuredOutputManager=StructuredOutputManager,
+        StructuredOutputManager=StructuredOutputManager, KVTransferConfig=KVTransferConfig,
+        KVConnectorOutput=KVConnectorOutput,
     )
 
 
@@ -313,6 +317,9 @@ def check_spec_buildable(cfg: Config) -> None:
                          "DSpark/DFlash)")
 
 
+CONNECTOR_MODULE = "checker.conformance.vllm_connector"
+
+
 @functools.cache
 def _vllm_config(cfg: Config) -> Any:
     """vLLM's VllmConfig for `cfg` (cached: building it is the slow part). It is the same
@@ -328,7 +335,13 @@ def _vllm_config(cfg: Config) -> Any:
                                  max_model_len=cfg.max_model_len)
     cache_config = v.CacheConfig(block_size=cfg.block_size,
                                  enable_prefix_caching=cfg.enable_prefix_caching)
-    if not cfg.speculative_method:
+    if cfg.kv_connector:  # the harness's own connector (checker/conformance/vllm_connector.py)
+        transfer = v.KVTransferConfig(kv_connector="HarnessConnector", kv_role="kv_both",
+                                      kv_connector_module_path=CONNECTOR_MODULE)
+        vllm_config = v.VllmConfig(scheduler_config=scheduler_config,
+                                   model_config=model_config, cache_config=cache_config,
+                                   kv_transfer_config=transfer)
+    elif not cfg.speculative_method:
         vllm_config = v.VllmConfig(scheduler_config=scheduler_config,
                                    model_config=model_config, cache_config=cache_config)
     else:
@@ -883,6 +896,15 @@ def run_real_vllm_detailed(workload: Workload,
                          "(async_scheduler.py:50); drop the 'drafts' entries")
     tokens = TokenIds.of(workload) if caching else None
     sched = new_scheduler(cfg)
+    if (workload.kv_hits or workload.kv_loads) and sched.connector is None:
+        raise InputError("the workload gives 'kv_hits' or 'kv_loads' but its config has no KV "
+                         "connector; set kv_connector or drop them")
+    calls: list[tuple[str, int, int, bool]] = []  # the connector's answers this step
+    if sched.connector is not None:
+        sched.connector.answer_with(workload.kv_hits)
+        calls = sched.connector.calls
+    kv_loads = workload.kv_loads_by_step()
+    loading: list[str] = []  # async loads started and not reported, in start order
     log = _PreemptionLog(sched)
     probe = _CacheProbe(v, sched) if caching else None
     async_probe = _AsyncProbe(sched) if cfg.async_scheduling else None
@@ -941,6 +963,8 @@ def run_real_vllm_detailed(workload: Workload,
             sched.add_request(held[spec.id])
         aborted = abort(aborts_before.get(step, ()))
         status_before = {r.request_id: r.status for r in waiting_in_pop_order(sched)}
+        remote = v.RequestStatus.WAITING_FOR_REMOTE_KVS
+        calls.clear()
         log.ids.clear()
         if spec_probe is not None:
             spec_probe.before_schedule()
@@ -956,6 +980,15 @@ def run_real_vllm_detailed(workload: Workload,
             events.append(frozenset({"spec:assertion"}) if k else frozenset())
             continue
         scheduled = tuple(out.num_scheduled_tokens.items())
+        # A load starts when the connector answered async in this schedule and the waiting
+        # loop turned the request WAITING_FOR_REMOTE_KVS (scheduler.py:1320-1341; it may
+        # have been promoted from that status in the same pass, S:3175-3193); the worker's
+        # reports name only loads in flight.
+        answered_async = {c[0] for c in calls if c[3]}
+        loading += [r.request_id for r in waiting_in_pop_order(sched)
+                    if r.status == remote and r.request_id in answered_async]
+        calls.clear()
+        reports = _load_reports(kv_loads.get(step, ()), loading)
         admitted, resumed = admitted_and_resumed(v, sched, out, status_before)
         preempted = tuple(log.ids)
         if set(preempted) != set(out.preempted_req_ids or ()):
@@ -983,11 +1016,17 @@ def run_real_vllm_detailed(workload: Workload,
             sampled_token_ids=[
                 _sampled(rid, applied.get(rid, 0), step in eos.get(rid, ()), token(rid))
                 if rid in samples else []
-                for rid in req_ids])
+                for rid in req_ids],
+            kv_connector_output=_kv_output(v, reports) if reports else None)
         sampled_ids.append(frozenset(samples))
         aborted += abort(aborts_after.get(step, ()))  # core.py:676-680: before the update
         if not cfg.async_scheduling:
+            ending = {rid for rid, _ in reports if not held[rid].is_finished()}
             finished = update(out, model_output)
+            # The requests a failed load ended (FINISHED_ERROR, scheduler.py:2306-2325), in
+            # the order reported.
+            finished += tuple((rid, FINISH_ERROR) for rid, _ in reports if rid in ending
+                              and held[rid].status == v.RequestStatus.FINISHED_ERROR)
             if k and sum(n for _, n in scheduled) > 0:  # EngineCore.post_step, core.py:689-696
                 alive = [rid for rid in req_ids
                          if rid in sched.requests and not held[rid].is_finished()]
@@ -1029,6 +1068,26 @@ def run_real_vllm_detailed(workload: Workload,
             step_events |= spec_probe.events
         events.append(frozenset(step_events))
     return RealRun(records=tuple(records), sampled=tuple(sampled_ids), events=tuple(events))
+
+
+def _load_reports(events: tuple[KVLoadEvent, ...], loading: list[str]
+                  ) -> tuple[tuple[str, bool], ...]:
+    """The step's load reports (id, failed) that the worker can make: the first the
+    workload lists for each load in flight, which it then takes out of `loading`."""
+    out: list[tuple[str, bool]] = []
+    for event in events:
+        if event.id in loading:
+            loading.remove(event.id)
+            out.append((event.id, event.failed))
+    return tuple(out)
+
+
+def _kv_output(v: SimpleNamespace, reports: tuple[tuple[str, bool], ...]) -> Any:
+    """The worker connector's output for `reports`: every one finished, the failed ones
+    also failed (as the output aggregator reports a failure only with its finish,
+    distributed/kv_transfer/kv_connector/utils.py:169-172)."""
+    return v.KVConnectorOutput(finished_recving={rid for rid, _ in reports},
+                               failed_recving={rid for rid, failed in reports if failed})
 
 
 def _sampled(rid: str, num_accepted: int, eos: bool, token: int) -> list[int]:
@@ -1126,7 +1185,8 @@ def scheduler_assertion(exc: AssertionError) -> str:
     if (zero := zero_tokens_request(exc)) is not None:
         v = _vllm()
         fact = zero_tokens_assertion(zero.request_id, zero.num_tokens,
-                                     resumed=zero.status == v.RequestStatus.PREEMPTED)
+                                     resumed=zero.status == v.RequestStatus.PREEMPTED,
+                                     external=local.get("num_external_computed_tokens", 0) > 0)
         return fact.replace(ZERO_TOKENS_ASSERTION, where, 1)
     # Found by its statement (1372 in 0.32.0, 1267 in 0.30.0); the threshold is the local
     # long_prefill_token_threshold in 0.32.0, threshold in 0.30.0.

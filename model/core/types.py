@@ -18,6 +18,7 @@ DEFAULT_ENGINE = "vllm-v1"
 FINISH_STOP = "stop"  # FINISHED_STOPPED: the sampled token was EOS
 FINISH_LENGTH = "length"  # FINISHED_LENGTH_CAPPED: max_tokens or max_model_len reached
 FINISH_ABORT = "abort"  # FINISHED_ABORTED: the client went away (an AbortEvent)
+FINISH_ERROR = "error"  # FINISHED_ERROR: the engine gave up on it (a failed KV load)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,30 @@ class AbortEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ExternalHit:
+    """KV connector: the external KV store holds the KV of request `id`'s first `tokens`
+    prompt tokens, and loads them asynchronously (`load_async`) or within the step. The
+    scheduler-side connector answers get_num_new_matched_tokens with what lies beyond
+    the locally computed tokens (docs/simulation_contract.md, `kv_hits`)."""
+
+    id: str
+    tokens: int
+    load_async: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class KVLoadEvent:
+    """KV connector: in step `step`'s model output the worker reports request `id`'s
+    asynchronous KV load finished (finished_recving), or, with `failed`, finished and
+    failed (failed_recving with finished_recving, as the worker's output aggregator
+    reports a failure). It does nothing when no load of `id` is in flight then."""
+
+    id: str
+    step: int
+    failed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     """A workload and the configuration it runs under (the simulation contract).
     `config` is the engine's own Config (model/<engine>/config.py)."""
@@ -96,6 +121,8 @@ class Workload:
     accepted: tuple[AcceptEvent, ...] = ()
     drafts: tuple[DraftEvent, ...] = ()
     aborts: tuple[AbortEvent, ...] = ()
+    kv_hits: tuple[ExternalHit, ...] = ()
+    kv_loads: tuple[KVLoadEvent, ...] = ()
 
     def arrival_order(self) -> tuple[RequestSpec, ...]:
         """Requests in arrival order: by arrival step, then list order. A request's
@@ -129,6 +156,11 @@ class Workload:
         out = _grouped((e.step, e.id) for e in self.aborts
                        if e.after_schedule == after_schedule)
         return {step: tuple(ids) for step, ids in out.items()}
+
+    def kv_loads_by_step(self) -> dict[int, tuple[KVLoadEvent, ...]]:
+        """For each step, the KV load reports of its model output, in list order."""
+        out = _grouped((e.step, e) for e in self.kv_loads)
+        return {step: tuple(events) for step, events in out.items()}
 
     def eos_steps(self) -> dict[str, frozenset[int]]:
         """For each request id, the steps in which it samples EOS."""

@@ -238,6 +238,11 @@ class Config:
     # one full-attention group, is what the model had before groups; the workload JSON
     # writes the field only when it differs.
     kv_cache_groups: tuple[KvGroup, ...] = ONE_FULL_GROUP
+    # KVTransferConfig (config/kv_transfer.py:60, 71, 88): a scheduler-side KV connector
+    # whose answers the workload gives (model/vllm/connector.py), under the default
+    # kv_load_failure_policy "fail". Off by default and written only when on, so documents
+    # without it read as before.
+    kv_connector: bool = False
     # Rule switches (VllmRules); the workload JSON spells under "rules" the ones that
     # differ from `version`'s, the VERSIONS entry the config was parsed for.
     rules: VllmRules = field(default_factory=VllmRules)
@@ -397,7 +402,8 @@ class Config:
         """The config as workload JSON spells it (vLLM field names), and under "rules" the
         switches that differ from its version's (none, unless one was changed)."""
         out: dict[str, object] = {name: getattr(self, name) for name in CONFIG_FIELDS
-                                  if name not in SPEC_FIELDS or self.speculative_method}
+                                  if (name not in SPEC_FIELDS or self.speculative_method)
+                                  and (name not in CONNECTOR_FIELDS or self.kv_connector)}
         if self.hybrid_kv:
             out[GROUPS_FIELD] = [g.to_dict() for g in self.kv_cache_groups]
         return with_rules(out, self.rules, VERSIONS[self.version])
@@ -409,6 +415,9 @@ CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config)
 # Written only when speculative decoding is on, so documents without it read as before.
 SPEC_FIELDS = ("speculative_method", "num_speculative_tokens", "parallel_drafting",
                "disable_eagle_block_drop")
+
+# Written only when a KV connector is on.
+CONNECTOR_FIELDS = ("kv_connector",)
 
 # Each field's type follows from its default, so a field added to Config is checked too.
 BOOL_FIELDS = tuple(f.name for f in fields(Config) if isinstance(f.default, bool))

@@ -5,9 +5,11 @@ Scope: the synchronous `Scheduler` or the `AsyncScheduler` (`async_scheduling`: 
 look-ahead, A = v1/core/sched/async_scheduler.py), full attention, prefix caching on or off
 (`enable_prefix_caching`; the cache itself is model/vllm/kv_cache.py), speculative decoding
 on or off (Config.speculative_method; static k, no dynamic SD, prefill lookahead at most 1,
-which makes `_reserve_prefill_lookahead` a clamp at 0), no KV connector, no multimodal/encoder
-inputs, no LoRA, no structured output, not paused. `kv_holding_waiting` stays empty, so its
-branches are left out.
+which makes `_reserve_prefill_lookahead` a clamp at 0), a KV connector on or off
+(Config.kv_connector; the environment and its state are model/vllm/connector.py), no
+multimodal/encoder inputs, no LoRA, no structured output, not paused. Without a connector
+`kv_holding_waiting` stays empty: only a request set aside for its asynchronous KV load
+enters it (S:903-909, 1392-1393).
 
 Speculative decoding (S:612-614, 661, 703-721, 857-876, 918, 1118, 1131-1153, 1367-1375,
 2108-2128; A:25-56): a request carries `spec_token_ids` drafts into a step; the running loop
@@ -62,13 +64,16 @@ from model.core.checks import check_eos_steps
 from model.core.errors import InputError
 from model.core.types import (
     FINISH_ABORT,
+    FINISH_ERROR,
     FINISH_LENGTH,
     FINISH_STOP,
+    KVLoadEvent,
     RequestSpec,
     StepRecord,
     Workload,
 )
 from model.vllm.config import GROUP_MAMBA, GROUP_SLIDING, POLICY_PRIORITY, Config
+from model.vllm.connector import Connector, copied
 from model.vllm.kv_cache import (
     BlockPool,
     BlockTable,
@@ -85,11 +90,13 @@ class Status(Enum):
     """The `RequestStatus` values reachable in scope (R:370-386)."""
 
     WAITING = "WAITING"
+    WAITING_FOR_REMOTE_KVS = "WAITING_FOR_REMOTE_KVS"
     RUNNING = "RUNNING"
     PREEMPTED = "PREEMPTED"
     FINISHED_STOPPED = "FINISHED_STOPPED"
     FINISHED_LENGTH_CAPPED = "FINISHED_LENGTH_CAPPED"
     FINISHED_ABORTED = "FINISHED_ABORTED"
+    FINISHED_ERROR = "FINISHED_ERROR"
 
 
 # ---------------------------------------------------------------------------------------
@@ -224,6 +231,16 @@ class PriorityQueue:
 RequestQueue = FcfsQueue | PriorityQueue
 
 
+def _queue_copy(queue: RequestQueue, fresh: Mapping[str, Request]) -> RequestQueue:
+    """A copy of `queue` holding the copies `fresh` maps each request id to, in its order."""
+    twin = copy.copy(queue)
+    if isinstance(queue, FcfsQueue):
+        twin._items = deque(fresh[r.request_id] for r in queue._items)
+    else:
+        twin._heap = [fresh[r.request_id] for r in queue._heap]
+    return twin
+
+
 # The pool and the per-request block tables are model/vllm/kv_cache.py.
 
 
@@ -282,11 +299,14 @@ ZERO_TOKENS_ASSERTION = "scheduler.py:1170"
 _ZERO_TOKENS_LEAD = f"{ZERO_TOKENS_ASSERTION} AssertionError: request "
 
 
-def zero_tokens_assertion(request_id: str, num_tokens: int, resumed: bool) -> str:
+def zero_tokens_assertion(request_id: str, num_tokens: int, resumed: bool,
+                          external: bool = False) -> str:
     """The crash record's words for S:1170 (`assert num_new_tokens > 0`): the request whose
-    prefix hit covers all its `num_tokens` tokens, about to be admitted (or resumed)."""
+    prefix hit (a KV connector's synchronous hit when `external`) covers all its
+    `num_tokens` tokens, about to be admitted (or resumed)."""
     verb = "resumed" if resumed else "admitted"
-    return (f"{_ZERO_TOKENS_LEAD}{request_id!r} was to be {verb} with 0 tokens: a prefix hit "
+    hit = "an external KV hit" if external else "a prefix hit"
+    return (f"{_ZERO_TOKENS_LEAD}{request_id!r} was to be {verb} with 0 tokens: {hit} "
             f"covers all {num_tokens} of its tokens (assert num_new_tokens > 0)")
 
 
@@ -355,13 +375,24 @@ class VllmV1Scheduler:
     """vLLM V1's synchronous scheduler, one `step()` = `schedule()` then a fake model
     output then `update_from_output()` (v1/engine/core.py:657-687)."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, connector: Connector | None = None) -> None:
         check_field_types(cfg)
         self.cfg = cfg
         self.current_step = 0
         self.requests: dict[str, Request] = {}
         self.waiting: RequestQueue = (
             PriorityQueue() if cfg.policy == POLICY_PRIORITY else FcfsQueue())  # S:223-231
+        # S:227: requests that hold KV blocks while they wait (an asynchronous KV load);
+        # the waiting loop drains it first (S:913-917).
+        self.kv_holding_waiting: RequestQueue = (
+            PriorityQueue() if cfg.policy == POLICY_PRIORITY else FcfsQueue())
+        self.connector = (connector or Connector()) if cfg.kv_connector else None
+        # S:434: requests still prefilling (an async load, or a chunk short of the
+        # prompt), whose remaining blocks an async load must leave free (S:3088-3092).
+        self._inflight_prefills: set[str] = set()
+        # Finished requests whose blocks wait for their KV load to end (S:2700-2712):
+        # they left every queue and still hold their blocks.
+        self._delayed_free: dict[str, Request] = {}
         self.running: list[Request] = []
         self.pool = BlockPool(cfg.num_gpu_blocks, cfg.enable_prefix_caching)
         self.table = kv_tables(cfg, self.pool)
@@ -383,13 +414,13 @@ class VllmV1Scheduler:
         fresh = {rid: copy.copy(r) for rid, r in self.requests.items()}
         twin.requests = fresh
         twin.running = [fresh[r.request_id] for r in self.running]
-        twin.waiting = copy.copy(self.waiting)
-        if isinstance(self.waiting, FcfsQueue):
-            twin.waiting._items = deque(fresh[r.request_id] for r in self.waiting._items)
-        else:
-            twin.waiting._heap = [fresh[r.request_id] for r in self.waiting._heap]
+        twin.waiting = _queue_copy(self.waiting, fresh)
+        twin.kv_holding_waiting = _queue_copy(self.kv_holding_waiting, fresh)
         twin.pool, twin.table = copy.deepcopy((self.pool, self.table), memo)
         twin._finished_ids = set(self._finished_ids)
+        twin.connector = copied(self.connector)
+        twin._inflight_prefills = set(self._inflight_prefills)
+        twin._delayed_free = {rid: copy.copy(r) for rid, r in self._delayed_free.items()}
         # The pending output names requests by id and holds no request object.
         return twin
 
@@ -424,9 +455,18 @@ class VllmV1Scheduler:
         one (S:2714-2749); ids already finished or not held are skipped. Returns the ids
         aborted, in the order given. The step's record lists them in `finished` with
         reason "abort", before the requests its output finished."""
-        done: list[str] = []
         if self.crashed:  # a dead engine takes no more input
             return ()
+        done = self._finish_requests(request_ids, Status.FINISHED_ABORTED)
+        self._aborted.extend(done)
+        return done
+
+    def _finish_requests(self, request_ids: Iterable[str], status: Status
+                         ) -> tuple[str, ...]:
+        """`finish_requests(ids, status)` (S:2649-2712), one id at a time in the order
+        given: each held request leaves its queue and is freed; a request waiting for a KV
+        load the worker has not reported keeps its blocks until it does (S:2700-2707)."""
+        done: list[str] = []
         for rid in request_ids:
             request = self.requests.get(rid)
             if request is None or rid in done:
@@ -435,16 +475,21 @@ class VllmV1Scheduler:
                 self.running = [r for r in self.running if r is not request]
             else:
                 self.waiting.remove_requests({request})
-            request.status = Status.FINISHED_ABORTED
-            self._free_request(request)
+                self.kv_holding_waiting.remove_requests({request})
+            delay = False
+            if request.status == Status.WAITING_FOR_REMOTE_KVS and self.connector is not None:
+                delay = rid not in self.connector.finished_recving
+                self.connector.finished_recving.discard(rid)
+            request.status = status
+            self._free_request(request, delay_free_blocks=delay)
             done.append(rid)
-        self._aborted.extend(done)
         return tuple(done)
 
     def step(self, eos_ids: frozenset[str] = frozenset(),
              accepted: Mapping[str, int] | None = None,
              drafts: Mapping[str, int] | None = None,
-             aborted_after_schedule: Sequence[str] = ()) -> StepRecord:
+             aborted_after_schedule: Sequence[str] = (),
+             kv_loads: Sequence[KVLoadEvent] = ()) -> StepRecord:
         """Run one iteration. `eos_ids` are the requests whose token sampled in this step
         is EOS (the last token of the output processed in it); each must actually sample
         in this step, else InputError. Speculative decoding: `accepted[id]` drafts of the
@@ -452,7 +497,8 @@ class VllmV1Scheduler:
         drafter proposes `drafts[id]` drafts for the next step (default k).
         `aborted_after_schedule`: clients whose abort the engine applies after this
         step's `schedule()`, before its `update_from_output()` (core.py:676-680); an
-        output for them is dropped (S:2091-2100)."""
+        output for them is dropped (S:2091-2100). `kv_loads`: the KV connector's load
+        reports in this step's output (model/vllm/connector.py)."""
         if self.crashed:
             self.current_step += 1
             return self._crash_record(self.crashed)
@@ -462,13 +508,13 @@ class VllmV1Scheduler:
             return self._crash_record(out.assertion, out.zero_tokens)
         free_blocks = self.pool.num_free_blocks
         cache_facts = self._cache_facts(out)
-        held = [*self.running, *self.waiting]
+        held = [*self.running, *self._queued()]
         num_computed = tuple((r.request_id, r.num_computed_tokens) for r in held)
         running_ids = tuple(r.request_id for r in self.running)
         held_blocks = {rid: self.table.held(rid) for rid in running_ids}
         group_blocks = ({rid: self.table.held_by_group(rid) for rid in running_ids}
                         if isinstance(self.table, GroupTables) else {})
-        waiting_ids = tuple(r.request_id for r in self.waiting)
+        waiting_ids = tuple(r.request_id for r in self._queued())
         self._check_eos(out, eos_ids)
         samples = frozenset(rid for rid in out.num_scheduled_tokens
                             if not self.requests[rid].is_prefill_chunk)
@@ -477,8 +523,12 @@ class VllmV1Scheduler:
                              if rid not in out.padded}
         output = _ModelOutput(out, samples, frozenset(eos_ids), chosen)
         self.abort(aborted_after_schedule)
+        if kv_loads and self.connector is None:
+            raise InputError("kv_loads are load reports of a KV connector, and the config has "
+                             "none; set kv_connector or drop them")
         if not self.cfg.async_scheduling:
             finished = self._update_from_output(output)
+            finished += self._update_from_kv_output(kv_loads)
             self._update_draft_token_ids(out, drafts or {})
             self._draft_ids = tuple(
                 rid for rid in out.num_scheduled_tokens if self.cfg.drafts_vary
@@ -518,6 +568,11 @@ class VllmV1Scheduler:
             token_budget_left=out.token_budget,
             extra=cache_facts,
         )
+
+    def _queued(self) -> list[Request]:
+        """The waiting requests in the order the waiting loop meets them:
+        `kv_holding_waiting`, then `waiting` (S:913-917)."""
+        return [*self.kv_holding_waiting, *self.waiting]
 
     def _take_aborted(self) -> tuple[tuple[str, str], ...]:
         """The step's aborts as `finished` entries, cleared for the next step."""
@@ -614,7 +669,7 @@ class VllmV1Scheduler:
         relative rank is kept under PRIORITY and dropped under FCFS, where the deque order
         says it all; num_preemptions and the step counter steer nothing. `extra[id]` is
         appended to a request's entry (the explorer's per-request property history)."""
-        held = [*self.running, *self.waiting]
+        held = [*self.running, *self._queued()]
         ranks = {id(r): k for k, r in enumerate(sorted(held, key=lambda r: r.arrival_time))}
         priority = self.cfg.policy == POLICY_PRIORITY
         extra = extra or {}
@@ -624,10 +679,23 @@ class VllmV1Scheduler:
                     r.num_computed_tokens, self.table.held(r.request_id),
                     r.priority if priority else 0, ranks[id(r)] if priority else 0,
                     extra.get(r.request_id), r.prefix_group, r.shared_prefix_len,
-                    *self._async_key(r), *self._spec_key(r), *self._groups_key(r))
+                    *self._async_key(r), *self._spec_key(r), *self._groups_key(r),
+                    *self._connector_key(r))
         key = (self.pool.num_free_blocks, tuple(one(r) for r in self.running),
                tuple(one(r) for r in self.waiting), self.crashed)
+        if self.connector is not None:  # which queue; blocks of finished loads still held
+            key += (tuple(one(r) for r in self.kv_holding_waiting),
+                    tuple(sorted(self.table.held(rid) for rid in self._delayed_free)))
         return key + self._cache_key(held) if self.cfg.enable_prefix_caching else key
+
+    def _connector_key(self, r: Request) -> tuple[object, ...]:
+        """A KV connector: whether the request still prefills (its reservation), its load
+        is in flight, or reported and not yet taken up."""
+        c = self.connector
+        if c is None:
+            return ()
+        rid = r.request_id
+        return (rid in self._inflight_prefills, rid in c.loading, rid in c.finished_recving)
 
     def _groups_key(self, r: Request) -> tuple[object, ...]:
         """Several KV cache groups: each group's table length (null blocks included, they
@@ -684,7 +752,7 @@ class VllmV1Scheduler:
 
     def views(self) -> tuple[RequestView, ...]:
         """Snapshots of every request held (running order, then waiting order)."""
-        return tuple(self._view(r) for r in [*self.running, *self.waiting])
+        return tuple(self._view(r) for r in [*self.running, *self._queued()])
 
     def view(self, request_id: str) -> RequestView | None:
         """Snapshot of one held request, None if it is not (or no longer) held."""
@@ -704,7 +772,8 @@ class VllmV1Scheduler:
             input_budget=(self.cfg.max_num_batched_tokens if self.cfg.rules.input_budget
                           else self.cfg.token_budget),
         )
-        num_eligible_reqs = len(self.running) + len(self.waiting)  # S:643-644
+        num_eligible_reqs = (len(self.running) + len(self.waiting)  # S:643-644, 2608-2610
+                             + len(self.kv_holding_waiting))
         threshold = effective_long_prefill_threshold(self.cfg, num_eligible_reqs)
         self._schedule_running(out, threshold)
         # S:900: no admission in a step that preempted (unless that gate is ablated)
@@ -792,20 +861,36 @@ class VllmV1Scheduler:
         return victim, req_index
 
     def _schedule_waiting(self, out: _StepOutput, threshold: int) -> None:
-        """The WAITING loop (S:912-1369). Every failure to admit the head breaks the loop
-        (strict head-of-line); in scope the only skip is of a request whose stale output is
-        still in flight, reachable only with the preemption gate ablated."""
-        skipped: list[Request] = []
-        self._admit_waiting(out, threshold, skipped)
-        for request in reversed(skipped):  # S:1394-1395: back in front, in their order
+        """The WAITING loop (S:912-1395). Every failure to admit the head breaks the loop
+        (strict head-of-line). A request is skipped (set aside and put back in front of its
+        queue after the loop, S:904-909, 1391-1395) when its stale output is still in
+        flight (reachable only with the preemption gate ablated) or, with a KV connector,
+        while its asynchronous load runs, and when the loop starts such a load."""
+        skipped_waiting: list[Request] = []
+        skipped_holding: list[Request] = []
+        self._admit_waiting(out, threshold, skipped_waiting, skipped_holding)
+        for request in reversed(skipped_holding):  # S:1392-1393, in their order
+            self.kv_holding_waiting.prepend_request(request)
+        for request in reversed(skipped_waiting):  # S:1394-1395, in their order
             self.waiting.prepend_request(request)
 
-    def _admit_waiting(self, out: _StepOutput, threshold: int, skipped: list[Request]
+    def _admit_waiting(self, out: _StepOutput, threshold: int,
+                       skipped_waiting: list[Request], skipped_holding: list[Request]
                        ) -> None:
-        """The WAITING loop's admissions (S:912-1369); `skipped` collects the requests
-        skipped for stale output in flight."""
+        """The WAITING loop's admissions (S:912-1387); the skipped requests are collected
+        by the queue they go back to: `kv_holding_waiting` for one holding KV blocks
+        (S:2445-2455), else `waiting`."""
+
+        def skip(queue: RequestQueue) -> None:  # S:904-909
+            request = queue.pop_request()
+            holds = (request.num_computed_tokens > 0
+                     or request.status == Status.WAITING_FOR_REMOTE_KVS)
+            (skipped_holding if holds else skipped_waiting).append(request)
+
         while out.token_budget > 0:  # S:912
-            if not self.waiting or out.input_budget <= self.cfg.step_draft_slots:  # S:918-919
+            # S:913-917: requests holding KV blocks are drained first.
+            queue = self.kv_holding_waiting if self.kv_holding_waiting else self.waiting
+            if not queue or out.input_budget <= self.cfg.step_draft_slots:  # S:918-919
                 break
             # S:922-924; before 0.31.0 (VllmRules.active_seqs_cap off) the cap is
             # max_num_seqs (0.30.0 S:864), there being no max_num_active_seqs.
@@ -813,48 +898,71 @@ class VllmV1Scheduler:
                      else self.cfg.max_num_seqs)
             if len(self.running) >= seats:
                 break
-            request = self.waiting.peek_request()
+            request = queue.peek_request()
+            if not self._ready_to_schedule(request):  # S:929-932: its load still runs
+                skip(queue)
+                continue
             # S:934-939 skips a request whose stale output is still in flight (S:904-910),
             # putting it back in order after the loop (S:1394-1395). With a batch queue of
             # two only the gate's ablation reaches it: a victim of schedule(k) is stale for
             # step k-1 only, delivered before schedule(k+1), and schedule(k) admits nothing
             # (S:900) unless the gate is off.
             if request.num_stale_output_tokens > 0:
-                skipped.append(self.waiting.pop_request())
+                skip(queue)
                 continue
             # S:960-967: a request with nothing computed (new, or preempted and reset to 0)
-            # looks its prefix up; in scope every waiting request has nothing computed.
+            # looks its prefix up; one whose KV load has finished keeps what it loaded
+            # (S:1085-1093).
             hit: list[KVBlock] = []
-            if request.num_computed_tokens == 0 and self.cfg.enable_prefix_caching:
-                cap = request.num_tokens - (1 if self.cfg.rules.cap_prefix_hit else 0)
-                hit = self.table.longest_hit(request.block_hashes(self.cfg.block_size),
-                                             cap)  # K:289-300
-                if hit and self.cfg.eagle_block_drop:  # T:815-820: EAGLE recomputes one
-                    hit = hit[:-1]
-            num_computed_tokens = request.num_computed_tokens + len(hit) * self.cfg.block_size
-            request_token_budget = min(out.token_budget,
-                                       out.input_budget - self.cfg.step_draft_slots)  # S:1118
-            # S:1129: num_tokens, not the prompt: a resumed request recomputes its outputs.
-            num_new_tokens = request.num_tokens - num_computed_tokens
-            padded = self._pad_spec_decode(out, num_new_tokens, num_computed_tokens, threshold)
-            if padded == 0:
-                break  # S:1149-1151: "prefer to not schedule than schedule un-padded"
-            num_new_tokens = padded or num_new_tokens
-            if 0 < threshold < num_new_tokens:  # S:1155-1156
-                num_new_tokens = threshold
-            if not self.cfg.enable_chunked_prefill and num_new_tokens > request_token_budget:
-                break  # S:1160-1167
-            num_new_tokens = min(num_new_tokens, request_token_budget)  # S:1169
-            # S:1170 asserts num_new_tokens > 0. The budget left is >= 1 here (S:912,
-            # 918-919), so only a hit of every token reaches it, which the cap of K:289-300
-            # rules out; with the cap switched off (VllmRules.cap_prefix_hit) the engine dies
-            # here, the request still at the queue's head and nothing allocated for it.
-            if num_new_tokens <= 0:
-                out.assertion = zero_tokens_assertion(
-                    request.request_id, request.num_tokens,
-                    resumed=request.status == Status.PREEMPTED)
-                out.zero_tokens = request
-                return
+            num_external, load_async = 0, False
+            if request.num_computed_tokens == 0:
+                if self.cfg.enable_prefix_caching:
+                    cap = request.num_tokens - (1 if self.cfg.rules.cap_prefix_hit else 0)
+                    hit = self.table.longest_hit(request.block_hashes(self.cfg.block_size),
+                                                 cap)  # K:289-300
+                    if hit and self.cfg.eagle_block_drop:  # T:815-820: EAGLE recomputes one
+                        hit = hit[:-1]
+                if self.connector is not None:
+                    # S:970-1042: the connector is shown the block-aligned local hit; a
+                    # local hit is whole blocks here, so no partial tail is traded.
+                    num_external, load_async = self.connector.num_new_matched_tokens(
+                        request.request_id, len(hit) * self.cfg.block_size)
+            num_computed_tokens = (request.num_computed_tokens + len(hit) * self.cfg.block_size
+                                   + num_external)
+            if load_async:  # S:1111-1113: the load comes first, nothing is computed yet
+                num_new_tokens = 0
+                padded = None
+            else:
+                request_token_budget = min(out.token_budget,
+                                           out.input_budget - self.cfg.step_draft_slots)
+                # S:1129: num_tokens, not the prompt: a resumed request recomputes its
+                # outputs.
+                num_new_tokens = request.num_tokens - num_computed_tokens
+                padded = self._pad_spec_decode(out, num_new_tokens, num_computed_tokens,
+                                               threshold)
+                if padded == 0:
+                    break  # S:1149-1151: "prefer to not schedule than schedule un-padded"
+                num_new_tokens = padded or num_new_tokens
+                if 0 < threshold < num_new_tokens:  # S:1155-1156
+                    num_new_tokens = threshold
+                if (not self.cfg.enable_chunked_prefill
+                        and num_new_tokens > request_token_budget):
+                    break  # S:1160-1167
+                num_new_tokens = min(num_new_tokens, request_token_budget)  # S:1169
+                # S:1170 asserts num_new_tokens > 0. The budget left is >= 1 here (S:912,
+                # 918-919), so only computed tokens covering every token reach it: a
+                # prefix hit, which the cap of K:289-300 rules out unless that cap is
+                # switched off (VllmRules.cap_prefix_hit), or a synchronous external hit
+                # of the whole prompt, which nothing caps (the async one is cut to N-1,
+                # S:3169-3170). The engine dies here, the request still at the queue's
+                # head and nothing allocated for it.
+                if num_new_tokens <= 0:
+                    out.assertion = zero_tokens_assertion(
+                        request.request_id, request.num_tokens,
+                        resumed=request.status == Status.PREEMPTED,
+                        external=num_external > 0)
+                    out.zero_tokens = request
+                    return
             if not self._allocate_slots(
                 request,
                 num_new_tokens,
@@ -862,11 +970,23 @@ class VllmV1Scheduler:
                 full_sequence_must_fit=self.cfg.full_sequence_must_fit,  # S:1270
                 has_scheduled_reqs=bool(self.running),  # S:1272
                 lookahead=self.cfg.num_lookahead_tokens,  # S:1222-1227, 1261
+                num_external=num_external,
+                # S:1240-1251: an async load must leave the in-flight prefills' blocks.
+                reserved_blocks=self._inflight_reserved_blocks() if load_async else 0,
+                delay_cache=load_async,
             ):
                 break  # S:1275-1282: head-of-line, no preemption from here
+            if load_async:  # S:1320-1341: allocated, now wait for the KV
+                request.status = Status.WAITING_FOR_REMOTE_KVS
+                request.num_computed_tokens = num_computed_tokens
+                self._inflight_prefills.add(request.request_id)
+                assert self.connector is not None
+                self.connector.loading.add(request.request_id)  # the worker starts it
+                skip(queue)
+                continue
             if self.cfg.enable_prefix_caching:
                 out.prefix_hits[request.request_id] = len(hit) * self.cfg.block_size
-            self.waiting.pop_request()  # S:1343-1345
+            queue.pop_request()  # S:1343-1345
             self.running.append(request)
             if request.status == Status.WAITING:  # S:1353-1356
                 out.scheduled_new_reqs.append(request)
@@ -877,6 +997,8 @@ class VllmV1Scheduler:
             out.input_budget -= num_new_tokens + self.cfg.step_draft_slots
             request.status = Status.RUNNING  # S:1368-1369
             request.num_computed_tokens = num_computed_tokens
+            if num_computed_tokens + num_new_tokens < request.num_tokens:  # S:1377-1378
+                self._inflight_prefills.add(request.request_id)
             if padded:  # S:1371-1375
                 k = self.cfg.num_spec_tokens
                 # Before 0.29.0 (pad_assertion off, 0.27.1 S:1076-1079) no assertion: the cut
@@ -891,6 +1013,41 @@ class VllmV1Scheduler:
                     return
                 out.spec_scheduled[request.request_id] = k
                 out.padded.add(request.request_id)
+
+    def _ready_to_schedule(self, request: Request) -> bool:
+        """`_handle_blocked_waiting_request` (S:3175-3193) for the one blocked status in
+        scope: a request waiting for its KV load is skipped until the load is reported,
+        then promoted back to WAITING (PREEMPTED if it was preempted before)."""
+        if request.status != Status.WAITING_FOR_REMOTE_KVS:
+            return True
+        assert self.connector is not None
+        if request.request_id not in self.connector.finished_recving:
+            return False
+        self._update_waiting_for_remote_kv(request)
+        request.status = Status.PREEMPTED if request.num_preemptions else Status.WAITING
+        return True
+
+    def _update_waiting_for_remote_kv(self, request: Request) -> None:
+        """S:3123-3173 after a successful load (a failed one ends the request under the
+        default policy "fail", so the recompute branch is unreachable): nothing to cache
+        without prefix caching, and a load of every token is cut one short so that one is
+        left to compute and sample (S:3169-3170)."""
+        assert self.connector is not None
+        if request.num_computed_tokens == request.num_tokens:
+            request.num_computed_tokens = request.num_tokens - 1
+        self.connector.finished_recving.remove(request.request_id)
+
+    def _inflight_reserved_blocks(self) -> int:
+        """`_inflight_prefill_reserved_blocks` (S:3088-3092): the blocks every in-flight
+        prefill still needs to hold its whole sequence (S:3047-3066: with one full-attention
+        group and no speculative decoding, cdiv(min(num_tokens, max_model_len), block_size)
+        less the blocks it holds, at least 0)."""
+        total = 0
+        for rid in self._inflight_prefills:
+            request = self.requests[rid]
+            full = min(request.num_tokens, self.cfg.max_model_len)
+            total += self.table.num_blocks_to_allocate_in_groups(rid, full, [])
+        return total
 
     def _pad_spec_decode(self, out: _StepOutput, num_new_tokens: int,
                          num_computed_tokens: int, threshold: int) -> int | None:
@@ -924,22 +1081,28 @@ class VllmV1Scheduler:
         full_sequence_must_fit: bool = False,
         has_scheduled_reqs: bool = True,
         lookahead: int = 0,
+        num_external: int = 0,
+        reserved_blocks: int = 0,
+        delay_cache: bool = False,
     ) -> bool:
         """`KVCacheManager.allocate_slots` (K:371-618), `hit` the prefix-cache blocks of a
         waiting request, `lookahead` the speculative slots reserved past the chunk
         (K:541-544; the full-sequence check leaves them out, 522-539). True when the blocks
         were allocated, False where upstream returns None. With one full-attention group
         the skipped-block step and the admission cap do nothing; with several groups each
-        counts and allocates its own blocks of the one pool (model/vllm/kv_cache.py)."""
+        counts and allocates its own blocks of the one pool (model/vllm/kv_cache.py).
+        A KV connector's hit adds `num_external` computed tokens that need slots like new
+        ones (K:501-507, 560-571); an async load keeps `reserved_blocks` free for the
+        in-flight prefills (K:573-579) and caches nothing until it ends (K:602-605)."""
         hit = hit or []
-        if num_new_tokens == 0 and not hit:  # K:474-482
+        if num_new_tokens == 0 and not hit and not num_external:  # K:474-482
             raise ValueError("num_new_tokens must be greater than 0 when there are no "
                              "computed tokens to adopt")
         table = self.table
         rid = request.request_id
         max_model_len = self.cfg.max_model_len
         local = request.num_computed_tokens + len(hit) * self.cfg.block_size
-        total_computed_tokens = min(local, max_model_len)  # K:501-507
+        total_computed_tokens = min(local + num_external, max_model_len)  # K:501-507
         watermark_blocks = 0  # K:509-516
         if has_scheduled_reqs and request.status in (Status.WAITING, Status.PREEMPTED):
             watermark_blocks = self.cfg.watermark_blocks
@@ -956,10 +1119,12 @@ class VllmV1Scheduler:
         table.remove_skipped_blocks(rid, max(0, total_computed_tokens
                                              - request.num_in_flight_tokens))
         num_blocks = table.num_blocks_to_allocate_in_groups(  # K:560-571
-            rid, num_tokens_need_slot, hit, local)
-        if num_blocks + watermark_blocks > self.pool.num_free_blocks:  # K:575-579
-            return False
+            rid, num_tokens_need_slot, hit, local + num_external)
+        if num_blocks + watermark_blocks > self.pool.num_free_blocks - reserved_blocks:
+            return False  # K:573-579
         table.allocate(rid, hit, num_tokens_need_slot)  # K:581-600
+        if delay_cache:  # K:602-605
+            return True
         # K:607-616: cache the full blocks of finalized tokens, at allocation time.
         table.cache(rid, request.block_hashes(self.cfg.block_size),
                     min(total_computed_tokens + num_new_tokens, request.num_tokens))
@@ -971,6 +1136,7 @@ class VllmV1Scheduler:
         (FCFS appendleft; PRIORITY heap insert)."""
         assert request.status == Status.RUNNING  # S:1584-1586
         self.table.free(request.request_id)  # S:1589
+        self._inflight_prefills.discard(request.request_id)  # S:1591
         request.status = Status.PREEMPTED  # S:1592
         request.num_computed_tokens = 0  # S:1593
         # S:1597-1607: async output in flight is still delivered, but as stale.
@@ -997,6 +1163,8 @@ class VllmV1Scheduler:
             request.num_in_flight_tokens += num_tokens
             request.is_prefill_chunk = request.num_computed_tokens < (
                 request.num_tokens + request.num_output_placeholders)
+            if not request.is_prefill_chunk:  # S:1641-1642
+                self._inflight_prefills.discard(rid)
             if self.cfg.async_scheduling and not request.is_prefill_chunk:  # A:25-56
                 request.num_output_placeholders += 1 + out.spec_scheduled.get(rid, 0)
                 request.num_spec_tokens = self.cfg.num_spec_tokens
@@ -1092,11 +1260,43 @@ class VllmV1Scheduler:
             return FINISH_LENGTH
         return None
 
-    def _free_request(self, request: Request) -> None:
-        """Free the blocks and forget the request (S:2714-2749)."""
-        self.table.free(request.request_id)
-        del self.requests[request.request_id]
-        self._finished_ids.add(request.request_id)
+    def _free_request(self, request: Request, delay_free_blocks: bool = False) -> None:
+        """Free the blocks and forget the request (S:2714-2749); with `delay_free_blocks`
+        (a KV load still running into them) the blocks stay held until the load is
+        reported (S:3226-3229)."""
+        rid = request.request_id
+        self._inflight_prefills.discard(rid)  # S:2721
+        del self.requests[rid]
+        self._finished_ids.add(rid)
+        if delay_free_blocks:
+            self._delayed_free[rid] = request
+        else:
+            self.table.free(rid)
+
+    def _update_from_kv_output(self, kv_loads: Sequence[KVLoadEvent]
+                               ) -> tuple[tuple[str, str], ...]:
+        """The KV connector's part of `update_from_output`, after its main loop (the
+        requests it names are not scheduled, so that loop passes them by): the reports of
+        loads in flight; a failed one ends its request with FINISHED_ERROR under the
+        default policy "fail" (S:2058-2061, 2306-2325, 3341-3354), in the order reported;
+        then every reported load is taken up (S:2329-2330, 3209-3235): a request still
+        waiting for it may be promoted from the next schedule() on, a finished one frees
+        its blocks. Returns the requests ended, as `finished` entries."""
+        if self.connector is None:
+            return ()
+        reports = self.connector.reports(kv_loads)
+        failed = [e.id for e in reports if e.failed and e.id in self.requests
+                  and self.requests[e.id].status == Status.WAITING_FOR_REMOTE_KVS]
+        errors = self._finish_requests(failed, Status.FINISHED_ERROR)
+        for event in reports:
+            self.connector.loading.discard(event.id)
+            request = self.requests.get(event.id)
+            if request is not None and request.status == Status.WAITING_FOR_REMOTE_KVS:
+                self.connector.finished_recving.add(event.id)
+            else:  # S:3227-3229: finished meanwhile, its blocks were kept for the load
+                self._delayed_free.pop(event.id)
+                self.table.free(event.id)
+        return tuple((rid, FINISH_ERROR) for rid in errors)
 
     def _view(self, r: Request) -> RequestView:
         return RequestView(
@@ -1147,18 +1347,20 @@ def iter_steps(workload: Workload) -> Iterator[tuple[tuple[RequestView, ...], St
         raise InputError("the workload gives 'accepted' or 'drafts' choices but its config "
                          "has no speculative decoding; set speculative_method and "
                          "num_speculative_tokens or drop them")
-    scheduler = VllmV1Scheduler(workload.config)
+    scheduler = VllmV1Scheduler(workload.config, Connector.of(workload.kv_hits))
     arrivals, eos = workload.arrivals_by_step(), workload.eos_ids_by_step()
     accepted, drafts = workload.accepted_by_step(), workload.drafts_by_step()
     aborts_before = workload.aborts_by_step(after_schedule=False)
     aborts_after = workload.aborts_by_step(after_schedule=True)
+    kv_loads = workload.kv_loads_by_step()
     for step in range(1, workload.steps + 1):
         for spec in arrivals.get(step, ()):
             scheduler.add_request(spec)
         scheduler.abort(aborts_before.get(step, ()))
         before = scheduler.views()
         yield before, scheduler.step(eos.get(step, frozenset()), accepted.get(step),
-                                     drafts.get(step), aborts_after.get(step, ()))
+                                     drafts.get(step), aborts_after.get(step, ()),
+                                     kv_loads.get(step, ()))
 
 
 def simulate(workload: Workload) -> tuple[StepRecord, ...]:

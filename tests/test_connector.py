@@ -1,0 +1,118 @@
+"""KV connectors (model/vllm/connector.py): the workload's external hits and load reports,
+the reference's WAITING_FOR_REMOTE_KVS path (async load, N-1 cut, failure under the default
+policy "fail", an abort that keeps its blocks until the load ends, a synchronous hit of the
+whole prompt that reaches scheduler.py:1170), and, with vLLM installed, agreement with the
+real Scheduler driving the harness's own connector."""
+
+from __future__ import annotations
+
+import pytest
+from test_conformance import needs_vllm
+
+from checker.conformance.modes import MODES
+from model.core.errors import InputError
+from model.core.types import FINISH_ERROR
+from model.vllm.config import Config, parse_config
+from model.vllm.reference import simulate
+from model.workload import parse_workload, workload_to_json
+
+CONFIG = {"max_num_batched_tokens": 64, "max_num_seqs": 4, "max_model_len": 128,
+          "block_size": 16, "num_gpu_blocks": 9, "kv_connector": True}
+
+
+def _run(requests: list[dict], hits: list[dict], loads: list[dict] = (), steps: int = 6,
+         aborts: list[dict] = (), **config: object):
+    doc = {"config": {**CONFIG, **config}, "requests": requests, "kv_hits": hits,
+           "kv_loads": list(loads), "aborts": list(aborts), "steps": steps}
+    return simulate(parse_workload(doc))
+
+
+def test_a_config_without_a_connector_writes_no_connector_field():
+    assert "kv_connector" not in Config().to_dict()
+    assert parse_config({"kv_connector": True}).to_dict()["kv_connector"] is True
+
+
+def test_an_async_load_holds_its_blocks_until_reported_then_runs_one_token_short():
+    records = _run([{"id": "a", "prompt_len": 64, "max_tokens": 2}],
+                   [{"id": "a", "tokens": 64, "async": True}], [{"id": "a", "step": 3}])
+    # Steps 1-3: loading, nothing scheduled, its 4 blocks held (8 usable).
+    for rec in records[:3]:
+        assert rec.scheduled == () and rec.waiting == ("a",)
+        assert rec.free_blocks == 4 and dict(rec.num_computed_tokens) == {"a": 64}
+    # Step 4: promoted, cut to 63 computed (scheduler.py:3169-3170), 1 token scheduled.
+    assert records[3].admitted == ("a",) and records[3].scheduled == (("a", 1),)
+
+
+def test_a_failed_load_ends_the_request_with_an_error_and_frees_its_blocks():
+    records = _run([{"id": "a", "prompt_len": 40, "max_tokens": 2}],
+                   [{"id": "a", "tokens": 32, "async": True}],
+                   [{"id": "a", "step": 2, "failed": True}])
+    assert records[1].finished == (("a", FINISH_ERROR),)
+    assert records[2].free_blocks == 8 and records[2].waiting == ()
+
+
+def test_an_abort_during_a_load_keeps_the_blocks_until_the_load_is_reported():
+    records = _run([{"id": "a", "prompt_len": 40, "max_tokens": 2}],
+                   [{"id": "a", "tokens": 32, "async": True}], [{"id": "a", "step": 4}],
+                   aborts=[{"id": "a", "step": 2}])
+    assert records[1].finished == (("a", "abort"),)
+    assert [r.free_blocks for r in records[1:5]] == [6, 6, 6, 8]
+
+
+def test_a_report_for_a_request_with_no_load_in_flight_does_nothing():
+    plain = _run([{"id": "a", "prompt_len": 40, "max_tokens": 2}],
+                 [{"id": "a", "tokens": 32}])
+    reported = _run([{"id": "a", "prompt_len": 40, "max_tokens": 2}],
+                    [{"id": "a", "tokens": 32}], [{"id": "a", "step": 1, "failed": True}])
+    assert plain == reported
+    assert plain[0].scheduled == (("a", 8),)  # a synchronous hit: computed at once
+
+
+def test_a_synchronous_hit_of_the_whole_prompt_reaches_the_zero_token_assertion():
+    records = _run([{"id": "a", "prompt_len": 32, "max_tokens": 2}],
+                   [{"id": "a", "tokens": 32}])
+    assertion = dict(records[0].extra)["assertion"]
+    assert assertion.startswith("scheduler.py:1170 AssertionError: request 'a'")
+    assert "an external KV hit covers all 32" in assertion
+    assert records[0].admitted == ("a",) and records[0].scheduled == (("a", 0),)
+
+
+def test_an_async_load_of_a_one_token_prompt_reloads_forever():
+    # Cut to N-1 = 0 computed, the request asks the connector again in the same pass and
+    # starts a new load (scheduler.py:960-1042 after 3175-3193): it is never scheduled.
+    loads = [{"id": "a", "step": s} for s in range(1, 9)]
+    records = _run([{"id": "a", "prompt_len": 1, "max_tokens": 2}],
+                   [{"id": "a", "tokens": 1, "async": True}], loads, steps=8)
+    assert all(rec.scheduled == () and rec.waiting == ("a",) for rec in records)
+
+
+def test_the_workload_round_trips_its_connector_entries():
+    doc = {"config": CONFIG, "requests": [{"id": "a", "prompt_len": 4, "max_tokens": 1}],
+           "kv_hits": [{"id": "a", "tokens": 3, "async": True}],
+           "kv_loads": [{"id": "a", "step": 2, "failed": True}], "steps": 3}
+    w = parse_workload(doc)
+    assert parse_workload(workload_to_json(w)) == w
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"config": {**CONFIG, "kv_connector": False}}, "has no KV connector"),
+    ({"kv_hits": [{"id": "a", "tokens": 5}]}, "exceeds request 'a'"),
+    ({"kv_hits": [{"id": "z", "tokens": 1}]}, "no request has id"),
+    ({"kv_loads": [{"id": "a", "step": 1, "failed": "yes"}]}, "failed must be true or false"),
+    ({"config": {**CONFIG, "enable_prefix_caching": True}}, "is not modelled"),
+])
+def test_bad_connector_input_is_refused_in_one_line(change, words):
+    doc = {"config": CONFIG, "requests": [{"id": "a", "prompt_len": 4, "max_tokens": 1}],
+           "kv_hits": [{"id": "a", "tokens": 3}], "steps": 3, **change}
+    with pytest.raises(InputError, match=words):
+        simulate(parse_workload(doc))
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_real_scheduler_agrees_in_connector_mode():
+    from checker.conformance.compare import compare
+
+    for seed in range(60):
+        divergence = compare(MODES["connector"].generate(seed, 30))
+        assert divergence is None, f"seed {seed}: {divergence.render()}"
