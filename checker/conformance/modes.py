@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from checker.conformance.generate import (
     ASYNC_PREFIX_RUN_FEATURES,
     ASYNC_RUN_FEATURES,
+    HYBRID_RUN_FEATURES,
+    HYBRID_STATIC_FEATURES,
     PREFIX_RUN_FEATURES,
     PREFIX_STATIC_FEATURES,
     RUN_FEATURES,
@@ -26,6 +28,10 @@ from checker.conformance.generate import (
     STATIC_FEATURES,
     random_async_prefix_workload,
     random_async_workload,
+    random_hybrid_mamba_spec_workload,
+    random_hybrid_mamba_workload,
+    random_hybrid_swa_async_workload,
+    random_hybrid_swa_workload,
     random_prefix_workload,
     random_spec_async_prefix_workload,
     random_spec_async_workload,
@@ -89,6 +95,25 @@ MODES: dict[str, Mode] = {
              (*SPEC_ASYNC_STATIC_FEATURES, *SPEC_RUN_FEATURES, *SPEC_ASYNC_RUN_FEATURES,
               *SPEC_PREFIX_RUN_FEATURES),
              ("base", "prefix", "async", "async+prefix"), report_features=True),
+        Mode("hybrid-swa", "sliding-window KV cache groups beside full-attention ones, the "
+             "synchronous Scheduler, prefix caching off", random_hybrid_swa_workload,
+             "Scheduler", (*STATIC_FEATURES, *RUN_FEATURES, *HYBRID_STATIC_FEATURES,
+                           *HYBRID_RUN_FEATURES), ("base",), report_features=True),
+        Mode("hybrid-async", "sliding-window (or, a third of the seeds, Mamba) KV cache "
+             "groups, the AsyncScheduler, prefix caching off",
+             random_hybrid_swa_async_workload, "AsyncScheduler",
+             (*STATIC_FEATURES, *RUN_FEATURES, *ASYNC_RUN_FEATURES, *HYBRID_STATIC_FEATURES,
+              *HYBRID_RUN_FEATURES), ("base", "async"), report_features=True),
+        Mode("hybrid-mamba", "Mamba KV cache groups (mamba_cache_mode none) beside full-"
+             "attention ones, the synchronous Scheduler, prefix caching off",
+             random_hybrid_mamba_workload, "Scheduler",
+             (*STATIC_FEATURES, *RUN_FEATURES, *HYBRID_STATIC_FEATURES,
+              *HYBRID_RUN_FEATURES), ("base",), report_features=True),
+        Mode("hybrid-mamba-spec", "Mamba KV cache groups with speculative decoding (1 + k "
+             "state blocks per request), the synchronous Scheduler, prefix caching off",
+             random_hybrid_mamba_spec_workload, "Scheduler",
+             (*SPEC_STATIC_FEATURES, *SPEC_RUN_FEATURES, *HYBRID_STATIC_FEATURES,
+              *HYBRID_RUN_FEATURES), ("base",), report_features=True),
     )
 }
 DEFAULT_MODE = "off"
