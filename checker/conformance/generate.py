@@ -66,7 +66,16 @@ from model.core.types import (
     StepRecord,
     Workload,
 )
-from model.vllm.config import POLICY_FCFS, POLICY_PRIORITY, VERSIONS, Config
+from model.vllm.config import (
+    GROUP_FULL,
+    GROUP_MAMBA,
+    GROUP_SLIDING,
+    POLICY_FCFS,
+    POLICY_PRIORITY,
+    VERSIONS,
+    Config,
+    KvGroup,
+)
 from model.vllm.validation import NEWER_FIELDS, validate
 
 #: Features decided by the workload alone (config and requests), in report order.
@@ -700,6 +709,90 @@ def random_connector_workload(seed: int, steps: int = 30) -> Workload:
                         kv_hits=tuple(hits), kv_loads=tuple(_first_per_step(loads)))
     if rng.random() < 0.5:
         workload = with_aborts(workload, seed)
+HYBRID_STATIC_FEATURES: tuple[str, ...] = (
+    "kv:full_and_sliding", "kv:sliding_only", "kv:full_and_mamba", "kv:mamba_only",
+    "kv:several_groups_of_a_kind", "kv:window_under_a_block", "kv:pool_at_startup_minimum",
+    "kv:admission_cap_binds", "kv:mamba_speculative_blocks", "kv:async",
+)
+HYBRID_RUN_FEATURES: tuple[str, ...] = (
+    "hybrid:window_freed",  # a running request's sliding-window blocks fell
+    "hybrid:preempted",  # a preemption with several groups' blocks
+)
+
+
+def random_hybrid_swa_workload(seed: int, steps: int = 30) -> Workload:
+    """A workload with sliding-window KV cache groups (one to three, beside zero to two
+    full-attention ones) for the synchronous Scheduler, prefix caching off, drawn from
+    `seed` alone (its own stream); see `_hybrid_workload`."""
+    return _hybrid_workload(random.Random(f"hybrid-swa:{seed}"), steps, GROUP_SLIDING,
+                            spec=False, is_async=False)
+
+
+def random_hybrid_swa_async_workload(seed: int, steps: int = 30) -> Workload:
+    """The same for the AsyncScheduler (two batches in flight: a larger admission cap),
+    with Mamba groups in a third of the seeds."""
+    rng = random.Random(f"hybrid-async:{seed}")
+    kind = GROUP_MAMBA if rng.random() < 1 / 3 else GROUP_SLIDING
+    return _hybrid_workload(rng, steps, kind, spec=False, is_async=True)
+
+
+def random_hybrid_mamba_workload(seed: int, steps: int = 30) -> Workload:
+    """A workload with Mamba groups (one or two, beside zero to two full-attention ones),
+    mamba_cache_mode "none", no speculative decoding."""
+    return _hybrid_workload(random.Random(f"hybrid-mamba:{seed}"), steps, GROUP_MAMBA,
+                            spec=False, is_async=False)
+
+
+def random_hybrid_mamba_spec_workload(seed: int, steps: int = 30) -> Workload:
+    """Mamba groups with speculative decoding (the synchronous Scheduler): each request's
+    1 + k state blocks per Mamba group."""
+    return _hybrid_workload(random.Random(f"hybrid-mamba-spec:{seed}"), steps, GROUP_MAMBA,
+                            spec=True, is_async=False)
+
+
+def _hybrid_workload(rng: random.Random, steps: int, kind: str, spec: bool,
+                     is_async: bool) -> Workload:
+    """Requests as `random_workload` (or, with `spec`, `_spec_workload` without prefix
+    caching) draws them, then KV cache groups of `kind` beside full-attention ones, windows
+    from under a block to a few blocks, and a pool from the startup minimum (one request
+    of max_model_len over every group) to the first wave's blocks over every group, so
+    that windows free blocks, the admission cap binds and decodes preempt."""
+    if spec:
+        base = _spec_workload(rng, steps, prefix=False, is_async=is_async)
+    else:
+        base = random_workload(rng.randrange(1 << 32), steps)
+    cfg = replace(base.config, enable_prefix_caching=False, async_scheduling=is_async)
+    bs = cfg.block_size
+    full = rng.choice((0, 1, 1, 1, 2))
+    if kind == GROUP_SLIDING:
+        windows = [rng.choice((1, max(1, bs - 1), bs, bs + 1, 2 * bs, rng.randint(1, 40)))
+                   for _ in range(rng.choice((1, 1, 2, 3)))]
+        if rng.random() < 0.5:  # several groups of one layer type share the window
+            windows = [windows[0]] * len(windows)
+        groups = ((KvGroup(),) * full
+                  + tuple(KvGroup(GROUP_SLIDING, w) for w in windows))
+    else:
+        groups = (KvGroup(),) * full + (KvGroup(GROUP_MAMBA),) * rng.choice((1, 1, 2))
+    cfg = replace(cfg, kv_cache_groups=groups)
+    minimum = sum(cfg.group_blocks_per_request(g) for g in groups)
+    first = min(r.arrival_step for r in base.requests)
+
+    def blocks(prompt: int) -> int:
+        return sum(min(_cdiv(prompt, bs), cfg.sliding_window_cap(g.sliding_window))
+                   if g.kind == GROUP_SLIDING else
+                   1 + cfg.num_spec_tokens if g.kind == GROUP_MAMBA else _cdiv(prompt, bs)
+                   for g in groups)
+    wave = sum(blocks(r.prompt_len) for r in base.requests if r.arrival_step == first)
+    biggest = max(blocks(r.prompt_len) for r in base.requests)
+    pressure = rng.random()
+    if pressure < 0.3:
+        usable = minimum
+    elif pressure < 0.7:
+        usable = max(biggest, wave + rng.randint(-2, 3))
+    else:
+        usable = max(biggest, minimum + rng.randint(0, 3 * len(groups)))
+    cfg = replace(cfg, num_gpu_blocks=usable + 1)
+    workload = replace(base, config=cfg)
     validate(workload.config)
     return workload
 
@@ -769,6 +862,49 @@ def connector_run_features(w: Workload, records: Sequence[StepRecord]) -> set[st
                 out.add("connector:aborted_while_loading")
         preempted |= set(rec.preempted)
         loading -= {*rec.admitted, *rec.resumed, *(rid for rid, _ in rec.finished)}
+def hybrid_features(w: Workload) -> set[str]:
+    """The HYBRID_STATIC_FEATURES workload `w` has."""
+    cfg = w.config
+    kinds = [g.kind for g in cfg.kv_cache_groups]
+    out: set[str] = set()
+    has_full = GROUP_FULL in kinds
+    if GROUP_SLIDING in kinds:
+        out.add("kv:full_and_sliding" if has_full else "kv:sliding_only")
+    if GROUP_MAMBA in kinds:
+        out.add("kv:full_and_mamba" if has_full else "kv:mamba_only")
+        if cfg.num_spec_tokens:
+            out.add("kv:mamba_speculative_blocks")
+    if len(kinds) > len(set(kinds)):
+        out.add("kv:several_groups_of_a_kind")
+    windows = [g.sliding_window for g in cfg.kv_cache_groups if g.kind == GROUP_SLIDING]
+    if any(wdw < cfg.block_size for wdw in windows):
+        out.add("kv:window_under_a_block")
+    if cfg.usable_blocks == sum(cfg.group_blocks_per_request(g) for g in cfg.kv_cache_groups):
+        out.add("kv:pool_at_startup_minimum")
+    longest = max(r.prompt_len + r.max_tokens for r in w.requests)
+    if any(cfg.sliding_window_cap(wdw) < _cdiv(min(longest, cfg.max_model_len),
+                                               cfg.block_size) for wdw in windows):
+        out.add("kv:admission_cap_binds")
+    if cfg.async_scheduling:
+        out.add("kv:async")
+    return out
+
+
+def _hybrid_run_features(records: Sequence[StepRecord]) -> set[str]:
+    """The HYBRID_RUN_FEATURES read from the records' `group_blocks` facts."""
+    out: set[str] = set()
+    before: dict[str, tuple[int, ...]] = {}
+    for rec in records:
+        now = dict(rec.extra).get("group_blocks")
+        if not isinstance(now, dict):
+            continue
+        if rec.preempted:
+            out.add("hybrid:preempted")
+        for rid, counts in now.items():
+            old = before.get(rid)
+            if old is not None and any(n < o for n, o in zip(counts, old, strict=True)):
+                out.add("hybrid:window_freed")
+        before = dict(now)
     return out
 
 
@@ -914,6 +1050,8 @@ def workload_features(w: Workload) -> frozenset[str]:
         out |= _prefix_features(w)
     if cfg.num_spec_tokens:
         out |= _spec_features(w)
+    if cfg.hybrid_kv:
+        out |= hybrid_features(w)
     return frozenset(out)
 
 
@@ -1022,6 +1160,8 @@ def run_features(w: Workload, records: Iterable[StepRecord],
         out |= probed & set(SPEC_PROBED_FEATURES)
     if w.config.kv_connector:
         out |= connector_run_features(w, records)
+    if w.config.hybrid_kv:
+        out |= _hybrid_run_features(records)
     return frozenset(out)
 
 

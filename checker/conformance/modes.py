@@ -16,6 +16,8 @@ from checker.conformance.generate import (
     ASYNC_PREFIX_RUN_FEATURES,
     ASYNC_RUN_FEATURES,
     CONNECTOR_RUN_FEATURES,
+    HYBRID_RUN_FEATURES,
+    HYBRID_STATIC_FEATURES,
     PREFIX_RUN_FEATURES,
     PREFIX_STATIC_FEATURES,
     RUN_FEATURES,
@@ -28,6 +30,10 @@ from checker.conformance.generate import (
     random_async_prefix_workload,
     random_async_workload,
     random_connector_workload,
+    random_hybrid_mamba_spec_workload,
+    random_hybrid_mamba_workload,
+    random_hybrid_swa_async_workload,
+    random_hybrid_swa_workload,
     random_prefix_workload,
     random_spec_async_prefix_workload,
     random_spec_async_workload,
@@ -96,6 +102,25 @@ MODES: dict[str, Mode] = {
              "Scheduler, prefix caching off", random_connector_workload, "Scheduler",
              (*STATIC_FEATURES, *RUN_FEATURES, *CONNECTOR_RUN_FEATURES), ("base",),
              report_features=True),
+        Mode("hybrid-swa", "sliding-window KV cache groups beside full-attention ones, the "
+             "synchronous Scheduler, prefix caching off", random_hybrid_swa_workload,
+             "Scheduler", (*STATIC_FEATURES, *RUN_FEATURES, *HYBRID_STATIC_FEATURES,
+                           *HYBRID_RUN_FEATURES), ("base",), report_features=True),
+        Mode("hybrid-async", "sliding-window (or, a third of the seeds, Mamba) KV cache "
+             "groups, the AsyncScheduler, prefix caching off",
+             random_hybrid_swa_async_workload, "AsyncScheduler",
+             (*STATIC_FEATURES, *RUN_FEATURES, *ASYNC_RUN_FEATURES, *HYBRID_STATIC_FEATURES,
+              *HYBRID_RUN_FEATURES), ("base", "async"), report_features=True),
+        Mode("hybrid-mamba", "Mamba KV cache groups (mamba_cache_mode none) beside full-"
+             "attention ones, the synchronous Scheduler, prefix caching off",
+             random_hybrid_mamba_workload, "Scheduler",
+             (*STATIC_FEATURES, *RUN_FEATURES, *HYBRID_STATIC_FEATURES,
+              *HYBRID_RUN_FEATURES), ("base",), report_features=True),
+        Mode("hybrid-mamba-spec", "Mamba KV cache groups with speculative decoding (1 + k "
+             "state blocks per request), the synchronous Scheduler, prefix caching off",
+             random_hybrid_mamba_spec_workload, "Scheduler",
+             (*SPEC_STATIC_FEATURES, *SPEC_RUN_FEATURES, *HYBRID_STATIC_FEATURES,
+              *HYBRID_RUN_FEATURES), ("base",), report_features=True),
     )
 }
 DEFAULT_MODE = "off"

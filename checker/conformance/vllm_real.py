@@ -4,8 +4,13 @@ record each step.
 Set-up (recipe: shared/reference/vllm_v1_rules.md, Part 2). A `VllmConfig` with
 `async_scheduling=False`, a stub Llama `config.json` in a temporary directory (no
 weights, no tokenizer, `HF_HUB_OFFLINE=1`), a fake `KVCacheConfig` with
-`num_blocks = cfg.num_gpu_blocks` and one full-attention group of `cfg.block_size`, and
-fake model outputs. vLLM is imported lazily: this module imports without it.
+`num_blocks = cfg.num_gpu_blocks` and one full-attention group of `cfg.block_size` (or,
+with `cfg.kv_cache_groups`, one group per entry: FullAttentionSpec, SlidingWindowSpec,
+MambaSpec in mode "none", every page the same size; `_new_hybrid_scheduler`), and fake
+model outputs. With several groups `extra` holds `blocks_held`, {id: real blocks over every
+group} for each running request, and `group_blocks`, {id: (real blocks per group)}, read
+right after `schedule()` (the null blocks a sliding window leaves are not counted). vLLM
+is imported lazily: this module imports without it.
 
 The scheduler class follows `cfg.async_scheduling`: off, the synchronous `Scheduler`; on,
 `AsyncScheduler` built directly from the same VllmConfig (notes/vllm_prefix_async.md,
@@ -120,6 +125,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -142,7 +148,7 @@ from model.core.types import (
     StepRecord,
     Workload,
 )
-from model.vllm.config import Config, check_requests_admissible
+from model.vllm.config import GROUP_MAMBA, GROUP_SLIDING, Config, KvGroup, check_requests_admissible
 from model.vllm.reference import ZERO_TOKENS_ASSERTION, zero_tokens_assertion
 
 EOS_TOKEN_ID = 2
@@ -219,6 +225,8 @@ def _vllm() -> SimpleNamespace:
         FullAttentionSpec,
         KVCacheConfig,
         KVCacheGroupSpec,
+        MambaSpec,
+        SlidingWindowSpec,
     )
     from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
@@ -234,6 +242,7 @@ def _vllm() -> SimpleNamespace:
         AsyncScheduler=AsyncScheduler,
         make_block_hash_with_group_id=make_block_hash_with_group_id,
         FullAttentionSpec=FullAttentionSpec, KVCacheConfig=KVCacheConfig,
+        SlidingWindowSpec=SlidingWindowSpec, MambaSpec=MambaSpec,
         KVCacheGroupSpec=KVCacheGroupSpec, ModelRunnerOutput=ModelRunnerOutput,
         Request=Request, RequestStatus=RequestStatus,
         StructuredOutputManager=StructuredOutputManager, KVTransferConfig=KVTransferConfig,
@@ -399,6 +408,8 @@ def new_scheduler(cfg: Config) -> Any:
     sync_cfg = replace(cfg, async_scheduling=False)
     vllm_config = _vllm_config(sync_cfg)
     _check_config_kept(sync_cfg, vllm_config)  # the cached config must not drift between runs
+    if cfg.hybrid_kv:
+        return _new_hybrid_scheduler(v, cfg, vllm_config)
     spec = v.FullAttentionSpec(block_size=cfg.block_size, num_kv_heads=1, head_size=1,
                                dtype=v.torch.float32)
     kv_cache_config = v.KVCacheConfig(
@@ -410,6 +421,63 @@ def new_scheduler(cfg: Config) -> Any:
     if cfg.speculative_method:
         _check_spec_kept(cfg, vllm_config, sched)
     return sched
+
+
+def _group_spec(v: SimpleNamespace, cfg: Config, group: KvGroup) -> Any:
+    """The KVCacheSpec of one group, every page the same size (a full-attention page of
+    one head of size 1 in float32; the Mamba state padded to it, as vLLM pads a Mamba page
+    to the attention page, v1/core/kv_cache_utils.py:1292-1355). A Mamba group runs mode
+    "none": its block size is max_model_len (model_executor/models/config.py:705-709) and
+    it has k speculative blocks (model_executor/layers/mamba/abstract.py:76-82)."""
+    attention = {"block_size": cfg.block_size, "num_kv_heads": 1, "head_size": 1,
+                 "dtype": v.torch.float32}
+    if group.kind == GROUP_SLIDING:
+        return v.SlidingWindowSpec(**attention, sliding_window=group.sliding_window)
+    if group.kind == GROUP_MAMBA:
+        page = v.FullAttentionSpec(**attention).page_size_bytes
+        return v.MambaSpec(shapes=((1,),), dtypes=(v.torch.float32,),
+                           block_size=cfg.max_model_len, page_size_padded=page,
+                           mamba_cache_mode="none",
+                           num_speculative_blocks=cfg.num_spec_tokens)
+    return v.FullAttentionSpec(**attention)
+
+
+def _new_hybrid_scheduler(v: SimpleNamespace, cfg: Config, vllm_config: Any) -> Any:
+    """The real scheduler over a KVCacheConfig of the workload's groups, one layer each,
+    with the scheduler block size EngineCore resolves for them (v1/engine/core.py:170-180).
+    Under async the sliding-window managers' admission cap is the one of two batches in flight
+    (config/vllm.py:576-599): the VllmConfig here is the synchronous one (module
+    docstring), which would give one."""
+    groups = [v.KVCacheGroupSpec([f"layer{i}"], _group_spec(v, cfg, g))
+              for i, g in enumerate(cfg.kv_cache_groups)]
+    kv_cache_config = v.KVCacheConfig(num_blocks=cfg.num_gpu_blocks, kv_cache_tensors=[],
+                                      kv_cache_groups=groups)
+    # Several groups without prefix caching: the LCM of their block sizes, as
+    # resolve_kv_cache_block_sizes gives it (kv_cache_utils.py:848-861); for one group (a
+    # model of Mamba layers only) that group's block size, which the coordinator asserts
+    # the scheduler block size is a multiple of (kv_cache_coordinator.py:112-115).
+    block_size = math.lcm(*(g.kv_cache_spec.block_size for g in groups))
+    cls = v.AsyncScheduler if cfg.async_scheduling else v.Scheduler
+    sched = cls(vllm_config, kv_cache_config, v.StructuredOutputManager(vllm_config),
+                block_size=block_size, hash_block_size=block_size)
+    for group, manager in zip(cfg.kv_cache_groups, managers(sched), strict=True):
+        if group.kind == GROUP_SLIDING:
+            manager.max_admission_blocks_per_request = \
+                manager.kv_cache_spec.max_admission_blocks_per_request(
+                    cfg.max_in_flight_tokens, cfg.max_model_len)
+    if cfg.speculative_method:
+        _check_spec_kept(cfg, vllm_config, sched)
+    return sched
+
+
+def managers(sched: Any) -> tuple[Any, ...]:
+    """The scheduler's single-type KV cache managers, one per group, in group order."""
+    return tuple(sched.kv_cache_manager.coordinator.single_type_managers)
+
+
+def real_blocks(manager: Any, request_id: str) -> int:
+    """Blocks a request holds in one group, the null block left out."""
+    return sum(not b.is_null for b in manager.req_to_blocks.get(request_id, ()))
 
 
 def _check_spec_kept(cfg: Config, vllm_config: Any, sched: Any) -> None:
@@ -1003,9 +1071,14 @@ def run_real_vllm_detailed(workload: Workload,
                  if caching else [])
         req_ids = [rid for rid, _ in scheduled]
         samples = tuple(rid for rid in req_ids if not held[rid].is_prefill_chunk)
-        if k:  # lookahead slots and rolled-back drafts keep their blocks
+        if cfg.hybrid_kv:  # every group's real blocks, as the reference counts them
+            group_blocks = {rid: tuple(real_blocks(m, rid) for m in managers(sched))
+                            for rid in running}
+            blocks_held = {rid: sum(n) for rid, n in group_blocks.items()}
+        elif k:  # lookahead slots and rolled-back drafts keep their blocks
             tables = sched.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
             blocks_held = {rid: len(tables.get(rid, ())) for rid in running}
+        if k:
             spec_scheduled, applied = _spec_choices(
                 step, out, req_ids, samples, {*admitted, *resumed}, accepted.get(step, {}),
                 cfg.async_scheduling)
@@ -1045,7 +1118,11 @@ def run_real_vllm_detailed(workload: Workload,
         if k:
             facts.append(("spec_scheduled", spec_scheduled))
             facts.append(("accepted", applied))
+        if k or cfg.hybrid_kv:
             facts.append(("blocks_held", blocks_held))
+        if cfg.hybrid_kv:
+            facts.append(("group_blocks", group_blocks))
+        if k:
             spec_probe.after_schedule(out, scheduled, spec_scheduled)
         records.append(StepRecord(
             step=step,
