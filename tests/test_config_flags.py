@@ -20,9 +20,11 @@ def parse(*argv):
 
 
 def test_every_config_field_has_exactly_one_flag_entry():
-    # the speculative-decoding fields come from --speculative-config (one JSON flag)
-    from model.vllm.config import SPEC_FIELDS
-    assert sorted(f.field for f in CONFIG_FLAGS) == sorted(set(CONFIG_FIELDS) - set(SPEC_FIELDS))
+    # the speculative-decoding fields come from --speculative-config (one JSON flag), the
+    # connector's from --kv-transfer-config
+    from model.vllm.config import CONNECTOR_FIELDS, SPEC_FIELDS
+    assert sorted(f.field for f in CONFIG_FLAGS) == sorted(
+        set(CONFIG_FIELDS) - set(SPEC_FIELDS) - set(CONNECTOR_FIELDS))
 
 
 def test_flags_use_vllm_spelling():

@@ -6,6 +6,8 @@ real Scheduler driving the harness's own connector."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from test_conformance import needs_vllm
 
@@ -39,7 +41,7 @@ def test_an_async_load_holds_its_blocks_until_reported_then_runs_one_token_short
     for rec in records[:3]:
         assert rec.scheduled == () and rec.waiting == ("a",)
         assert rec.free_blocks == 4 and dict(rec.num_computed_tokens) == {"a": 64}
-    # Step 4: promoted, cut to 63 computed (scheduler.py:3169-3170), 1 token scheduled.
+    # Step 4: promoted, cut to 63 computed (scheduler.py:3171-3172), 1 token scheduled.
     assert records[3].admitted == ("a",) and records[3].scheduled == (("a", 1),)
 
 
@@ -116,3 +118,79 @@ def test_real_scheduler_agrees_in_connector_mode():
     for seed in range(60):
         divergence = compare(MODES["connector"].generate(seed, 30))
         assert divergence is None, f"seed {seed}: {divergence.render()}"
+
+
+# --- the front door: batchproof config --kv-transfer-config ---------------------------------
+
+from checker.config.connector import (  # noqa: E402 - the config half of this file
+    HAZARD,
+    decide_connector_hazard,
+    parse_kv_transfer,
+)
+from model.core.types import StepRecord  # noqa: E402
+from model.vllm.deployment import Deployment  # noqa: E402
+from properties.connector import waits_behind_loads, zero_tokens_after_load  # noqa: E402
+
+SERVED = Config(max_num_batched_tokens=256, max_num_seqs=8, max_model_len=512, block_size=16,
+                num_gpu_blocks=70)
+CONSUMER = '{"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}'
+
+
+@pytest.mark.parametrize("text, words", [
+    ("nope", "not valid JSON"),
+    ("[1]", "must be a JSON object"),
+    ('{"kv_connector": "X"}', "kv_role is required"),
+    ('{"kv_connector": "X", "kv_role": "both"}', "unsupported kv_role 'both'"),
+    ('{"kv_connector": "X", "kv_role": "kv_both", "kv_load_failure_policy": "retry"}',
+     "must be 'fail' or 'recompute'"),
+    ('{"kv_connector": "X", "kv_role": "kv_both", "port": 1}', "unknown field 'port'"),
+])
+def test_a_kv_transfer_config_vllm_refuses_is_refused_in_one_line(text, words):
+    with pytest.raises(InputError, match=words):
+        parse_kv_transfer(text)
+
+
+@pytest.mark.parametrize("text, reason", [
+    (CONSUMER, None),
+    ('{"kv_connector": "X", "kv_role": "kv_both"}', "producer"),
+    ('{"kv_connector": "X", "kv_role": "kv_producer"}', "producer"),
+    ('{"kv_connector": "X", "kv_role": "kv_consumer", "kv_load_failure_policy": "recompute"}',
+     "recompute"),
+])
+def test_the_model_covers_a_consumer_under_the_default_failure_policy_only(text, reason):
+    why = parse_kv_transfer(text).outside()
+    assert (why is None) if reason is None else reason in why
+    result = decide_connector_hazard(SERVED, parse_kv_transfer(text), Deployment(), True, 3)
+    assert result.verdict == ("WITNESSED" if reason is None else "UNKNOWN")
+
+
+def test_the_connector_hazard_is_witnessed_by_the_fewest_loads_that_leave_no_room():
+    result = decide_connector_hazard(SERVED, parse_kv_transfer(CONSUMER), Deployment(), True, 3)
+    assert result.name == HAZARD and result.witness is not None
+    w = result.witness
+    # 69 usable blocks, a load holds at most cdiv(511, 16) = 32: two loads leave 5 blocks,
+    # fewer than the 32 a late prompt of 511 tokens asks; one load would leave it room.
+    assert [r.prompt_len for r in w.workload.requests] == [511, 511, 511]
+    assert all(h.load_async for h in w.workload.kv_hits) and not w.workload.kv_loads
+    records = w.replayed.records
+    assert [rec.free_blocks for rec in records] == [5, 5, 5]
+    assert all(rec.scheduled == () for rec in records) and w.violated_at == 3
+    # Replayed independently: the reference shows the same wait.
+    assert waits_behind_loads(w.workload, simulate(w.workload), 3) == 3
+
+
+def test_an_unknown_pool_or_an_unmodelled_feature_leaves_the_hazard_unknown():
+    kv = parse_kv_transfer(CONSUMER)
+    assert "pool size" in decide_connector_hazard(SERVED, kv, Deployment(), False, 3).detail
+    spec = replace(SERVED, speculative_method="ngram", num_speculative_tokens=2)
+    assert decide_connector_hazard(spec, kv, Deployment(), True, 3).verdict == "UNKNOWN"
+
+
+def test_a_request_admitted_after_its_load_always_gets_a_token():
+    records = _run([{"id": "a", "prompt_len": 64, "max_tokens": 2}],
+                   [{"id": "a", "tokens": 64, "async": True}], [{"id": "a", "step": 1}])
+    assert zero_tokens_after_load(records) is None
+    fake = (*records[:1], StepRecord(step=2, scheduled=(("a", 0),), admitted=("a",),
+                                     resumed=(), preempted=(), finished=(), free_blocks=4,
+                                     num_computed_tokens=(("a", 64),)))
+    assert zero_tokens_after_load(fake) == 2

@@ -13,6 +13,8 @@ import argparse
 import sys
 from dataclasses import replace
 
+from checker.config.connector import HAZARD as CONNECTOR_HAZARD
+from checker.config.connector import KvTransfer, decide_connector_hazard, parse_kv_transfer
 from checker.config.flags import (
     CONFIG_FLAGS,
     IGNORED_PREFIX,
@@ -126,7 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         env.add_argument(flag, dest=dest, type=positive_int, metavar="N", help=text)
     env.add_argument("--timeout", type=_seconds, metavar="S",
                      help="seconds per hazard before UNKNOWN (default 40)")
-    env.add_argument("--hazard", action="append", choices=HAZARD_NAMES,
+    env.add_argument("--hazard", action="append", choices=(*HAZARD_NAMES, CONNECTOR_HAZARD),
                      help="decide only this hazard (repeatable)")
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print one JSON document")
@@ -244,8 +246,15 @@ def _model(args: argparse.Namespace) -> str:
     return pasted_model(args.serve, args.model, "and flags")
 
 
+def kv_transfer(args: argparse.Namespace) -> KvTransfer | None:
+    """--kv-transfer-config parsed as vLLM parses it (checker/config/connector.py), None
+    when not given; InputError on bad JSON or a field vLLM refuses."""
+    given = getattr(args, _IGNORED + "kv_transfer_config", None)
+    return None if given is None else parse_kv_transfer(" ".join(given))
+
+
 def _ignored(args: argparse.Namespace, kind: ModelKind) -> tuple[str, ...]:
-    read = _KV_LAYOUT_FLAGS if kind.stated else ()
+    read = (*(_KV_LAYOUT_FLAGS if kind.stated else ()), "kv_transfer_config")
     return tuple(sorted(dest[len(_IGNORED):] for dest, value in vars(args).items()
                         if dest.startswith(_IGNORED) and value is not None
                         and dest[len(_IGNORED):] not in read))
@@ -268,17 +277,25 @@ def run(args: argparse.Namespace) -> int:
         reasons = explain_rules(_envelope(args).timeout_s)
         print_reasons(reasons, args.json)
         return EXIT_INCONCLUSIVE if any(r.verdict == UNKNOWN_LABEL for r in reasons) else 0
+    kv = kv_transfer(args)
     req = parse_request(args)
     checked = check_config(req)
     pool_notes = ("gpu_memory_utilization", "kv_cache_memory_bytes")
     notes = tuple(NOT_MODELLED[n] for n in req.ignored if n in NOT_MODELLED
                   and not (checked.pool_known and n in pool_notes))
+    if kv is not None:
+        notes += ("kv connector (--kv-transfer-config): " + kv.describe(),)
     if checked.error is not None:
         print_invalid(req, checked, notes, args.json)
         return EXIT_INVALID
     assert checked.config is not None
     results = decide_all(checked.config, req.envelope, checked.pool_known,
                          tuple(args.hazard or ()), req.deployment, kv_premise(req.kind))
+    if kv is not None and kv.kv_connector is not None and (
+            not args.hazard or CONNECTOR_HAZARD in args.hazard):
+        results += (decide_connector_hazard(checked.config, kv, req.deployment,
+                                            checked.pool_known,
+                                            req.envelope.starvation_steps),)
     print_report(req, checked, notes, results, args.json)
     if args.strict and any(r.verdict == WITNESSED for r in results):
         return EXIT_HAZARD

@@ -34,7 +34,14 @@ from dataclasses import dataclass, replace
 from checker.config.model_kind import add_model_kind_flags
 from model.core.checks import MAX_INT
 from model.core.errors import InputError
-from model.vllm.config import CONFIG_FIELDS, POLICY_FCFS, POLICY_PRIORITY, SPEC_FIELDS, Config
+from model.vllm.config import (
+    CONFIG_FIELDS,
+    CONNECTOR_FIELDS,
+    POLICY_FCFS,
+    POLICY_PRIORITY,
+    SPEC_FIELDS,
+    Config,
+)
 from model.vllm.engine_args import PERFORMANCE_MODES
 from model.vllm.serve_yaml import (
     IGNORED_BOOL_FLAGS,
@@ -201,7 +208,8 @@ CONFIG_FLAGS: tuple[ConfigFlag, ...] = (
 FLAG_FOR_FIELD: dict[str, str] = {f.field: f.flags[0] for f in CONFIG_FLAGS}
 # The speculative-decoding fields come from one JSON flag, --speculative-config, as vLLM
 # spells them (engine/arg_utils.py), not one flag per field.
-assert set(FLAG_FOR_FIELD) == set(CONFIG_FIELDS) - set(SPEC_FIELDS), \
+# kv_connector comes from --kv-transfer-config (checker/config/connector.py), as vLLM reads it.
+assert set(FLAG_FOR_FIELD) == set(CONFIG_FIELDS) - set(SPEC_FIELDS) - set(CONNECTOR_FIELDS), \
     "every Config field needs a flag"
 
 

@@ -7,7 +7,7 @@ with nothing computed, how many tokens beyond the local prefix hit it can load a
 whether the load is asynchronous (`get_num_new_matched_tokens`, S:970-1042; the contract
 is D:501-532). A synchronous hit is admitted with its tokens counted as computed, the load
 happening inside the step; an asynchronous one gets its blocks allocated with nothing to
-compute (S:1111-1113, 1221-1282), turns WAITING_FOR_REMOTE_KVS and is set aside
+compute (S:1109-1112, 1221-1282), turns WAITING_FOR_REMOTE_KVS and is set aside
 (S:1320-1341) until the worker reports the load finished in a later step's output
 (`finished_recving`, S:2329-2330, 3209-3235); the next time it heads the waiting loop it
 is promoted back to WAITING (or PREEMPTED) and, when the load covered every token, kept
@@ -22,7 +22,7 @@ store holds and whether loading them is asynchronous (`ExternalHit`), and the st
 load report (`KVLoadEvent`). The connector answers with what the store holds beyond the
 locally computed tokens; its answer is never None (the "ask again later" answer of
 S:983-988 is outside the model). A connector that delays the free of finished requests'
-blocks (a producer's send, `request_finished` returning True, S:2734-2744) is outside the
+blocks (a producer's send, `request_finished` returning True, S:2723, 2740-2742) is outside the
 model too: the modelled connector frees at once.
 
 Citations: S = v1/core/sched/scheduler.py, D = distributed/kv_transfer/kv_connector/v1/

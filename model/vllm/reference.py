@@ -929,7 +929,7 @@ class VllmV1Scheduler:
                         request.request_id, len(hit) * self.cfg.block_size)
             num_computed_tokens = (request.num_computed_tokens + len(hit) * self.cfg.block_size
                                    + num_external)
-            if load_async:  # S:1111-1113: the load comes first, nothing is computed yet
+            if load_async:  # S:1109-1112: the load comes first, nothing is computed yet
                 num_new_tokens = 0
                 padded = None
             else:
@@ -954,7 +954,7 @@ class VllmV1Scheduler:
                 # prefix hit, which the cap of K:289-300 rules out unless that cap is
                 # switched off (VllmRules.cap_prefix_hit), or a synchronous external hit
                 # of the whole prompt, which nothing caps (the async one is cut to N-1,
-                # S:3169-3170). The engine dies here, the request still at the queue's
+                # S:3171-3172). The engine dies here, the request still at the queue's
                 # head and nothing allocated for it.
                 if num_new_tokens <= 0:
                     out.assertion = zero_tokens_assertion(
@@ -971,7 +971,7 @@ class VllmV1Scheduler:
                 has_scheduled_reqs=bool(self.running),  # S:1272
                 lookahead=self.cfg.num_lookahead_tokens,  # S:1222-1227, 1261
                 num_external=num_external,
-                # S:1240-1251: an async load must leave the in-flight prefills' blocks.
+                # S:1242-1251: an async load must leave the in-flight prefills' blocks.
                 reserved_blocks=self._inflight_reserved_blocks() if load_async else 0,
                 delay_cache=load_async,
             ):
@@ -1031,7 +1031,7 @@ class VllmV1Scheduler:
         """S:3123-3173 after a successful load (a failed one ends the request under the
         default policy "fail", so the recompute branch is unreachable): nothing to cache
         without prefix caching, and a load of every token is cut one short so that one is
-        left to compute and sample (S:3169-3170)."""
+        left to compute and sample (S:3171-3172)."""
         assert self.connector is not None
         if request.num_computed_tokens == request.num_tokens:
             request.num_computed_tokens = request.num_tokens - 1

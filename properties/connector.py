@@ -1,0 +1,76 @@
+"""KV connector properties, read from the reference's records (model/vllm/connector.py).
+
+The symbolic rules have no connector yet (model/vllm/rules.py), so these are checked on the
+records a run produces, as the conformance harness reads them, not over Ops: a request
+waiting for its asynchronous KV load is one listed waiting with computed tokens that it
+was never scheduled (scheduler.py:1320-1341 sets them before the load), and it holds the
+blocks of those tokens (one full-attention group).
+
+- `waits_behind_loads`: a request that would fit the pool alone waits K steps in a row,
+  unscheduled, while such loads hold blocks (the hazard `kv_load_blocks_admission`).
+  A liveness property in disguise: with loads that never end it is VIOLATED for any K
+  once the loads fill the pool; under a premise that every load ends within K steps it
+  is not decided here (the loaded requests are then admitted ahead of the waiting queue,
+  scheduler.py:913-917, and free their blocks only when they finish).
+- `zero_tokens_after_load`: a request admitted after its load is scheduled at least one
+  token. The engine cuts a load of every token one short (scheduler.py:3171-3172), so it
+  holds on every run of the reference; a synchronous hit of the whole prompt is not cut
+  and reaches `assert num_new_tokens > 0` (scheduler.py:1170) instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from model.core.types import StepRecord, Workload
+
+
+def loading_ids(records: Sequence[StepRecord]) -> list[set[str]]:
+    """For each step, the requests waiting for a KV load after its schedule: listed
+    waiting with computed tokens and not scheduled since they got them."""
+    out: list[set[str]] = []
+    loading: set[str] = set()
+    for rec in records:
+        computed = dict(rec.num_computed_tokens)
+        started = {rid for rid in rec.waiting if computed.get(rid, 0) > 0}
+        served = {rid for rid, n in rec.scheduled if n > 0}
+        loading = (loading | started) - served - {rid for rid, _ in rec.finished}
+        loading &= set(rec.waiting)
+        out.append(set(loading))
+    return out
+
+
+def waits_behind_loads(workload: Workload, records: Sequence[StepRecord], k: int
+                       ) -> int | None:
+    """The first step (1-based) at which a request that fits the pool alone has waited K
+    steps in a row unscheduled, with nothing computed, while loads held blocks; None if
+    no step does."""
+    cfg = workload.config
+    fits = {r.id for r in workload.requests
+            if -(-r.prompt_len // cfg.block_size) <= cfg.usable_blocks}
+    streak: dict[str, int] = {}
+    for rec, loading in zip(records, loading_ids(records), strict=True):
+        computed = dict(rec.num_computed_tokens)
+        scheduled = {rid for rid, n in rec.scheduled if n > 0}
+        for rid in rec.waiting:
+            blocked = (rid in fits and rid not in loading and rid not in scheduled
+                       and computed.get(rid, 0) == 0 and bool(loading))
+            streak[rid] = streak.get(rid, 0) + 1 if blocked else 0
+            if streak[rid] >= k:
+                return rec.step
+        for rid in set(streak) - set(rec.waiting):
+            del streak[rid]
+    return None
+
+
+def zero_tokens_after_load(records: Sequence[StepRecord]) -> int | None:
+    """The first step at which a request admitted after its KV load is scheduled 0
+    tokens (or the engine asserts so); None if none is."""
+    before: set[str] = set()
+    for rec, loading in zip(records, loading_ids(records), strict=True):
+        scheduled = dict(rec.scheduled)
+        for rid in (*rec.admitted, *rec.resumed):
+            if rid in before and scheduled.get(rid, 0) == 0:
+                return rec.step
+        before = loading
+    return None
