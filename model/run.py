@@ -15,14 +15,22 @@ from model.registry import get
 def iter_records(workload: Workload) -> Iterator[tuple[ReferenceScheduler, StepRecord]]:
     """Run `workload.steps` steps on the workload's engine, yielding the scheduler (after
     the step) and the step's record. Before step s the requests with `arrival_step == s`
-    are added in arrival order; the eos entries of step s are passed to that step."""
+    are added in arrival order; the eos entries of step s are passed to that step, and its
+    accepted counts as `accepted` to a scheduler whose `takes_accepted` is true."""
     check_eos_steps(workload)
     scheduler = get(workload.engine).scheduler(workload.config)
     arrivals, eos = workload.arrivals_by_step(), workload.eos_ids_by_step()
+    accepted = workload.accepted_by_step()
     for step in range(1, workload.steps + 1):
         for spec in arrivals.get(step, ()):
             scheduler.add_request(spec)
-        yield scheduler, scheduler.step(eos.get(step, frozenset()))
+        if step in accepted and getattr(scheduler, "takes_accepted", False):
+            # speculative decoding's verify outcomes, for a reference that reads them here
+            # (SGLang's EAGLE; vLLM's reference is driven by its own iter_steps)
+            yield scheduler, scheduler.step(eos.get(step, frozenset()),
+                                            accepted=accepted[step])  # type: ignore[call-arg]
+        else:
+            yield scheduler, scheduler.step(eos.get(step, frozenset()))
 
 
 def simulate(workload: Workload) -> tuple[StepRecord, ...]:

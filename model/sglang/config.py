@@ -26,6 +26,15 @@ POLICIES = (POLICY_FCFS, POLICY_LOF, POLICY_LPM)
 _UNMODELLED_POLICIES = ("random", "dfs-weight", "routing-key", "hrrn",
                         "shortest-prefill-first")
 
+SPEC_EAGLE = "EAGLE"
+SPEC_EAGLE3 = "EAGLE3"
+# The EAGLE family on the synchronous spec-v2 path (arg_groups/speculative_hook.py:985-1015);
+# EAGLE3 differs from EAGLE only in the draft model, not in the scheduler's accounting.
+SPEC_ALGORITHMS = (SPEC_EAGLE, SPEC_EAGLE3)
+SPEC_FIELDS = ("speculative_num_steps", "speculative_eagle_topk",
+               "speculative_num_draft_tokens")
+EAGLE_DEFAULT_MAX_RUNNING_REQUESTS = 48  # arg_groups/speculative_hook.py:996-1006
+
 CLIP_MAX_NEW_TOKENS = 4096  # managers/schedule_policy.py:85-87
 WAITING_QUEUE_PREFIX_MATCH_MAX = 128  # managers/schedule_policy.py:133
 
@@ -47,6 +56,11 @@ class Config:
     the token allocator, more the paged one, mem_cache/kv_cache_configurator.py:2594-2616);
     the pool is then whole pages (model_executor/pool_configurator.py:623-629) and a chunk
     size a multiple of the page (arg_groups/validation_hook.py:242-245).
+    `speculative_algorithm` (EAGLE or EAGLE3; None: off) with its three knobs
+    (`--speculative-num-steps`, `--speculative-eagle-topk`,
+    `--speculative-num-draft-tokens`) turns on EAGLE speculative decoding as the CPU server
+    runs it: the non-overlap loop with the synchronous spec-v2 worker
+    (arg_groups/speculative_hook.py:65-80, 1005-1011).
     """
 
     max_total_num_tokens: int = 8192
@@ -63,6 +77,10 @@ class Config:
     new_token_ratio_decay_steps: int = 600
     retract_decode_steps: int = 20
     page_size: int = 1
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
 
     # ---- derived values --------------------------------------------------------------
 
@@ -90,8 +108,47 @@ class Config:
         half = self.max_total_num_tokens // 2
         if self.max_running_requests is not None:
             return min(self.max_running_requests, half)
+        if self.speculative:  # the EAGLE family's default (speculative_hook.py:996-1006)
+            return min(EAGLE_DEFAULT_MAX_RUNNING_REQUESTS, half)
         estimated = int(self.max_total_num_tokens / self.context_length * 512)
         return min(max(min(estimated, 4096), 2048), half)
+
+    @property
+    def speculative(self) -> bool:
+        """EAGLE speculative decoding is on."""
+        return self.speculative_algorithm is not None
+
+    @property
+    def alloc_len_per_decode(self) -> int:
+        """`get_alloc_len_per_decode` (mem_cache/allocation_sizing.py:28-60): 1 without
+        speculative decoding; `max(steps x topk, draft tokens)`, or with pages and topk > 1
+        the page-aligned footprint of every topk branch."""
+        if not self.speculative:
+            return 1
+        steps, topk = self.speculative_num_steps or 1, self.speculative_eagle_topk or 1
+        tokens = self.speculative_num_draft_tokens or 0
+        page = self.page_size
+        if page == 1 or topk == 1:
+            return max(steps * topk, tokens)
+        pages_per_branch = (page - 1 + steps + page - 1) // page
+        return max(pages_per_branch * page * topk, tokens)
+
+    @property
+    def decode_reserve(self) -> int:
+        """`get_alloc_reserve_per_decode` (allocation_sizing.py:63-69): twice the length one
+        decode may allocate (a double buffer for the overlap loop's lag, kept on this path
+        too)."""
+        return 2 * self.alloc_len_per_decode
+
+    @property
+    def max_accept_len(self) -> int:
+        """Most tokens one verify commits for a request: the accepted path of the draft
+        tree, at most `num_steps` drafts deep, plus the bonus token (the verify's accept
+        index is `[bs, spec_steps + 1]`, managers/utils.py GenerationBatchResult), and at
+        most the verify width. 1 without speculative decoding."""
+        if not self.speculative:
+            return 1
+        return min(self.speculative_num_draft_tokens or 1, (self.speculative_num_steps or 0) + 1)
 
     @property
     def max_req_len(self) -> int:
@@ -139,9 +196,11 @@ class Config:
         """The config as workload JSON spells it (SGLang's names). `page_size` is written
         only when it is not 1, the one page size the model had before it: a document, a
         counterexample and a question's file name (`check.query_slug`) without it stay
-        as they were."""
+        as they were; the speculative fields likewise only when speculative decoding is
+        on."""
         return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name != "page_size" or self.page_size != 1}
+                if (f.name != "page_size" or self.page_size != 1)
+                and (f.name not in ("speculative_algorithm", *SPEC_FIELDS) or self.speculative)}
 
 
 CONFIG_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config))
@@ -155,6 +214,8 @@ def _frac(value: float) -> Fraction:
 
 _INT_FIELDS = ("max_total_num_tokens", "max_prefill_tokens", "context_length",
                "new_token_ratio_decay_steps", "retract_decode_steps", "page_size")
+_UNMODELLED_SPEC = ("NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "MTP",
+                    "FROZEN_KV_MTP")
 _FLOAT_FIELDS = ("schedule_conservativeness", "init_new_token_ratio",
                  "min_new_token_ratio_factor")
 _BOOL_FIELDS = ("enable_mixed_chunk", "disable_radix_cache")
@@ -190,6 +251,17 @@ def _check_field(name: str, value: Any) -> None:
                 or not (math.isfinite(value) and 0 <= value <= MAX_INT):
             raise InputError(f"config {name} must be a finite non-negative number, got "
                              f"{shown(value)}")
+    elif name in SPEC_FIELDS:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 1 <= value <= 64):
+            raise InputError(f"config {name} must be an integer in [1, 64] or null, got "
+                             f"{shown(value)}")
+    elif name == "speculative_algorithm":
+        if value is not None and value not in SPEC_ALGORITHMS:
+            hint = (" is not modelled" if isinstance(value, str)
+                    and value.upper() in _UNMODELLED_SPEC else " is unknown")
+            raise InputError(f"config speculative_algorithm {shown(value)}{hint}; use one of "
+                             f"{', '.join(SPEC_ALGORITHMS)} or null (off)")
     elif name in _BOOL_FIELDS:
         if not isinstance(value, bool):
             raise InputError(f"config {name} must be true or false, got {shown(value)}")
@@ -204,6 +276,9 @@ def _check_field(name: str, value: Any) -> None:
 
 def rejection(cfg: Config) -> ConfigError | None:
     """The rule SGLang (or this model's scope) rejects the configuration by, or None."""
+    spec = _spec_rejection(cfg)
+    if spec is not None:
+        return spec
     page = cfg.page_size
     if cfg.max_total_num_tokens % page:
         return ConfigError(
@@ -239,4 +314,35 @@ def rejection(cfg: Config) -> ConfigError | None:
             "the whole chunk and upstream would schedule a non-positive chunk "
             "(schedule_policy.py:623-624, prefill_budget.py:141-144); raise "
             "chunked_prefill_size or lower max_running_requests")
+    return None
+
+
+def _spec_rejection(cfg: Config) -> ConfigError | None:
+    """The speculative knobs as the model takes them: all three with EAGLE, none without;
+    with topk 1 upstream sets the verify width to steps + 1 (speculative_hook.py:1165-1176),
+    so the model asks for that value. (Upstream picks the knobs by model architecture when
+    none is given, speculative_hook.py:1068-1083: the model needs them stated.)"""
+    given = [name for name in SPEC_FIELDS if getattr(cfg, name) is not None]
+    if not cfg.speculative:
+        if given:
+            return ConfigError(
+                "spec_knobs_without_algorithm",
+                f"{', '.join(given)} given but speculative_algorithm is null; set "
+                f"speculative_algorithm to {' or '.join(SPEC_ALGORITHMS)} or drop them")
+        return None
+    missing = [name for name in SPEC_FIELDS if getattr(cfg, name) is None]
+    if missing:
+        return ConfigError(
+            "spec_knobs_missing",
+            f"speculative_algorithm {cfg.speculative_algorithm} needs {', '.join(missing)}: "
+            "SGLang chooses them from the model architecture when none is given "
+            "(arg_groups/speculative_hook.py:1068-1083), which the model cannot know; give "
+            "all three (e.g. 3, 1, 4)")
+    steps, topk = cfg.speculative_num_steps, cfg.speculative_eagle_topk
+    if topk == 1 and cfg.speculative_num_draft_tokens != steps + 1:
+        return ConfigError(
+            "spec_draft_tokens_adjusted",
+            f"with speculative_eagle_topk 1 SGLang sets speculative_num_draft_tokens to "
+            f"speculative_num_steps + 1 = {steps + 1} (arg_groups/speculative_hook.py:"
+            f"1165-1176), not {cfg.speculative_num_draft_tokens}; give {steps + 1}")
     return None

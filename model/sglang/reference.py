@@ -87,8 +87,10 @@ class Req:
     """The per-request state the scheduler keeps (B `Req`). Identity equality, as upstream.
 
     `kv` counts the request's own tokens in the pool; `prefix_len` the tokens whose KV
-    exists (cache hit + own), upstream's `prefix_len`/`extend_end`; `output_len` is
-    `len(output_ids)`."""
+    exists (cache hit + own), upstream's `prefix_len`/`extend_end` and
+    `kv.kv_committed_len`; `allocated` is `kv.kv_allocated_len`, the KV row's end (past
+    `prefix_len` only under speculative decoding, B:932-938); `output_len` is
+    `len(output_ids)` (every token of an accepted run, B:1019-1030 of the processor)."""
 
     rid: str
     prompt_len: int
@@ -98,6 +100,7 @@ class Req:
     output_len: int = 0
     kv: int = 0
     prefix_len: int = 0
+    allocated: int = 0
     extend_len: int = 0  # tokens computed for it in this step's batch
     is_retracted: bool = False
     retraction_count: int = 0
@@ -275,6 +278,9 @@ class SGLangScheduler:
     (S:1940-1973): merge the last prefill batch, form a prefill batch or else decode,
     run it with a fake model output, process the results."""
 
+    #: `model.run.iter_records` passes a step's accepted counts (EAGLE's verify outcomes).
+    takes_accepted = True
+
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.current_step = 0
@@ -304,14 +310,24 @@ class SGLangScheduler:
         self.requests[spec.id] = req
         self.waiting.append(req)
 
-    def step(self, eos_ids: frozenset[str] = frozenset()) -> StepRecord:
-        """Run one iteration; `eos_ids` sample EOS in it (each must sample)."""
+    def step(self, eos_ids: frozenset[str] = frozenset(),
+             accepted: Mapping[str, int] | None = None) -> StepRecord:
+        """Run one iteration; `eos_ids` sample EOS in it (each must sample). Under EAGLE,
+        `accepted[id]` is how many draft tokens the verify accepts for a request of this
+        step's decode batch (absent: none); the request commits that many plus the bonus
+        token, and an EOS is the run's last token."""
         self.current_step += 1
+        accepted = dict(accepted or {})
+        if accepted and not self.cfg.speculative:
+            raise InputError("the workload gives 'accepted' counts but its config has no "
+                             "speculative decoding; set speculative_algorithm and its knobs "
+                             "or drop them")
         facts = _StepFacts(ratio=self.ratio.current)
         self._merge_last_batch()  # S:3785-3835
         batch = self._get_new_batch_prefill(facts)
         if batch is None and self.running:
-            batch = self._update_running_batch(facts)  # S:3873-3881
+            batch = self._update_running_batch(facts, accepted)  # S:3873-3881
+        self._check_accepted(batch, accepted)
         if batch is None:
             facts.kind = BATCH_IDLE
             if self._is_fully_idle():  # S:5085-5103, 5149
@@ -325,10 +341,15 @@ class SGLangScheduler:
         waiting_now = {id(r) for r in self.waiting}
         computed = tuple((r.rid, 0 if id(r) in waiting_now else r.prefix_len)
                          for r in held_after)
+        # Under EAGLE, `kv_allocated`: each request holding a KV row with the row's end.
+        allocated: tuple[tuple[str, object], ...] = (
+            (("kv_allocated", [[r.rid, r.allocated] for r in held_after
+                               if id(r) not in waiting_now]),)
+            if self.cfg.speculative else ())
         running_after = self._running_after(batch)
         waiting_after = tuple(r.rid for r in self.waiting)
         chunked_id = self.chunked_req.rid if self.chunked_req is not None else None
-        finished = self._process_results(sampled, eos_ids)
+        finished = self._process_results(sampled, eos_ids, batch)
         self.last_batch = batch
         return StepRecord(
             step=self.current_step, scheduled=tuple(facts.scheduled),
@@ -337,7 +358,7 @@ class SGLangScheduler:
             free_blocks=free_after_schedule, num_computed_tokens=computed,
             running=running_after, waiting=waiting_after,
             token_budget_left=self.cfg.max_prefill_tokens - sum(n for _, n in facts.scheduled),
-            extra=self._extra(facts, chunked_id))
+            extra=self._extra(facts, chunked_id, allocated))
 
     def state_key(self, extra: Mapping[str, Hashable] | None = None) -> tuple[object, ...]:
         """The state with requests named by position (running order, chunked request,
@@ -349,7 +370,8 @@ class SGLangScheduler:
 
         def one(r: Req) -> tuple[object, ...]:
             return (r.prompt_len, r.max_new_tokens, r.cached_prefix_len, r.output_len, r.kv,
-                    r.prefix_len, r.is_retracted, r.finished(), extra.get(r.rid))
+                    r.prefix_len, r.allocated, r.is_retracted, r.finished(),
+                    extra.get(r.rid))
         running, full = self._merged()
         chunked = None if self.chunked_req is None else one(self.chunked_req)
         return (self.free, full, self.ratio.current, tuple(one(r) for r in running), chunked,
@@ -498,6 +520,26 @@ class SGLangScheduler:
         self.free -= taken
         req.kv += taken
         req.prefix_len += tokens
+        req.allocated = req.prefix_len  # kv_allocated_len = seq_len (allocation.py:476-478)
+
+    def _spec_decode_need(self, req: Req) -> int:
+        """KV one request needs for an EAGLE decode, `_new_tokens_required_next_decode_spec_v2`
+        (B:3268-3278): its row grown to the committed length plus the reserve
+        (`Config.decode_reserve`), in pages, less the pages it already holds."""
+        pages = self.cfg.pages
+        return max(0, pages(req.prefix_len + self.cfg.decode_reserve) - pages(req.allocated))
+
+    def _spec_allocate(self, req: Req) -> None:
+        """`eagle_prepare_for_decode` (speculative/eagle_utils.py:1112-1170) with
+        `page_aligned_decode_alloc_lens` (mem_cache/allocation_sizing.py:72-93): the row
+        ends at `max(allocated, ceil_page(committed + reserve))`; the new pages are those
+        past the pages held (mem_cache/allocation.py:773-841). Nothing is committed here."""
+        pages = self.cfg.pages
+        end = max(req.allocated, pages(req.prefix_len + self.cfg.decode_reserve))
+        taken = pages(end) - pages(req.allocated)
+        self.free -= taken
+        req.kv += taken
+        req.allocated = end
 
     def _mix_running(self, batch: Batch, facts: _StepFacts) -> None:
         """Mixed chunk: finished requests leave the running batch; if its decode fits
@@ -506,7 +548,13 @@ class SGLangScheduler:
         self.running = [r for r in self.running if not r.finished()]  # filter_batch
         if self.running and self._decode_fits(self.running):
             for req in self.running:
-                self._allocate(req, 1)
+                if self.cfg.speculative:
+                    # Spec rows allocate as an EAGLE decode does and commit their pending
+                    # bonus token, one (B:3143-3175; batch_result_processor.py:370-378).
+                    self._spec_allocate(req)
+                    req.prefix_len += 1
+                else:
+                    self._allocate(req, 1)
                 req.extend_len = 1
                 facts.scheduled.append((req.rid, 1))
             batch.kind = BATCH_MIXED
@@ -519,12 +567,16 @@ class SGLangScheduler:
         """`check_decode_mem` (B:3250-3296): a new page for each request whose KV ends on
         a page boundary (`kv_committed_len % P == 0`), after evicting the tree
         (allocator/base.py:160-174)."""
+        if self.cfg.speculative:  # B:3260-3266: the spec-v2 estimate instead
+            return self.free >= sum(self._spec_decode_need(r) for r in reqs)
         page = self.cfg.page_size
         return self.free >= page * sum(1 for r in reqs if r.prefix_len % page == 0)
 
-    def _update_running_batch(self, facts: _StepFacts) -> Batch | None:
+    def _update_running_batch(self, facts: _StepFacts, accepted: Mapping[str, int]
+                              ) -> Batch | None:
         """Filter finished requests; retract when the decode does not fit, else decay the
-        ratio; one token per remaining request. None when nothing is left to decode."""
+        ratio; one token per remaining request (under EAGLE: the reserve allocated, the
+        accepted run committed). None when nothing is left to decode."""
         initial_bs = len(self.running)
         self.running = [r for r in self.running if not r.finished()]
         if not self.running:
@@ -545,9 +597,15 @@ class SGLangScheduler:
         if not self.running:
             return None
         for req in self.running:
-            self._allocate(req, 1)
-            req.extend_len = 1
-            facts.scheduled.append((req.rid, 1))
+            if self.cfg.speculative:  # prepare_for_decode -> spec_prepare_for_decode (B:3579)
+                self._spec_allocate(req)
+                run = 1 + accepted.get(req.rid, 0)
+                req.prefix_len += run  # the verify commits the run (processor :818-826)
+                req.extend_len = run
+            else:
+                self._allocate(req, 1)
+                req.extend_len = 1
+            facts.scheduled.append((req.rid, req.extend_len))
         facts.kind = BATCH_DECODE
         return Batch(BATCH_DECODE, list(self.running))
 
@@ -569,6 +627,7 @@ class SGLangScheduler:
             victim = order.pop()
             self._release(victim)
             victim.prefix_len = 0  # reset_for_retract (B:1955-2001)
+            victim.allocated = 0  # mark_kv_released (B:995-1000)
             victim.is_retracted = True
             victim.retraction_count += 1
             retracted.append(victim)
@@ -610,6 +669,26 @@ class SGLangScheduler:
             return []
         return [r for r in batch.reqs if r is not self.chunked_req]
 
+    def _check_accepted(self, batch: Batch | None, accepted: Mapping[str, int]) -> None:
+        """An accepted count names a request of this step's EAGLE decode batch and lies in
+        [0, max_accept_len - 1]."""
+        verifying = ({r.rid for r in batch.reqs}
+                     if batch is not None and batch.kind == BATCH_DECODE else set())
+        top = self.cfg.max_accept_len - 1
+        for rid in sorted(accepted):
+            count = accepted[rid]
+            if rid not in verifying:
+                raise InputError(
+                    f"accepted count for request {rid!r} in step {self.current_step}: the "
+                    "request is not in that step's decode batch (only a decode verifies "
+                    "drafts); drop the entry")
+            if not 0 <= count <= top:
+                raise InputError(
+                    f"accepted count {count} for request {rid!r} in step "
+                    f"{self.current_step} must be in [0, {top}] (the verify commits at most "
+                    "min(speculative_num_draft_tokens, speculative_num_steps + 1) tokens, "
+                    "the bonus token one of them)")
+
     def _check_eos(self, batch: Batch | None, eos_ids: frozenset[str]) -> None:
         samplers = {r.rid for r in self._samplers(batch)}
         for rid in sorted(eos_ids):
@@ -619,18 +698,21 @@ class SGLangScheduler:
                     "samples no token in that step (not in the batch, or a partial prefill "
                     "chunk); EOS can only be the token a request samples")
 
-    def _process_results(self, sampled: list[Req], eos_ids: frozenset[str]
-                         ) -> tuple[tuple[str, str], ...]:
-        """One output token each; EOS first, then max_new_tokens (B:1913-1950); a finished
+    def _process_results(self, sampled: list[Req], eos_ids: frozenset[str],
+                         batch: Batch | None) -> tuple[tuple[str, str], ...]:
+        """One output token each (an EAGLE decode row: its accepted run, whose last token
+        is the EOS when there is one); EOS first, then max_new_tokens, an EOS past
+        max_new_tokens demoted to a length finish (B:1913-1950); a finished
         request releases its KV (BR:387, 1452). Aborted requests finish too. A request
         that ends its first prefill unfinished checkpoints its KV into the tree (BR:394);
         when its whole prompt was cached in whole pages, the tree already holds the
         recomputed last page and frees the request's copy
         (mem_cache/unified_radix_cache.py:1080-1154)."""
         finished: list[tuple[str, str]] = []
+        spec_decode = batch is not None and batch.kind == BATCH_DECODE and self.cfg.speculative
         for req in sampled:
             first_token = req.output_len == 0
-            req.output_len += 1
+            req.output_len += req.extend_len if spec_decode else 1
             # An EOS past max_new_tokens is demoted to a length finish (B:1901-1911, 1940-1942):
             # only a request clipped to 0 new tokens (a page size > 1 pool) samples one.
             if req.rid in eos_ids and req.output_len <= req.max_new_tokens:
@@ -666,8 +748,8 @@ class SGLangScheduler:
         chunked = [self.chunked_req] if self.chunked_req is not None else []
         return running + chunked + list(self.waiting)
 
-    def _extra(self, facts: _StepFacts, chunked_id: str | None) -> tuple[tuple[str, object],
-                                                                          ...]:
+    def _extra(self, facts: _StepFacts, chunked_id: str | None,
+               allocated: tuple[tuple[str, object], ...]) -> tuple[tuple[str, object], ...]:
         return (
             ("batch", facts.kind),
             ("rem_input_tokens", facts.rem_input),
@@ -680,7 +762,8 @@ class SGLangScheduler:
             ("chunked_req", chunked_id),
             ("retracted", list(facts.retracted)),
             ("aborted", list(facts.aborted)),
-        )
+        ) + allocated
+
 
 
 def _as_json_number(x: Fraction) -> int | float:

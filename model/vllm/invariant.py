@@ -35,6 +35,7 @@ from model.vllm.state import (
     RuleConfig,
     SchedState,
     SlotState,
+    kv_held,
 )
 
 # The largest prefix-cache pool the invariant's proof is taken to (in blocks): tiny_cached's
@@ -84,7 +85,11 @@ def facts(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], s: SchedState) -
         out += _pool(ops, cfg, s)
     else:
         out.append(("free + held blocks = usable blocks", s.free_blocks + ops.sum(
-            [x.blocks for x in s.slots]) == cfg.usable_blocks))
+            [kv_held(ops, cfg, x.blocks, x.nulled) for x in s.slots]) == cfg.usable_blocks))
+        # Sliding-window groups: the nulled head of a table is within it.
+        out += [(f"r{i}: nulled within the table", ops.and_(*[
+            ops.and_(n >= 0, n <= x.blocks) for n in x.nulled]))
+            for i, x in enumerate(s.slots) if x.nulled]
     n = len(specs)
     waiting = [ops.or_(x.status == WAITING, x.status == PREEMPTED) for x in s.slots]
     running = [x.status == RUNNING for x in s.slots]

@@ -62,14 +62,20 @@ def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
 def _spec_facts(observed: Step, ids: Sequence[str], served: list[tuple[object, int]],
                 running: list[int]) -> tuple[tuple[str, object], ...]:
     """With speculative decoding, the drafts scheduled and accepted per request in service
-    order, and each running request's blocks, as the reference records them."""
-    if not getattr(observed.cfg, "num_spec_tokens", 0):
-        return ()
+    order, and (with it or KV cache groups) each running request's blocks, as the
+    reference records them."""
     slots = observed.slots
-    drafted = [i for _, i in served if slots[i].spec_scheduled > 0]
-    return (("spec_scheduled", {ids[i]: slots[i].spec_scheduled for i in drafted}),
-            ("accepted", {ids[i]: slots[i].spec_accepted for i in drafted}),
-            ("blocks_held", {ids[i]: slots[i].blocks for i in running}))
+    out: tuple[tuple[str, object], ...] = ()
+    if getattr(observed.cfg, "num_spec_tokens", 0):
+        drafted = [i for _, i in served if slots[i].spec_scheduled > 0]
+        out = (("spec_scheduled", {ids[i]: slots[i].spec_scheduled for i in drafted}),
+               ("accepted", {ids[i]: slots[i].spec_accepted for i in drafted}))
+    # With KV cache groups too: the blocks held are not cdiv(tokens, block_size). The
+    # reference's per-group counts (group_blocks) have no observable here: the rules'
+    # states carry them (tests/test_kv_groups.py compares those).
+    if out or getattr(observed.cfg, "kv_groups", False):
+        out += (("blocks_held", {ids[i]: slots[i].blocks for i in running}),)
+    return out
 
 
 def _async_facts(observed: Step, ids: Sequence[str],

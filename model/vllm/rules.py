@@ -37,6 +37,7 @@ from model.vllm.state import (
     RuleConfig,
     SchedState,
     SlotState,
+    kv_held,
 )
 
 
@@ -80,6 +81,8 @@ class _Work:
     crash: Bool = False
     zero_tokens: list[Bool] | None = None
     dead: Bool = False  # the engine died in an earlier step
+    # With sliding-window KV cache groups: per slot, each group's blocks nulled.
+    nulled: list[list[Int]] | None = None
 
 
 def num_tokens(spec: SlotSpec, s: SlotState) -> Int:
@@ -106,6 +109,65 @@ def blocks_needed(ops: Ops, cfg: RuleConfig, tokens: Int, held: Int) -> Int:
 
 
 
+
+
+def _kv_need(ops: Ops, cfg: RuleConfig, tokens: Int, length: Int) -> tuple[Int, Int]:
+    """(blocks the pool gives, entries the attention tables grow by) for `tokens` slots of
+    a request whose attention tables have `length` entries (kv_cache_coordinator.py:
+    190-263). Each attention group (full or sliding window) grows its table to
+    cdiv(tokens, block_size) entries (single_type_kv_cache_manager.py:226-262: a running
+    request's table is never shorter than its skipped blocks, a waiting one has nothing
+    computed without prefix caching); each Mamba group takes its 1 + k state blocks at
+    the first allocation (1690-1697: cdiv(tokens + k * max_model_len, max_model_len))."""
+    grow = blocks_needed(ops, cfg, tokens, length)
+    if not cfg.kv_groups:
+        return grow, grow
+    attention = cfg.kv_full + len(cfg.kv_windows)
+    need: Int = 0 if attention == 0 else grow * attention
+    if cfg.kv_mamba:
+        need = need + ops.ite(length == 0, cfg.kv_mamba * cfg.kv_mamba_blocks, 0)
+    return need, grow
+
+
+def _kv_full_need(ops: Ops, cfg: RuleConfig, total: Int) -> Int:
+    """The full-sequence admission check's blocks for a waiting request of `total` tokens
+    (kv_cache_manager.py:522-539 with apply_admission_cap): full attention
+    cdiv(total, block_size), a sliding window at most its cap
+    (single_type_kv_cache_manager.py:216-230), Mamba its state blocks."""
+    req = blocks_needed(ops, cfg, total, 0)
+    need: Int = 0 if cfg.kv_full == 0 else req * cfg.kv_full
+    for cap in cfg.kv_window_caps:
+        need = need + ops.min(req, cap)
+    return need + cfg.kv_mamba * cfg.kv_mamba_blocks
+
+
+def _remove_skipped(ops: Ops, cfg: RuleConfig, w: _Work, sel: Sequence[Bool], do: Bool,
+                    ncomp: Int) -> None:
+    """Before a running request's allocation, each sliding-window group frees the blocks
+    wholly before its window on the processed tokens (in-flight ones excluded), replacing
+    them by the null block, whether or not the allocation then succeeds
+    (kv_cache_manager.py:546-558; single_type_kv_cache_manager.py:638-710, 1135-1170:
+    skipped tokens num_computed - window + 1). The freed blocks are a prefix of the table,
+    so a count per group says which."""
+    if w.nulled is None:
+        return
+    in_flight = 0 if w.in_flight is None else pick(ops, sel, w.in_flight)
+    processed = ops.max(0, ops.min(ncomp, cfg.max_model_len) - in_flight)
+    length = pick(ops, sel, w.blocks)
+    for j, window in enumerate(cfg.kv_windows):
+        now = pick(ops, sel, [x[j] for x in w.nulled])
+        reach = ops.min(ops.floordiv(ops.max(0, processed - window + 1), cfg.block_size),
+                        length)
+        later = ops.max(now, reach)
+        w.free = w.free + ops.ite(do, later - now, 0)
+        for i, s in enumerate(sel):
+            w.nulled[i][j] = ops.ite(ops.and_(do, s), later, w.nulled[i][j])
+
+
+def _held(ops: Ops, cfg: RuleConfig, w: _Work, i: int) -> Int:
+    """The real blocks slot i holds over every KV cache group (its table's blocks with one
+    full-attention group)."""
+    return kv_held(ops, cfg, w.blocks[i], () if w.nulled is None else w.nulled[i])
 
 
 def _threshold(ops: Ops, cfg: RuleConfig, num_held: Int, num_slots: int) -> Int:
@@ -150,7 +212,7 @@ def _preempt(ops: Ops, cfg: RuleConfig, w: _Work, victim: Sequence[Bool], do: Bo
     for i, v in enumerate(victim):
         hit = ops.and_(do, v)
         if w.cache is None:
-            w.free = w.free + ops.ite(hit, w.blocks[i], 0)
+            w.free = w.free + ops.ite(hit, _held(ops, cfg, w, i), 0)
         else:  # a block another request still holds stays held
             w.free = w.free + _release(ops, cfg, w, i, hit)
         if cfg.policy_priority or not cfg.victim_latest:  # a victim already served
@@ -164,6 +226,8 @@ def _preempt(ops: Ops, cfg: RuleConfig, w: _Work, victim: Sequence[Bool], do: Bo
         if w.drafts is not None:  # 1594-1595
             w.drafts[i] = ops.ite(hit, 0, w.drafts[i])
         w.blocks[i] = ops.ite(hit, 0, w.blocks[i])
+        if w.nulled is not None:
+            w.nulled[i] = [ops.ite(hit, 0, n) for n in w.nulled[i]]
         w.status[i] = ops.ite(hit, PREEMPTED, w.status[i])
         w.ncomp[i] = ops.ite(hit, 0, w.ncomp[i])
         w.num_preemptions[i] = ops.ite(hit, w.num_preemptions[i] + 1, w.num_preemptions[i])
@@ -197,6 +261,8 @@ def _checkpoint(ops: Ops, w: _Work) -> None:
         w.prefill_scheduled, w.ran = ops.name(w.prefill_scheduled), ops.name(w.ran)
     if w.zero_tokens is not None:
         w.zero_tokens = [ops.name(v) for v in w.zero_tokens]
+    if w.nulled is not None:
+        w.nulled = [[ops.name(v) for v in x] for x in w.nulled]
     if w.drafts is not None or w.zero_tokens is not None:
         w.crash = ops.name(w.crash)
 
@@ -249,10 +315,11 @@ def _running_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
         done: Bool = False
         fits: Bool = False
         passed_victims: Int = 0
+        _remove_skipped(ops, cfg, w, sel, wants, ncomp)
         for _ in range(n_slots):
             # A RUNNING request pays no watermark and no full-sequence check (509-516).
-            need = blocks_needed(ops, cfg, ncomp + n + cfg.num_lookahead_tokens,
-                                 pick(ops, sel, w.blocks))
+            need, _ = _kv_need(ops, cfg, ncomp + n + cfg.num_lookahead_tokens,
+                               pick(ops, sel, w.blocks))
             trying = ops.and_(wants, ops.not_(done))
             ok = ops.and_(trying, need <= w.free)
             fits = ops.or_(fits, ok)
@@ -271,8 +338,8 @@ def _running_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
             fits = ops.name(fits)
             _checkpoint(ops, w)
         held = pick(ops, sel, w.blocks)
-        need = blocks_needed(ops, cfg, ncomp + n + cfg.num_lookahead_tokens, held)
-        _serve(ops, cfg, w, sel, fits, n, need)
+        need, grow = _kv_need(ops, cfg, ncomp + n + cfg.num_lookahead_tokens, held)
+        _serve(ops, cfg, w, sel, fits, n, need, grow if cfg.kv_groups else None)
         if w.drafts is not None:
             _schedule_drafts(ops, w, sel, fits, n + ncomp - pick(ops, sel, ntok) - ph, drafts)
         if w.cache is not None:
@@ -345,10 +412,15 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
         n = ops.min(n, req_budget)
         # Watermark only while `running` is non-empty (kv_cache_manager.py:509-516; 1272).
         wm = ops.ite(num_running > 0, cfg.watermark_blocks, 0)
-        full_need = blocks_needed(ops, cfg, total, hit_blocks) + evictable
+        if cfg.kv_groups:  # no prefix caching: no hit, nothing evictable
+            full_need = _kv_full_need(ops, cfg, total)
+            need, fresh = _kv_need(ops, cfg, n + cfg.num_lookahead_tokens, 0)
+        else:
+            full_need = blocks_needed(ops, cfg, total, hit_blocks) + evictable
+            fresh = blocks_needed(ops, cfg, computed + n + cfg.num_lookahead_tokens,
+                                  hit_blocks)
+            need = fresh + evictable
         full_ok = ops.or_(ops.not_(cfg.scheduler_reserve_full_isl), full_need + wm <= w.free)
-        fresh = blocks_needed(ops, cfg, computed + n + cfg.num_lookahead_tokens, hit_blocks)
-        need = fresh + evictable
         ok = ops.and_(active, ops.not_(pad_stops), ops.not_(too_long), full_ok,
                       need + wm <= w.free)
         if w.zero_tokens is not None:
@@ -455,6 +527,8 @@ def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState
         # A dead engine schedules nothing (the reference: every later step is the crash).
         w.token_budget = ops.ite(state.crashed, 0, w.token_budget)
         w.dead = state.crashed
+    if cfg.kv_windows:
+        w.nulled = [list(s.nulled) for s in before]
     if cfg.async_scheduling:
         w.placeholders = [s.in_flight[0].placeholders for s in before]
         w.in_flight = [s.in_flight[0].tokens for s in before]
@@ -507,7 +581,7 @@ def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedSt
         finished = ops.or_(stop, length)
         ends.append(finished)
         if w.cache is None:
-            free_end = free_end + ops.ite(finished, w.blocks[i], 0)
+            free_end = free_end + ops.ite(finished, _held(ops, cfg, w, i), 0)
         status_after_sched = w.status[i]
         slots.append(SlotState(
             status=ops.ite(finished, FINISHED, status_after_sched),
@@ -515,12 +589,20 @@ def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedSt
             num_output_tokens=outputs, blocks=ops.ite(finished, 0, w.blocks[i]),
             run_key=w.run_key[i], wait_key=w.wait_key[i], num_preemptions=w.num_preemptions[i],
             table=_table(w, i), num_cached=w.cache.num_cached[i] if w.cache else 0,
-            drafts=_next_drafts(ops, w, i, ncomp < ntok[i], drafts)))
+            drafts=_next_drafts(ops, w, i, ncomp < ntok[i], drafts),
+            nulled=_nulled_after(ops, w, i, finished)))
         obs.append(_slot_obs(ops, cfg, specs, i, held, before, ntok, w, finished, stop,
                              sampled, ncomp, outputs, accepted=accepted))
     if w.cache is not None:
         free_end, slots = _release_finished(ops, cfg, w, ends, free_end, slots)
     return _step_of(ops, cfg, state, w, slots, obs, free_end, shared, cached, evictable)
+
+
+def _nulled_after(ops: Ops, w: _Work, i: int, finished: Bool) -> tuple[Int, ...]:
+    """Slot i's nulled counts after the step (a finished request freed its tables)."""
+    if w.nulled is None:
+        return ()
+    return tuple(ops.ite(finished, 0, n) for n in w.nulled[i])
 
 
 def _spec_choice(ops: Ops, cfg: RuleConfig, w: _Work, i: int,
@@ -586,7 +668,7 @@ def _slot_obs(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], i: int,
         resumed=ops.and_(before[i].status == PREEMPTED, joined),
         preempted=preempted, finished=finished, finished_stop=stop, sampled=sampled,
         num_tokens=ntok[i], num_computed_tokens_before=before[i].num_computed_tokens,
-        num_computed_tokens=ncomp, num_output_tokens=outputs, blocks=w.blocks[i],
+        num_computed_tokens=ncomp, num_output_tokens=outputs, blocks=_held(ops, cfg, w, i),
         num_preemptions=w.num_preemptions[i], running_after=status_after_sched == RUNNING,
         waiting_after=ops.or_(status_after_sched == WAITING, status_after_sched == PREEMPTED),
         queue_key=_queue_key(cfg, specs, w, i, n_slots=len(specs)), run_key=w.run_key[i],
@@ -687,7 +769,7 @@ def _update_async(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: S
         got_token.append(ops.and_(got, w.status[i] == RUNNING))
         ends.append(finished)
         if w.cache is None:
-            free_end = free_end + ops.ite(finished, w.blocks[i], 0)
+            free_end = free_end + ops.ite(finished, _held(ops, cfg, w, i), 0)
         flight = InFlight(
             placeholders=placeholders,
             tokens=w.in_flight[i] + w.scheduled[i] - ops.ite(deliver, f.pending_tokens, 0),
@@ -703,7 +785,8 @@ def _update_async(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: S
             run_key=w.run_key[i], wait_key=w.wait_key[i], num_preemptions=w.num_preemptions[i],
             table=_table(w, i), num_cached=w.cache.num_cached[i] if w.cache else 0,
             in_flight=(flight,),
-            drafts=_async_drafts(ops, cfg, w, i, scheduled, chunk, sampled)))
+            drafts=_async_drafts(ops, cfg, w, i, scheduled, chunk, sampled),
+            nulled=_nulled_after(ops, w, i, finished)))
         obs.append(_slot_obs(ops, cfg, specs, i, held, before, ntok, w, finished, stop,
                              sampled, ncomp, outputs, f.pending_rank, accepted=accepted))
     if w.cache is not None:

@@ -3,12 +3,12 @@ int/bool OR a z3 term, so one rule serves as simulator and as transition relatio
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from model.core.ops import Ops
-from model.vllm.config import POLICY_PRIORITY, Config
+from model.vllm.config import GROUP_FULL, GROUP_MAMBA, GROUP_SLIDING, POLICY_PRIORITY, Config
 
 # Config fields a query may give a range (checker/methods/symbolic.py); the rest are fixed.
 RANGED_FIELDS = ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "num_gpu_blocks",
@@ -79,6 +79,20 @@ class RuleConfig:
     preemption_gate: bool = True  # VllmRules.preemption_gate
     victim_latest: bool = True  # VllmRules.victim_latest
     victim_reindex: bool = True  # VllmRules.priority_victim_reindex (0.27.1 off)
+    # KV cache groups (Config.kv_cache_groups; concrete, they shape the state), without
+    # prefix caching: how many full-attention groups, each sliding-window group's window
+    # and admission cap (Config.sliding_window_cap), how many Mamba groups and the state
+    # blocks each holds per request (1 + k). The default is one full-attention group.
+    kv_full: int = 1
+    kv_windows: tuple[int, ...] = ()
+    kv_window_caps: tuple[int, ...] = ()
+    kv_mamba: int = 0
+    kv_mamba_blocks: int = 0
+
+    @property
+    def kv_groups(self) -> bool:
+        """Whether the KV cache is other than one full-attention group."""
+        return self.kv_full != 1 or bool(self.kv_windows) or bool(self.kv_mamba)
 
     @property
     def pool_choices(self) -> tuple[str, ...]:
@@ -136,7 +150,34 @@ class RuleConfig:
             threshold_skips_padding=cfg.rules.threshold_skips_padding,
             preemption_gate=cfg.rules.preemption_gate, victim_latest=cfg.rules.victim_latest,
             victim_reindex=cfg.rules.priority_victim_reindex,
+            **_kv_fields(cfg),
         ))
+
+
+def _kv_fields(cfg: Config) -> dict[str, object]:
+    """The RuleConfig fields of the config's KV cache groups (none for one full group)."""
+    if not cfg.hybrid_kv:
+        return {}
+    kinds = [g.kind for g in cfg.kv_cache_groups]
+    windows = tuple(g.sliding_window for g in cfg.kv_cache_groups if g.kind == GROUP_SLIDING)
+    return {"kv_full": kinds.count(GROUP_FULL), "kv_windows": windows,
+            "kv_window_caps": tuple(cfg.sliding_window_cap(w) for w in windows),
+            "kv_mamba": kinds.count(GROUP_MAMBA), "kv_mamba_blocks": 1 + cfg.num_spec_tokens}
+
+
+def kv_held(ops: Ops, cfg: RuleConfig, length: object, nulled: Sequence[object]) -> object:
+    """The real blocks a request holds over every group: `length` is its attention
+    tables' length (one full-attention group: its blocks), `nulled` each sliding-window
+    group's blocks freed and replaced by the null block (a prefix of the table), and each
+    Mamba group holds its state blocks once the request has allocated."""
+    if not cfg.kv_groups:
+        return length
+    held: object = 0 if cfg.kv_full == 0 else length * cfg.kv_full
+    for n in nulled:
+        held = held + (length - n)
+    if cfg.kv_mamba:
+        held = held + ops.ite(length > 0, cfg.kv_mamba * cfg.kv_mamba_blocks, 0)
+    return held
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +203,9 @@ class SlotState:
     in_flight: tuple[InFlight, ...] = ()
     # With speculative decoding (synchronous): one Drafts (an empty tuple otherwise).
     drafts: tuple[Drafts, ...] = ()
+    # With sliding-window groups: per group, the blocks at the table's head freed as the
+    # window moved (replaced by the null block); `blocks` is then the tables' length.
+    nulled: tuple[object, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +277,8 @@ class SchedState:
         exact = not cfg.abstract_cache
         slot = SlotState(table=(0,) * (cfg.table_len if exact else 0),
                          in_flight=(InFlight(),) if cfg.async_scheduling else (),
-                         drafts=(Drafts(),) if cfg.num_spec_tokens else ())
+                         drafts=(Drafts(),) if cfg.num_spec_tokens else (),
+                         nulled=(0,) * len(cfg.kv_windows))
         return SchedState(slots=tuple(slot for _ in range(num_slots)),
                           free_blocks=cfg.usable_blocks,
                           pool=tuple(PoolBlock() for _ in range(cfg.pool_blocks if exact else 0)))
@@ -303,6 +348,11 @@ def ranged_rule_config(ops: Ops, base: Config, values: Mapping[str, object]) -> 
         # The pool and the block tables are the state's shape: their sizes stay fixed.
         raise ValueError("with prefix caching, num_gpu_blocks and max_model_len cannot be "
                          "ranged; give them fixed values")
+    if base.hybrid_kv and not all(isinstance(values[name], int) for name in (
+            "max_model_len", "max_num_batched_tokens")):
+        # A sliding window's admission cap and Mamba's block size follow them.
+        raise ValueError("with KV cache groups, max_model_len and max_num_batched_tokens "
+                         "cannot be ranged; give them fixed values")
     # The switches from_config pins when unread may be read once fields are ranged.
     cfg = replace(RuleConfig.from_config(base),
                   threshold_off_when_alone=base.rules.threshold_off_when_alone,
