@@ -709,6 +709,10 @@ def random_connector_workload(seed: int, steps: int = 30) -> Workload:
                         kv_hits=tuple(hits), kv_loads=tuple(_first_per_step(loads)))
     if rng.random() < 0.5:
         workload = with_aborts(workload, seed)
+    validate(workload.config)
+    return workload
+
+
 HYBRID_STATIC_FEATURES: tuple[str, ...] = (
     "kv:full_and_sliding", "kv:sliding_only", "kv:full_and_mamba", "kv:mamba_only",
     "kv:several_groups_of_a_kind", "kv:window_under_a_block", "kv:pool_at_startup_minimum",
@@ -862,6 +866,9 @@ def connector_run_features(w: Workload, records: Sequence[StepRecord]) -> set[st
                 out.add("connector:aborted_while_loading")
         preempted |= set(rec.preempted)
         loading -= {*rec.admitted, *rec.resumed, *(rid for rid, _ in rec.finished)}
+    return out
+
+
 def hybrid_features(w: Workload) -> set[str]:
     """The HYBRID_STATIC_FEATURES workload `w` has."""
     cfg = w.config
