@@ -204,16 +204,51 @@ def test_hybrid_mamba_startup_counts_the_state_blocks(capsys):
     assert "Mamba2 mixer" in out  # one checkpoint block more would not fit
 
 
-def test_check_and_simulate_refuse_a_layout_the_model_does_not_have(capsys):
-    code, out, err = run(capsys, "check", "--property", "starvation", "--max-num-seqs", "2",
-                         "--model-kind", "sliding-window", "--sliding-window", "64",
-                         "--sliding-window-layers", "8", "--full-attention-layers", "2")
-    assert code == 2
-    assert ("the model has one full-attention KV cache group; --model-kind sliding-window is "
-            "not modelled by check (see docs/scope.md)") in err
+SWA_CHECK = ("check", "--property", "never_finishes", "--max-num-seqs", "2",
+             "--max-model-len", "64", "--max-num-batched-tokens", "16", "--block-size", "4",
+             "--model-kind", "sliding-window", "--sliding-window", "6",
+             "--sliding-window-layers", "8", "--full-attention-layers", "2",
+             "--no-async-scheduling", "--method", "bmc", "--depth", "3", "--requests", "2")
+
+
+def test_check_runs_the_kinds_groups_and_names_them(capsys):
+    # 2 full-attention and 8 sliding-window layers: groups of 2, so 1 full-attention and 4
+    # sliding-window groups; a request at 64 tokens needs 16 + 4 x (cdiv(min(5 + 16, 64),
+    # 4) + 1 = 7) = 44 blocks, 45 with the null block (vLLM's startup check per group; one
+    # batch in flight without async scheduling)
+    code, out, err = run(capsys, *SWA_CHECK, "--num-gpu-blocks", "45",
+                         "--no-enable-prefix-caching")
+    assert code == 0, err
+    assert re.search(r"never_finishes +custom +HOLDS\(3\) +- +bmc", out), out
+    assert ("KV cache groups 1 full-attention, 4 sliding-window, each with its own block "
+            "accounting") in out
+    code, out, err = run(capsys, *SWA_CHECK, "--num-gpu-blocks", "44",
+                         "--no-enable-prefix-caching")
+    assert code == 2 and "needs 44 blocks" in err and "sliding_window(6) 7" in err, err
+
+
+def test_prefix_caching_beside_groups_and_other_commands_are_refused_in_one_line(capsys):
+    code, out, err = run(capsys, *SWA_CHECK, "--num-gpu-blocks", "45")  # vllm serve: on
+    assert code == 2 and "prefix caching with KV cache groups" in err
+    assert "--no-enable-prefix-caching" in err and err.count("\n") == 1
+    code, out, err = run(capsys, "worst", "--metric", "preemptions", "--max-num-seqs", "2",
+                         "--model-kind", "hybrid-mamba", "--full-attention-layers", "1",
+                         "--mamba-layers", "3")
+    assert code == 2 and "not modelled by worst" in err and "check and simulate" in err
+
+
+def test_simulate_counts_the_mamba_state_blocks(capsys):
+    # seed_group_a.json: 10 one-token prompts at step 1, pool 64 (63 usable); 1 full and 3
+    # Mamba groups hold 1 + 3 blocks per request: 23 free after step 1, 53 with one group
     code, out, err = run(capsys, "simulate", "examples/seed_group_a.json", "--model-kind",
                          "hybrid-mamba", "--full-attention-layers", "1", "--mamba-layers", "3")
-    assert code == 2 and "not modelled by simulate" in err
+    assert code == 0, err
+    first = next(line for line in out.splitlines() if line.lstrip().startswith("1 "))
+    assert re.search(r" 23 +d0 d1 d2", first), first  # free blocks, then running
+    assert "KV cache groups 1 full-attention, 3 Mamba" in out
+    code, out, err = run(capsys, "simulate", "examples/seed_group_a.json")
+    first = next(line for line in out.splitlines() if line.lstrip().startswith("1 "))
+    assert re.search(r" 53 +d0 d1 d2", first), first
 
 
 def test_simulate_says_which_layout_its_run_assumes(capsys):

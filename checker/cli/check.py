@@ -22,6 +22,7 @@ from checker.config.flags import (
     bounded_int,
     bounded_seconds,
 )
+from checker.config.model_kind import model_kind, with_kind
 from checker.config.serve_args import (
     add_config_option,
     add_machine_flags,
@@ -251,8 +252,9 @@ def add_environment_flags(group: argparse._ArgumentGroup) -> None:
 
 def _flags_given(args: argparse.Namespace) -> bool:
     """A custom vLLM configuration: Config flags (from the command line or --config FILE),
-    a pasted `vllm serve MODEL`, or another flag vllm serve reads."""
-    return vllm_input_given(args)
+    a pasted `vllm serve MODEL`, or another flag vllm serve reads; or a model kind with
+    KV cache groups (a manifest config has one full-attention group)."""
+    return vllm_input_given(args) or model_kind(args).feature() is not None
 
 
 def prepare(args: argparse.Namespace, command: str = "check") -> argparse.Namespace:
@@ -469,7 +471,8 @@ def _custom_rows(args: argparse.Namespace, wanted: list[tuple[str, dict[str, int
             raise InputError(f"{args.config_file} is a {workload.engine} workload but "
                              f"--engine is {args.engine}; pass --engine {workload.engine}")
         base = workload.config
-        cfg = apply_config_flags(args, base) if args.engine == ENGINE_VLLM_V1 else base
+        cfg = (with_kind(model_kind(args), apply_config_flags(args, base))
+               if args.engine == ENGINE_VLLM_V1 else base)
     elif args.engine == ENGINE_VLLM_V1:
         # Flags (command line over --config FILE) are read as `vllm serve` reads them and
         # resolved as `batchproof config` resolves them: EngineArgs' defaults and clamps,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from checker.config.flags import add_config_flags, apply_config_flags
+from checker.config.model_kind import model_kind, with_kind
 from checker.config.serve_args import (
     add_config_option,
     add_serve_words,
@@ -81,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     refuse_unmodelled(args, "simulate")
     config = apply_config_flags(args, workload.config)
     spec = spec_decode(args)  # one the model covers (refuse_unmodelled refused the others)
-    workload = replace(workload, config=spec.on(config) if spec is not None else config)
+    workload = replace(workload, config=with_kind(
+        model_kind(args), spec.on(config) if spec is not None else config))
     notes = [model_line(args), ignored_line(args, unread_engine_flags(args)),
              memory_note(args, workload.config.num_gpu_blocks, "the workload's pool")]
     result = simulate_checked(workload, validate_config=not args.no_validate)

@@ -42,6 +42,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from model.core.errors import ConfigError, InputError
+from model.vllm.config import GROUP_MAMBA, GROUP_SLIDING, Config, KvGroup
+from model.vllm.config import ONE_FULL_GROUP as ONE_FULL
 from model.vllm.deployment import Feature
 
 KIND_FULL, KIND_SLIDING, KIND_MAMBA = "full", "sliding-window", "hybrid-mamba"
@@ -103,8 +105,9 @@ class ModelKind:
         counts = ", ".join(f"{n} {name}" for n, name in (
             (groups.full, "full-attention"), (groups.sliding, "sliding-window"),
             (groups.mamba, "Mamba")) if n)
-        return (f"{what}: KV cache groups {counts}; the model has {ONE_FULL_GROUP}, so "
-                "the scheduler's block accounting differs from the model's")
+        return (f"{what}: KV cache groups {counts}, each with its own block accounting "
+                "(check and simulate run them, prefix caching off; config's KV verdicts "
+                "do not count them)")
 
     def _layers_text(self) -> str:
         parts = []
@@ -150,6 +153,30 @@ class ModelKind:
 
 
 NOT_STATED = ModelKind()
+
+
+def kv_cache_groups(kind: ModelKind) -> tuple[KvGroup, ...]:
+    """The Config groups vLLM runs for `kind` (model/vllm/config.py `kv_cache_groups`): one
+    full-attention group when the kind is not stated or vLLM makes one, else each group of
+    `kv_groups` (full attention, then sliding window, then Mamba). ConfigError as
+    `kv_groups` raises it."""
+    if kind.kind is None or kind.one_full_group:
+        return ONE_FULL
+    groups = kv_groups(kind)
+    window = kind.sliding_window or 0
+    return ((KvGroup(),) * groups.full + (KvGroup(GROUP_SLIDING, window),) * groups.sliding
+            + (KvGroup(GROUP_MAMBA),) * groups.mamba)
+
+
+def with_kind(kind: ModelKind, cfg: Config) -> Config:
+    """`cfg` with the groups of a stated `kind` (unchanged when it is not stated: a
+    workload's own groups stay). InputError when vLLM cannot group the layers."""
+    if not kind.stated:
+        return cfg
+    try:
+        return replace(cfg, kv_cache_groups=kv_cache_groups(kind))
+    except ConfigError as exc:
+        raise InputError(str(exc)) from None
 
 
 def kv_premise(kind: ModelKind) -> str:

@@ -31,7 +31,7 @@ from checker.config.flags import (
     apply_config_flags,
     ignored_flags,
 )
-from checker.config.model_kind import model_kind
+from checker.config.model_kind import model_kind, with_kind
 from checker.config.spec_args import spec_decode
 from model.core.errors import InputError
 from model.vllm.config import Config
@@ -262,12 +262,17 @@ def refuse_unmodelled(args: argparse.Namespace, command: str) -> None:
                          "model, model/vllm/deployment.py); drop it, or check the deployment's "
                          "rules with `batchproof config`")
     kind = model_kind(args)
-    if kind.feature() is not None:
-        # The reference and the rules keep one full-attention group's blocks: a run of a
-        # model with sliding-window or Mamba groups would be another engine's run.
-        raise InputError(f"the model has one full-attention KV cache group; --model-kind "
-                         f"{kind.kind} is not modelled by {command} (see docs/scope.md); "
+    if kind.feature() is not None and command not in KIND_COMMANDS:
+        # check and simulate run the groups (model/vllm/kv_cache.py); the other commands
+        # would run one full-attention group's blocks, another engine's run.
+        raise InputError(f"--model-kind {kind.kind} is not modelled by {command} (its KV "
+                         "cache groups are run by check and simulate, see docs/scope.md); "
                          "`batchproof config` checks its startup rule")
+    with_kind(kind, Config())  # vLLM cannot group Mamba layers without the hybrid manager
+
+
+# The commands that run a model kind's KV cache groups (model/vllm/kv_cache.py).
+KIND_COMMANDS = ("check", "simulate")
 
 
 def kind_line(args: argparse.Namespace) -> str:
@@ -390,6 +395,7 @@ def serve_config(args: argparse.Namespace, command: str) -> tuple[Config, list[s
                   async_scheduling=dep.async_scheduling)
     if spec is not None:  # inside the model (refuse_unmodelled refused the others)
         cfg = spec.on(cfg)
+    cfg = with_kind(model_kind(args), cfg)  # the served model's KV cache groups
     if getattr(args, IGNORED_PREFIX + "data_parallel_size", None) is not None:
         notes.append("note: " + NOT_MODELLED["data_parallel_size"])
     return cfg, notes

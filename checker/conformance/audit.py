@@ -231,8 +231,8 @@ def _vllm_at_release(h: Harness, version: str) -> Harness:
     from checker.conformance.generate import at_release
     from checker.conformance.modes import MODES
 
-    modes = tuple(m for m in h.modes
-                  if not any(f.startswith("spec:") for f in MODES[m].features))
+    modes = tuple(m for m in h.modes  # the KV connector too: modelled at 0.32.0 only
+                  if not any(f.startswith(("spec:", "connector:")) for f in MODES[m].features))
     return replace(h, engine=f"{engines.base_name(h.engine)}@{version}", modes=modes,
                    generate=lambda mode, seed, steps: at_release(
                        MODES[mode].generate(seed, steps), version))

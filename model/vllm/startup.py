@@ -141,8 +141,11 @@ class SpecDecode:
 
 
 def blocks_for_one_request(cfg: Config) -> int:
-    """Blocks one max_model_len request needs: cdiv(max_model_len, block_size)."""
-    return -(-cfg.max_model_len // cfg.block_size)
+    """Blocks one max_model_len request needs: cdiv(max_model_len, block_size) with one
+    full-attention group; with KV cache groups the sum of each group's
+    (_max_memory_usage_bytes_from_groups, kv_cache_utils.py:2337-2366; Config.
+    group_blocks_per_request)."""
+    return sum(cfg.group_blocks_per_request(g) for g in cfg.kv_cache_groups)
 
 
 def kv_rejection(cfg: Config) -> ConfigError | None:
@@ -151,6 +154,16 @@ def kv_rejection(cfg: Config) -> ConfigError | None:
     need = blocks_for_one_request(cfg)
     if need <= cfg.usable_blocks:
         return None
+    if cfg.hybrid_kv:
+        parts = " + ".join(f"{g.describe()} {cfg.group_blocks_per_request(g)}"
+                           for g in cfg.kv_cache_groups)
+        return ConfigError(
+            KV_HOLDS_ONE_REQUEST.name,
+            f"the KV cache cannot hold one request of max_model_len ({cfg.max_model_len}) "
+            f"over its groups: it needs {need} blocks of {cfg.block_size} tokens ({parts}), "
+            f"the pool has {cfg.usable_blocks} usable ({cfg.num_gpu_blocks} less the null "
+            f"block); lower max_model_len or give the pool at least {need + 1} blocks "
+            f"({KV_HOLDS_ONE_REQUEST.upstream}, 2337-2366)")
     largest = cfg.usable_blocks * cfg.block_size
     return ConfigError(
         KV_HOLDS_ONE_REQUEST.name,
