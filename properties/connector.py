@@ -12,6 +12,14 @@ blocks of those tokens (one full-attention group).
   once the loads fill the pool; under a premise that every load ends within K steps it
   is not decided here (the loaded requests are then admitted ahead of the waiting queue,
   scheduler.py:913-917, and free their blocks only when they finish).
+- `never_admitted_after_load`: a request blocked on its load for a whole run (the
+  liveness property "a request blocked on a load forever"). VIOLATED whenever the
+  environment may never end a load. Under the fairness premise that every load ends within
+  K steps it HOLDS on the bounded family tests/test_connector.py enumerates (1-2 requests,
+  prompts of 1-5 tokens, every hit, loads ending within 2 steps; 640 and 5760 runs), with
+  one exception the engine has: a 1-token prompt whose one token the connector offers
+  asynchronously every time is cut to 0 after each load (scheduler.py:3171-3172), looks
+  new, and starts another load in the same pass (960-1042), forever.
 - `zero_tokens_after_load`: a request admitted after its load is scheduled at least one
   token. The engine cuts a load of every token one short (scheduler.py:3171-3172), so it
   holds on every run of the reference; a synchronous hit of the whole prompt is not cut
@@ -74,3 +82,17 @@ def zero_tokens_after_load(records: Sequence[StepRecord]) -> int | None:
                 return rec.step
         before = loading
     return None
+
+
+def never_admitted_after_load(records: Sequence[StepRecord]) -> str | None:
+    """A request that started a KV load and was neither admitted (or resumed) nor finished
+    by the run's last step: blocked on its load for the whole run (the liveness property
+    "a request blocked on a load forever", read on a run long enough for every other
+    request to finish). Returns its id, or None."""
+    started: dict[str, int] = {}
+    for rec, loading in zip(records, loading_ids(records), strict=True):
+        for rid in loading:
+            started.setdefault(rid, rec.step)
+        for rid in (*rec.admitted, *rec.resumed, *(r for r, _ in rec.finished)):
+            started.pop(rid, None)
+    return min(started, key=lambda rid: (started[rid], rid)) if started else None

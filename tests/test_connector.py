@@ -194,3 +194,68 @@ def test_a_request_admitted_after_its_load_always_gets_a_token():
                                      resumed=(), preempted=(), finished=(), free_blocks=4,
                                      num_computed_tokens=(("a", 64),)))
     assert zero_tokens_after_load(fake) == 2
+
+
+# --- liveness: a request blocked on its KV load forever ------------------------------------
+
+import itertools  # noqa: E402
+
+from model.core.types import ExternalHit, KVLoadEvent, RequestSpec, Workload  # noqa: E402
+from properties.connector import never_admitted_after_load  # noqa: E402
+
+
+def _fair_family(two: bool, reported: bool = True):
+    """Small workloads (block size 2, pools of 3 or 5 usable blocks, 1 or 2 seats), every
+    external hit of every prompt of 1..5 tokens, sync or async; with `two`, a second request
+    of 1 or 3 tokens (an async hit of none or all of it) arriving in step 1 or 2. Fairness:
+    the worker reports every load in flight from `d` (0 or 2) steps after its request's
+    arrival on, so each load ends within 2 steps; `reported` False: no load ever ends."""
+    for budget, seats, blocks, d in itertools.product((4, 8), (1, 2), (4, 6), (0, 2)):
+        cfg = Config(max_num_batched_tokens=budget, max_num_seqs=seats, max_model_len=8,
+                     block_size=2, num_gpu_blocks=blocks, kv_connector=True)
+        seconds = [None] if not two else [None, *((p, t, a) for p in (1, 3) for t in (0, p)
+                                                  for a in (1, 2))]
+        for p0, a0, second in itertools.product(range(1, 6), (True, False), seconds):
+            for t0 in range(p0 + 1):
+                reqs = [RequestSpec("r0", p0, 2)]
+                hits = [ExternalHit("r0", t0, a0)]
+                if second is not None:
+                    reqs.append(RequestSpec("r1", second[0], 2, arrival_step=second[2]))
+                    hits.append(ExternalHit("r1", second[1], True))
+                loads = tuple(KVLoadEvent(r.id, s) for s in range(1, 31) for r in reqs
+                              if reported and s >= r.arrival_step + d)
+                yield Workload(cfg, tuple(reqs), steps=30, kv_hits=tuple(hits),
+                               kv_loads=loads)
+
+
+def _blocked(workloads) -> dict[tuple[int, int], int]:
+    """(prompt_len, hit tokens) of each request blocked on its load for a whole run."""
+    out: dict[tuple[int, int], int] = {}
+    for w in workloads:
+        rid = never_admitted_after_load(simulate(w))
+        if rid is not None:
+            key = (next(r.prompt_len for r in w.requests if r.id == rid),
+                   next(h.tokens for h in w.kv_hits if h.id == rid))
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def test_with_every_load_ending_only_a_one_token_prompt_is_blocked_forever():
+    # Under the fairness premise every request with an async hit is admitted, except a
+    # 1-token prompt whose one token the connector offers again and again: cut to 0 after
+    # each load (scheduler.py:3171-3172), it looks new and starts another (960-1042).
+    blocked = _blocked(_fair_family(two=False))
+    assert set(blocked) == {(1, 1)}
+
+
+def test_with_loads_that_never_end_every_async_hit_is_blocked_forever():
+    workloads = [w for w in _fair_family(two=False, reported=False)
+                 if w.kv_hits[0].load_async and w.kv_hits[0].tokens > 0]
+    assert sum(_blocked(workloads).values()) == len(workloads) == 15 * 16
+
+
+@pytest.mark.slow
+def test_with_every_load_ending_only_one_token_prompts_are_blocked_forever_two_requests():
+    # The quick test's family with a second request competing for seats and blocks:
+    # 5760 runs of 30 steps; still only the 1-token reload.
+    assert set(_blocked(_fair_family(two=True))) == {(1, 1)}
