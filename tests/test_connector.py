@@ -259,3 +259,20 @@ def test_with_every_load_ending_only_one_token_prompts_are_blocked_forever_two_r
     # The quick test's family with a second request competing for seats and blocks:
     # 5760 runs of 30 steps; still only the 1-token reload.
     assert set(_blocked(_fair_family(two=True))) == {(1, 1)}
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_the_real_scheduler_shows_the_hazard_witness_and_the_one_token_reload():
+    from checker.config.connector import minimal_witness
+    from checker.conformance.vllm_real import run_real_vllm
+
+    workload, records, at = minimal_witness(SERVED, 3)
+    real = run_real_vllm(workload)
+    assert real == records and waits_behind_loads(workload, real, 3) == at == 3
+    one = Workload(Config(max_num_batched_tokens=8, max_num_seqs=2, max_model_len=8,
+                          block_size=2, num_gpu_blocks=6, kv_connector=True),
+                   (RequestSpec("a", 1, 2),), steps=12,
+                   kv_hits=(ExternalHit("a", 1, True),),
+                   kv_loads=tuple(KVLoadEvent("a", s) for s in range(1, 13)))
+    assert never_admitted_after_load(run_real_vllm(one)) == "a"
