@@ -12,6 +12,7 @@ from functools import cache
 
 from model.core.arith import cdiv
 from model.core.engine import EngineModel
+from model.core.errors import InputError
 from model.core.observe import observed_step
 from model.core.ops import Bool, Ops
 from model.core.switches import RuleVersions, engine_at_version
@@ -56,6 +57,10 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     accepted drafts.
     """
     cfg = workload.config
+    if cfg.kv_connector:  # a request waiting for its KV load holds blocks and tokens
+        raise InputError("the step observables, and the properties over them, do not cover "
+                         "a KV connector's loads yet; check a connector run with "
+                         "properties/connector.py (or drop kv_connector)")
     rcfg = RuleConfig.from_config(cfg)
     ordered = workload.arrival_order()
     outputs = {r.id: 0 for r in ordered}
