@@ -276,3 +276,25 @@ def test_the_real_scheduler_shows_the_hazard_witness_and_the_one_token_reload():
                    kv_hits=(ExternalHit("a", 1, True),),
                    kv_loads=tuple(KVLoadEvent("a", s) for s in range(1, 13)))
     assert never_admitted_after_load(run_real_vllm(one)) == "a"
+
+
+def test_the_pool_and_progress_invariants_hold_on_connector_runs():
+    # The step observables count the blocks a request holds outside `running` (the record's
+    # kv_held) and what a step gave back, so the invariants read a connector run as they
+    # read any other; the hazards and the properties of the engine without a connector
+    # (a preempted request at the very head, a whole prompt with chunking off) are not
+    # claimed here.
+    from checker.methods.trace_check import check_trace, properties_for
+
+    names = ("kv_blocks_conserved", "computed_within_tokens", "budget_respected",
+             "running_within_max_num_seqs", "no_admission_after_preemption")
+    props = properties_for("vllm-v1", names)
+    loads = 0
+    for seed in range(80):
+        w = replace(MODES["connector"].generate(seed, 30), eos=())
+        records = simulate(w)
+        loads += sum(1 for step in (records or ()) for rid, n in step.num_computed_tokens
+                     if rid in step.waiting and n > 0)
+        for verdict in check_trace("vllm-v1", w, records, props):
+            assert verdict.verdict == "HOLDS", (seed, verdict)
+    assert loads > 100  # the runs do hold blocks while loading

@@ -1069,6 +1069,7 @@ def run_real_vllm_detailed(workload: Workload,
         free_blocks = sched.kv_cache_manager.block_pool.get_num_free_blocks()
         facts = (cache_facts(sched, scheduled, {*admitted, *resumed}, held)
                  if caching else [])
+        kv_held = _kv_held(sched) if sched.connector is not None else {}
         req_ids = [rid for rid, _ in scheduled]
         samples = tuple(rid for rid in req_ids if not held[rid].is_prefill_chunk)
         if cfg.hybrid_kv:  # every group's real blocks, as the reference counts them
@@ -1115,6 +1116,10 @@ def run_real_vllm_detailed(workload: Workload,
         if async_probe is not None:
             async_probe.updated(finished)
             facts.append(("sampled", samples))
+        if sched.connector is not None:
+            facts.append(("kv_held", kv_held))
+            facts.append(("released_blocks",
+                          sched.kv_cache_manager.block_pool.get_num_free_blocks() - free_blocks))
         if k:
             facts.append(("spec_scheduled", spec_scheduled))
             facts.append(("accepted", applied))
@@ -1145,6 +1150,16 @@ def run_real_vllm_detailed(workload: Workload,
             step_events |= spec_probe.events
         events.append(frozenset(step_events))
     return RealRun(records=tuple(records), sampled=tuple(sampled_ids), events=tuple(events))
+
+
+def _kv_held(sched: Any) -> dict[str, int]:
+    """With a KV connector, right after `schedule()`: the blocks of each request the
+    scheduler holds outside `running` (waiting, or finished while its load runs and kept
+    in `requests`, scheduler.py:2700-2712), from the full-attention manager's tables."""
+    tables = sched.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
+    running = {r.request_id for r in sched.running}
+    return {rid: len(tables[rid]) for rid in sched.requests
+            if rid not in running and tables.get(rid)}
 
 
 def _load_reports(events: tuple[KVLoadEvent, ...], loading: list[str]

@@ -12,7 +12,6 @@ from functools import cache
 
 from model.core.arith import cdiv
 from model.core.engine import EngineModel
-from model.core.errors import InputError
 from model.core.observe import observed_step
 from model.core.ops import Bool, Ops
 from model.core.switches import RuleVersions, engine_at_version
@@ -57,10 +56,6 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     accepted drafts.
     """
     cfg = workload.config
-    if cfg.kv_connector:  # a request waiting for its KV load holds blocks and tokens
-        raise InputError("the step observables, and the properties over them, do not cover "
-                         "a KV connector's loads yet; check a connector run with "
-                         "properties/connector.py (or drop kv_connector)")
     rcfg = RuleConfig.from_config(cfg)
     ordered = workload.arrival_order()
     outputs = {r.id: 0 for r in ordered}
@@ -109,6 +104,16 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
             else:
                 blocks = (cdiv(min(now, cfg.max_model_len), cfg.block_size)
                           if rid in rec.running else 0)
+            kv_held = facts.get("kv_held")
+            before = ncomp[rid]
+            if isinstance(kv_held, dict):
+                # A KV connector: a request waiting for (or after) its load, or finished
+                # while it runs, holds blocks outside `running` (the record says them); one
+                # admitted after its load starts from what it loaded, cut one short of its
+                # tokens (scheduler.py:3171-3172), not from the load's count.
+                blocks = blocks if rid in rec.running else kv_held.get(rid, 0)
+                if before and (rid in rec.admitted or rid in rec.resumed):
+                    before = now - n
             queue_key = rec.waiting.index(rid) if rid in rec.waiting else 0
             slots.append(SlotObs(
                 held=rid in was_running or rid in was_waiting, was_running=rid in was_running,
@@ -116,7 +121,7 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
                 admitted=rid in rec.admitted, resumed=rid in rec.resumed,
                 preempted=rid in rec.preempted, finished=rid in finished,
                 finished_stop=finished.get(rid) == "stop", sampled=sampled, num_tokens=ntok,
-                num_computed_tokens_before=ncomp[rid], num_computed_tokens=now,
+                num_computed_tokens_before=before, num_computed_tokens=now,
                 num_output_tokens=outputs[rid] + delivered, blocks=blocks,
                 num_preemptions=preemptions[rid], running_after=rid in rec.running,
                 waiting_after=rid in rec.waiting, queue_key=queue_key,
@@ -207,6 +212,8 @@ def _observed(rec: StepRecord, slots: list[SlotObs], rcfg: RuleConfig,
     """The step's observables. Without prefix caching a finished request releases all its
     blocks; with it, blocks another request still holds stay held, so the reference
     records how many blocks the step's finished requests freed."""
+    if "kv_held" in facts:  # a KV connector: a finished request may keep its blocks
+        return observed_step(rec, slots, rcfg, int(facts["released_blocks"]))  # type: ignore[call-overload]
     if not rcfg.prefix_caching:
         released = sum(o.blocks for o in slots if o.finished)
         return observed_step(rec, slots, rcfg, released)

@@ -515,6 +515,7 @@ class VllmV1Scheduler:
         group_blocks = ({rid: self.table.held_by_group(rid) for rid in running_ids}
                         if isinstance(self.table, GroupTables) else {})
         waiting_ids = tuple(r.request_id for r in self._queued())
+        kv_held = self._kv_held()
         self._check_eos(out, eos_ids)
         samples = frozenset(rid for rid in out.num_scheduled_tokens
                             if not self.requests[rid].is_prefill_chunk)
@@ -554,6 +555,9 @@ class VllmV1Scheduler:
             cache_facts += (("blocks_held", held_blocks),)
         if isinstance(self.table, GroupTables):
             cache_facts += (("group_blocks", group_blocks),)
+        if self.connector is not None:  # blocks held outside `running`, and what came back
+            cache_facts += (("kv_held", kv_held),
+                            ("released_blocks", self.pool.num_free_blocks - free_blocks))
         return StepRecord(
             step=self.current_step,
             scheduled=tuple(out.num_scheduled_tokens.items()),
@@ -568,6 +572,16 @@ class VllmV1Scheduler:
             token_budget_left=out.token_budget,
             extra=cache_facts,
         )
+
+    def _kv_held(self) -> dict[str, int]:
+        """With a KV connector, right after scheduling: the blocks of each request that
+        holds some outside `running` (waiting for, or after, its load; finished while its
+        load runs, S:2700-2712)."""
+        if self.connector is None:
+            return {}
+        out = {r.request_id: self.table.held(r.request_id) for r in self._queued()}
+        out.update({rid: self.table.held(rid) for rid in self._delayed_free})
+        return {rid: n for rid, n in out.items() if n}
 
     def _queued(self) -> list[Request]:
         """The waiting requests in the order the waiting loop meets them:
