@@ -192,8 +192,9 @@ def _vllm_harness() -> Harness:
         return compare_by_meaning(compare_run, w, run, _package_dir("vllm"))
 
     return Harness(
-        # The connector mode is conformance only: the Step observables the audit's
-        # property checks read do not cover a KV load (model/vllm/engine.py).
+        # The connector mode is conformance only: some properties the audit checks
+        # describe the engine without a connector (a preempted request at the very head
+        # of the waiting loop, a whole prompt with chunking off), tests/test_connector.py.
         engine="vllm-v1", package="vllm", modes=tuple(m for m in MODES if m != "connector"),
         unavailable=vllm_unavailable_reason, run=run_real_vllm_detailed,
         compare=lambda w, run: compare_past_refusals(by_meaning, w, run),
