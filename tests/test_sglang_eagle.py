@@ -12,6 +12,7 @@ import copy
 from dataclasses import replace
 
 import pytest
+import z3
 from test_conformance import assert_all_agree
 
 from checker.conformance.sglang_generate import (
@@ -22,8 +23,13 @@ from checker.conformance.sglang_generate import (
 )
 from checker.conformance.sglang_real import sglang_available, sglang_unavailable_reason
 from model.core.errors import InputError
+from model.core.ops import SymbolicOps, as_python
+from model.core.slots import lay_out
+from model.core.types import AcceptEvent, EosEvent, StepRecord, Workload
 from model.run import simulate
+from model.sglang import rules
 from model.sglang.config import Config, parse_config, rejection
+from model.sglang.engine import records_to_steps, run_rules, to_record
 from model.sglang.reference import SGLangScheduler
 from model.workload import parse_workload
 
@@ -192,13 +198,14 @@ def test_eagle_workloads_reach_every_spec_feature_on_the_reference():
     assert set(SPEC_FEATURES) <= reached, set(SPEC_FEATURES) - reached
 
 
-def _reference_records(w: object) -> list:
-    """The reference's records with only the EOS entries and accepted counts that name a
-    request sampling (verifying) in their step, as the real run keeps them: each step is
-    first tried on a copy without any to see its batch."""
+def _effective(w: Workload) -> Workload:
+    """`w` with only the EOS entries and accepted counts that name a request sampling
+    (verifying) in their step, as the real run keeps them: each step is first tried on a
+    copy without any to see its batch."""
     sched = SGLangScheduler(w.config)
     arrivals, eos, accepted = w.arrivals_by_step(), w.eos_ids_by_step(), w.accepted_by_step()
-    records = []
+    kept_eos: list[EosEvent] = []
+    kept_accepted: list[AcceptEvent] = []
     for step in range(1, w.steps + 1):
         for spec in arrivals.get(step, ()):
             sched.add_request(spec)
@@ -206,10 +213,91 @@ def _reference_records(w: object) -> list:
         extra = dict(probe.extra)
         ran = {rid for rid, _ in probe.scheduled if rid != extra["chunked_req"]}
         verifying = ran if extra["batch"] == "decode" else set()
-        records.append(sched.step(
-            frozenset(eos.get(step, frozenset()) & ran),
-            {k: v for k, v in accepted.get(step, {}).items() if k in verifying}))
-    return records
+        ends = frozenset(eos.get(step, frozenset()) & ran)
+        counts = {k: v for k, v in accepted.get(step, {}).items() if k in verifying}
+        kept_eos += [EosEvent(rid, step) for rid in sorted(ends)]
+        kept_accepted += [AcceptEvent(rid, step, c) for rid, c in sorted(counts.items())]
+        sched.step(ends, counts)
+    return replace(w, eos=tuple(kept_eos), accepted=tuple(kept_accepted))
+
+
+def _reference_records(w: Workload) -> tuple[StepRecord, ...]:
+    """The reference's records of `_effective(w)`."""
+    return simulate(_effective(w))
+
+
+# ------------------------------------------------------------------------------ rules
+
+#: The Step fields the reference's observables and the rules' are compared on (the order
+#: keys are relative orders, compared through `to_record`).
+_COMPARED = ("scheduled", "sampled", "finished", "finished_stop", "num_output_tokens",
+             "blocks", "admitted", "resumed", "preempted", "spec_scheduled", "spec_accepted",
+             "running_after", "waiting_after", "num_tokens")
+
+
+def _assert_rules_agree(page: int, seeds: range) -> None:
+    """Every record, the ratio after every step, the pool after the finishes, and each
+    slot's observables (blocks include the over-allocation) on the generated EAGLE
+    workloads of `seeds`."""
+    for seed in seeds:
+        w = _effective(random_sglang_workload(seed, "any", page, True))
+        reference = simulate(w)
+        run = run_rules(w)
+        observed_ref = records_to_steps(w, reference)
+        for ref, observed, state, mine in zip(reference, run.steps, run.states[1:],
+                                              observed_ref, strict=True):
+            where = f"seed {seed} step {ref.step}"
+            assert to_record(observed, run.ids) == replace(ref, extra=()), where
+            ratio = run.cfg.ratio(state.ratio_n, state.ratio_b)
+            assert round(float(ratio), 6) == dict(ref.extra)["new_token_ratio_after"], where
+            assert observed.free_blocks_end == mine.free_blocks_end, where
+            for a, b in zip(observed.slots, mine.slots, strict=True):
+                assert ([getattr(a, f) for f in _COMPARED]
+                        == [getattr(b, f) for f in _COMPARED]), where
+
+
+@pytest.mark.parametrize("page", (1, 4, 16))
+def test_reference_and_rules_agree_on_generated_eagle_workloads(page):
+    _assert_rules_agree(page, range(15))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", (1, 4, 16))
+def test_reference_and_rules_agree_on_300_generated_eagle_workloads(page):
+    _assert_rules_agree(page, range(15, 300))
+
+
+def test_the_rules_agree_on_the_targeted_eagle_workloads():
+    for name, w in TARGETED.items():
+        run = run_rules(w)
+        for ref, observed in zip(simulate(w), run.steps, strict=True):
+            assert to_record(observed, run.ids) == replace(ref, extra=()), (name, ref.step)
+    assert run_rules(ABORT_APART).states[-1].ratio_n == 0  # the estimate kept, no reset
+
+
+def test_the_eagle_rules_are_branch_free_one_symbolic_run_equals_the_concrete_one():
+    """The accepted counts as z3 integers fixed by constraints: the symbolic step builds
+    and evaluates to the concrete one."""
+    concrete = run_rules(HAND)
+    ops = SymbolicOps()
+    state = concrete.states[0]
+    solver = z3.Solver()
+    laid = lay_out(HAND, concrete.cfg)
+    for t, expected in enumerate(concrete.states[1:], start=1):
+        eos = tuple(z3.BoolVal(e) for e in laid.eos[t - 1])
+        acc = [z3.Int(f"acc{t}.{i}") for i in range(len(concrete.specs))]
+        solver.add(*[a == c for a, (c, _) in zip(acc, laid.spec[t - 1], strict=True)])
+        state, _ = rules.step(ops, concrete.cfg, concrete.specs, state, eos,
+                              [(a, 0) for a in acc])
+        solver.add(*ops.take_definitions())
+        assert solver.check() == z3.sat
+        model = solver.model()
+        for got, want in zip(state.slots, expected.slots, strict=True):
+            for name in ("status", "kv", "computed", "allocated", "outputs"):
+                value = getattr(got, name)
+                value = model.eval(value, model_completion=True) if isinstance(
+                    value, z3.ExprRef) else value
+                assert as_python(value) == getattr(want, name), (t, name)
 
 
 # ------------------------------------------------------------- the real scheduler
