@@ -420,3 +420,61 @@ def test_vllm_cannot_start_mamba_layers_without_the_hybrid_manager():
     assert not started and "Failed to promote" in message
     with pytest.raises(ConfigError, match="Failed to promote"):
         kv_groups(kind)
+
+
+# A model whose every layer slides (window 2) with EAGLE, k = 2: vLLM's startup check
+# counts the window's admission cap, cdiv(min(2 - 1 + 4, 20), 1) + 1 = 6 blocks, and 6
+# usable blocks start. A lone prompt of 8 takes 4 tokens + 2 lookahead slots (6 blocks);
+# next step the window frees 3 blocks (4 - 2 + 1 skipped tokens) but the table must grow
+# to 4 + 4 + 2 = 10 entries, 4 new blocks for 3 free: it preempts itself, and again after
+# every re-admission (kv_cache_interface.py:859-885 leaves out the lookahead slots that
+# allocate_slots reserves, kv_cache_manager.py:541-571).
+SWA_EAGLE = ("config", "--max-model-len", "20", "--max-num-batched-tokens", "4",
+             "--max-num-seqs", "1", "--block-size", "1", "--speculative-config",
+             '{"method": "eagle", "model": "x/eagle", "num_speculative_tokens": 2}',
+             "--model-kind", "sliding-window", "--sliding-window", "2",
+             "--sliding-window-layers", "1", "--full-attention-layers", "0",
+             "--no-enable-prefix-caching", "--no-async-scheduling",
+             "--hazard", "self_preemption")
+
+
+def test_config_witnesses_self_preemption_of_a_sliding_window_model_at_vllms_minimum(capsys):
+    code, out, err = run(capsys, *SWA_EAGLE, "--num-gpu-blocks", "6")
+    assert code == 2 and "needs 6 blocks" in err  # below vLLM's startup check
+    code, out, err = run(capsys, *SWA_EAGLE, "--num-gpu-blocks", "7")
+    assert code == 0, err
+    assert "[WITNESSED] self_preemption" in out
+    assert "r0: prompt_len=8 max_tokens=1 arrival_step=1" in out
+    assert re.search(r"r0 +\+4 +! +\^4", out), out
+    # a pool that holds the longest table (20 blocks) rules it out
+    code, out, err = run(capsys, *SWA_EAGLE, "--num-gpu-blocks", "21")
+    assert "[PROVED absent] self_preemption" in out and "over its KV cache groups" in out
+
+
+def test_config_proves_a_hybrid_mamba_pool_at_vllms_minimum_free_of_self_preemption(capsys):
+    # mode "none" (prefix caching off): a lone request holds cdiv(64, 16) = 4 blocks of the
+    # full-attention group and 1 + 3 in each of the 3 Mamba groups, 16 in all: the startup
+    # minimum (17 with the null block) holds it
+    code, out, err = run(capsys, *SPEC_POOL[:9], "--num-gpu-blocks", "17", *SPEC_POOL[11:],
+                         "--model-kind", "hybrid-mamba", "--full-attention-layers", "4",
+                         "--mamba-layers", "12", "--no-enable-prefix-caching")
+    assert code == 0, err
+    assert "[PROVED absent] self_preemption" in out
+    assert "holds at most 16 blocks over its KV cache groups" in out
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_the_sliding_window_livelock_is_the_real_schedulers():
+    from checker.conformance.vllm_real import run_real_vllm
+    from model.core.types import RequestSpec, Workload
+    from model.vllm.config import Config, KvGroup
+    from model.vllm.reference import simulate
+
+    cfg = Config(max_num_batched_tokens=4, max_num_seqs=1, max_model_len=20, block_size=1,
+                 num_gpu_blocks=7, speculative_method="eagle", num_speculative_tokens=2,
+                 kv_cache_groups=(KvGroup("sliding_window", 2),))
+    w = Workload(cfg, (RequestSpec("r0", 8, 1, 1),), steps=6)
+    real = run_real_vllm(w)
+    assert real == simulate(w)
+    assert [r.preempted for r in real] == [(), ("r0",)] * 3

@@ -113,7 +113,6 @@ def test_queue_limits_are_refused_by_the_model_commands(capsys):
 
 
 @pytest.mark.parametrize(("parse", "raw", "field"), [
-    (sglang_config, {"speculative_algorithm": "EAGLE"}, "speculative_algorithm"),
     (sglang_config, {"disaggregation_mode": "prefill"}, "disaggregation_mode"),
     (mistralrs_config, {"prefix_cache": True}, "prefix_cache"),
     (mistralrs_config, {"speculative": {"k": 2}}, "speculative"),

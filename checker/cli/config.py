@@ -222,11 +222,13 @@ def _deployment(args: argparse.Namespace, device: Device | None,
                 spec: SpecDecode | None, kind: ModelKind) -> Deployment:
     """The features `vllm serve` runs with these flags. Without --device the platform is
     taken to be a GPU's, where vLLM serves with the AsyncScheduler. A model whose KV cache
-    vLLM splits into several groups (sliding-window or Mamba layers) is one of them: the
-    model keeps one full-attention group's blocks."""
+    vLLM splits into several groups (sliding-window or Mamba layers) is one of them with
+    prefix caching on: the model runs the groups only with it off."""
     others: list[Feature] = []
     layout = kind.feature()
-    if layout is not None:
+    # The model runs the kind's groups with prefix caching off (model/vllm/kv_cache.py);
+    # beside prefix caching they stay outside it.
+    if layout is not None and args.config_enable_prefix_caching is not False:
         others.append(layout)
     for flag, feature in FEATURE_FLAGS:
         if getattr(args, _IGNORED + flag) is not None and feature not in others:

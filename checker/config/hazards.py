@@ -27,7 +27,7 @@ from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED, Counterexa
 from model.core.errors import InputError
 from model.core.ops import CONCRETE, Ops
 from model.core.types import EosEvent, RequestSpec, StepRecord, Workload
-from model.vllm.config import ENGINE_VLLM_V1, POLICY_PRIORITY, Config
+from model.vllm.config import ENGINE_VLLM_V1, GROUP_MAMBA, POLICY_PRIORITY, Config
 from model.vllm.deployment import (
     ASYNC_SCHEDULING,
     MODEL_SCOPE,
@@ -198,9 +198,17 @@ def per_request_blocks(cfg: Config) -> int:
     reaches min(max_model_len - 1 + L, max_model_len) = max_model_len tokens, so
     cdiv(max_model_len, block_size): one block more exactly when max_model_len - 1 is a
     multiple of block_size. Rolled-back drafts keep their blocks, within the same bound.
+
+    With KV cache groups (Config.kv_cache_groups) the sum over them: every attention
+    group's table is as long as a full-attention one (a sliding window's real blocks are
+    fewer), and a Mamba group holds 1 + k state blocks (model/vllm/kv_cache.py).
     """
     top = min(cfg.max_model_len - 1 + cfg.num_lookahead_tokens, cfg.max_model_len)
-    return -(-top // cfg.block_size)
+    one = -(-top // cfg.block_size)
+    if not cfg.hybrid_kv:
+        return one
+    return sum(1 + cfg.num_spec_tokens if g.kind == GROUP_MAMBA else one
+               for g in cfg.kv_cache_groups)
 
 
 def _bound_text(cfg: Config) -> str:
@@ -302,6 +310,16 @@ def _no_hol(cfg: Config) -> str | None:
 
 def _no_self_preemption(cfg: Config) -> str | None:
     need = per_request_blocks(cfg)
+    if cfg.hybrid_kv:
+        # vLLM's startup check counts a sliding window's admission cap, which leaves out
+        # the lookahead slots (kv_cache_interface.py:859-885): only a pool that holds
+        # every group's longest table rules a lone request's self-preemption out.
+        if need > cfg.usable_blocks:
+            return None
+        return (f"a request alone holds at most {need} blocks over its KV cache groups "
+                f"({_bound_text(cfg)} per attention group, 1 + k per Mamba group) and the "
+                f"pool has {cfg.usable_blocks} usable, so a lone request never preempts "
+                "itself and runs until max_tokens or max_model_len")
     return (f"a request alone holds at most {_bound_text(cfg)} = {need} "
             "blocks, and vLLM refuses to start unless the pool holds cdiv(max_model_len, "
             "block_size) besides the null block (kv_cache_utils.py:1003-1040), so in every "

@@ -106,8 +106,7 @@ class ModelKind:
             (groups.full, "full-attention"), (groups.sliding, "sliding-window"),
             (groups.mamba, "Mamba")) if n)
         return (f"{what}: KV cache groups {counts}, each with its own block accounting "
-                "(check and simulate run them, prefix caching off; config's KV verdicts "
-                "do not count them)")
+                "(the model runs them with prefix caching off)")
 
     def _layers_text(self) -> str:
         parts = []

@@ -15,6 +15,7 @@ from checker.config.model_kind import (
     ModelKind,
     kv_groups,
     kv_startup_rejection,
+    with_kind,
 )
 from model.core.errors import ConfigError, InputError
 from model.vllm.config import Config
@@ -68,6 +69,12 @@ def check_config(req: Request) -> Checked:
     # the model leaves the Config without it and gets only the step-free rules.
     cfg = eff.to_config() if req.spec is None else req.spec.on(eff.to_config())
     pool_known = ea.num_gpu_blocks is not None
+    if req.kind.feature() is not None and not req.deployment.prefix_caching:
+        # The kind's KV cache groups, which the model runs with prefix caching off.
+        try:
+            cfg = replace(with_kind(req.kind, cfg), enable_prefix_caching=False)
+        except InputError:  # vLLM cannot group the layers: _grouping_error says it below
+            pass
     check_field_types(cfg)
     try:
         validate(cfg)

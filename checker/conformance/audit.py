@@ -229,13 +229,15 @@ def _vllm_at_release(h: Harness, version: str) -> Harness:
     installed here (an overlay: checker/conformance/vllm_overlay.py): the engine
     `vllm-v1@VERSION` (its manifest entries and stored counterexamples), every random
     workload at that release's switches (`generate.at_release`), and only the modes
-    without speculative decoding, which the model has for its pinned release alone (as
-    `python -m checker.conformance --vllm-version`)."""
+    without speculative decoding or KV cache groups, which the model has for its pinned
+    release alone (as `python -m checker.conformance --vllm-version`)."""
     from checker.conformance.generate import at_release
     from checker.conformance.modes import MODES
 
-    modes = tuple(m for m in h.modes  # the KV connector too: modelled at 0.32.0 only
-                  if not any(f.startswith(("spec:", "connector:")) for f in MODES[m].features))
+    modes = tuple(m for m in h.modes  # speculative decoding, KV cache groups and the
+                  # KV connector: 0.32.0 only
+                  if not any(f.startswith(("spec:", "kv:", "connector:"))
+                             for f in MODES[m].features))
     return replace(h, engine=f"{engines.base_name(h.engine)}@{version}", modes=modes,
                    generate=lambda mode, seed, steps: at_release(
                        MODES[mode].generate(seed, steps), version))

@@ -716,7 +716,8 @@ def random_connector_workload(seed: int, steps: int = 30) -> Workload:
 HYBRID_STATIC_FEATURES: tuple[str, ...] = (
     "kv:full_and_sliding", "kv:sliding_only", "kv:full_and_mamba", "kv:mamba_only",
     "kv:several_groups_of_a_kind", "kv:window_under_a_block", "kv:pool_at_startup_minimum",
-    "kv:admission_cap_binds", "kv:mamba_speculative_blocks", "kv:async",
+    "kv:admission_cap_binds", "kv:mamba_speculative_blocks", "kv:window_lookahead",
+    "kv:async",
 )
 HYBRID_RUN_FEATURES: tuple[str, ...] = (
     "hybrid:window_freed",  # a running request's sliding-window blocks fell
@@ -738,6 +739,13 @@ def random_hybrid_swa_async_workload(seed: int, steps: int = 30) -> Workload:
     rng = random.Random(f"hybrid-async:{seed}")
     kind = GROUP_MAMBA if rng.random() < 1 / 3 else GROUP_SLIDING
     return _hybrid_workload(rng, steps, kind, spec=False, is_async=True)
+
+
+def random_hybrid_swa_spec_workload(seed: int, steps: int = 30) -> Workload:
+    """Sliding-window groups with speculative decoding (the synchronous Scheduler): EAGLE's
+    and draft models' lookahead slots reach past the window's admission cap."""
+    return _hybrid_workload(random.Random(f"hybrid-swa-spec:{seed}"), steps, GROUP_SLIDING,
+                            spec=True, is_async=False)
 
 
 def random_hybrid_mamba_workload(seed: int, steps: int = 30) -> Workload:
@@ -892,6 +900,8 @@ def hybrid_features(w: Workload) -> set[str]:
     if any(cfg.sliding_window_cap(wdw) < _cdiv(min(longest, cfg.max_model_len),
                                                cfg.block_size) for wdw in windows):
         out.add("kv:admission_cap_binds")
+    if windows and cfg.num_lookahead_tokens:
+        out.add("kv:window_lookahead")
     if cfg.async_scheduling:
         out.add("kv:async")
     return out

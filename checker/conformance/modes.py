@@ -33,6 +33,7 @@ from checker.conformance.generate import (
     random_hybrid_mamba_spec_workload,
     random_hybrid_mamba_workload,
     random_hybrid_swa_async_workload,
+    random_hybrid_swa_spec_workload,
     random_hybrid_swa_workload,
     random_prefix_workload,
     random_spec_async_prefix_workload,
@@ -111,6 +112,11 @@ MODES: dict[str, Mode] = {
              random_hybrid_swa_async_workload, "AsyncScheduler",
              (*STATIC_FEATURES, *RUN_FEATURES, *ASYNC_RUN_FEATURES, *HYBRID_STATIC_FEATURES,
               *HYBRID_RUN_FEATURES), ("base", "async"), report_features=True),
+        Mode("hybrid-swa-spec", "sliding-window KV cache groups with speculative decoding "
+             "(lookahead slots past the window), the synchronous Scheduler, prefix caching off",
+             random_hybrid_swa_spec_workload, "Scheduler",
+             (*SPEC_STATIC_FEATURES, *SPEC_RUN_FEATURES, *HYBRID_STATIC_FEATURES,
+              *HYBRID_RUN_FEATURES), ("base",), report_features=True),
         Mode("hybrid-mamba", "Mamba KV cache groups (mamba_cache_mode none) beside full-"
              "attention ones, the synchronous Scheduler, prefix caching off",
              random_hybrid_mamba_workload, "Scheduler",

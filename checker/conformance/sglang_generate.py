@@ -22,6 +22,16 @@ need in whole pages. Contexts are 4P + 64 tokens (16P + 64 when large). Cached p
 are whole pages or not (a match is whole pages), and one request in ten has a fully cached
 prompt of whole pages, whose last page the tree keeps. Page size 1 draws exactly what it
 drew before page sizes were modelled.
+
+With `spec` (EAGLE speculative decoding) the same workload is drawn, then: EAGLE or EAGLE3,
+1-4 draft steps, topk 1 (two in three; the verify width is then steps + 1) or 2 (a width
+of 2 to 2 x steps + 1); the pool grows by 0-3 decode reserves (2 x the per-decode
+allocation) so that the over-allocation both fits and runs out; max_running_requests is
+left to the EAGLE default one time in three; each request, in each step from its arrival
+on, gets an accepted count (0 to the most a verify accepts less one) with probability 0.7
+(the ones naming a step in which the request does not decode are dropped by the run,
+`sglang_real.RealRun.effective`). Without `spec` nothing is drawn for it, so the same
+seed gives the same workload as before.
 """
 
 from __future__ import annotations
@@ -40,8 +50,15 @@ from checker.conformance.shrink import (
     with_request,
 )
 from model.core.errors import InputError
-from model.core.types import FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
-from model.sglang.config import POLICIES, POLICY_FCFS, Config, rejection
+from model.core.types import (
+    FINISH_STOP,
+    AcceptEvent,
+    EosEvent,
+    RequestSpec,
+    StepRecord,
+    Workload,
+)
+from model.sglang.config import POLICIES, POLICY_FCFS, SPEC_ALGORITHMS, Config, rejection
 from model.sglang.engine import check_admissible
 from model.sglang.reference import retracted_prompt_evicted
 
@@ -78,9 +95,10 @@ def in_scope(w: Workload) -> bool:
     return retracted_prompt_evicted(w.config, w.requests)
 
 
-def random_sglang_workload(seed: int, size: str = "any", page_size: int = 1) -> Workload:
-    """The workload of `seed` at `page_size` (the same seed and page size give the same
-    workload)."""
+def random_sglang_workload(seed: int, size: str = "any", page_size: int = 1,
+                           spec: bool = False) -> Workload:
+    """The workload of `seed` at `page_size`, with EAGLE when `spec` (the same arguments
+    give the same workload)."""
     rng = random.Random(seed)
     if size == "any":
         u = rng.random()
@@ -94,10 +112,38 @@ def random_sglang_workload(seed: int, size: str = "any", page_size: int = 1) -> 
         cfg, requests, steps = _draw_large(rng) if size == "large" else _draw_small(rng)
         if rng.random() < PRESSED_SHARE:
             cfg = _pressed(rng, cfg, requests, 0.3, 0.8)
+    if spec:
+        cfg = _with_eagle(rng, cfg)
     cfg, requests = _into_scope(rng, cfg, requests)
     eos = tuple(EosEvent(r.id, rng.randint(1, steps)) for r in requests
                 if rng.random() < 0.3)
-    return Workload(config=cfg, requests=requests, eos=eos, steps=steps, engine="sglang")
+    accepted = _draw_accepted(rng, cfg, requests, steps) if spec else ()
+    return Workload(config=cfg, requests=requests, eos=eos, steps=steps, engine="sglang",
+                    accepted=accepted)
+
+
+def _with_eagle(rng: random.Random, cfg: Config) -> Config:
+    """`cfg` with EAGLE on (see the module doc)."""
+    steps = rng.randint(1, 4)
+    topk = rng.choice((1, 1, 2))
+    tokens = steps + 1 if topk == 1 else rng.randint(2, 2 * steps + 1)
+    cfg = replace(cfg, speculative_algorithm=rng.choice(SPEC_ALGORITHMS),
+                  speculative_num_steps=steps, speculative_eagle_topk=topk,
+                  speculative_num_draft_tokens=tokens)
+    grown = cfg.max_total_num_tokens + rng.randint(0, 3) * cfg.decode_reserve
+    cfg = replace(cfg, max_total_num_tokens=cfg.pages(grown))
+    if rng.random() < 1 / 3:
+        cfg = replace(cfg, max_running_requests=None)
+    return cfg
+
+
+def _draw_accepted(rng: random.Random, cfg: Config, requests: Sequence[RequestSpec],
+                   steps: int) -> tuple[AcceptEvent, ...]:
+    """Accepted counts for the requests' possible decode steps (see the module doc)."""
+    top = cfg.max_accept_len - 1
+    return tuple(AcceptEvent(r.id, t, rng.randint(0, top))
+                 for r in requests for t in range(r.arrival_step, steps + 1)
+                 if rng.random() < 0.7)
 
 
 def _draw_config(rng: random.Random, pool: int, chunk: int | None, prefill: int,
@@ -236,8 +282,9 @@ def _into_scope(rng: random.Random, cfg: Config, requests: tuple[RequestSpec, ..
             cfg = replace(cfg, retract_decode_steps=cfg.max_total_num_tokens
                           + rng.randint(0, 16))
         else:
-            cfg = replace(cfg, max_total_num_tokens=sum(cfg.pages(r.prompt_len + r.max_tokens)
-                                                        for r in requests))
+            reserve = cfg.decode_reserve if cfg.speculative else 0
+            cfg = replace(cfg, max_total_num_tokens=sum(
+                cfg.pages(r.prompt_len + r.max_tokens + reserve) for r in requests))
     if rejection(cfg) is not None:
         cfg = replace(cfg, enable_mixed_chunk=False)
     return cfg, requests
@@ -279,6 +326,10 @@ def shrink(workload: Workload, fails: Callable[[Workload], bool],
 
 
 def _simpler_config(w: Workload) -> Iterator[Workload]:
+    if w.config.speculative:  # EAGLE off, its knobs and accepted counts with it
+        yield replace(w, accepted=(), config=replace(
+            w.config, speculative_algorithm=None, speculative_num_steps=None,
+            speculative_eagle_topk=None, speculative_num_draft_tokens=None))
     for name, simple in _SIMPLE_CONFIG:
         if getattr(w.config, name) != simple:
             yield replace(w, config=replace(w.config, **{name: simple}))
@@ -303,21 +354,37 @@ def _smaller_requests(w: Workload) -> Iterator[Workload]:
                 yield with_request(w, i, shrunk)
 
 
+def _fewer_accepted(w: Workload) -> Iterator[Workload]:
+    """`w` without one of its accepted counts, each in turn (a run of one token there)."""
+    for i in range(len(w.accepted)):
+        yield replace(w, accepted=w.accepted[:i] + w.accepted[i + 1:])
+
+
+def _smaller_accepted(w: Workload) -> Iterator[Workload]:
+    for i, e in enumerate(w.accepted):
+        for v in smaller_values(e.count, 0):
+            yield replace(w, accepted=(*w.accepted[:i], replace(e, count=v),
+                                       *w.accepted[i + 1:]))
+
+
 def _renamed(w: Workload) -> Iterator[Workload]:
     """Ids renamed r0, r1, ... in list order (only when that changes something)."""
     names = {r.id: f"r{i}" for i, r in enumerate(w.requests)}
     if all(k == v for k, v in names.items()):
         return
     yield replace(w, requests=tuple(replace(r, id=names[r.id]) for r in w.requests),
-                  eos=tuple(replace(e, id=names[e.id]) for e in w.eos))
+                  eos=tuple(replace(e, id=names[e.id]) for e in w.eos),
+                  accepted=tuple(replace(e, id=names[e.id]) for e in w.accepted
+                                 if e.id in names))
 
 
 MOVES: tuple[Move, ...] = (
-    fewer_steps, fewer_requests, fewer_eos, _simpler_config, _smaller_config,
-    _smaller_requests, _renamed,
+    fewer_steps, fewer_requests, fewer_eos, _fewer_accepted, _simpler_config,
+    _smaller_config, _smaller_requests, _smaller_accepted, _renamed,
 )
-"""The shrinking moves in the order tried: fewest steps, then fewest requests and EOS
-entries, then the simplest config, then the smallest numbers; ids renamed last."""
+"""The shrinking moves in the order tried: fewest steps, then fewest requests, EOS
+entries and accepted counts, then the simplest config, then the smallest numbers; ids
+renamed last."""
 
 
 # -------------------------------------------------------------------------- coverage
@@ -340,6 +407,15 @@ P:1567-1573; `unaligned_chunk_end`: a chunk ending inside a page, so the next ch
 continues it)."""
 PAGE_FEATURES: tuple[str, ...] = ("paged", "page_hit", "page_cut_chunk", "unaligned_chunk_end")
 """The `FEATURES` only a page size > 1 can reach."""
+SPEC_FEATURES: tuple[str, ...] = (
+    "eagle", "eagle_topk>1", "accepted_run", "run_crosses_max_new", "eos_demoted_to_length",
+    "spec_retraction", "spec_abort", "spec_mixed",
+)
+"""What `run_features` also names under EAGLE: `accepted_run`: a decode committed more than
+one token for a request; `run_crosses_max_new`: a run took a request past max_new_tokens
+(a length finish, B:1940-1942); `eos_demoted_to_length`: such a run ended in the EOS
+(B:1901-1911); `spec_retraction` / `spec_abort` / `spec_mixed`: a retraction, an abort or
+a mixed step with the over-allocation in the decode check."""
 
 
 def run_features(w: Workload, records: Sequence[StepRecord]) -> frozenset[str]:
@@ -396,4 +472,37 @@ def run_features(w: Workload, records: Sequence[StepRecord]) -> frozenset[str]:
             found.add("eos_stop")
         if extra["new_token_ratio"] != extra["new_token_ratio_after"] == round(ratio_init, 6):
             found.add("ratio_reset")
+    if cfg.speculative:
+        found |= _spec_features(w, records)
     return frozenset(found)
+
+
+def _spec_features(w: Workload, records: Sequence[StepRecord]) -> set[str]:
+    """The `SPEC_FEATURES` of an EAGLE workload's run."""
+    cfg: Config = w.config
+    found = {"eagle"} | ({"eagle_topk>1"} if (cfg.speculative_eagle_topk or 1) > 1 else set())
+    outputs = dict.fromkeys((r.id for r in w.requests), 0)
+    limit = {r.id: cfg.clip_max_new_tokens(r.prompt_len, r.max_tokens) for r in w.requests}
+    eos = w.eos_ids_by_step()
+    for rec in records:
+        extra = dict(rec.extra)
+        decode = extra["batch"] == "decode"
+        finished = dict(rec.finished)
+        for rid, n in rec.scheduled:
+            if rid == extra["chunked_req"]:
+                continue
+            run = n if decode else 1
+            if run > 1:
+                found.add("accepted_run")
+            outputs[rid] = outputs.get(rid, 0) + run
+            if outputs[rid] > limit[rid] and finished.get(rid) == "length":
+                found.add("run_crosses_max_new")
+                if rid in eos.get(rec.step, ()):
+                    found.add("eos_demoted_to_length")
+        if rec.preempted:
+            found.add("spec_retraction")
+        if extra["aborted"]:
+            found.add("spec_abort")
+        if extra["batch"] == "mixed":
+            found.add("spec_mixed")
+    return found

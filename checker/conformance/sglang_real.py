@@ -46,7 +46,7 @@ What is stubbed, and why it carries no scheduling decision:
 - `Scheduler.__init__` is bypassed (`object.__new__`): it would start the model worker,
   NCCL/gloo groups, ZMQ IPC, the tokenizer and CUDA graphs. The attributes it would set
   are set to the values of a one-rank, non-overlap server of the workload's page size with every
-  optional feature off (LoRA, speculative decoding, hierarchical cache, disaggregation,
+  optional feature off but EAGLE when asked (LoRA, hierarchical cache, disaggregation,
   priority scheduling, prefill delayers, hybrid SWA/SSM);
 - `model_config`: vocabulary 2^20, the context length, not multimodal nor
   encoder-decoder, EOS id 2, the native model implementation (so no HF config is read);
@@ -63,6 +63,29 @@ What is stubbed, and why it carries no scheduling decision:
   embedding manager, the beam coordinator, the load inquirer (feeds PrefillStats, a log),
   the metrics reporter, the IPC channels and the output streamer: every feature they
   serve is off.
+
+EAGLE speculative decoding (`--spec`, a workload whose config sets
+`speculative_algorithm`): the server arguments carry the algorithm and its three knobs
+(and the EAGLE default of 48 running requests when none is given, which the server-args
+hook would set), `Scheduler.spec_algorithm` is EAGLE/EAGLE3, so upstream's own spec-v2
+scheduler paths run: `check_decode_mem` with `_new_tokens_required_next_decode_spec_v2`,
+`retract_decode` on it, `prepare_for_decode` -> `eagle_prepare_for_decode` ->
+`alloc_for_spec_decode` (the over-allocation, `kv_allocated_len`), the mixed step's spec
+branch (`mix_with_running`, the pending token committed in the prefill processor),
+`_resolve_spec_v2_tokens` (the accepted run committed to `kv_committed_len`) and
+`update_finish_state` over the run. Stubbed for it: the draft and verify forwards (what the
+synchronous worker returns is built instead: per row the accepted run of 1 + the
+workload's accepted count tokens, token 100 with the EOS last when the workload says so,
+padded to the verify width, with `accept_lens`, and the batch's `seq_lens` advanced by the
+runs as the worker's `new_seq_lens`, scheduler.py:4697-4720); `on_verify_complete_cpu`
+(the adaptive-steps feed, a no-op for fixed knobs); the overlap relay's
+`stash_bonus_tokens` (inputs of the forward); the triton kernel that writes the new slots
+into the request's KV row, replaced by the same copy in torch; `spec_info` is left None
+(the draft worker's hidden states and top-k tensors: `filter_batch` / `merge_batch` carry
+them along, no scheduling decision reads them). Records under EAGLE: `num_computed_tokens`
+is `kv_committed_len` plus what the step commits after this point (a decode row's run, a
+mixed decode row's one token), a decode row's `scheduled` is its run, and the extra
+`kv_allocated` lists each running (then chunked) request's `kv_allocated_len`.
 
 Observation only (records, changes nothing): a `PrefillAdder` subclass returned by
 `Scheduler.get_prefill_adder_class` (upstream's override point, scheduler.py:2362)
@@ -120,8 +143,16 @@ from checker.conformance.divergence import (
 from checker.conformance.importing import unavailable_reason
 from checker.conformance.sglang_generate import MAX_REQUESTS, check_drivable
 from model.core.errors import InputError
-from model.core.types import FINISH_LENGTH, FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
-from model.sglang.config import SGLANG_VERSION, Config
+from model.core.types import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    AcceptEvent,
+    EosEvent,
+    RequestSpec,
+    StepRecord,
+    Workload,
+)
+from model.sglang.config import EAGLE_DEFAULT_MAX_RUNNING_REQUESTS, SGLANG_VERSION, Config
 from model.sglang.reference import (
     BATCH_DECODE,
     BATCH_IDLE,
@@ -197,6 +228,8 @@ def _sglang() -> SimpleNamespace:
             SchedulerLogprobResultProcessor,
         )
         from sglang.srt.managers.utils import GenerationBatchResult, validate_input_length
+        from sglang.srt.mem_cache import allocation
+        from sglang.srt.mem_cache.allocation_sizing import get_req_to_token_extra_context_len
         from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
         from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
         from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
@@ -210,6 +243,10 @@ def _sglang() -> SimpleNamespace:
         from sglang.srt.runtime_context import get_context, get_parallel, get_schedule
         from sglang.srt.sampling.sampling_params import SamplingParams
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    # An EAGLE decode writes its new KV slots into the request's row with a triton kernel,
+    # or sgl_kernel's CPU op on a CPU server (mem_cache/allocation.py:730-756); neither is
+    # here, so the same copy in torch. The row must be right: a release frees what it names.
+    allocation.assign_req_to_token_pool_func = _assign_req_to_token_pool
     # Upstream warns at every retraction ("KV cache pool is full"); the record has it.
     logging.getLogger("sglang").setLevel(logging.ERROR)
     return SimpleNamespace(
@@ -229,8 +266,22 @@ def _sglang() -> SimpleNamespace:
         ForwardMode=ForwardMode, get_context=get_context, get_parallel=get_parallel,
         get_schedule=get_schedule, SamplingParams=SamplingParams,
         SpeculativeAlgorithm=SpeculativeAlgorithm,
+        get_req_to_token_extra_context_len=get_req_to_token_extra_context_len,
         RecordingPrefillAdder=_recording_adder_class(PrefillAdder),
     )
+
+
+def _assign_req_to_token_pool(req_pool_indices: Any, req_to_token: Any, start_offset: Any,
+                              end_offset: Any, out_cache_loc: Any, batch_size: int) -> None:
+    """`assign_req_to_token_pool` (mem_cache/allocation.py:730-756) in torch: row
+    `req_pool_indices[i]`, columns `[start_offset[i], end_offset[i])`, take the next slots
+    of `out_cache_loc` in order."""
+    taken = 0
+    for i in range(batch_size):
+        row, start, end = (int(req_pool_indices[i]), int(start_offset[i]),
+                           int(end_offset[i]))
+        req_to_token[row, start:end] = out_cache_loc[taken:taken + end - start]
+        taken += end - start
 
 
 def _recording_adder_class(base: type) -> type:
@@ -275,13 +326,24 @@ _PUBLISHED = _Published()
 def _server_fields(cfg: Config) -> dict[str, object]:
     """The ServerArgs fields of `cfg`: the model's knobs with its page size, the
     non-overlap loop, the torch-native attention backend on a CPU, no prefill-decode
-    interval."""
+    interval; under EAGLE the algorithm and its three knobs (the CPU server's synchronous
+    spec-v2 path, arg_groups/speculative_hook.py:65-80, 1005-1011)."""
+    spec = dict(speculative_algorithm=cfg.speculative_algorithm,
+                speculative_num_steps=cfg.speculative_num_steps,
+                speculative_eagle_topk=cfg.speculative_eagle_topk,
+                speculative_num_draft_tokens=cfg.speculative_num_draft_tokens,
+                ) if cfg.speculative else {}
     return dict(
+        **spec,
         page_size=cfg.page_size,
         chunked_prefill_size=(cfg.chunked_prefill_size
                               if cfg.chunked_prefill_size is not None else -1),
         max_prefill_tokens=cfg.max_prefill_tokens,
-        max_running_requests=cfg.max_running_requests,
+        # The EAGLE family's default of 48 is resolved by the server-args hook
+        # (speculative_hook.py:996-1006), which the override does not run: give it here.
+        max_running_requests=(cfg.max_running_requests if not cfg.speculative
+                              or cfg.max_running_requests is not None
+                              else EAGLE_DEFAULT_MAX_RUNNING_REQUESTS),
         schedule_policy=cfg.schedule_policy,
         schedule_conservativeness=float(cfg.schedule_conservativeness),
         enable_mixed_chunk=cfg.enable_mixed_chunk,
@@ -359,6 +421,14 @@ class _DllmManager:
         return False
 
 
+class _FutureMap:
+    """The overlap relay's buffers: the non-overlap spec path only stashes the mixed
+    decode rows' pending tokens in it for the forward's input (scheduler.py:4273-4282)."""
+
+    def stash_bonus_tokens(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 class _LoadInquirer:
     def _get_num_pending_tokens(self, chunk_deduct: int = 0) -> int:
         return 0
@@ -433,7 +503,7 @@ def new_scheduler(cfg: Config, extra_pool_tokens: int = 0,
     s.enable_lora = False
     s.enable_overlap = False
     s.enable_overlap_mlx = False
-    s.spec_algorithm = sg.SpeculativeAlgorithm.from_string(None)
+    s.spec_algorithm = sg.SpeculativeAlgorithm.from_string(cfg.speculative_algorithm)
     s.page_size = cfg.page_size
     for name in ("enable_hierarchical_cache", "enable_lmcache", "enable_hicache_storage",
                  "enable_unified_cache_external_linker", "enable_hisparse",
@@ -446,6 +516,8 @@ def new_scheduler(cfg: Config, extra_pool_tokens: int = 0,
                  "scheduler_stage_metrics", "draft_worker", "future_map",
                  "metrics_collector", "max_queued_requests"):
         setattr(s, name, None)
+    if cfg.speculative:
+        s.future_map = _FutureMap()
     s.disaggregation_mode = sg.DisaggregationMode.NULL
     s.is_generation = True
     s.kv_shard_widening = 1
@@ -462,12 +534,18 @@ def new_scheduler(cfg: Config, extra_pool_tokens: int = 0,
     s.max_req_len = cfg.max_req_len
     s.max_req_input_len = cfg.max_req_input_len
     s.device = "cpu"
+    # on_verify_complete_cpu feeds the adaptive-steps controller, a no-op for a fixed
+    # EAGLE config (BaseSpecWorker's default).
     s.tp_worker = SimpleNamespace(model_runner=SimpleNamespace(
-        attn_backend=SimpleNamespace(), prefill_aware_swa=False))
+        attn_backend=SimpleNamespace(), prefill_aware_swa=False),
+        on_verify_complete_cpu=lambda *args, **kwargs: None)
     s.model_worker = s.tp_worker
     # The memory: real pools and tree on CPU tensors.
+    # The row is the context plus upstream's headroom (kv_cache_configurator.py:1409:
+    # 4 + draft tokens, more for a spec decode's page-rounded reserve).
+    extra_row = sg.get_req_to_token_extra_context_len() if cfg.speculative else 4
     s.req_to_token_pool = sg.ReqToTokenPool(
-        size=max_num_reqs, max_context_len=cfg.context_length + 4, device="cpu",
+        size=max_num_reqs, max_context_len=cfg.context_length + extra_row, device="cpu",
         enable_memory_saver=False)
     pool = cfg.max_total_num_tokens + extra_pool_tokens
     if cfg.page_size == 1:  # the allocator kv_cache_configurator.py:2594-2616 picks
@@ -623,6 +701,35 @@ def _fake_forward(sg: SimpleNamespace, s: Any, batch: Any, eos_ids: frozenset[st
         can_run_cuda_graph=False)
 
 
+def _fake_verify(sg: SimpleNamespace, s: Any, cfg: Config, batch: Any,
+                 eos_ids: frozenset[str], runs: Sequence[int]) -> Any:
+    """An EAGLE decode's result as the synchronous spec-v2 worker leaves it
+    (eagle_worker_v2.py:1350-1430, scheduler.py:4697-4720): per row the accepted run of
+    `runs[i]` tokens (token 100, the last one EOS for `eos_ids`), padded to the verify
+    width, with `accept_lens`; the batch's `seq_lens` advanced by the runs (the worker's
+    `new_seq_lens`). The draft and verify kernels are not run: they decide only which
+    tokens are accepted, and the workload says how many."""
+    s.forward_ct += 1
+    batch.forward_iter = s.forward_ct
+    s._sched_idled = False
+    torch = sg.torch
+    width = cfg.speculative_num_draft_tokens
+    ids: list[int] = []
+    for r, run in zip(batch.reqs, runs, strict=True):
+        row = [OTHER_TOKEN_ID] * run
+        if r.rid in eos_ids:
+            row[-1] = EOS_TOKEN_ID
+        ids += row + [0] * (width - run)
+    lens = torch.tensor(list(runs), dtype=torch.int64)
+    batch.seq_lens = batch.seq_lens + lens
+    if batch.seq_lens_cpu is not None:
+        batch.seq_lens_cpu = batch.seq_lens_cpu + lens
+        batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
+    return sg.GenerationBatchResult(
+        logits_output=None, next_token_ids=torch.tensor(ids, dtype=torch.int64),
+        accept_lens=lens, speculative_num_draft_tokens=width, can_run_cuda_graph=False)
+
+
 def _batch_kind(sg: SimpleNamespace, batch: Any) -> str:
     if batch is None:
         return BATCH_IDLE
@@ -637,8 +744,10 @@ def _batch_kind(sg: SimpleNamespace, batch: Any) -> str:
 
 
 def _step(sg: SimpleNamespace, s: Any, observer: _Observer, cfg: Config, step: int,
-          eos_ids: frozenset[str]) -> tuple[StepRecord, frozenset[str]]:
-    """One loop iteration: its record and the requests that sampled a token in it."""
+          eos_ids: frozenset[str], accepted: dict[str, int]
+          ) -> tuple[StepRecord, frozenset[str], frozenset[str]]:
+    """One loop iteration: its record, the requests that sampled a token in it, and those
+    an EAGLE decode verified (an accepted count takes effect only there)."""
     waited = {id(r): r.is_retracted for r in s.waiting_queue}
     ratio_before = s.new_token_ratio_tracker.current
     observer.start_step()
@@ -650,23 +759,40 @@ def _step(sg: SimpleNamespace, s: Any, observer: _Observer, cfg: Config, step: i
     scheduled: list[tuple[str, int]] = []
     admitted: list[str] = []
     resumed: list[str] = []
+    # Under EAGLE a decode row commits its accepted run (the verify, not yet run here) and
+    # a mixed decode row its pending token, both after this point (batch_result_processor.py
+    # :818-826, 370-378): the record counts them as this step's, as the reference does.
+    spec_decode = cfg.speculative and batch is not None and batch.forward_mode.is_decode()
+    runs = [1 + accepted.get(r.rid, 0) for r in batch.reqs] if spec_decode else []
+    pending: dict[int, int] = {}
     if batch is not None:
         extend = batch.forward_mode.is_extend()
         decoding = {id(r) for r in (batch.decoding_reqs or ())} if extend else set()
-        for r in batch.reqs:
+        for i, r in enumerate(batch.reqs):
             if extend and id(r) not in decoding:
                 scheduled.append((r.rid, r.extend_len))
                 if id(r) in waited:
                     (resumed if waited[id(r)] else admitted).append(r.rid)
             else:
-                scheduled.append((r.rid, 1))
+                scheduled.append((r.rid, runs[i] if spec_decode else 1))
+                if cfg.speculative:
+                    pending[id(r)] = runs[i] if spec_decode else 1
     chunked = s.chunked_req
     running = [r for r in s.running_batch.reqs if not r.finished()]
     if batch is not None and batch.forward_mode.is_extend():
         listed = {id(r) for r in running}
         running += [r for r in batch.reqs if r is not chunked and id(r) not in listed]
     held = running + ([chunked] if chunked is not None else []) + list(s.waiting_queue)
-    computed = tuple((r.rid, r.kv.kv_allocated_len if r.kv.holds_kv else 0) for r in held)
+    if cfg.speculative:
+        computed = tuple((r.rid, r.kv.kv_committed_len + pending.get(id(r), 0)
+                          if r.kv.holds_kv else 0) for r in held)
+        allocated: tuple[tuple[str, object], ...] = (("kv_allocated", [
+            [r.rid, r.kv.kv_allocated_len] for r in running + (
+                [chunked] if chunked is not None else [])]),)
+    else:
+        computed = tuple((r.rid, r.kv.kv_allocated_len if r.kv.holds_kv else 0)
+                         for r in held)
+        allocated = ()
     waiting = tuple(r.rid for r in s.waiting_queue)
     budgets = observer.adder.snapshot if observer.adder is not None else (None, None, None)
     retracted = [r.rid for r in observer.retracted]
@@ -676,7 +802,8 @@ def _step(sg: SimpleNamespace, s: Any, observer: _Observer, cfg: Config, step: i
         r.rid for r in batch.reqs if r is not chunked)
     finished: list[tuple[str, str]] = []
     if batch is not None:
-        result = _fake_forward(sg, s, batch, eos_ids & sampled)
+        result = (_fake_verify(sg, s, cfg, batch, eos_ids & sampled, runs) if spec_decode
+                  else _fake_forward(sg, s, batch, eos_ids & sampled))
         if batch.forward_mode.is_decode():
             s.batch_result_processor.process_batch_result_decode(batch, result)
         else:
@@ -706,8 +833,9 @@ def _step(sg: SimpleNamespace, s: Any, observer: _Observer, cfg: Config, step: i
             ("chunked_req", None if s.chunked_req is None else s.chunked_req.rid),
             ("retracted", retracted),
             ("aborted", aborted),
-        ))
-    return record, sampled
+        ) + allocated)
+    verified = frozenset(r.rid for r in batch.reqs) if spec_decode else frozenset()
+    return record, sampled, verified
 
 
 def _check_no_leak(s: Any) -> None:
@@ -734,6 +862,13 @@ class RealRun:
 
     records: tuple[StepRecord, ...]
     sampled: tuple[frozenset[str], ...]
+    verified: tuple[frozenset[str], ...] = ()
+
+    def effective_accepted(self, workload: Workload) -> tuple[AcceptEvent, ...]:
+        """The accepted counts of `workload` naming a request an EAGLE decode verified in
+        that step; the others had no effect on this run."""
+        return tuple(e for e in workload.accepted
+                     if 1 <= e.step <= len(self.verified) and e.id in self.verified[e.step - 1])
 
     def effective_eos(self, workload: Workload) -> tuple[EosEvent, ...]:
         """The EOS entries of `workload` naming a step in which the request sampled; the
@@ -742,8 +877,10 @@ class RealRun:
                      if 1 <= e.step <= len(self.sampled) and e.id in self.sampled[e.step - 1])
 
     def effective(self, workload: Workload) -> Workload:
-        """`workload` with only the EOS entries that took effect in this run."""
-        return replace(workload, eos=self.effective_eos(workload))
+        """`workload` with only the EOS entries (and accepted counts) that took effect in
+        this run."""
+        return replace(workload, eos=self.effective_eos(workload),
+                       accepted=self.effective_accepted(workload))
 
 
 def run_real_sglang(workload: Workload) -> tuple[StepRecord, ...]:
@@ -767,16 +904,20 @@ def run_real_sglang_detailed(workload: Workload) -> RealRun:
     index = {r.id: i for i, r in enumerate(requests)}
     arrivals = workload.arrivals_by_step()
     eos = workload.eos_ids_by_step()
+    accepted = workload.accepted_by_step()
     records: list[StepRecord] = []
     sampled: list[frozenset[str]] = []
+    verified: list[frozenset[str]] = []
     for step in range(1, workload.steps + 1):
         for spec in arrivals.get(step, ()):
             _add_request(sg, s, spec, index[spec.id])
-        record, took = _step(sg, s, observer, cfg, step, eos.get(step, frozenset()))
+        record, took, checked = _step(sg, s, observer, cfg, step, eos.get(step, frozenset()),
+                                      accepted.get(step, {}))
         records.append(record)
         sampled.append(took)
+        verified.append(checked)
     _check_no_leak(s)
-    return RealRun(records=tuple(records), sampled=tuple(sampled))
+    return RealRun(records=tuple(records), sampled=tuple(sampled), verified=tuple(verified))
 
 
 # ----------------------------------------------------------------------- comparison
@@ -866,6 +1007,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--page-size", type=int, default=1, metavar="P",
                         help="SGLang's --page-size of every workload (default 1; P > 1 "
                              "draws the workloads in pages of P tokens)")
+    parser.add_argument("--spec", action="store_true",
+                        help="EAGLE speculative decoding in every workload (knobs and "
+                             "accepted counts drawn, sglang_generate.py)")
     parser.add_argument("--no-shrink", action="store_true",
                         help="print the first divergence as found, without shrinking it")
     return parser
@@ -885,6 +1029,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNAVAILABLE
     from checker.conformance.sglang_generate import (
         FEATURES,
+        SPEC_FEATURES,
         random_sglang_workload,
         run_features,
         shrink,
@@ -893,9 +1038,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.monotonic()
     steps_compared = steps_agreed = workloads_agreed = 0
     first: tuple[int, Workload] | None = None
-    reached = dict.fromkeys(FEATURES, 0)
+    reached = dict.fromkeys(FEATURES + (SPEC_FEATURES if args.spec else ()), 0)
     for seed in range(args.seed, args.seed + args.count):
-        w = random_sglang_workload(seed, args.size, args.page_size)
+        w = random_sglang_workload(seed, args.size, args.page_size, args.spec)
         divergence, run = compare_detailed(w)
         for name in run_features(w, run.records):
             reached[name] += 1
@@ -912,7 +1057,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = time.monotonic() - start
     print(f"compared {args.count} workloads ({steps_compared} steps) against {REAL}'s "
           f"scheduler in {elapsed:.1f} s (seeds {args.seed}-{args.seed + args.count - 1}, "
-          f"size {args.size}, page size {args.page_size})")
+          f"size {args.size}, page size {args.page_size}"
+          + (", EAGLE" if args.spec else "") + ")")
     print(f"workloads agreeing: {workloads_agreed}/{args.count} "
           f"({100.0 * workloads_agreed / args.count:.1f}%); steps agreeing: "
           f"{steps_agreed}/{steps_compared} "

@@ -64,6 +64,10 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     steps = []
     for rec in records:
         extra = dict(rec.extra)
+        # Under EAGLE a running request's KV row ends at kv_allocated (past its committed
+        # length after a decode), and a decode row appends its whole accepted run.
+        allocated = {rid: n for rid, n in extra.get("kv_allocated", ())}
+        spec_decode = cfg.speculative and extra["batch"] == "decode"
         arrived = {r.id for r in ordered if r.arrival_step == rec.step}
         sched = dict(rec.scheduled)
         rank = {rid: k for k, (rid, _) in enumerate(rec.scheduled)}
@@ -81,6 +85,7 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
             if rid in rec.preempted:
                 deduped[rid] = 0
             sampled = n > 0 and rid != now_chunked
+            run = n if spec_decode else 1
             held_now = rid in rec.running or rid == now_chunked
             retractions[rid] += rid in rec.preempted
             slots.append(SlotObs(
@@ -91,21 +96,24 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
                 finished=rid in finished, finished_stop=finished.get(rid) == FINISH_STOP,
                 sampled=sampled, num_tokens=spec.prompt_len + outputs[rid],
                 num_computed_tokens_before=computed[rid], num_computed_tokens=now,
-                num_output_tokens=outputs[rid] + int(sampled),
-                blocks=cfg.pages(now) - hits[rid] - deduped[rid] if held_now else 0,
+                num_output_tokens=outputs[rid] + run * int(sampled),
+                blocks=(cfg.pages(allocated.get(rid, now)) - hits[rid] - deduped[rid]
+                        if held_now else 0),
                 num_preemptions=retractions[rid], running_after=rid in rec.running,
                 waiting_after=rid in rec.waiting,
                 queue_key=rec.waiting.index(rid) if rid in rec.waiting else 0,
                 run_key=rec.running.index(rid) if rid in rec.running else 0,
                 prompt_len=spec.prompt_len,
                 max_tokens=cfg.clip_max_new_tokens(spec.prompt_len, spec.max_tokens),
-                priority=0, arrival_time=i))
+                priority=0, arrival_time=i,
+                spec_scheduled=rcfg.num_spec_tokens if spec_decode and sampled else 0,
+                spec_accepted=n - 1 if spec_decode and sampled else 0))
             dedup = (sampled and outputs[rid] == 0 and rid not in finished
                      and not cfg.disable_radix_cache and spec.cached_prefix_len >= spec.prompt_len
                      and spec.prompt_len % cfg.page_size == 0)
             deduped[rid] += cfg.page_size * int(dedup)
             released += cfg.page_size * int(dedup)
-            outputs[rid] += int(sampled)
+            outputs[rid] += run * int(sampled)
             computed[rid] = now
         released += sum(o.blocks for o in slots if o.finished)
         steps.append(observed_step(rec, slots, rcfg, released,
@@ -121,10 +129,12 @@ def same_behaviour(ops: Ops, a: rules.SGLangState, b: rules.SGLangState) -> Bool
     ratio, both queues in the same relative order. Key counters and retraction counts
     steer nothing."""
     cons: list[Bool] = [a.free == b.free, a.batch_is_full == b.batch_is_full,
-                        a.ratio_n == b.ratio_n, a.ratio_b == b.ratio_b]
+                        a.ratio_n == b.ratio_n, a.ratio_b == b.ratio_b,
+                        a.last_apart == b.last_apart]
     for x, y in zip(a.slots, b.slots, strict=True):
         cons += [x.status == y.status, x.kv == y.kv, x.computed == y.computed,
-                 x.outputs == y.outputs, x.retracted == y.retracted]
+                 x.allocated == y.allocated, x.outputs == y.outputs,
+                 x.retracted == y.retracted]
     cons += same_queue_orders(ops, a.slots, b.slots, (
         (lambda s: ops.or_(s.status == rules.RUNNING, s.status == rules.STALE),
          lambda s: s.run_key),
@@ -153,8 +163,9 @@ def run_rules(workload: Workload) -> SlotRun:
     sw = lay_out(workload, rules.SGLangRuleConfig.from_config(workload.config))
     state = rules.initial_state(len(sw.specs), sw.cfg)
     states, steps = [state], []
-    for eos in sw.eos:
-        state, observed = rules.step(CONCRETE, sw.cfg, sw.specs, state, eos)
+    for t, eos in enumerate(sw.eos):
+        spec = sw.spec[t] if sw.spec else None  # EAGLE's verify choices
+        state, observed = rules.step(CONCRETE, sw.cfg, sw.specs, state, eos, spec)
         states.append(state)
         steps.append(observed)
     return SlotRun(sw.cfg, sw.specs, sw.ids, tuple(states), tuple(steps))
@@ -268,6 +279,29 @@ RULES_TABLE: tuple[tuple[str, str, str], ...] = (
     ("page size: mem_cache/unified_radix_cache.py:1148; mem_cache/common.py:203-245; "
      "managers/schedule_policy.py:342-352, 437-446 (whole-page matches; LPM's key)",
      "SGLangScheduler._cache_hit, _lpm_match", "rules._prefill (hit_len, lpm_len)"),
+    ("EAGLE: arg_groups/speculative_hook.py:985-1015, 1165-1176 (the non-overlap spec-v2 "
+     "path on CPU, 48 running requests by default, topk 1 verifies steps + 1 tokens); "
+     "mem_cache/allocation_sizing.py:28-93 (the reserve, twice the per-decode length)",
+     "Config.speculative, alloc_len_per_decode, decode_reserve, max_accept_len",
+     "SGLangRuleConfig.from_config (decode_reserve, num_spec_tokens)"),
+    ("EAGLE: managers/schedule_batch.py:3260-3278 (the spec-v2 decode need), 3298-3385 "
+     "(retraction converges on it)", "SGLangScheduler._decode_fits, _spec_decode_need",
+     "rules._decode_need"),
+    ("EAGLE: speculative/eagle_utils.py:1112-1170; mem_cache/allocation.py:773-841 (the "
+     "row grown to ceil_page(committed + reserve), kv_allocated_len)",
+     "SGLangScheduler._spec_allocate", "rules._serve_spec, rules._spec_row_end"),
+    ("EAGLE: managers/scheduler_components/batch_result_processor.py:766-830, 942-1060 "
+     "(the accepted run committed and appended); managers/schedule_batch.py:1901-1950 "
+     "(EOS in the run, a run past max_new_tokens a length finish)",
+     "SGLangScheduler._update_running_batch, _process_results",
+     "rules._decode (runs), rules._finish (out, stop)"),
+    ("EAGLE: managers/schedule_batch.py:3143-3240; batch_result_processor.py:370-378 "
+     "(a mixed decode row allocates the reserve and commits one token)",
+     "SGLangScheduler._mix_running", "rules._mix, rules._serve_spec"),
+    ("managers/scheduler.py:5168-5190, 3820-3833 (not idle while the last extend batch, "
+     "merged into a non-empty running batch, still lists an aborted request)",
+     "SGLangScheduler._is_fully_idle, _last_apart", "rules.step (fully_idle), "
+     "SGLangState.last_apart"),
 )
 
 

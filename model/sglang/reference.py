@@ -61,11 +61,14 @@ def retracted_prompt_evicted(cfg: Config, requests: Sequence[RequestSpec]) -> bo
     evictable node, so the prompt is gone; a pool of at least every prompt plus its
     max_tokens, each in whole pages, never retracts (a decoding request has at most
     prompt + max_tokens - 2 tokens in KV, so a page for each request on a page boundary
-    always remains). Otherwise a re-admitted request can match its old prompt and extend
-    less than the model's recomputation."""
+    always remains; under EAGLE each request's row reaches at most its committed length
+    plus the decode reserve, so the reserve is added to each request's need). Otherwise a
+    re-admitted request can match its old prompt and extend less than the model's
+    recomputation."""
+    reserve = cfg.decode_reserve if cfg.speculative else 0
     if cfg.disable_radix_cache or cfg.retract_decode_steps >= cfg.max_total_num_tokens:
         return True
-    return cfg.max_total_num_tokens >= sum(cfg.pages(r.prompt_len + r.max_tokens)
+    return cfg.max_total_num_tokens >= sum(cfg.pages(r.prompt_len + r.max_tokens + reserve)
                                            for r in requests)
 
 BATCH_PREFILL = "prefill"
@@ -294,6 +297,9 @@ class SGLangScheduler:
         self.requests: dict[str, Req] = {}
         self._num_arrived = 0
         self._finished_ids: set[str] = set()
+        # The last extend batch was appended to a non-empty running batch, so it is a
+        # batch of its own still listing its requests (see `_is_fully_idle`).
+        self._last_apart = False
 
     # ---- public API ------------------------------------------------------------------
 
@@ -374,8 +380,17 @@ class SGLangScheduler:
                     extra.get(r.rid))
         running, full = self._merged()
         chunked = None if self.chunked_req is None else one(self.chunked_req)
-        return (self.free, full, self.ratio.current, tuple(one(r) for r in running), chunked,
-                tuple(one(r) for r in self.waiting))
+        key = (self.free, full, self.ratio.current, tuple(one(r) for r in running), chunked,
+               tuple(one(r) for r in self.waiting))
+        if not self.cfg.speculative:
+            return key
+        # Under EAGLE a lone request can be aborted, and then whether the last extend batch
+        # stands apart decides the ratio reset (`_is_fully_idle`).
+        last = self.last_batch
+        apart = (last is not None and last.kind in (BATCH_PREFILL, BATCH_MIXED)
+                 and bool(self.running)
+                 and any(not r.finished() and r is not self.chunked_req for r in last.reqs))
+        return (*key, apart)
 
     def _merged(self) -> tuple[list[Req], bool]:
         """The running batch and latch as the next step's merge will leave them (the state
@@ -397,6 +412,7 @@ class SGLangScheduler:
         the dataclass default, False (B:2364): nothing sets it on a new extend batch, and a
         mixed step's emptied running batch is a new object too (S:4284-4286)."""
         last = self.last_batch
+        self._last_apart = False
         if last is None or last.kind not in (BATCH_PREFILL, BATCH_MIXED):
             return
         exclude = {id(self.chunked_req)} if self.chunked_req is not None else set()
@@ -405,6 +421,7 @@ class SGLangScheduler:
             self.batch_is_full = False
         if kept and not self.running:  # S:3830-3833: running_batch = last_batch
             self.batch_is_full = False
+        self._last_apart = bool(kept and self.running)
         self.running = self.running + kept  # merge_batch appends (B:3802)
         last.reqs = kept
 
@@ -655,10 +672,17 @@ class SGLangScheduler:
                 and req.prompt_len % self.cfg.page_size == 0)
 
     def _is_fully_idle(self) -> bool:
-        """`is_fully_idle` in scope: nothing running, chunked or waiting (S:5168-5190).
-        (The last batch is then empty too: its requests finished or were merged.)"""
+        """`is_fully_idle` in scope: nothing running, chunked or waiting, and the last
+        batch empty (S:5168-5190). An extend batch merged into a non-empty running batch
+        stays a batch of its own that still lists the requests it handed on (the merge
+        filters only finished and chunked ones, S:3820-3833), so when those are then
+        aborted by the decode check (EAGLE's reserve can leave a lone request no room) the
+        loop is not idle and the ratio keeps the retraction's estimate. Merged into an
+        empty running batch it became the running batch (S:3830-3831), as a decode batch
+        is, and is empty with it."""
         running = [r for r in self.running if not r.finished()]
-        return not running and self.chunked_req is None and not self.waiting
+        return (not running and self.chunked_req is None and not self.waiting
+                and not self._last_apart)
 
     # ---- results (BR:258-500, 942-1100) ------------------------------------------------
 

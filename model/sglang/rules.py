@@ -74,6 +74,12 @@ class SGLangRuleConfig:
     block_size: int = 1
     watermark_blocks: int = 0
     policy_priority: bool = False
+    # EAGLE (speculative_hook.py:985-1015): the decode reserve past the committed length
+    # (`Config.decode_reserve`) and the most drafts a verify accepts (the generic
+    # speculative choices range over 0..num_spec_tokens, checker/methods/symbolic.py).
+    speculative: bool = False
+    decode_reserve: int = 0
+    num_spec_tokens: int = 0
 
     @staticmethod
     def from_config(cfg: Config) -> SGLangRuleConfig:
@@ -90,7 +96,10 @@ class SGLangRuleConfig:
             policy_lof=cfg.schedule_policy == "lof", policy_lpm=cfg.active_policy_is_lpm,
             max_req_len=cfg.max_req_len, ratio_scale=q, ratio_init=int(init * q),
             ratio_floor=int(floor * q), ratio_decay=int(decay * q),
-            retract_decode_steps=cfg.retract_decode_steps, page_size=cfg.page_size)
+            retract_decode_steps=cfg.retract_decode_steps, page_size=cfg.page_size,
+            speculative=cfg.speculative,
+            decode_reserve=cfg.decode_reserve if cfg.speculative else 0,
+            num_spec_tokens=cfg.max_accept_len - 1)
 
     def ratio(self, n: int, b: int) -> Fraction:
         """The ratio a concrete (n, b) pair stands for."""
@@ -101,11 +110,13 @@ class SGLangRuleConfig:
 class SGLangSlot:
     """One request slot between two steps. `kv`: own KV tokens in the pool; `computed`:
     tokens whose KV exists (cache hit + own, 0 while waiting); `run_key` orders
-    running_batch.reqs and `wait_key` the waiting list."""
+    running_batch.reqs and `wait_key` the waiting list. `allocated`: under EAGLE the KV
+    row's end (`kv_allocated_len`, past `computed` after a decode); 0 without it."""
 
     status: Int = ABSENT
     kv: Int = 0
     computed: Int = 0
+    allocated: Int = 0
     outputs: Int = 0
     run_key: Int = 0
     wait_key: Int = 0
@@ -125,6 +136,9 @@ class SGLangState:
     next_run_key: Int = 0
     wait_tail: Int = 0
     step: int = 0
+    # Under EAGLE: the last extend batch was appended to a non-empty running batch and
+    # kept a request, so it stands apart and is not empty (`SGLangScheduler._last_apart`).
+    last_apart: Bool = False
 
 
 def initial_state(num_slots: int, cfg: SGLangRuleConfig) -> SGLangState:
@@ -231,6 +245,9 @@ class _Work:
     status: list[Int]
     kv: list[Int]
     computed: list[Int]
+    allocated: list[Int]
+    run: list[Int]  # tokens a sampling row appends (an EAGLE decode row: its accepted run)
+    spec_accepted: list[Int]
     run_key: list[Int]
     wait_key: list[Int]
     retracted: list[Bool]
@@ -252,7 +269,8 @@ class _Work:
 
 def _checkpoint(ops: Ops, w: _Work) -> None:
     """Name every accumulator (identity under ConcreteOps; flat terms for the solver)."""
-    for name in ("status", "kv", "computed", "run_key", "wait_key", "retracted",
+    for name in ("status", "kv", "computed", "allocated", "run", "spec_accepted", "run_key",
+                 "wait_key", "retracted",
                  "num_retractions", "scheduled", "serve_rank", "in_batch", "joined",
                  "preempted", "aborted"):
         setattr(w, name, [ops.name(v) for v in getattr(w, name)])
@@ -278,6 +296,32 @@ def _serve(ops: Ops, cfg: SGLangRuleConfig, w: _Work, i: int, hit: Bool, n: Int)
     w.scheduled[i] = ops.ite(hit, n, w.scheduled[i])
     w.kv[i] = ops.ite(hit, w.kv[i] + taken, w.kv[i])
     w.computed[i] = ops.ite(hit, w.computed[i] + n, w.computed[i])
+    if cfg.speculative:  # kv_allocated_len = seq_len (mem_cache/allocation.py:476-478)
+        w.allocated[i] = ops.ite(hit, w.computed[i], w.allocated[i])
+    w.serve_rank[i] = ops.ite(hit, w.served, w.serve_rank[i])
+    w.in_batch[i] = ops.or_(w.in_batch[i], hit)
+    w.free = ops.ite(hit, w.free - taken, w.free)
+
+
+def _spec_row_end(ops: Ops, cfg: SGLangRuleConfig, computed: Int) -> Int:
+    """Where an EAGLE decode wants slot's KV row to end: the committed length plus the
+    reserve, in whole pages (allocation_sizing.py:72-93)."""
+    return paged(ops, computed + cfg.decode_reserve, cfg.page_size)
+
+
+def _serve_spec(ops: Ops, cfg: SGLangRuleConfig, w: _Work, i: int, hit: Bool,
+                commit: Int) -> None:
+    """An EAGLE decode (or mixed decode) row when `hit`: the row grown to `_spec_row_end`
+    (eagle_utils.py:1112-1170; the new pages are those past the pages held,
+    mem_cache/allocation.py:773-841), then `commit` tokens committed (the accepted run,
+    batch_result_processor.py:818-826; a mixed row's pending token, 370-378)."""
+    page = cfg.page_size
+    end = ops.max(w.allocated[i], _spec_row_end(ops, cfg, w.computed[i]))
+    taken = end - paged(ops, w.allocated[i], page)
+    w.scheduled[i] = ops.ite(hit, commit, w.scheduled[i])
+    w.kv[i] = ops.ite(hit, w.kv[i] + taken, w.kv[i])
+    w.allocated[i] = ops.ite(hit, end, w.allocated[i])
+    w.computed[i] = ops.ite(hit, w.computed[i] + commit, w.computed[i])
     w.serve_rank[i] = ops.ite(hit, w.served, w.serve_rank[i])
     w.in_batch[i] = ops.or_(w.in_batch[i], hit)
     w.free = ops.ite(hit, w.free - taken, w.free)
@@ -285,8 +329,13 @@ def _serve(ops: Ops, cfg: SGLangRuleConfig, w: _Work, i: int, hit: Bool, n: Int)
 
 def _decode_need(ops: Ops, cfg: SGLangRuleConfig, w: _Work, members: Sequence[Bool]) -> Int:
     """`new_tokens_required_next_decode` (B:3250-3264): a page for each member whose KV
-    ends on a page boundary."""
+    ends on a page boundary; under EAGLE the spec-v2 estimate (B:3268-3278): each member's
+    row grown to the committed length plus the reserve, in pages, less the pages held."""
     page = cfg.page_size
+    if cfg.speculative:
+        return ops.sum([ops.ite(m, ops.max(
+            _spec_row_end(ops, cfg, c) - paged(ops, a, page), 0), 0)
+            for m, c, a in zip(members, w.computed, w.allocated, strict=True)])
     if page == 1:
         return ops.sum([ops.to_int(m) for m in members])
     return page * ops.sum([ops.to_int(ops.and_(m, _on_page_boundary(ops, c, page)))
@@ -475,19 +524,24 @@ def _mix(ops: Ops, cfg: SGLangRuleConfig, w: _Work, formed: Bool) -> Bool:
     running = [s == RUNNING for s in w.status]
     live = ops.sum([ops.to_int(r) for r in running])
     mixed = ops.and_(do, live > 0, w.free >= _decode_need(ops, cfg, w, running))
-    _serve_running(ops, cfg, w, mixed)
+    _serve_running(ops, cfg, w, mixed, [1] * len(w.status))
     return mixed
 
 
-def _serve_running(ops: Ops, cfg: SGLangRuleConfig, w: _Work, do: Bool) -> None:
-    """One decode token to each running request, in running order, when `do`."""
+def _serve_running(ops: Ops, cfg: SGLangRuleConfig, w: _Work, do: Bool,
+                   commits: Sequence[Int]) -> None:
+    """One decode token to each running request, in running order, when `do`; under
+    EAGLE the reserve allocated and `commits[i]` tokens committed."""
     n = len(w.status)
     visited: list[Bool] = [False] * n
     for _ in range(n):
         eligible = [ops.and_(w.status[i] == RUNNING, ops.not_(visited[i])) for i in range(n)]
         sel = select_min(ops, eligible, [(k,) for k in w.run_key])
         for i in range(n):
-            _serve(ops, cfg, w, i, ops.and_(do, sel[i]), 1)
+            if cfg.speculative:
+                _serve_spec(ops, cfg, w, i, ops.and_(do, sel[i]), commits[i])
+            else:
+                _serve(ops, cfg, w, i, ops.and_(do, sel[i]), 1)
             visited[i] = ops.or_(visited[i], sel[i])
         w.served = ops.ite(ops.and_(do, ops.or_(*eligible)), w.served + 1, w.served)
         _checkpoint(ops, w)
@@ -495,9 +549,11 @@ def _serve_running(ops: Ops, cfg: SGLangRuleConfig, w: _Work, do: Bool) -> None:
 
 
 def _decode(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w: _Work,
-            mnew: Sequence[Int], outputs: Sequence[Int], do: Bool) -> Bool:
+            mnew: Sequence[Int], outputs: Sequence[Int], do: Bool,
+            accepted: Sequence[Int]) -> Bool:
     """`update_running_batch` (S:4335-4428): filter finished requests, retract if the
-    decode does not fit, else decay the ratio; decode the rest. Returns "decoded"."""
+    decode does not fit, else decay the ratio; decode the rest (under EAGLE each commits
+    its accepted run, 1 + `accepted[i]`). Returns "decoded"."""
     n = len(specs)
     initial_bs = ops.sum([ops.to_int(_in_running_batch(ops, s)) for s in w.status])
     w.status = [ops.ite(ops.and_(do, s == STALE), FINISHED, s) for s in w.status]
@@ -523,7 +579,13 @@ def _decode(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w: _Work
     w.ratio_n = ops.ite(retract, est_n, ops.ite(decay, decayed, w.ratio_n))
     w.ratio_b = ops.ite(retract, est_b, w.ratio_b)
     w.full = ops.and_(w.full, ops.not_(ops.and_(do, count < initial_bs)))
-    _serve_running(ops, cfg, w, active)
+    runs = [1 + a for a in accepted]
+    _serve_running(ops, cfg, w, active, runs)
+    if cfg.speculative:
+        for i in range(n):
+            row = ops.and_(active, w.status[i] == RUNNING, w.scheduled[i] > 0)
+            w.run[i] = ops.ite(row, runs[i], w.run[i])
+            w.spec_accepted[i] = ops.ite(row, accepted[i], w.spec_accepted[i])
     return ops.and_(active, count > 0)
 
 
@@ -569,6 +631,8 @@ def _retract(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w: _Wor
             w.free = ops.ite(hit, w.free + w.kv[i], w.free)
             w.kv[i] = ops.ite(hit, 0, w.kv[i])
             w.computed[i] = ops.ite(hit, 0, w.computed[i])
+            if cfg.speculative:  # mark_kv_released (B:995-1000)
+                w.allocated[i] = ops.ite(hit, 0, w.allocated[i])
             w.preempted[i] = ops.or_(w.preempted[i], hit)
             w.retracted[i] = ops.or_(w.retracted[i], hit)
             w.num_retractions[i] = ops.ite(hit, w.num_retractions[i] + 1,
@@ -584,6 +648,8 @@ def _retract(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w: _Wor
         hit = ops.and_(abort, left[i])
         w.free = ops.ite(hit, w.free + w.kv[i], w.free)
         w.kv[i] = ops.ite(hit, 0, w.kv[i])
+        if cfg.speculative:
+            w.allocated[i] = ops.ite(hit, 0, w.allocated[i])
         w.aborted[i] = ops.or_(w.aborted[i], hit)
         w.status[i] = ops.ite(hit, FINISHED, w.status[i])
     w.status = [ops.ite(p, WAITING, s) for s, p in zip(w.status, w.preempted, strict=True)]
@@ -591,11 +657,15 @@ def _retract(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], w: _Wor
 
 
 def step(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], state: SGLangState,
-         eos: Sequence[Bool]) -> tuple[SGLangState, Step]:
+         eos: Sequence[Bool], spec: Sequence[tuple[Int, Int]] | None = None
+         ) -> tuple[SGLangState, Step]:
     """One iteration: arrivals, prefill formation or else decode, a fake model output
     with the environment's EOS choices (`eos[i]` matters only if slot i samples), then
-    the merge of the extend batch into the running batch (S:3785-3835)."""
+    the merge of the extend batch into the running batch (S:3785-3835). Under EAGLE,
+    `spec[i]` = (drafts accepted, drafts proposed) is the verify's choice for slot i
+    (matters only if it decodes; the proposed count is the verify width, fixed)."""
     n = len(specs)
+    accepted: list[Int] = [0] * n if spec is None else [a for a, _ in spec]
     state = _arrive(ops, specs, state, state.step + 1)
     before = state.slots
     mnew = [ops.name(max_new_tokens(ops, cfg, s)) for s in specs]
@@ -603,7 +673,8 @@ def step(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], state: SGLa
     fill = [spec.prompt_len + s.outputs for spec, s in zip(specs, before, strict=True)]
     w = _Work(
         status=[s.status for s in before], kv=[s.kv for s in before],
-        computed=[s.computed for s in before], run_key=[s.run_key for s in before],
+        computed=[s.computed for s in before], allocated=[s.allocated for s in before],
+        run=[1] * n, spec_accepted=[0] * n, run_key=[s.run_key for s in before],
         wait_key=[s.wait_key for s in before], retracted=[s.retracted for s in before],
         num_retractions=[s.num_retractions for s in before], scheduled=[0] * n,
         serve_rank=[0] * n, in_batch=[False] * n, joined=[False] * n, preempted=[False] * n,
@@ -615,10 +686,13 @@ def step(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], state: SGLa
     mixed = _mix(ops, cfg, w, formed)
     nonempty_r = ops.or_(*[_in_running_batch(ops, s) for s in w.status])
     decoded = _decode(ops, cfg, specs, w, mnew, outputs, ops.and_(ops.not_(formed),
-                                                                   nonempty_r))
+                                                                   nonempty_r), accepted)
     idle = ops.and_(ops.not_(formed), ops.not_(decoded))
+    # Under EAGLE a lone request can be aborted; an extend batch that stands apart still
+    # lists it, so the loop is not idle (S:5168-5190).
+    apart = (ops.not_(state.last_apart),) if cfg.speculative else ()
     fully_idle = ops.and_(idle, *[ops.and_(s != RUNNING, s != WAITING, s != CHUNKED)
-                                  for s in w.status])
+                                  for s in w.status], *apart)
     w.ratio_n = ops.ite(fully_idle, cfg.ratio_init, w.ratio_n)  # S:5149
     w.ratio_b = ops.ite(fully_idle, 1, w.ratio_b)
     kind = ops.ite(formed, ops.ite(mixed, KIND_OTHER, KIND_PREFILL),
@@ -653,10 +727,12 @@ def _finish(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], state: S
     running_left: Bool = False  # the running batch holds a request outside the batch
     for i, spec in enumerate(specs):
         sampled = ops.and_(w.in_batch[i], ops.not_(still_chunked[i]))
-        out = before[i].outputs + ops.to_int(sampled)
+        out = (before[i].outputs + ops.ite(sampled, w.run[i], 0) if cfg.speculative
+               else before[i].outputs + ops.to_int(sampled))
         # An EOS past max_new_tokens is a length finish (B:1901-1911, 1940-1942); only a
-        # request clipped to 0 new tokens samples past it, which needs a page size > 1.
-        stop = (ops.and_(sampled, eos[i]) if cfg.page_size == 1
+        # request clipped to 0 new tokens samples past it, which needs a page size > 1,
+        # or an EAGLE run (its last token the EOS) crossing max_new_tokens.
+        stop = (ops.and_(sampled, eos[i]) if cfg.page_size == 1 and not cfg.speculative
                 else ops.and_(sampled, eos[i], out <= mnew[i]))
         length = ops.and_(sampled, out >= mnew[i])
         finished = ops.or_(stop, length)
@@ -686,6 +762,7 @@ def _finish(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], state: S
         slots.append(SGLangSlot(
             status=status, kv=ops.ite(finished, 0, w.kv[i] - returned),
             computed=w.computed[i],
+            allocated=ops.ite(finished, 0, w.allocated[i]) if cfg.speculative else 0,
             outputs=out, run_key=run_key[i], wait_key=w.wait_key[i],
             retracted=ops.and_(w.retracted[i], ops.not_(w.joined[i])),
             num_retractions=w.num_retractions[i]))
@@ -703,16 +780,23 @@ def _finish(ops: Ops, cfg: SGLangRuleConfig, specs: Sequence[SlotSpec], state: S
             num_preemptions=w.num_retractions[i], running_after=running_after,
             waiting_after=w.status[i] == WAITING, queue_key=w.wait_key[i],
             run_key=run_key[i], prompt_len=spec.prompt_len, max_tokens=mnew[i],
-            priority=0, arrival_time=i))
+            priority=0, arrival_time=i,
+            spec_scheduled=(ops.ite(ops.and_(kind == KIND_DECODE, sampled),
+                                    cfg.num_spec_tokens, 0) if cfg.speculative else 0),
+            spec_accepted=w.spec_accepted[i] if cfg.speculative else 0))
     # S:3824-3825 clear the latch when the merge drops a request; S:3830-3833 replace an
     # empty running batch by the extend batch, whose latch is False (B:2364).
     full = ops.and_(w.full, ops.not_(dropped), ops.not_(ops.and_(kept, ops.not_(running_left))))
     num_running = ops.sum([ops.to_int(o.running_after) for o in obs])
     num_running_end = ops.sum([ops.to_int(ops.and_(o.running_after, ops.not_(o.finished)))
                                for o in obs])
+    # Under EAGLE: the merge appended a kept request to a non-empty running batch, so the
+    # extend batch stays a batch of its own (S:3830-3833; see `step`'s idle check).
+    last_apart = ops.and_(formed, kept, running_left) if cfg.speculative else False
     new_state = SGLangState(slots=tuple(slots), free=free_end, batch_is_full=full,
                             ratio_n=w.ratio_n, ratio_b=w.ratio_b, next_run_key=next_key,
-                            wait_tail=w.wait_tail, step=state.step + 1)
+                            wait_tail=w.wait_tail, step=state.step + 1,
+                            last_apart=last_apart)
     total = ops.sum([o.scheduled for o in obs])
     observed = Step(step=state.step + 1, slots=tuple(obs), free_blocks=w.free,
                     free_blocks_end=free_end, token_budget_left=cfg.token_budget - total,
