@@ -110,7 +110,8 @@ def test_the_modes_are_named_in_help():
     text = build_parser().format_help()
     assert set(MODES) == {"off", "prefix", "async", "async+prefix", "spec", "spec-prefix",
                           "spec-async", "spec-async-prefix", "connector", "hybrid-swa",
-                          "hybrid-async", "hybrid-mamba", "hybrid-mamba-spec"}
+                          "hybrid-async", "hybrid-swa-spec", "hybrid-mamba",
+                          "hybrid-mamba-spec"}
     for mode in MODES.values():
         assert f"  {mode.name:17} {mode.what}" in text
     assert build_parser().parse_args([]).mode == "off"
