@@ -109,7 +109,8 @@ def test_the_modes_are_named_in_help():
 
     text = build_parser().format_help()
     assert set(MODES) == {"off", "prefix", "async", "async+prefix", "spec", "spec-prefix",
-                          "spec-async", "spec-async-prefix", "connector", "hybrid-swa",
+                          "spec-async", "spec-async-prefix", "connector", "connector+prefix",
+                          "hybrid-swa",
                           "hybrid-async", "hybrid-swa-spec", "hybrid-mamba",
                           "hybrid-mamba-spec"}
     for mode in MODES.values():

@@ -101,7 +101,7 @@ def test_the_workload_round_trips_its_connector_entries():
     ({"kv_hits": [{"id": "a", "tokens": 5}]}, "exceeds request 'a'"),
     ({"kv_hits": [{"id": "z", "tokens": 1}]}, "no request has id"),
     ({"kv_loads": [{"id": "a", "step": 1, "failed": "yes"}]}, "failed must be true or false"),
-    ({"config": {**CONFIG, "enable_prefix_caching": True}}, "is not modelled"),
+    ({"config": {**CONFIG, "async_scheduling": True}}, "is not modelled"),
 ])
 def test_bad_connector_input_is_refused_in_one_line(change, words):
     doc = {"config": CONFIG, "requests": [{"id": "a", "prompt_len": 4, "max_tokens": 1}],
@@ -112,11 +112,12 @@ def test_bad_connector_input_is_refused_in_one_line(change, words):
 
 @needs_vllm
 @pytest.mark.conformance
-def test_real_scheduler_agrees_in_connector_mode():
+@pytest.mark.parametrize("mode", ["connector", "connector+prefix"])
+def test_real_scheduler_agrees_in_connector_mode(mode):
     from checker.conformance.compare import compare
 
     for seed in range(60):
-        divergence = compare(MODES["connector"].generate(seed, 30))
+        divergence = compare(MODES[mode].generate(seed, 30))
         assert divergence is None, f"seed {seed}: {divergence.render()}"
 
 
@@ -167,6 +168,12 @@ def test_the_model_covers_a_consumer_under_the_default_failure_policy_only(text,
 def test_the_connector_hazard_is_witnessed_by_the_fewest_loads_that_leave_no_room():
     result = decide_connector_hazard(SERVED, parse_kv_transfer(CONSUMER), Deployment(), True, 3)
     assert result.name == HAZARD and result.witness is not None
+    # vllm serve's defaults: prefix caching on (replayed so), async scheduling on (argued).
+    served = decide_connector_hazard(SERVED, parse_kv_transfer(CONSUMER), Deployment(
+        prefix_caching=True, async_scheduling=True), True, 3)
+    assert served.verdict == "WITNESSED" and "prefix caching on)" in served.detail
+    assert served.witness is not None and served.witness.workload.config.enable_prefix_caching
+    assert "with async scheduling on it runs the same" in served.detail
     w = result.witness
     # 69 usable blocks, a load holds at most cdiv(511, 16) = 32: two loads leave 5 blocks,
     # fewer than the 32 a late prompt of 511 tokens asks; one load would leave it room.

@@ -18,8 +18,9 @@ it is conformance-tested against vLLM's real Scheduler (mode `connector`). It le
   scheduler.py:2723, 2740-2742, freed on finished_sending, 3231-3235);
 - kv_load_failure_policy "recompute" (S:3123-3160, 3356-3450: the failed request is
   rescheduled from its valid prefix);
-- prefix caching, async scheduling (with a consumer connector it defers block frees,
-  S:186-191), speculative decoding and hybrid KV cache groups beside a connector.
+- async scheduling (with a consumer connector it defers block frees, S:186-191),
+  speculative decoding and hybrid KV cache groups beside a connector (prefix caching is
+  modelled: conformance mode `connector+prefix`).
 A hazard it decides for a deployment with one of those on is UNKNOWN with the reason,
 unless the witness does not touch it (said in its detail).
 """
@@ -188,7 +189,8 @@ def decide_connector_hazard(cfg: Config, kv: KvTransfer, deployment: Deployment,
     if cfg.num_spec_tokens or others:
         return HazardResult(HAZARD, TITLE, UNKNOWN_LABEL, "outside the model: KV connector "
                             "beside " + ", ".join(others or ["speculative decoding"]))
-    plain = replace(cfg, enable_prefix_caching=False, async_scheduling=False)
+    plain = replace(cfg, enable_prefix_caching=deployment.prefix_caching,
+                    async_scheduling=False)
     found = minimal_witness(plain, steps)
     if found is None:
         return HazardResult(HAZARD, TITLE, UNKNOWN_LABEL, "the constructed runs on the "
@@ -199,17 +201,16 @@ def decide_connector_hazard(cfg: Config, kv: KvTransfer, deployment: Deployment,
     detail = (f"{_UPSTREAM}: {loaders} async load(s) of the {cfg.usable_blocks} usable "
               f"blocks, never reported, and a request of {late} token(s) that waits "
               f"{steps} steps; checked on the reference (synchronous Scheduler, prefix "
-              "caching off); minimal in requests and steps among such runs (fewer loads "
+              f"caching {'on' if plain.enable_prefix_caching else 'off'}); minimal in "
+              "requests and steps among such runs (fewer loads "
               "leave a request of any length room), lengths not minimised; it lasts as long "
               "as the loads do: VIOLATED for a connector that may never end a load, not "
               "decided under a premise that every load ends within K steps")
-    switched = [name for name, on in (("prefix caching", deployment.prefix_caching),
-                                      ("async scheduling", deployment.async_scheduling)) if on]
-    if switched:
-        detail += (f"; with {' and '.join(switched)} on it runs the same: no request shares a "
-                   "prefix, and the run schedules, preempts and frees nothing (the "
-                   "AsyncScheduler differs only for scheduled requests, async_scheduler.py:"
-                   "25-78, and deferred frees, scheduler.py:186-191, need a free)")
+    if deployment.async_scheduling:
+        detail += ("; with async scheduling on it runs the same: the run schedules, preempts "
+                   "and frees nothing (the AsyncScheduler differs only for scheduled "
+                   "requests, async_scheduler.py:25-78, and deferred frees, "
+                   "scheduler.py:186-191, need a free)")
     return HazardResult(HAZARD, TITLE, WITNESSED, detail, (("steps", steps),),
                         Witness(workload, ReplayResult(tuple(records), at), at, False,
                                 first_shown=1))

@@ -195,7 +195,8 @@ def _vllm_harness() -> Harness:
         # The connector mode is conformance only: some properties the audit checks
         # describe the engine without a connector (a preempted request at the very head
         # of the waiting loop, a whole prompt with chunking off), tests/test_connector.py.
-        engine="vllm-v1", package="vllm", modes=tuple(m for m in MODES if m != "connector"),
+        engine="vllm-v1", package="vllm",
+        modes=tuple(m for m in MODES if not m.startswith("connector")),
         unavailable=vllm_unavailable_reason, run=run_real_vllm_detailed,
         compare=lambda w, run: compare_past_refusals(by_meaning, w, run),
         generate=lambda mode, seed, steps: MODES[mode].generate(seed, steps),

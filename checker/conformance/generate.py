@@ -676,8 +676,6 @@ CONNECTOR_RUN_FEATURES: tuple[str, ...] = (
 def random_connector_workload(seed: int, steps: int = 30) -> Workload:
     """A valid workload with the KV connector on, drawn from `seed` alone (its own stream;
     see the module doc)."""
-    from checker.conformance.aborts import with_aborts  # aborts imports only core types
-
     rng = random.Random(f"connector-{seed}")
     n_req = rng.randint(1, 8)
     prompts = [_draw_prompt(rng) for _ in range(n_req)]
@@ -688,9 +686,29 @@ def random_connector_workload(seed: int, steps: int = 30) -> Workload:
                             arrival_step=1 if rng.random() < 0.55 else
                             rng.randint(1, last_arrival), priority=rng.randint(0, 3))
                 for i, (p, mt) in enumerate(zip(prompts, max_tokens, strict=True))]
+    eos = _draw_eos(rng, cfg, requests, steps)
+    workload = Workload(config=cfg, requests=tuple(requests), eos=tuple(eos), steps=steps)
+    return _with_connector(rng, workload, seed)
+
+
+def random_connector_prefix_workload(seed: int, steps: int = 30) -> Workload:
+    """The prefix-caching mode's workload (`random_prefix_workload`: shared prefixes,
+    real token ids) with the KV connector on and its hits, loads and aborts drawn as in
+    `random_connector_workload` (their own stream)."""
+    workload = random_prefix_workload(seed, steps)
+    workload = replace(workload, config=replace(workload.config, kv_connector=True))
+    return _with_connector(random.Random(f"connector-prefix-{seed}"), workload, seed)
+
+
+def _with_connector(rng: random.Random, workload: Workload, seed: int) -> Workload:
+    """`workload` with external hits for most requests, load reports for the async ones
+    and, for half the seeds, client aborts (see the module doc)."""
+    from checker.conformance.aborts import with_aborts  # aborts imports only core types
+
+    cfg, steps = workload.config, workload.steps
     hits: list[ExternalHit] = []
     loads: list[KVLoadEvent] = []
-    for r in requests:
+    for r in workload.requests:
         if rng.random() < 0.25:
             continue
         hit = ExternalHit(id=r.id, tokens=_draw_hit(rng, r.prompt_len, cfg.block_size),
@@ -704,9 +722,7 @@ def random_connector_workload(seed: int, steps: int = 30) -> Workload:
                 if step <= steps:
                     loads.append(KVLoadEvent(id=r.id, step=step, failed=rng.random() < 0.2))
     loads.sort(key=lambda e: e.step)
-    eos = _draw_eos(rng, cfg, requests, steps)
-    workload = Workload(config=cfg, requests=tuple(requests), eos=tuple(eos), steps=steps,
-                        kv_hits=tuple(hits), kv_loads=tuple(_first_per_step(loads)))
+    workload = replace(workload, kv_hits=tuple(hits), kv_loads=tuple(_first_per_step(loads)))
     if rng.random() < 0.5:
         workload = with_aborts(workload, seed)
     validate(workload.config)

@@ -29,6 +29,7 @@ from checker.conformance.generate import (
     STATIC_FEATURES,
     random_async_prefix_workload,
     random_async_workload,
+    random_connector_prefix_workload,
     random_connector_workload,
     random_hybrid_mamba_spec_workload,
     random_hybrid_mamba_workload,
@@ -103,6 +104,11 @@ MODES: dict[str, Mode] = {
              "Scheduler, prefix caching off", random_connector_workload, "Scheduler",
              (*STATIC_FEATURES, *RUN_FEATURES, *CONNECTOR_RUN_FEATURES), ("base",),
              report_features=True),
+        Mode("connector+prefix", "a KV connector as in mode connector, prefix caching on "
+             "(shared prefixes built from real token ids, as in mode prefix)",
+             random_connector_prefix_workload, "Scheduler",
+             (*STATIC_FEATURES, *PREFIX_STATIC_FEATURES, *RUN_FEATURES, *PREFIX_RUN_FEATURES,
+              *CONNECTOR_RUN_FEATURES), ("base", "prefix"), report_features=True),
         Mode("hybrid-swa", "sliding-window KV cache groups beside full-attention ones, the "
              "synchronous Scheduler, prefix caching off", random_hybrid_swa_workload,
              "Scheduler", (*STATIC_FEATURES, *RUN_FEATURES, *HYBRID_STATIC_FEATURES,

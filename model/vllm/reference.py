@@ -999,7 +999,10 @@ class VllmV1Scheduler:
                 skip(queue)
                 continue
             if self.cfg.enable_prefix_caching:
-                out.prefix_hits[request.request_id] = len(hit) * self.cfg.block_size
+                # What it starts from: the hit (with a KV connector, also the external
+                # tokens or what its load brought; without one a waiting request has
+                # nothing computed, so this is the hit alone).
+                out.prefix_hits[request.request_id] = num_computed_tokens
             queue.pop_request()  # S:1343-1345
             self.running.append(request)
             if request.status == Status.WAITING:  # S:1353-1356
@@ -1043,10 +1046,14 @@ class VllmV1Scheduler:
 
     def _update_waiting_for_remote_kv(self, request: Request) -> None:
         """S:3123-3173 after a successful load (a failed one ends the request under the
-        default policy "fail", so the recompute branch is unreachable): nothing to cache
-        without prefix caching, and a load of every token is cut one short so that one is
-        left to compute and sample (S:3171-3172)."""
+        default policy "fail", so the recompute branch is unreachable): its blocks are
+        cached (with prefix caching), and a load of every token is cut one short so that
+        one is left to compute and sample (S:3171-3172)."""
         assert self.connector is not None
+        # S:3154-3157: the loaded blocks are cached now (their caching was delayed,
+        # K:602-605), before the cut.
+        self.table.cache(request.request_id, request.block_hashes(self.cfg.block_size),
+                         request.num_computed_tokens)
         if request.num_computed_tokens == request.num_tokens:
             request.num_computed_tokens = request.num_tokens - 1
         self.connector.finished_recving.remove(request.request_id)

@@ -122,22 +122,21 @@ def check_field_types(cfg: Config) -> None:
 
 def _check_connector(cfg: Config) -> None:
     """A KV connector is modelled beside the modes its argument was read for: the
-    synchronous Scheduler, no speculative decoding, no prefix caching, one full-attention
-    group, the pinned release (model/vllm/connector.py)."""
+    synchronous Scheduler, no speculative decoding, one full-attention group, the pinned
+    release, prefix caching on or off (model/vllm/connector.py)."""
     if not cfg.kv_connector:
         return
     others = [name for name, on in (
         ("async_scheduling", cfg.async_scheduling),
         ("speculative decoding", bool(cfg.speculative_method)),
-        ("enable_prefix_caching", cfg.enable_prefix_caching),
         ("kv_cache_groups other than one full-attention group", cfg.hybrid_kv),
         (f"vLLM {cfg.version}", cfg.version != VLLM_VERSION)) if on]
     if others:
         raise InputError(
             f"a KV connector beside {', '.join(others)} is not modelled (the connector's "
             "scheduler path is modelled for the synchronous Scheduler of vLLM "
-            f"{VLLM_VERSION}, one full-attention group, no prefix caching, no speculative "
-            "decoding); turn those off or drop kv_connector")
+            f"{VLLM_VERSION}, one full-attention group, no speculative decoding); turn "
+            "those off or drop kv_connector")
 
 
 def _check_kv_groups(cfg: Config) -> None:
