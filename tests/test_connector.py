@@ -298,7 +298,8 @@ def test_the_pool_and_progress_invariants_hold_on_connector_runs():
     props = properties_for("vllm-v1", names)
     loads = 0
     for seed in range(80):
-        w = replace(MODES["connector"].generate(seed, 30), eos=())
+        mode = "connector+prefix" if seed % 2 else "connector"
+        w = replace(MODES[mode].generate(seed, 30), eos=())
         records = simulate(w)
         loads += sum(1 for step in (records or ()) for rid, n in step.num_computed_tokens
                      if rid in step.waiting and n > 0)

@@ -1118,8 +1118,9 @@ def run_real_vllm_detailed(workload: Workload,
             facts.append(("sampled", samples))
         if sched.connector is not None:
             facts.append(("kv_held", kv_held))
-            facts.append(("released_blocks",
-                          sched.kv_cache_manager.block_pool.get_num_free_blocks() - free_blocks))
+            if not caching:  # (the cache facts say it otherwise)
+                facts.append(("released_blocks", sched.kv_cache_manager.block_pool
+                              .get_num_free_blocks() - free_blocks))
         if k:
             facts.append(("spec_scheduled", spec_scheduled))
             facts.append(("accepted", applied))

@@ -212,7 +212,8 @@ def _observed(rec: StepRecord, slots: list[SlotObs], rcfg: RuleConfig,
     """The step's observables. Without prefix caching a finished request releases all its
     blocks; with it, blocks another request still holds stay held, so the reference
     records how many blocks the step's finished requests freed."""
-    if "kv_held" in facts:  # a KV connector: a finished request may keep its blocks
+    if not rcfg.prefix_caching and "kv_held" in facts:
+        # A KV connector: a request finished while its load runs keeps its blocks.
         return observed_step(rec, slots, rcfg, int(facts["released_blocks"]))  # type: ignore[call-overload]
     if not rcfg.prefix_caching:
         released = sum(o.blocks for o in slots if o.finished)

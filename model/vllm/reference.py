@@ -556,8 +556,9 @@ class VllmV1Scheduler:
         if isinstance(self.table, GroupTables):
             cache_facts += (("group_blocks", group_blocks),)
         if self.connector is not None:  # blocks held outside `running`, and what came back
-            cache_facts += (("kv_held", kv_held),
-                            ("released_blocks", self.pool.num_free_blocks - free_blocks))
+            cache_facts += (("kv_held", kv_held),)
+            if not self.cfg.enable_prefix_caching:  # (the cache facts say it otherwise)
+                cache_facts += (("released_blocks", self.pool.num_free_blocks - free_blocks),)
         return StepRecord(
             step=self.current_step,
             scheduled=tuple(out.num_scheduled_tokens.items()),
