@@ -11,13 +11,15 @@ given (v1/core/sched/scheduler.py:171-194).
 
 What the model covers. Its connector environment (model/vllm/connector.py) is every
 answer `get_num_new_matched_tokens` can give that is not None, loaded in the step or
-asynchronously, and every step a load can end in, failed or not; the scheduler's side of
-it is conformance-tested against vLLM's real Scheduler (mode `connector`). It leaves out:
+asynchronously, and every step a load can end in, failed or not, under either
+kv_load_failure_policy (a failure reported per request, failed_recving); the scheduler's
+side of it is conformance-tested against vLLM's real Scheduler (modes `connector`,
+`connector+prefix`). It leaves out:
 - a producer role (kv_producer, kv_both): a producer's connector may hold a finished
   request's blocks until its KV is sent (`request_finished` -> True,
   scheduler.py:2723, 2740-2742, freed on finished_sending, 3231-3235);
-- kv_load_failure_policy "recompute" (S:3123-3160, 3356-3450: the failed request is
-  rescheduled from its valid prefix);
+- failures a connector reports as block ids (invalid_block_ids, S:2062-2069, 3356-3450),
+  which no answer of `batchproof config` depends on here;
 - async scheduling (with a consumer connector it defers block frees, S:186-191),
   speculative decoding and hybrid KV cache groups beside a connector (prefix caching is
   modelled: conformance mode `connector+prefix`).
@@ -71,9 +73,6 @@ class KvTransfer:
             return (f"kv_role {self.kv_role}: a producer's connector may keep a finished "
                     "request's blocks until its KV is sent (request_finished -> True, "
                     "v1/core/sched/scheduler.py:2723, 2740-2742), which the model does not cover")
-        if self.kv_load_failure_policy != "fail":
-            return ("kv_load_failure_policy recompute: a failed load is rescheduled from its "
-                    "valid prefix (scheduler.py:3123-3160), which the model does not cover")
         return None
 
     def describe(self) -> str:
@@ -84,7 +83,7 @@ class KvTransfer:
         return (f"{self.kv_connector}, kv_role {self.kv_role}, kv_load_failure_policy "
                 f"{self.kv_load_failure_policy}: "
                 + ("modelled (the scheduler's side: external hits, sync and async loads, "
-                   "load failures; model/vllm/connector.py)" if covered is None
+                   "load failures per request; model/vllm/connector.py)" if covered is None
                    else "outside the model (" + covered + ")"))
 
 
@@ -190,7 +189,8 @@ def decide_connector_hazard(cfg: Config, kv: KvTransfer, deployment: Deployment,
         return HazardResult(HAZARD, TITLE, UNKNOWN_LABEL, "outside the model: KV connector "
                             "beside " + ", ".join(others or ["speculative decoding"]))
     plain = replace(cfg, enable_prefix_caching=deployment.prefix_caching,
-                    async_scheduling=False)
+                    async_scheduling=False,
+                    kv_load_failure_policy=kv.kv_load_failure_policy)
     found = minimal_witness(plain, steps)
     if found is None:
         return HazardResult(HAZARD, TITLE, UNKNOWN_LABEL, "the constructed runs on the "

@@ -670,6 +670,7 @@ CONNECTOR_RUN_FEATURES: tuple[str, ...] = (
     "connector:aborted_while_loading",
     "connector:sync_full_hit_assertion",
     "connector:preempted_then_reloaded",
+    "connector:failed_load_to_recompute",
 )
 
 
@@ -705,6 +706,9 @@ def _with_connector(rng: random.Random, workload: Workload, seed: int) -> Worklo
     and, for half the seeds, client aborts (see the module doc)."""
     from checker.conformance.aborts import with_aborts  # aborts imports only core types
 
+    if rng.random() < 0.4:  # a failed load is loaded or computed again
+        workload = replace(workload, config=replace(workload.config,
+                                                    kv_load_failure_policy="recompute"))
     cfg, steps = workload.config, workload.steps
     hits: list[ExternalHit] = []
     loads: list[KVLoadEvent] = []
@@ -883,6 +887,9 @@ def connector_run_features(w: Workload, records: Sequence[StepRecord]) -> set[st
                 out.add("connector:async_load_started")
         if any(rid in loading for rid in rec.waiting) and len(rec.waiting) > len(loading):
             out.add("connector:load_blocked_behind_reservation")
+        held = dict(rec.extra).get("kv_held", {})
+        if any(computed.get(rid) == 0 and held.get(rid) for rid in rec.waiting):  # type: ignore[union-attr]
+            out.add("connector:failed_load_to_recompute")  # policy recompute, not taken up
         for rid, reason in rec.finished:
             if reason == FINISH_ERROR:
                 out.add("connector:load_failed_error")

@@ -345,8 +345,9 @@ def _vllm_config(cfg: Config) -> Any:
     cache_config = v.CacheConfig(block_size=cfg.block_size,
                                  enable_prefix_caching=cfg.enable_prefix_caching)
     if cfg.kv_connector:  # the harness's own connector (checker/conformance/vllm_connector.py)
-        transfer = v.KVTransferConfig(kv_connector="HarnessConnector", kv_role="kv_both",
-                                      kv_connector_module_path=CONNECTOR_MODULE)
+        transfer = v.KVTransferConfig(kv_connector="HarnessConnector", kv_role="kv_consumer",
+                                      kv_connector_module_path=CONNECTOR_MODULE,
+                                      kv_load_failure_policy=cfg.kv_load_failure_policy)
         vllm_config = v.VllmConfig(scheduler_config=scheduler_config,
                                    model_config=model_config, cache_config=cache_config,
                                    kv_transfer_config=transfer)

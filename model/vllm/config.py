@@ -239,10 +239,12 @@ class Config:
     # writes the field only when it differs.
     kv_cache_groups: tuple[KvGroup, ...] = ONE_FULL_GROUP
     # KVTransferConfig (config/kv_transfer.py:60, 71, 88): a scheduler-side KV connector
-    # whose answers the workload gives (model/vllm/connector.py), under the default
-    # kv_load_failure_policy "fail". Off by default and written only when on, so documents
-    # without it read as before.
+    # whose answers the workload gives (model/vllm/connector.py), and what a failed load
+    # does: "fail" (the default) ends the request, "recompute" loads or computes it again.
+    # Both are written only when the connector is on, so documents without it read as
+    # before.
     kv_connector: bool = False
+    kv_load_failure_policy: str = "fail"
     # Rule switches (VllmRules); the workload JSON spells under "rules" the ones that
     # differ from `version`'s, the VERSIONS entry the config was parsed for.
     rules: VllmRules = field(default_factory=VllmRules)
@@ -417,7 +419,8 @@ SPEC_FIELDS = ("speculative_method", "num_speculative_tokens", "parallel_draftin
                "disable_eagle_block_drop")
 
 # Written only when a KV connector is on.
-CONNECTOR_FIELDS = ("kv_connector",)
+CONNECTOR_FIELDS = ("kv_connector", "kv_load_failure_policy")
+KV_LOAD_FAILURE_POLICIES = ("fail", "recompute")
 
 # Each field's type follows from its default, so a field added to Config is checked too.
 BOOL_FIELDS = tuple(f.name for f in fields(Config) if isinstance(f.default, bool))
@@ -444,6 +447,9 @@ def check_value(name: str, value: object) -> None:
             raise InputError(f"watermark must be a number in [0, 1), got {shown(value)}")
     elif name == "policy" and not isinstance(value, str):
         raise InputError(f"policy must be 'fcfs' or 'priority', got {shown(value)}")
+    elif name == "kv_load_failure_policy" and value not in KV_LOAD_FAILURE_POLICIES:
+        raise InputError(f"kv_load_failure_policy must be 'fail' or 'recompute' "
+                         f"(config/kv_transfer.py:88), got {shown(value)}")
     elif name == "speculative_method" and not isinstance(value, str):
         raise InputError(f"speculative_method must be a string (one of "
                          f"{', '.join(SPEC_METHODS_MODELLED)}, or \"\" for none), got "

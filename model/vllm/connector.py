@@ -15,7 +15,11 @@ one short so that a token is left to compute (S:3123-3173, 3175-3193). A failed 
 reported as failed_recving together with finished_recving (the worker's output aggregator
 reports a failure only with its finish, distributed/kv_transfer/kv_connector/utils.py:
 169-172); under the default kv_load_failure_policy "fail" (config/kv_transfer.py:88,
-S:183-184) the request ends with FINISHED_ERROR (S:2058-2061, 2306-2325, 3341-3354).
+S:183-184) the request ends with FINISHED_ERROR (S:2058-2061, 2306-2325, 3341-3354); under
+"recompute" its computed tokens drop to 0 (S:3341-3354) and, when the waiting loop takes
+it up, its blocks are freed and it starts again from its prefix lookup and the connector's
+answer (S:3123-3147, 3175-3193). Failures are per request (failed_recving); a connector's
+block-level invalid_block_ids (S:2062-2069, 3356-3450) are outside the model.
 
 The environment, chosen by the workload: for each request the prompt tokens the external
 store holds and whether loading them is asynchronous (`ExternalHit`), and the step of each
@@ -49,6 +53,8 @@ class Connector:
     hits: dict[str, ExternalHit] = field(default_factory=dict)
     loading: set[str] = field(default_factory=set)
     finished_recving: set[str] = field(default_factory=set)
+    # S:248: under the policy "recompute", failed loads not yet taken up.
+    failed_recving: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, hits: Iterable[ExternalHit]) -> Connector:
@@ -57,7 +63,8 @@ class Connector:
 
     def __deepcopy__(self, memo: dict[int, object]) -> Connector:
         """The answers are frozen and shared; the load sets are copied."""
-        return Connector(self.hits, set(self.loading), set(self.finished_recving))
+        return Connector(self.hits, set(self.loading), set(self.finished_recving),
+                         set(self.failed_recving))
 
     def num_new_matched_tokens(self, request_id: str, num_computed_tokens: int
                                ) -> tuple[int, bool]:

@@ -480,6 +480,7 @@ class VllmV1Scheduler:
             if request.status == Status.WAITING_FOR_REMOTE_KVS and self.connector is not None:
                 delay = rid not in self.connector.finished_recving
                 self.connector.finished_recving.discard(rid)
+                self.connector.failed_recving.discard(rid)
             request.status = status
             self._free_request(request, delay_free_blocks=delay)
             done.append(rid)
@@ -1046,15 +1047,22 @@ class VllmV1Scheduler:
         return True
 
     def _update_waiting_for_remote_kv(self, request: Request) -> None:
-        """S:3123-3173 after a successful load (a failed one ends the request under the
-        default policy "fail", so the recompute branch is unreachable): its blocks are
-        cached (with prefix caching), and a load of every token is cut one short so that
-        one is left to compute and sample (S:3171-3172)."""
+        """S:3123-3173: after a successful load its blocks are cached (with prefix
+        caching), and a load of every token is cut one short so that one is left to
+        compute and sample (S:3171-3172); after a failed one (policy "recompute"; under
+        "fail" the request has ended) its blocks are freed and it has nothing computed."""
         assert self.connector is not None
-        # S:3154-3157: the loaded blocks are cached now (their caching was delayed,
-        # K:602-605), before the cut.
-        self.table.cache(request.request_id, request.block_hashes(self.cfg.block_size),
-                         request.num_computed_tokens)
+        rid = request.request_id
+        if rid in self.connector.failed_recving:  # S:3131-3147, policy "recompute"
+            # Its computed tokens were set to 0 when the failure was reported: the blocks
+            # go back, and the request starts again from a lookup (a cached tail may hit).
+            self.table.free(rid)
+            self.connector.failed_recving.remove(rid)
+        else:
+            # S:3154-3157: the loaded blocks are cached now (their caching was delayed,
+            # K:602-605), before the cut.
+            self.table.cache(rid, request.block_hashes(self.cfg.block_size),
+                             request.num_computed_tokens)
         if request.num_computed_tokens == request.num_tokens:
             request.num_computed_tokens = request.num_tokens - 1
         self.connector.finished_recving.remove(request.request_id)
@@ -1309,7 +1317,13 @@ class VllmV1Scheduler:
         reports = self.connector.reports(kv_loads)
         failed = [e.id for e in reports if e.failed and e.id in self.requests
                   and self.requests[e.id].status == Status.WAITING_FOR_REMOTE_KVS]
-        errors = self._finish_requests(failed, Status.FINISHED_ERROR)
+        errors: tuple[str, ...] = ()
+        if self.cfg.kv_load_failure_policy == "recompute":  # S:3349-3352
+            for rid in failed:
+                self.requests[rid].num_computed_tokens = 0
+                self.connector.failed_recving.add(rid)
+        else:
+            errors = self._finish_requests(failed, Status.FINISHED_ERROR)
         for event in reports:
             self.connector.loading.discard(event.id)
             request = self.requests.get(event.id)

@@ -124,6 +124,9 @@ def _check_connector(cfg: Config) -> None:
     """A KV connector is modelled beside the modes its argument was read for: the
     synchronous Scheduler, no speculative decoding, one full-attention group, the pinned
     release, prefix caching on or off (model/vllm/connector.py)."""
+    if cfg.kv_load_failure_policy != "fail" and not cfg.kv_connector:
+        raise InputError(f"kv_load_failure_policy {cfg.kv_load_failure_policy!r} without a KV "
+                         "connector; set kv_connector or drop it")
     if not cfg.kv_connector:
         return
     others = [name for name, on in (
