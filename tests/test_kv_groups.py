@@ -9,6 +9,9 @@ from dataclasses import replace
 
 import pytest
 import z3
+from hypothesis import given
+from hypothesis import strategies as st
+from test_rules_refinement import workloads
 
 from checker.conformance.generate import (
     random_hybrid_mamba_spec_workload,
@@ -214,3 +217,23 @@ def test_the_group_rules_are_branch_free_and_give_the_same_steps_symbolically(gr
             for f in o_con.__slots__:
                 assert _value(model, getattr(o_sym, f)) == getattr(o_con, f), (expected.step, f)
         assert _value(model, got.free_blocks) == expected.free_blocks
+
+
+@st.composite
+def grouped_workloads(draw):
+    """A workload of tests/test_rules_refinement.py's strategy with KV cache groups: zero to
+    two full-attention groups beside one to three sliding windows (1..6 tokens) or one or
+    two Mamba groups, prefix caching off."""
+    w = draw(workloads())
+    full = draw(st.integers(0, 2))
+    if draw(st.booleans()):
+        rest = tuple(sliding(draw(st.integers(1, 6))) for _ in range(draw(st.integers(1, 3))))
+    else:
+        rest = (MAMBA,) * draw(st.integers(1, 2))
+    return replace(w, config=replace(w.config, kv_cache_groups=(FULL,) * full + rest,
+                                     num_gpu_blocks=draw(st.integers(2, 30))))
+
+
+@given(grouped_workloads())
+def test_rules_agree_with_the_reference_on_random_group_mixes(w):
+    assert_rules_agree(w)
