@@ -3,6 +3,7 @@ model/sglang/reference.py, and the Step observables of a reference run."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -229,6 +230,20 @@ def describe_step(record: StepRecord) -> str:
     return " ".join(parts)
 
 
+def step_choices(scheduler: SGLangScheduler) -> tuple[dict[str, dict[str, int]], ...]:
+    """EAGLE's choices of the step the scheduler just ran, other than the default (every
+    verify accepting no draft), as `step` keyword arguments: every accepted count from 0
+    to the most a verify accepts less one, for each request the step's decode verified."""
+    ids = scheduler.last_verified
+    top = scheduler.cfg.max_accept_len - 1
+    out = []
+    for counts in itertools.product(range(top + 1), repeat=len(ids)):
+        accepted = {rid: c for rid, c in zip(ids, counts, strict=True) if c}
+        if accepted:
+            out.append({"accepted": accepted})
+    return tuple(out)
+
+
 def _parse(raw: object) -> Config:
     return parse_config(raw)
 
@@ -311,5 +326,5 @@ ENGINE = EngineModel(
     check_admissible=check_admissible, rule_config=rules.SGLangRuleConfig.from_config,
     initial_state=rules.initial_state, step=rules.step, same_behaviour=same_behaviour,
     scheduler=_scheduler, observe=records_to_steps, describe_step=describe_step,
-    rules_table=RULES_TABLE,
+    rules_table=RULES_TABLE, step_choices=step_choices,  # type: ignore[arg-type]
 )
