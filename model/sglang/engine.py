@@ -207,7 +207,8 @@ def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
 
 
 def describe_step(record: StepRecord) -> str:
-    """One line of SGLang facts: batch kind, budgets, ratio, latch, retractions."""
+    """One line of SGLang facts: batch kind, budgets, ratio, latch, retractions, and under
+    EAGLE the KV rows' ends."""
     x = dict(record.extra)
     parts = [f"{x['batch']}"]
     if x["rem_input_tokens"] is not None:
@@ -227,6 +228,8 @@ def describe_step(record: StepRecord) -> str:
         parts.append("retracted=" + ",".join(x["retracted"]))
     if x["aborted"]:
         parts.append("aborted=" + ",".join(x["aborted"]))
+    if x.get("kv_allocated"):  # EAGLE: each request's KV row end
+        parts.append("kv_allocated=" + ",".join(f"{rid}:{n}" for rid, n in x["kv_allocated"]))
     return " ".join(parts)
 
 
