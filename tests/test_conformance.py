@@ -110,9 +110,14 @@ def test_the_modes_are_named_in_help():
     text = build_parser().format_help()
     assert set(MODES) == {"off", "prefix", "async", "async+prefix", "spec", "spec-prefix",
                           "spec-async", "spec-async-prefix", "connector", "connector+prefix",
-                          "hybrid-swa",
-                          "hybrid-async", "hybrid-swa-spec", "hybrid-mamba",
+                          "hybrid-swa", "hybrid-swa-spec", "hybrid-async", "hybrid-mamba",
                           "hybrid-mamba-spec"}
+    for name in ("hybrid-swa", "hybrid-swa-spec", "hybrid-async", "hybrid-mamba",
+                 "hybrid-mamba-spec"):  # KV cache groups, modelled with prefix caching off
+        cfg = MODES[name].generate(3, 30).config
+        assert cfg.hybrid_kv and not cfg.enable_prefix_caching
+        assert cfg.async_scheduling == (name == "hybrid-async")
+        assert bool(cfg.num_spec_tokens) == name.endswith("-spec")
     for mode in MODES.values():
         assert f"  {mode.name:17} {mode.what}" in text
     assert build_parser().parse_args([]).mode == "off"

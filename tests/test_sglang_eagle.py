@@ -171,6 +171,26 @@ def test_a_lone_request_without_room_for_its_reserve_is_aborted():
     assert dict(replaced.extra)["new_token_ratio_after"] == 0.7
 
 
+def test_the_explorer_branches_on_every_accepted_count_of_a_decode():
+    """`step_choices`: after an EAGLE decode of two requests with at most 3 accepted drafts,
+    every pair of counts but (0, 0); none after a prefill or without EAGLE."""
+    from model.sglang.engine import step_choices
+
+    sched = SGLangScheduler(HAND.config)
+    for spec in HAND.requests:
+        sched.add_request(replace(spec, arrival_step=1))
+    sched.step()
+    assert step_choices(sched) == ()  # the prefill of both
+    sched.step()
+    choices = step_choices(sched)
+    assert len(choices) == 4 * 4 - 1 and {"accepted": {"r0": 3, "r1": 3}} in choices
+    plain = SGLangScheduler(Config(max_total_num_tokens=64))
+    plain.add_request(HAND.requests[0])
+    plain.step()
+    plain.step()
+    assert step_choices(plain) == ()
+
+
 def test_spec_off_records_carry_no_kv_allocated():
     off = replace(HAND, accepted=(), config=replace(
         HAND.config, speculative_algorithm=None, speculative_num_steps=None,

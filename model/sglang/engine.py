@@ -3,6 +3,7 @@ model/sglang/reference.py, and the Step observables of a reference run."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -206,7 +207,8 @@ def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
 
 
 def describe_step(record: StepRecord) -> str:
-    """One line of SGLang facts: batch kind, budgets, ratio, latch, retractions."""
+    """One line of SGLang facts: batch kind, budgets, ratio, latch, retractions, and under
+    EAGLE the KV rows' ends."""
     x = dict(record.extra)
     parts = [f"{x['batch']}"]
     if x["rem_input_tokens"] is not None:
@@ -226,7 +228,23 @@ def describe_step(record: StepRecord) -> str:
         parts.append("retracted=" + ",".join(x["retracted"]))
     if x["aborted"]:
         parts.append("aborted=" + ",".join(x["aborted"]))
+    if x.get("kv_allocated"):  # EAGLE: each request's KV row end
+        parts.append("kv_allocated=" + ",".join(f"{rid}:{n}" for rid, n in x["kv_allocated"]))
     return " ".join(parts)
+
+
+def step_choices(scheduler: SGLangScheduler) -> tuple[dict[str, dict[str, int]], ...]:
+    """EAGLE's choices of the step the scheduler just ran, other than the default (every
+    verify accepting no draft), as `step` keyword arguments: every accepted count from 0
+    to the most a verify accepts less one, for each request the step's decode verified."""
+    ids = scheduler.last_verified
+    top = scheduler.cfg.max_accept_len - 1
+    out = []
+    for counts in itertools.product(range(top + 1), repeat=len(ids)):
+        accepted = {rid: c for rid, c in zip(ids, counts, strict=True) if c}
+        if accepted:
+            out.append({"accepted": accepted})
+    return tuple(out)
 
 
 def _parse(raw: object) -> Config:
@@ -311,5 +329,5 @@ ENGINE = EngineModel(
     check_admissible=check_admissible, rule_config=rules.SGLangRuleConfig.from_config,
     initial_state=rules.initial_state, step=rules.step, same_behaviour=same_behaviour,
     scheduler=_scheduler, observe=records_to_steps, describe_step=describe_step,
-    rules_table=RULES_TABLE,
+    rules_table=RULES_TABLE, step_choices=step_choices,  # type: ignore[arg-type]
 )

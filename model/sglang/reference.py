@@ -300,6 +300,7 @@ class SGLangScheduler:
         # The last extend batch was appended to a non-empty running batch, so it is a
         # batch of its own still listing its requests (see `_is_fully_idle`).
         self._last_apart = False
+        self.last_verified: tuple[str, ...] = ()
 
     # ---- public API ------------------------------------------------------------------
 
@@ -334,6 +335,9 @@ class SGLangScheduler:
         if batch is None and self.running:
             batch = self._update_running_batch(facts, accepted)  # S:3873-3881
         self._check_accepted(batch, accepted)
+        # The requests this step's EAGLE verify covered (the explorer's other choices).
+        self.last_verified = (tuple(r.rid for r in batch.reqs) if self.cfg.speculative
+                              and batch is not None and batch.kind == BATCH_DECODE else ())
         if batch is None:
             facts.kind = BATCH_IDLE
             if self._is_fully_idle():  # S:5085-5103, 5149

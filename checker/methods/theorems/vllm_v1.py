@@ -783,8 +783,15 @@ PRIORITY_VICTIM_REINDEX = Premise(
     "proved are these; 0.27.1's rule, rules.priority_victim_reindex off, passes over one "
     "more request)",
     lambda f: RuleConfig.from_config(f.base).victim_reindex)
-#: The premises of every loop proof: the loop bodies proved are 0.32.0's without drafts.
-LOOP_BODIES = (WITHOUT_DRAFTS, PRIORITY_VICTIM_REINDEX)
+ONE_KV_GROUP = Premise(
+    "one_full_attention_kv_group",
+    "the KV cache is one full-attention group (the loop bodies proved allocate and free one "
+    "group's blocks; with sliding-window or Mamba groups, Config.kv_cache_groups, k-induction "
+    "and the bounded search decide)",
+    lambda f: not f.base.hybrid_kv)
+#: The premises of every loop proof: the loop bodies proved are 0.32.0's without drafts,
+#: over one full-attention KV cache group.
+LOOP_BODIES = (WITHOUT_DRAFTS, PRIORITY_VICTIM_REINDEX, ONE_KV_GROUP)
 PREEMPTION_GATE = Premise(
     "preemption_gate_on", "the rule 'no admission in a step that preempted' "
     "(scheduler.py:900) is not switched off (rules.preemption_gate)",
@@ -799,10 +806,11 @@ THEOREMS: dict[str, Theorem] = {
     # No premise: the proof ranges over every budget B >= 1 (the token budget, whichever
     # field sets it), every input budget and threshold, and every mix of running requests.
     "decodes_exhaust_budget": Theorem(decodes_exhaust_budget_unbounded,
-                                      (PRIORITY_VICTIM_REINDEX,), states="53f1ed6e962fa60b"),
+                                      (PRIORITY_VICTIM_REINDEX, ONE_KV_GROUP),
+                                      states="53f1ed6e962fa60b"),
     "exhausting_decodes_fill_max_num_seqs": Theorem(
         exhausting_decodes_fill_max_num_seqs_unbounded, (BUDGET_COVERS_SEATS,
-                                                         ACTIVE_WITHIN_SEATS),
+                                                         ACTIVE_WITHIN_SEATS, ONE_KV_GROUP),
         states="fdb1d19823172fef"),
     # For every number of requests (loop invariants; docs/parameterised_proofs.md).
     "budget_respected": Theorem(budget_respected_unbounded,
@@ -819,7 +827,7 @@ THEOREMS: dict[str, Theorem] = {
                                              states="4801bd76f453ed0c"),
     "computed_within_tokens": Theorem(computed_within_tokens_unbounded,
                                       (SYNC_WITHOUT_DRAFTS, PRIORITY_VICTIM_REINDEX,
-                                       PREEMPTION_GATE),
+                                       PREEMPTION_GATE, ONE_KV_GROUP),
                                       states="62fbe5613fdb2e41"),
     "whole_prompt_without_chunking": Theorem(whole_prompt_without_chunking_unbounded,
                                              (*LOOP_BODIES, NO_THRESHOLD_WITHOUT_CHUNKING),
