@@ -322,3 +322,21 @@ def test_the_pool_and_progress_invariants_hold_on_connector_runs():
         for verdict in check_trace("vllm-v1", w, records, props):
             assert verdict.verdict == "HOLDS", (seed, verdict)
     assert loads > 100  # the runs do hold blocks while loading
+
+
+def test_config_takes_the_kv_transfer_config_flag_and_shows_the_witness(capsys):
+    from checker.cli.main import main
+
+    base = ["config", "--num-gpu-blocks-override", "70", "--max-model-len", "512",
+            "--max-num-batched-tokens", "256", "--max-num-seqs", "8", "--device", "h100",
+            "--hazard", HAZARD]
+    code = main([*base, "--kv-transfer-config", CONSUMER, "--strict"])
+    out, _ = capsys.readouterr()
+    assert code == 1  # --strict: a hazard witnessed
+    assert "kv connector (--kv-transfer-config): NixlConnector, kv_role kv_consumer" in out
+    assert f"[WITNESSED] {HAZARD}" in out
+    assert "external KV hits (tokens): load0=511 async, load1=511 async" in out
+    assert "ignored vLLM flags" not in out
+    code = main([*base, "--kv-transfer-config", '{"kv_connector": "X"}'])
+    _, err = capsys.readouterr()
+    assert code == 2 and "kv_role is required" in err and len(err.strip().splitlines()) == 1

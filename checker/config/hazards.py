@@ -109,6 +109,13 @@ class HazardResult:
                               "priority": r.priority} for r in w.workload.requests],
                 "eos": [{"id": e.id, "step": e.step} for e in w.workload.eos],
                 "steps": [rec.to_json() for rec in w.shown()]}
+            if w.workload.kv_hits:  # a KV connector's environment (model/workload.py's form)
+                out["witness"]["kv_hits"] = [  # type: ignore[index]
+                    {"id": h.id, "tokens": h.tokens, **({"async": True} if h.load_async else {})}
+                    for h in w.workload.kv_hits]
+                out["witness"]["kv_loads"] = [  # type: ignore[index]
+                    {"id": e.id, "step": e.step, **({"failed": True} if e.failed else {})}
+                    for e in w.workload.kv_loads]
         return out
 
 

@@ -194,6 +194,12 @@ def _hazard_lines(r: HazardResult) -> list[str]:
     table = render.requests_table(w.workload)
     timeline = render.timeline(w.workload, w.shown(), highlight=w.violated_at, loop=w.loop)
     body = ["requests:", *_compact(table.rstrip("\n").split("\n"))]
+    if w.workload.kv_hits:  # a KV connector's environment: its hits, and no load reported
+        hits = [f"{h.id}={h.tokens}{' async' if h.load_async else ''}"
+                for h in w.workload.kv_hits]
+        shown = hits if len(hits) <= 4 else [*hits[:3], f"... ({len(hits) - 3} more)"]
+        body.append("external KV hits (tokens): " + ", ".join(shown) + "; load reports: "
+                    + (", ".join(f"{e.id}@{e.step}" for e in w.workload.kv_loads) or "none"))
     if w.first_shown > 1:
         body.append(f"(steps 1-{w.first_shown - 1} not shown)")
     body += _compact(timeline.rstrip("\n").split("\n"), rows_from=2 if "v" in timeline else 1)
