@@ -122,20 +122,24 @@ class ModelKind:
         return f" ({', '.join(parts)})" if parts else ""
 
     def feature(self) -> Feature | None:
-        """The deployment feature the model leaves out, or None when vLLM runs one
-        full-attention group (or the kind was not stated: the model's assumption)."""
+        """The deployment feature of the kind's groups, or None when vLLM runs one
+        full-attention group (or the kind was not stated: the model's assumption). The model
+        runs the groups with prefix caching off (model/vllm/kv_cache.py); beside prefix
+        caching they are outside it (checker/cli/config.py adds the feature then)."""
         if self.kind is None or self.one_full_group:
             return None
         if self.kind == KIND_SLIDING:
             return Feature(
-                f"sliding-window KV cache groups (the model has {ONE_FULL_GROUP})",
+                "sliding-window KV cache groups beside prefix caching (the model runs the "
+                "groups with prefix caching off)",
                 "v1/core/kv_cache_utils.py:1362-1502, v1/kv_cache_interface.py:850-896, "
                 "v1/core/single_type_kv_cache_manager.py (SlidingWindowManager)",
                 "sliding-window layers hold only the window's blocks, freed as it moves, "
                 "beside the full-attention groups; admission and preemption count every "
                 "group's blocks")
         return Feature(
-            f"hybrid-mamba KV cache groups (the model has {ONE_FULL_GROUP})",
+            "hybrid-mamba KV cache groups beside prefix caching (the model runs the groups "
+            "with prefix caching off; Mamba's align mode is not modelled)",
             "v1/core/kv_cache_utils.py:1362-1502, v1/kv_cache_interface.py:1035-1110, "
             "v1/core/single_type_kv_cache_manager.py (MambaManager)",
             "Mamba layers hold state blocks (1 + k with speculative decoding, more in "

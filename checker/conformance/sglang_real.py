@@ -80,9 +80,12 @@ padded to the verify width, with `accept_lens`, and the batch's `seq_lens` advan
 runs as the worker's `new_seq_lens`, scheduler.py:4697-4720); `on_verify_complete_cpu`
 (the adaptive-steps feed, a no-op for fixed knobs); the overlap relay's
 `stash_bonus_tokens` (inputs of the forward); the triton kernel that writes the new slots
-into the request's KV row, replaced by the same copy in torch; `spec_info` is left None
-(the draft worker's hidden states and top-k tensors: `filter_batch` / `merge_batch` carry
-them along, no scheduling decision reads them). Records under EAGLE: `num_computed_tokens`
+into the request's KV row, replaced by the same copy in torch. After each forward the batch
+gets the `EagleDraftInput` the draft worker leaves (one row per request: top-k proposals,
+hidden state, bonus token; no scheduling decision reads their values), so upstream's
+`filter_batch` / `merge_batch` carry it as on a server; each row's `topk_index` holds its
+request's number, and every step checks that the rows still match the batch's requests.
+Records under EAGLE: `num_computed_tokens`
 is `kv_committed_len` plus what the step commits after this point (a decode row's run, a
 mixed decode row's one token), a decode row's `scheduled` is its run, and the extra
 `kv_allocated` lists each running (then chunked) request's `kv_allocated_len`.
@@ -242,6 +245,7 @@ def _sglang() -> SimpleNamespace:
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
         from sglang.srt.runtime_context import get_context, get_parallel, get_schedule
         from sglang.srt.sampling.sampling_params import SamplingParams
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
     # An EAGLE decode writes its new KV slots into the request's row with a triton kernel,
     # or sgl_kernel's CPU op on a CPU server (mem_cache/allocation.py:730-756); neither is
@@ -265,7 +269,7 @@ def _sglang() -> SimpleNamespace:
         RadixKey=RadixKey, ComponentType=ComponentType, UnifiedRadixCache=UnifiedRadixCache,
         ForwardMode=ForwardMode, get_context=get_context, get_parallel=get_parallel,
         get_schedule=get_schedule, SamplingParams=SamplingParams,
-        SpeculativeAlgorithm=SpeculativeAlgorithm,
+        SpeculativeAlgorithm=SpeculativeAlgorithm, EagleDraftInput=EagleDraftInput,
         get_req_to_token_extra_context_len=get_req_to_token_extra_context_len,
         RecordingPrefillAdder=_recording_adder_class(PrefillAdder),
     )
@@ -730,6 +734,35 @@ def _fake_verify(sg: SimpleNamespace, s: Any, cfg: Config, batch: Any,
         accept_lens=lens, speculative_num_draft_tokens=width, can_run_cuda_graph=False)
 
 
+def _draft_input(sg: SimpleNamespace, cfg: Config, batch: Any, index: dict[str, int]) -> Any:
+    """The `EagleDraftInput` the draft worker leaves on a batch after its forward
+    (scheduler.py:4708-4712: `batch.spec_info = batch_result.next_draft_input`): one row per
+    request, its top-k proposals, hidden state and bonus token. The values are the
+    harness's: each row's `topk_index` holds its request's index, so that `_check_rows` can
+    see whether `filter_batch` / `merge_batch` keep the rows beside their requests."""
+    torch = sg.torch
+    rows = torch.tensor([index[r.rid] for r in batch.reqs], dtype=torch.int64)
+    topk = cfg.speculative_eagle_topk or 1
+    return sg.EagleDraftInput(
+        topk_p=torch.ones((len(rows), topk), dtype=torch.float32),
+        topk_index=rows.unsqueeze(1).repeat(1, topk),
+        hidden_states=torch.zeros((len(rows), 1), dtype=torch.float32),
+        bonus_tokens=torch.full((len(rows),), OTHER_TOKEN_ID, dtype=torch.int32))
+
+
+def _check_rows(batch: Any, index: dict[str, int]) -> None:
+    """A non-empty batch's draft input has one row per request, in the batch's order. (An
+    emptied batch keeps stale rows: `filter_batch` returns before the spec input when no
+    request is kept, B:3676-3682, and the next merge replaces such a batch.)"""
+    info = batch.spec_info
+    if info is None or not batch.reqs:
+        return
+    rows = info.topk_index[:, 0].tolist()
+    want = [index[r.rid] for r in batch.reqs]
+    if rows != want:
+        raise RuntimeError(f"spec_info rows {rows} are not the batch's requests {want}")
+
+
 def _batch_kind(sg: SimpleNamespace, batch: Any) -> str:
     if batch is None:
         return BATCH_IDLE
@@ -744,10 +777,11 @@ def _batch_kind(sg: SimpleNamespace, batch: Any) -> str:
 
 
 def _step(sg: SimpleNamespace, s: Any, observer: _Observer, cfg: Config, step: int,
-          eos_ids: frozenset[str], accepted: dict[str, int]
+          eos_ids: frozenset[str], accepted: dict[str, int], index: dict[str, int]
           ) -> tuple[StepRecord, frozenset[str], frozenset[str]]:
     """One loop iteration: its record, the requests that sampled a token in it, and those
-    an EAGLE decode verified (an accepted count takes effect only there)."""
+    an EAGLE decode verified (an accepted count takes effect only there). `index` numbers
+    the requests (the draft inputs' rows under EAGLE)."""
     waited = {id(r): r.is_retracted for r in s.waiting_queue}
     ratio_before = s.new_token_ratio_tracker.current
     observer.start_step()
@@ -802,8 +836,13 @@ def _step(sg: SimpleNamespace, s: Any, observer: _Observer, cfg: Config, step: i
         r.rid for r in batch.reqs if r is not chunked)
     finished: list[tuple[str, str]] = []
     if batch is not None:
+        if cfg.speculative:
+            _check_rows(batch, index)
+            _check_rows(s.running_batch, index)
         result = (_fake_verify(sg, s, cfg, batch, eos_ids & sampled, runs) if spec_decode
                   else _fake_forward(sg, s, batch, eos_ids & sampled))
+        if cfg.speculative:
+            batch.spec_info = _draft_input(sg, cfg, batch, index)
         if batch.forward_mode.is_decode():
             s.batch_result_processor.process_batch_result_decode(batch, result)
         else:
@@ -912,7 +951,7 @@ def run_real_sglang_detailed(workload: Workload) -> RealRun:
         for spec in arrivals.get(step, ()):
             _add_request(sg, s, spec, index[spec.id])
         record, took, checked = _step(sg, s, observer, cfg, step, eos.get(step, frozenset()),
-                                      accepted.get(step, {}))
+                                      accepted.get(step, {}), index)
         records.append(record)
         sampled.append(took)
         verified.append(checked)
