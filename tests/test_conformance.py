@@ -110,6 +110,7 @@ def test_the_modes_are_named_in_help():
     text = build_parser().format_help()
     assert set(MODES) == {"off", "prefix", "async", "async+prefix", "spec", "spec-prefix",
                           "spec-async", "spec-async-prefix", "connector", "connector+prefix",
+                          "connector+async",
                           "hybrid-swa", "hybrid-swa-spec", "hybrid-async", "hybrid-mamba",
                           "hybrid-mamba-spec"}
     for name in ("hybrid-swa", "hybrid-swa-spec", "hybrid-async", "hybrid-mamba",

@@ -69,6 +69,23 @@ def test_under_recompute_a_failed_load_is_asked_for_again_and_loaded_again():
     assert failing[1].finished == (("a", FINISH_ERROR),)  # the default policy "fail"
 
 
+def test_under_async_scheduling_a_victim_still_in_flight_is_not_preempted():
+    # One request, one usable block: its second token needs a second block. Without a
+    # connector the AsyncScheduler preempts it in step 2; with a consumer connector its
+    # blocks may still be written by step 1's batch, so their free would be deferred
+    # (scheduler.py:186-191, 2759-2776) and the running loop stops instead (803-806); the
+    # preemption comes a step later, once step 1's output has been processed.
+    doc = {"config": {"max_num_batched_tokens": 1, "max_num_seqs": 1, "max_model_len": 3,
+                      "block_size": 1, "num_gpu_blocks": 2, "async_scheduling": True},
+           "requests": [{"id": "a", "prompt_len": 1, "max_tokens": 2}], "steps": 3}
+    plain = simulate(parse_workload(doc))
+    doc["config"]["kv_connector"] = True
+    deferred = simulate(parse_workload(doc))
+    assert [r.preempted for r in plain] == [(), ("a",), ()]
+    assert [r.preempted for r in deferred] == [(), (), ("a",)]
+    assert deferred[1].running == ("a",) and deferred[1].scheduled == ()
+
+
 def test_an_abort_during_a_load_keeps_the_blocks_until_the_load_is_reported():
     records = _run([{"id": "a", "prompt_len": 40, "max_tokens": 2}],
                    [{"id": "a", "tokens": 32, "async": True}], [{"id": "a", "step": 4}],
@@ -117,7 +134,8 @@ def test_the_workload_round_trips_its_connector_entries():
     ({"kv_hits": [{"id": "a", "tokens": 5}]}, "exceeds request 'a'"),
     ({"kv_hits": [{"id": "z", "tokens": 1}]}, "no request has id"),
     ({"kv_loads": [{"id": "a", "step": 1, "failed": "yes"}]}, "failed must be true or false"),
-    ({"config": {**CONFIG, "async_scheduling": True}}, "is not modelled"),
+    ({"config": {**CONFIG, "speculative_method": "ngram", "num_speculative_tokens": 2}},
+     "is not modelled"),
 ])
 def test_bad_connector_input_is_refused_in_one_line(change, words):
     doc = {"config": CONFIG, "requests": [{"id": "a", "prompt_len": 4, "max_tokens": 1}],
@@ -128,7 +146,7 @@ def test_bad_connector_input_is_refused_in_one_line(change, words):
 
 @needs_vllm
 @pytest.mark.conformance
-@pytest.mark.parametrize("mode", ["connector", "connector+prefix"])
+@pytest.mark.parametrize("mode", ["connector", "connector+prefix", "connector+async"])
 def test_real_scheduler_agrees_in_connector_mode(mode):
     from checker.conformance.compare import compare
 
@@ -184,12 +202,12 @@ def test_the_model_covers_a_consumer_under_either_failure_policy(text, reason):
 def test_the_connector_hazard_is_witnessed_by_the_fewest_loads_that_leave_no_room():
     result = decide_connector_hazard(SERVED, parse_kv_transfer(CONSUMER), Deployment(), True, 3)
     assert result.name == HAZARD and result.witness is not None
-    # vllm serve's defaults: prefix caching on (replayed so), async scheduling on (argued).
+    # vllm serve's defaults on a GPU: prefix caching and the AsyncScheduler, replayed so.
     served = decide_connector_hazard(SERVED, parse_kv_transfer(CONSUMER), Deployment(
         prefix_caching=True, async_scheduling=True), True, 3)
-    assert served.verdict == "WITNESSED" and "prefix caching on)" in served.detail
-    assert served.witness is not None and served.witness.workload.config.enable_prefix_caching
-    assert "with async scheduling on it runs the same" in served.detail
+    assert served.verdict == "WITNESSED"
+    assert "(AsyncScheduler, prefix caching on)" in served.detail
+    assert served.witness is not None and served.witness.workload.config.async_scheduling
     w = result.witness
     # 69 usable blocks, a load holds at most cdiv(511, 16) = 32: two loads leave 5 blocks,
     # fewer than the 32 a late prompt of 511 tokens asks; one load would leave it room.

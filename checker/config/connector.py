@@ -20,9 +20,9 @@ side of it is conformance-tested against vLLM's real Scheduler (modes `connector
   scheduler.py:2723, 2740-2742, freed on finished_sending, 3231-3235);
 - failures a connector reports as block ids (invalid_block_ids, S:2062-2069, 3356-3450),
   which no answer of `batchproof config` depends on here;
-- async scheduling (with a consumer connector it defers block frees, S:186-191),
-  speculative decoding and hybrid KV cache groups beside a connector (prefix caching is
-  modelled: conformance mode `connector+prefix`).
+- speculative decoding and hybrid KV cache groups beside a connector (prefix caching and
+  the AsyncScheduler, whose consumer connector defers block frees, S:186-191, are
+  modelled: conformance modes `connector+prefix`, `connector+async`).
 A hazard it decides for a deployment with one of those on is UNKNOWN with the reason,
 unless the witness does not touch it (said in its detail).
 """
@@ -189,7 +189,7 @@ def decide_connector_hazard(cfg: Config, kv: KvTransfer, deployment: Deployment,
         return HazardResult(HAZARD, TITLE, UNKNOWN_LABEL, "outside the model: KV connector "
                             "beside " + ", ".join(others or ["speculative decoding"]))
     plain = replace(cfg, enable_prefix_caching=deployment.prefix_caching,
-                    async_scheduling=False,
+                    async_scheduling=deployment.async_scheduling,
                     kv_load_failure_policy=kv.kv_load_failure_policy)
     found = minimal_witness(plain, steps)
     if found is None:
@@ -200,17 +200,13 @@ def decide_connector_hazard(cfg: Config, kv: KvTransfer, deployment: Deployment,
     late = workload.requests[-1].prompt_len
     detail = (f"{_UPSTREAM}: {loaders} async load(s) of the {cfg.usable_blocks} usable "
               f"blocks, never reported, and a request of {late} token(s) that waits "
-              f"{steps} steps; checked on the reference (synchronous Scheduler, prefix "
-              f"caching {'on' if plain.enable_prefix_caching else 'off'}); minimal in "
+              f"{steps} steps; checked on the reference ("
+              f"{'AsyncScheduler' if plain.async_scheduling else 'synchronous Scheduler'}, "
+              f"prefix caching {'on' if plain.enable_prefix_caching else 'off'}); minimal in "
               "requests and steps among such runs (fewer loads "
               "leave a request of any length room), lengths not minimised; it lasts as long "
               "as the loads do: VIOLATED for a connector that may never end a load, not "
               "decided under a premise that every load ends within K steps")
-    if deployment.async_scheduling:
-        detail += ("; with async scheduling on it runs the same: the run schedules, preempts "
-                   "and frees nothing (the AsyncScheduler differs only for scheduled "
-                   "requests, async_scheduler.py:25-78, and deferred frees, "
-                   "scheduler.py:186-191, need a free)")
     return HazardResult(HAZARD, TITLE, WITNESSED, detail, (("steps", steps),),
                         Witness(workload, ReplayResult(tuple(records), at), at, False,
                                 first_shown=1))

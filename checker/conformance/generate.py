@@ -701,6 +701,17 @@ def random_connector_prefix_workload(seed: int, steps: int = 30) -> Workload:
     return _with_connector(random.Random(f"connector-prefix-{seed}"), workload, seed)
 
 
+def random_connector_async_workload(seed: int, steps: int = 30) -> Workload:
+    """The async+prefix mode's workload (`random_async_prefix_workload`: the
+    AsyncScheduler, prefix caching on), or for odd seeds the async mode's (prefix caching
+    off), with the KV connector on and its hits, loads and aborts drawn as in
+    `random_connector_workload` (their own stream)."""
+    make = random_async_prefix_workload if seed % 2 else random_async_workload
+    workload = make(seed, steps)
+    workload = replace(workload, config=replace(workload.config, kv_connector=True))
+    return _with_connector(random.Random(f"connector-async-{seed}"), workload, seed)
+
+
 def _with_connector(rng: random.Random, workload: Workload, seed: int) -> Workload:
     """`workload` with external hits for most requests, load reports for the async ones
     and, for half the seeds, client aborts (see the module doc)."""

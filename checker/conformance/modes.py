@@ -29,6 +29,7 @@ from checker.conformance.generate import (
     STATIC_FEATURES,
     random_async_prefix_workload,
     random_async_workload,
+    random_connector_async_workload,
     random_connector_prefix_workload,
     random_connector_workload,
     random_hybrid_mamba_spec_workload,
@@ -109,6 +110,12 @@ MODES: dict[str, Mode] = {
              random_connector_prefix_workload, "Scheduler",
              (*STATIC_FEATURES, *PREFIX_STATIC_FEATURES, *RUN_FEATURES, *PREFIX_RUN_FEATURES,
               *CONNECTOR_RUN_FEATURES), ("base", "prefix"), report_features=True),
+        Mode("connector+async", "a KV connector as in mode connector, the AsyncScheduler "
+             "(outputs one engine step late; a consumer connector's frees wait for the "
+             "steps in flight), prefix caching on for half the seeds",
+             random_connector_async_workload, "AsyncScheduler",
+             (*STATIC_FEATURES, *RUN_FEATURES, *ASYNC_RUN_FEATURES, *CONNECTOR_RUN_FEATURES),
+             ("base", "async"), report_features=True),
         Mode("hybrid-swa", "sliding-window KV cache groups beside full-attention ones, the "
              "synchronous Scheduler, prefix caching off", random_hybrid_swa_workload,
              "Scheduler", (*STATIC_FEATURES, *RUN_FEATURES, *HYBRID_STATIC_FEATURES,

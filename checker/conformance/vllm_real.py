@@ -119,6 +119,20 @@ frame's request and token count, with nothing scheduled, admitted, preempted or 
 (at 1170 the request asserted against listed as admitted, or resumed, with 0 tokens), no
 requests listed, `free_blocks` as the pool stood; the engine is dead, so every later step
 records the same.
+
+A KV connector (`cfg.kv_connector`; checker/conformance/vllm_connector.py). The VllmConfig
+gets a KVTransferConfig naming the harness's own connector (`kv_role` kv_consumer, the
+workload's `kv_load_failure_policy`), which vLLM imports and builds itself; the driver
+gives it the workload's `kv_hits` to answer `get_num_new_matched_tokens` with. A load is in
+flight from the schedule whose connector answer was async and left the request
+WAITING_FOR_REMOTE_KVS until the worker reports it: a `kv_loads` entry of step s puts it
+in the `KVConnectorOutput` of the output that step's `update_from_output()` processes
+(finished_recving; a failed one in failed_recving too), one report per load, others
+dropped; under async none in step 1. `finished` then lists the requests a failed load
+ended (FINISHED_ERROR -> "error"), in the order reported. `extra` holds `kv_held` (the
+blocks of every request the scheduler holds outside `running`, right after `schedule()`)
+and, without prefix caching, `released_blocks`. Under async the driver sets the
+scheduler's `defer_block_free` as two batches in flight would (scheduler.py:186-191).
 """
 
 from __future__ import annotations
@@ -419,6 +433,12 @@ def new_scheduler(cfg: Config) -> Any:
     cls = v.AsyncScheduler if cfg.async_scheduling else v.Scheduler
     sched = cls(vllm_config, kv_cache_config, v.StructuredOutputManager(vllm_config),
                 block_size=cfg.block_size)
+    if cfg.kv_connector and cfg.async_scheduling:
+        # The engine runs the AsyncScheduler with two batches in flight, where a consumer
+        # connector defers block frees (scheduler.py:186-191); the VllmConfig built here
+        # keeps async scheduling off (the class is chosen above), so the switch is set as
+        # that config would set it.
+        sched.defer_block_free = True
     if cfg.speculative_method:
         _check_spec_kept(cfg, vllm_config, sched)
     return sched
@@ -1057,7 +1077,10 @@ def run_real_vllm_detailed(workload: Workload,
         loading += [r.request_id for r in waiting_in_pop_order(sched)
                     if r.status == remote and r.request_id in answered_async]
         calls.clear()
-        reports = _load_reports(kv_loads.get(step, ()), loading)
+        # The reports travel in the output this engine step processes: synchronously this
+        # schedule's, under async the previous one's (none in step 1).
+        reports = (_load_reports(kv_loads.get(step, ()), loading)
+                   if not cfg.async_scheduling or in_flight is not None else ())
         admitted, resumed = admitted_and_resumed(v, sched, out, status_before)
         preempted = tuple(log.ids)
         if set(preempted) != set(out.preempted_req_ids or ()):
@@ -1092,7 +1115,8 @@ def run_real_vllm_detailed(workload: Workload,
                 _sampled(rid, applied.get(rid, 0), step in eos.get(rid, ()), token(rid))
                 if rid in samples else []
                 for rid in req_ids],
-            kv_connector_output=_kv_output(v, reports) if reports else None)
+            kv_connector_output=(_kv_output(v, reports)
+                                 if reports and not cfg.async_scheduling else None))
         sampled_ids.append(frozenset(samples))
         aborted += abort(aborts_after.get(step, ()))  # core.py:676-680: before the update
         if not cfg.async_scheduling:
@@ -1109,7 +1133,13 @@ def run_real_vllm_detailed(workload: Workload,
                 sched.update_draft_token_ids(v.DraftTokenIds(
                     alive, [[token(rid)] * given.get(rid, k) for rid in alive]))
         else:
-            finished = update(*in_flight) if in_flight is not None else ()
+            finished = ()
+            if in_flight is not None:
+                ending = {rid for rid, _ in reports if not held[rid].is_finished()}
+                in_flight[1].kv_connector_output = _kv_output(v, reports) if reports else None
+                finished = update(*in_flight)
+                finished += tuple((rid, FINISH_ERROR) for rid, _ in reports if rid in ending
+                                  and held[rid].status == v.RequestStatus.FINISHED_ERROR)
             in_flight = (out, model_output)
         if caching:
             released = sched.kv_cache_manager.block_pool.get_num_free_blocks() - free_blocks

@@ -12,6 +12,7 @@ from functools import cache
 
 from model.core.arith import cdiv
 from model.core.engine import EngineModel
+from model.core.errors import InputError
 from model.core.observe import observed_step
 from model.core.ops import Bool, Ops
 from model.core.switches import RuleVersions, engine_at_version
@@ -56,6 +57,10 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     accepted drafts.
     """
     cfg = workload.config
+    if cfg.kv_connector and cfg.async_scheduling:  # blocks neither free nor held by anyone
+        raise InputError("the step observables do not cover a KV connector's deferred block "
+                         "frees under the AsyncScheduler (scheduler.py:186-191, 2766-2801); "
+                         "check such a run with properties/connector.py")
     rcfg = RuleConfig.from_config(cfg)
     ordered = workload.arrival_order()
     outputs = {r.id: 0 for r in ordered}

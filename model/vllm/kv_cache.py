@@ -184,9 +184,13 @@ class BlockTable:
 
     def free(self, request_id: str) -> None:
         """Free the request's blocks, last block first (K:620-629, T:562-589)."""
-        table = self.blocks.pop(request_id, [])
+        self.pool.free_blocks(reversed(self.pop_blocks_for_free(request_id)))
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVBlock]:
+        """Forget the request's blocks without returning them to the pool (K:651-663): the
+        caller frees them later, last block first."""
         self.num_cached.pop(request_id, None)
-        self.pool.free_blocks(reversed(table))
+        return self.blocks.pop(request_id, [])
 
     def num_blocks_to_allocate_in_groups(self, request_id: str, num_tokens: int,
                                          hit: list[KVBlock], total_computed_tokens: int = 0,

@@ -393,6 +393,15 @@ class VllmV1Scheduler:
         # Finished requests whose blocks wait for their KV load to end (S:2700-2712):
         # they left every queue and still hold their blocks.
         self._delayed_free: dict[str, Request] = {}
+        # S:186-191, 413-417: with two batches in flight (the AsyncScheduler) a consumer
+        # connector's blocks are given back only once no step in flight may still write
+        # them: each freed request's blocks wait, fenced by the step that last scheduled
+        # it, until an output of that step has been processed.
+        self._defer_block_free = self.connector is not None and cfg.async_scheduling
+        self._sched_step_seq = 0
+        self._processed_step_seq = 0
+        self._last_sched_seq: dict[str, int] = {}
+        self._deferred_frees: deque[tuple[int, list[KVBlock]]] = deque()
         self.running: list[Request] = []
         self.pool = BlockPool(cfg.num_gpu_blocks, cfg.enable_prefix_caching)
         self.table = kv_tables(cfg, self.pool)
@@ -421,6 +430,8 @@ class VllmV1Scheduler:
         twin.connector = copied(self.connector)
         twin._inflight_prefills = set(self._inflight_prefills)
         twin._delayed_free = {rid: copy.copy(r) for rid, r in self._delayed_free.items()}
+        twin._last_sched_seq = dict(self._last_sched_seq)
+        twin._deferred_frees = copy.deepcopy(self._deferred_frees, memo)  # the pool's copies
         # The pending output names requests by id and holds no request object.
         return twin
 
@@ -540,7 +551,10 @@ class VllmV1Scheduler:
                 raise InputError("drafts are not a choice under async scheduling: the "
                                  "AsyncScheduler gives every request k placeholder drafts "
                                  "itself (async_scheduler.py:50); drop the 'drafts' entries")
-            finished = self._update_from_output(self._pending) if self._pending else ()
+            finished = ()
+            if self._pending is not None:  # the output processed, and the connector's part
+                finished = self._update_from_output(self._pending)
+                finished += self._update_from_kv_output(kv_loads)
             self._pending = output
         if cache_facts:
             released = self.pool.num_free_blocks - free_blocks
@@ -798,6 +812,9 @@ class VllmV1Scheduler:
         if out.assertion:  # the engine dies inside schedule()
             return out
         self._check_constraints(out)
+        # S:1549-1552: the fence advances with each step that schedules tokens.
+        if self._defer_block_free and out.num_scheduled_tokens:
+            self._sched_step_seq += 1
         self._update_after_schedule(out)
         return out
 
@@ -825,6 +842,9 @@ class VllmV1Scheduler:
                                         lookahead=self.cfg.num_lookahead_tokens):
                     allocated = True
                     break
+                if self._defer_block_free and not self._blocks_can_be_freed(
+                        self._victim_candidate().request_id):
+                    break  # S:803-806: a deferred free would not help this allocation
                 victim, req_index = self._pop_victim(out, req_index)
                 self._preempt_request(victim)  # S:836-840
                 out.preempted_reqs.append(victim)  # S:841
@@ -845,6 +865,18 @@ class VllmV1Scheduler:
                     out.spec_scheduled[request.request_id] = min(num_spec,
                                                                  request.num_spec_tokens)
                 request.num_spec_tokens = 0
+
+    def _victim_candidate(self) -> Request:
+        """The request `_pop_victim` would take (S:796-802), not removed."""
+        if self.cfg.policy != POLICY_PRIORITY:
+            return self.running[-1] if self.cfg.rules.victim_latest else self.running[0]
+        return max(self.running, key=lambda r: (r.priority, r.arrival_time))
+
+    def _blocks_can_be_freed(self, request_id: str) -> bool:
+        """`_request_blocks_can_be_freed` (S:2759-2764): no step in flight may still write
+        the request's blocks."""
+        return (not self._defer_block_free
+                or self._last_sched_seq.get(request_id, 0) <= self._processed_step_seq)
 
     def _pop_victim(self, out: _StepOutput, req_index: int) -> tuple[Request, int]:
         """Choose and remove the preemption victim; return it and the fixed-up index.
@@ -1165,7 +1197,7 @@ class VllmV1Scheduler:
         Blocks freed, progress reset, outputs kept, back to the waiting queue's front
         (FCFS appendleft; PRIORITY heap insert)."""
         assert request.status == Status.RUNNING  # S:1584-1586
-        self.table.free(request.request_id)  # S:1589
+        self._free_request_blocks(request.request_id)  # S:1589
         self._inflight_prefills.discard(request.request_id)  # S:1591
         request.status = Status.PREEMPTED  # S:1592
         request.num_computed_tokens = 0  # S:1593
@@ -1191,6 +1223,8 @@ class VllmV1Scheduler:
             request = self.requests[rid]
             request.num_computed_tokens += num_tokens
             request.num_in_flight_tokens += num_tokens
+            if self._defer_block_free:  # S:1631-1633: the step that may still write its KV
+                self._last_sched_seq[rid] = self._sched_step_seq
             request.is_prefill_chunk = request.num_computed_tokens < (
                 request.num_tokens + request.num_output_placeholders)
             if not request.is_prefill_chunk:  # S:1641-1642
@@ -1228,6 +1262,9 @@ class VllmV1Scheduler:
         (2091-2100), one preempted meanwhile still gets its stale token (2080-2103) and may
         finish from the waiting queue; outputs free their placeholders and, for a running
         request, cache its now computed blocks (A:58-78)."""
+        if self._defer_block_free and output.out.num_scheduled_tokens:  # S:2044-2048
+            self._processed_step_seq += 1
+            self._drain_deferred_frees()
         finished: list[tuple[str, str]] = []
         accepted = dict(output.accepted)
         stopped_running: set[Request] = set()
@@ -1301,7 +1338,25 @@ class VllmV1Scheduler:
         if delay_free_blocks:
             self._delayed_free[rid] = request
         else:
-            self.table.free(rid)
+            self._free_request_blocks(rid)
+
+    def _free_request_blocks(self, request_id: str) -> None:
+        """`_free_request_blocks` (S:2766-2776): free now, or, when a step in flight may
+        still write the blocks (S:2759-2764), take them from the request and give them back
+        once that step's output has been processed (`_drain_deferred_frees`)."""
+        if self._blocks_can_be_freed(request_id):
+            self.table.free(request_id)
+            return
+        blocks = self.table.pop_blocks_for_free(request_id)
+        if blocks:
+            self._deferred_frees.append((self._sched_step_seq, blocks))
+
+    def _drain_deferred_frees(self) -> None:
+        """S:2788-2801: give back the deferred blocks whose fence step has been processed,
+        in order, stopping at the first still pending; last block first."""
+        while self._deferred_frees and self._deferred_frees[0][0] <= self._processed_step_seq:
+            _, blocks = self._deferred_frees.popleft()
+            self.pool.free_blocks(reversed(blocks))
 
     def _update_from_kv_output(self, kv_loads: Sequence[KVLoadEvent]
                                ) -> tuple[tuple[str, str], ...]:
@@ -1331,7 +1386,7 @@ class VllmV1Scheduler:
                 self.connector.finished_recving.add(event.id)
             else:  # S:3227-3229: finished meanwhile, its blocks were kept for the load
                 self._delayed_free.pop(event.id)
-                self.table.free(event.id)
+                self._free_request_blocks(event.id)
         return tuple((rid, FINISH_ERROR) for rid in errors)
 
     def _view(self, r: Request) -> RequestView:

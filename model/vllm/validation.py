@@ -122,24 +122,22 @@ def check_field_types(cfg: Config) -> None:
 
 def _check_connector(cfg: Config) -> None:
     """A KV connector is modelled beside the modes its argument was read for: the
-    synchronous Scheduler, no speculative decoding, one full-attention group, the pinned
-    release, prefix caching on or off (model/vllm/connector.py)."""
+    synchronous Scheduler or the AsyncScheduler, prefix caching on or off, no speculative
+    decoding, one full-attention group, the pinned release (model/vllm/connector.py)."""
     if cfg.kv_load_failure_policy != "fail" and not cfg.kv_connector:
         raise InputError(f"kv_load_failure_policy {cfg.kv_load_failure_policy!r} without a KV "
                          "connector; set kv_connector or drop it")
     if not cfg.kv_connector:
         return
     others = [name for name, on in (
-        ("async_scheduling", cfg.async_scheduling),
         ("speculative decoding", bool(cfg.speculative_method)),
         ("kv_cache_groups other than one full-attention group", cfg.hybrid_kv),
         (f"vLLM {cfg.version}", cfg.version != VLLM_VERSION)) if on]
     if others:
         raise InputError(
             f"a KV connector beside {', '.join(others)} is not modelled (the connector's "
-            "scheduler path is modelled for the synchronous Scheduler of vLLM "
-            f"{VLLM_VERSION}, one full-attention group, no speculative decoding); turn "
-            "those off or drop kv_connector")
+            f"scheduler path is modelled for vLLM {VLLM_VERSION} with one full-attention "
+            "group and no speculative decoding); turn those off or drop kv_connector")
 
 
 def _check_kv_groups(cfg: Config) -> None:
