@@ -716,6 +716,10 @@ class VllmV1Scheduler:
         if self.connector is not None:  # which queue; blocks of finished loads still held
             key += (tuple(one(r) for r in self.kv_holding_waiting),
                     tuple(sorted(self.table.held(rid) for rid in self._delayed_free)))
+        if self._defer_block_free:  # deferred frees and in-flight fences, relative
+            done = self._processed_step_seq
+            key += (tuple((fence - done, len(blocks)) for fence, blocks in self._deferred_frees),
+                    tuple(self._last_sched_seq.get(r.request_id, 0) > done for r in held))
         return key + self._cache_key(held) if self.cfg.enable_prefix_caching else key
 
     def _connector_key(self, r: Request) -> tuple[object, ...]:
