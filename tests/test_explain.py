@@ -13,6 +13,7 @@ from checker.cli.simulate import simulate_workload_dict
 from checker.methods.replay import replay
 from checker.show import markdown, sources, svg
 from checker.show.timeline import DECODE, PREFILL, UNKNOWN, phases
+from model import run as model_run
 from model.vllm.reference import chunk_phase, iter_steps
 from model.workload import load_workload
 
@@ -104,9 +105,29 @@ def test_derived_phases_agree_with_the_references_chunk_phase():
         expected, records = [], []
         for before, record in iter_steps(workload):
             views = {v.request_id: v for v in before}
-            expected.append({rid: chunk_phase(views[rid], n) for rid, n in record.scheduled})
+            # a chunk's phase is of its tokens less the drafts scheduled with it, as
+            # simulate labels it (simulate_checked)
+            drafts = dict(record.extra).get("spec_scheduled", {})
+            expected.append({rid: chunk_phase(views[rid], n - drafts.get(rid, 0))
+                             for rid, n in record.scheduled})
             records.append(record)
         assert list(phases(workload, records)) == expected
+
+
+def test_an_eagle_run_is_a_decode_and_a_resumption_a_prefill():
+    # SGLang's EAGLE records the committed run of a decode (4 tokens: 1 + 3 accepted) and
+    # no drafts; the run is a decode, and the outputs it commits count for the next step.
+    workload = load_workload(ROOT / "examples" / "sglang_eagle.json")
+    records = model_run.simulate(workload)
+    labels = [p.get("r0") for p in phases(workload, records)]
+    assert [dict(r.scheduled).get("r0") for r in records][:3] == [5, 4, 3]
+    assert labels[:3] == [PREFILL, DECODE, DECODE]
+    # mistral.rs keeps a preempted request's computed tokens: its resumption is a
+    # recomputation however many tokens it schedules
+    escape = sources.load(ROOT / "counterexamples" / "mistralrs"
+                          / "feasible_not_rejected__mr_v092_escape.itf.json")
+    last = phases(escape.workload, escape.records)[-1]
+    assert escape.records[-1].resumed == ("r1",) and last["r1"] == PREFILL
 
 
 def _simulation(tmp_path, with_requests):

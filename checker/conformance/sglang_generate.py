@@ -313,6 +313,8 @@ _CONFIG_INTS: tuple[tuple[str, int], ...] = (
     ("max_prefill_tokens", 1),
     ("max_running_requests", 1),
     ("context_length", 8),
+    ("speculative_num_steps", 1),
+    ("speculative_num_draft_tokens", 1),
 )
 
 

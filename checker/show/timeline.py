@@ -129,16 +129,28 @@ def phases(workload: Workload, records: Sequence[StepRecord]) -> tuple[dict[str,
     outputs: dict[str, int] = {}
     out = []
     for rec in records:
-        after = dict(rec.num_computed_tokens)
+        facts = dict(rec.extra)
+        drafts, accepted = facts.get("spec_scheduled", {}), facts.get("accepted", {})
+        assert isinstance(drafts, dict) and isinstance(accepted, dict)
+        # vLLM counts a step's drafts as computed until the verify rejects them; what the
+        # next step starts from is the verified tokens (the drafts less the rejected).
+        after = {rid: n - drafts.get(rid, 0) + accepted.get(rid, 0)
+                 for rid, n in rec.num_computed_tokens}
         step_phases = {}
         for rid, n in rec.scheduled:
             before = computed.get(rid, 0)
             num_tokens = prompt[rid] + outputs.get(rid, 0)
-            is_decode = n == 1 and outputs.get(rid, 0) > 0 and before == num_tokens - 1
+            # A decode starts from every token but the newest sampled one; it computes that
+            # one, and with speculative decoding commits a run of them (SGLang's EAGLE
+            # records the run, vLLM the drafts beside it). An admission or a resumption
+            # is a prefill (a recomputation) however many tokens it keeps.
+            is_decode = (outputs.get(rid, 0) > 0 and before == num_tokens - 1
+                         and rid not in rec.admitted and rid not in rec.resumed)
             step_phases[rid] = DECODE if is_decode else PREFILL
-            if n > 0 and after.get(rid, before + n) >= num_tokens:
-                outputs[rid] = outputs.get(rid, 0) + 1
-        computed = {rid: after[rid] for rid in after}
+            reached = after.get(rid, before + n)
+            if n > 0 and reached >= num_tokens:
+                outputs[rid] = outputs.get(rid, 0) + reached - num_tokens + 1
+        computed = after
         out.append(step_phases)
     return tuple(out)
 

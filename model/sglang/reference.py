@@ -3,7 +3,9 @@
 and `retract_decode`, written to be read beside the upstream files.
 
 Scope: any page size (`page_size`: 1 is the token allocator, more the paged one; the pool
-is counted in tokens, always whole pages), one TP/DP/PP rank, no speculative decoding,
+is counted in tokens, always whole pages), one TP/DP/PP rank, EAGLE/EAGLE3 speculative
+decoding on the synchronous spec-v2 path (a KV row past the committed length, the verify's
+accepted runs from the workload; docs/sglang_model.md), no other speculative algorithm,
 LoRA, grammar, multimodal, disaggregation, hierarchical cache, priority scheduling or
 prefill delayers, `ignore_eos` off, the non-overlap loop. The radix cache is abstracted: a
 request's `cached_prefix_len` tokens are found in the cache at every admission while the

@@ -1,7 +1,8 @@
 """SGLang (v0.5.22) scheduler iteration as one branch-free step over a fixed number of request
 slots, written once over Ops: the merge of the last extend batch, `PrefillAdder` (three
 budgets, the chunked request first, head-of-line stop), the decode check with retraction,
-the new-token-ratio tracker, and the results. Any page size P (`page_size`): the pool and
+the new-token-ratio tracker, and the results, with EAGLE's over-allocated KV rows and
+accepted runs when it is on. Any page size P (`page_size`): the pool and
 each request's KV are counted in tokens, always whole pages; the reference
 (model/sglang/reference.py) states the scope. At P = 1 no page arithmetic is emitted
 (`paged` and friends return their argument), so the page-size-1 formulas are unchanged.
