@@ -10,11 +10,13 @@ from checker.methods.verdict import VIOLATED
 from properties import catalogue, manifest
 
 
-def agree(entries, timeout, *, supported=False, same_states=False):
+def agree(entries, timeout, *, supported=False, same_states=False,
+          reference_symmetric=True):
     """Search `entries` with both explorers (`timeout` seconds each) and assert they agree;
     with `supported`, first assert the array explorer applies; with `same_states`, that the
-    two searches found as many states (their keys are the same quotient). Returns the
-    array results."""
+    two searches found as many states (their keys are the same quotient); with
+    `reference_symmetric` False, the reference explorer names requests by id, not by
+    queue position. Returns the array results."""
     m = manifest.load()
     first = entries[0]
     nc = manifest.with_bounds(m.configs[first.config], **dict(first.bounds))
@@ -22,7 +24,8 @@ def agree(entries, timeout, *, supported=False, same_states=False):
     family, bounds = family_of(nc), symbolic_bounds(nc)
     if supported:
         assert ax.unsupported(family, bounds) is None
-    reference = explore.check_many(props, family, bounds, timeout)
+    reference = explore.check_many(props, family, bounds, timeout,
+                                   symmetric=reference_symmetric)
     arrays = ax.check_many(props, family, bounds, timeout)
     if same_states:
         assert arrays[0].stats.states == reference[0].stats.states, \

@@ -64,8 +64,11 @@ fact it rests on (else the explorer keeps the leaf raw, which is always sound):
 Where a proof fails (or z3 cannot decide it in PROOF_TIMEOUT_MS), its reduction is off for
 that config, which is always sound: with prefix caching each slot's block hashes are its
 own ids (model/vllm/cache_rules.py `block_hash`), so swapping two slots does not commute
-with the step and the search is made without symmetry; the behaviour key, the global
-order groups and the quiet retirement do hold there.
+with the step and the plain symmetry is off; the behaviour key, the global order groups
+and the quiet retirement do hold there. A swap that also swaps the two slots' own hash ids
+in the pool does commute from every state inside the engine's invariant (`renamed_swap`,
+for pools small enough for z3, RENAMED_SWAP_LIMIT): the pool key of
+checker/methods/array/pool.py then orders the slots canonically.
 
 The proofs are made at min(slots, PROOF_SLOTS) slots: the rules are folds over slots with
 the same code for every slot, so a fact about two adjacent slots among three is a fact
@@ -84,6 +87,7 @@ from typing import Any
 import z3
 
 from checker.methods import proof_cache
+from checker.methods.array import pool
 from checker.methods.array.layout import Leaf, Path, build, leaves_of, status_fields, values_of
 from checker.methods.array.stored import shape_from_json, shape_to_json
 from checker.methods.symbolic import fresh_state
@@ -321,6 +325,27 @@ def _solve_unsat(facts: Sequence[Any], timeout_ms: int) -> bool:
     return answer == z3.unsat
 
 
+def _each_unsat(facts: Sequence[Any], goals: Sequence[Any], timeout_ms: int) -> bool:
+    """Whether `facts` and each of `goals` (separately) are unsatisfiable: one solver,
+    each goal pushed and popped, a goal that simplifies to false skipped."""
+    global _undecided
+    s = z3.Solver()
+    s.set(timeout=timeout_ms)
+    s.add(*facts)
+    for goal in goals:
+        if z3.is_false(z3.simplify(goal)):
+            continue
+        s.push()
+        s.add(goal)
+        answer = s.check()
+        s.pop()
+        if answer == z3.unknown:
+            _undecided += 1
+        if answer != z3.unsat:
+            return False
+    return True
+
+
 def _step(engine: EngineModel, cfg: Any, specs: Sequence[SlotSpec], state: Any,
           eos: Sequence[Any]) -> tuple[Any, Step, list[Any]]:
     ops = SymbolicOps()
@@ -339,6 +364,19 @@ def _outputs(nxt: Any, obs: Step, obs_fields: Sequence[str]) -> list[Any]:
     vals += [getattr(obs, f) for f in _STEP_FIELDS]
     for o in obs.slots:
         vals += [getattr(o, f) for f in obs_fields]
+    return vals
+
+
+def _ranked_outputs(nxt: Any, obs: Step, groups: Sequence[Sequence[Path]]) -> list[Any]:
+    """`_outputs(nxt, obs, ())` with the leaves of `groups` replaced by their ranks in
+    their group (what the key holds of them)."""
+    ranked = {p for g in groups for p in g}
+    values = values_of(nxt)
+    vals = [v for p, v in sorted(values.items(), key=lambda kv: str(kv[0])) if p not in ranked]
+    vals += [getattr(obs, f) for f in _STEP_FIELDS]
+    for g in groups:
+        vals += [sum((z3.If(values[q] < values[p], 1, 0) for q in g if q != p), start=0)
+                 for p in g]
     return vals
 
 
@@ -594,9 +632,17 @@ class _Analyser:
         return all(self._commutes(i, condition, tuple(obs_fields))
                    for i in range(self.n - 1))
 
-    def _commutes(self, i: int, condition: str, obs_fields: tuple[str, ...] | None) -> bool:
+    def _commutes(self, i: int, condition: str, obs_fields: tuple[str, ...] | None,
+                  rename: Callable[[Any], Any] | None = None, both: bool = False,
+                  groups: Sequence[Sequence[Path]] = (), well_formed: bool = False
+                  ) -> bool:
         """Swapping arrived slots i and i+1 before the step = swapping them after it: the
-        next state and the step's observables (obs_fields None), or these SlotObs fields."""
+        next state and the step's observables (obs_fields None), or these SlotObs fields
+        (with `both`, the next state, the step's observables and these fields). `rename`,
+        an involution on states, goes with the swap both times (a prefix cache's own
+        block hash ids of the two slots, `renamed_swap`); the leaves of `groups` (global
+        order groups, which the key holds as ranks) are compared by their ranks; with
+        `well_formed`, for states that satisfy the engine's invariant only."""
         t = 3
         s = self.fresh("s", t - 1)
         specs = _symbolic_specs("p", self.n)
@@ -605,19 +651,72 @@ class _Analyser:
         cons += [sp.arrival_step < t for sp in specs[i:i + 2]]
         if condition == "priority":
             cons.append(specs[i].priority != specs[i + 1].priority)
-        swapped = replace(s, slots=tuple(_swap(s.slots, i)))
+        if well_formed:
+            cons += self._well_formed(specs, s)
+        same = rename or (lambda state: state)
+        swapped = same(replace(s, slots=tuple(_swap(s.slots, i))))
         n1, o1, d1 = _step(self.engine, self.cfg, specs, s, eos)
         n2, o2, d2 = _step(self.engine, self.cfg, _swap(specs, i), swapped, _swap(eos, i))
-        if obs_fields is None:
-            back = replace(n2, slots=tuple(_swap(n2.slots, i)))
-            diff = [_differs(x, y) for x, y in zip(_outputs(n1, o1, ()),
-                                                  _outputs(back, o2, ()), strict=True)]
-        else:
-            diff = [_differs(getattr(a, f), getattr(b, f))
-                    for a, b in zip(o1.slots, _swap(o2.slots, i), strict=True)
-                    for f in obs_fields]
+        diff = []
+        if obs_fields is None or both:
+            back = same(replace(n2, slots=tuple(_swap(n2.slots, i))))
+            diff += [_differs(x, y) for x, y in zip(_ranked_outputs(n1, o1, groups),
+                                                   _ranked_outputs(back, o2, groups),
+                                                   strict=True)]
+        if obs_fields is not None:
+            diff += [_differs(getattr(a, f), getattr(b, f))
+                     for a, b in zip(o1.slots, _swap(o2.slots, i), strict=True)
+                     for f in obs_fields]
+        if rename is not None:
+            # many outputs (a whole pool): one at a time, in one solver, is much faster
+            # for z3 than their disjunction
+            return _each_unsat([*cons, *d1, *d2], diff, PROOF_TIMEOUT_MS)
         return _solve_unsat([*cons, *d1, *d2, z3.Or(*diff)] if diff else [z3.BoolVal(False)],
                             PROOF_TIMEOUT_MS)
+
+    def _well_formed(self, specs: Sequence[SlotSpec], state: Any) -> list[Any]:
+        """The engine's invariant on a state, with its definitions (none: no facts)."""
+        if self.engine.well_formed is None:
+            return []
+        ops = SymbolicOps()
+        inv = self.engine.well_formed(ops, self.cfg, specs, state)
+        return [inv, *ops.take_definitions()]
+
+    def renamed_swap(self, obs_fields: Sequence[str], groups: Sequence[Sequence[Path]]
+                     ) -> bool:
+        """With a paged pool (checker/methods/array/pool.py): swapping arrived slots i and
+        i+1 together with their own block hash ids in the pool commutes with the step (the
+        next state, its order groups by rank, the step's observables and these SlotObs
+        fields) from every state that satisfies the engine's invariant, and the swap keeps
+        the invariant, for every i."""
+        lay = pool.layout_of(self.leaves)
+        if lay is None or self.engine.well_formed is None:
+            return False
+        hashes = frozenset(lay.block_leaves[1])
+
+        def renamed(i: int) -> Callable[[Any], Any]:
+            def rename(state: Any) -> Any:
+                values = values_of(state)
+                return build(state, lambda p: pool.rename_hash(
+                    values[p], i, lay.table_len, z3.If, z3.And) if p in hashes
+                    else values[p], state.step)
+            return rename
+        return all(self._keeps_invariant(i, renamed(i))
+                   and self._commutes(i, "none", tuple(obs_fields), renamed(i), both=True,
+                                      groups=groups, well_formed=True)
+                   for i in range(self.n - 1))
+
+    def _keeps_invariant(self, i: int, rename: Callable[[Any], Any]) -> bool:
+        """The engine's invariant holds after the (renamed) swap of slots i and i+1
+        wherever it holds before (so a chain of swaps stays among invariant states)."""
+        s = self.fresh("s", 2)
+        specs = _symbolic_specs("p", self.n)
+        swapped = rename(replace(s, slots=tuple(_swap(s.slots, i))))
+        before = self._well_formed(specs, s)
+        after = self._well_formed(_swap(specs, i), swapped)
+        if not after:
+            return False
+        return _solve_unsat([*before, *after[1:], z3.Not(after[0])], PROOF_TIMEOUT_MS)
 
     def retired(self) -> tuple[frozenset[tuple[int, ...]], tuple[Path, ...]]:
         """The retired combinations of the slot's status fields (`layout.status_fields`:
@@ -1102,6 +1201,50 @@ def _permuted(key: _Engine, rule_cfg: Any, slots: int, obs_fields: frozenset[str
     answer = a.permuted("none" if sh.symmetry == "full" else "priority", sorted(obs_fields))
     if _undecided == before:
         proof_cache.store(name, {"permuted": answer})
+    return answer
+
+
+def renamed_swap(engine: EngineModel | str, rule_cfg: Any, slots: int,
+                 obs_fields: frozenset[str]) -> bool:
+    """Whether a swap of two arrived slots that also swaps their own block hash ids in a
+    paged pool commutes with the step and carries these SlotObs fields along (z3, at
+    min(slots, PROOF_SLOTS) slots; stored like the Shape): what lets the array key put the
+    slots of a prefix-cached state in a canonical order (checker/methods/array/pool.py).
+    Never `arrival_time`, which is the slot index itself; never for a product."""
+    return _renamed_swap(_engine(engine), rule_cfg, slots, obs_fields)
+
+
+# The most pool entries (blocks x table entries per slot) at which the renamed-swap proof
+# is attempted: a 2-block pool with tables of 2 (4) is decided in seconds; tiny_cached's
+# 4 x 4 left single next-state leaves undecided after 2 minutes each (2026-12-05, load
+# 3-4), so larger pools keep their slot order rather than pay minutes for no answer.
+RENAMED_SWAP_LIMIT = 8
+
+
+@functools.lru_cache(maxsize=256)
+def _renamed_swap(key: _Engine, rule_cfg: Any, slots: int, obs_fields: frozenset[str]
+                  ) -> bool:
+    if obs_fields & POSITIONAL or _parts(key.model, rule_cfg):
+        return False
+    lay = pool.layout_of(leaves_of(key.model.initial_state(2, rule_cfg)))
+    if lay is None or lay.blocks * lay.table_len > RENAMED_SWAP_LIMIT:
+        return False
+    if slots < 2:
+        return True
+    every = frozenset(_OBS_FIELDS) - POSITIONAL
+    if obs_fields != every and _renamed_swap(key, rule_cfg, slots, every):
+        return True  # one proof for every field the swap can carry covers each subset
+    name = proof_cache.key("array-renamed-swap", key.name, rule_cfg, slots,
+                           sorted(obs_fields))
+    loaded = proof_cache.load(name)
+    if loaded is not None:
+        return bool(loaded["commutes"])
+    before = _undecided
+    n = max(1, min(slots, PROOF_SLOTS))
+    a = _Analyser(key.model, rule_cfg, n)
+    answer = a.renamed_swap(sorted(obs_fields), _shape(key, rule_cfg, slots).global_order)
+    if _undecided == before:
+        proof_cache.store(name, {"commutes": answer})
     return answer
 
 

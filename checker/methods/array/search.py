@@ -21,6 +21,7 @@ import numpy as np
 
 import checker.methods.array.analysis as analysis
 import checker.methods.array.history as history
+import checker.methods.array.pool as pool
 from checker.methods.array.analysis import Shape
 from checker.methods.array.keys import Codec, Visited, first_of_each
 from checker.methods.array.layout import Leaf, Path, build, leaves_of, status_fields, values_of
@@ -193,6 +194,8 @@ class Search:
                                           self.atoms.global_atoms):
             sym = "none"  # an atom that reads two slots does not follow a slot swap
         self.symmetry = sym
+        self.pool_order = False
+        self.pool = self._pool_names(read_slot)
         self.retired = tuple(sorted(sh.retired)) if self.opt.retire else ()
         # A slot retires at a combination of its status fields' values and, where the
         # proof needed them, of its quiet leaves' initial values (analysis.Shape); a quiet
@@ -211,6 +214,36 @@ class Search:
         if not status_fields(self.leaves):
             self.retired = ()
         self.initial = {leaf.path: leaf.initial for leaf in self.leaves}
+
+    def _pool_names(self, read_slot: frozenset[str]) -> pool.PoolLayout | None:
+        """The paged pool, when the key names its blocks, hashes and slots canonically
+        (checker/methods/array/pool.py): the behaviour key proved, symmetry asked for and
+        not otherwise available, no pool or table leaf carried raw for a property, one
+        status field, and a slot swap that renames the two slots' own hash ids commutes
+        with the step and carries along what the properties read (z3). The key then holds
+        the pool as pool.canonical names it instead of the pool leaves and table entries
+        (and their ranks)."""
+        sh = self.shape
+        lay = pool.layout_of(self.leaves)
+        if (lay is None or not sh.behaviour_proved or not self.opt.symmetric
+                or self.symmetry != "none" or sh.symmetry != "none" or self.n < 2
+                or len(status_fields(self.leaves)) != 1):
+            return None
+        if self.props and self.props[0].kind == "lasso":
+            return None
+        if self.atoms is not None and any(self._reads_a_slot(j)
+                                          for j in self.atoms.global_atoms):
+            return None
+        if self.carried & (lay.global_paths | set(lay.table_fields)):
+            return None
+        # Without the proof the slots keep their order; the blocks and the gone hashes
+        # are renamings that need none (pool.py).
+        self.pool_order = analysis.renamed_swap(self.engine, self.cfg, self.n,
+                                                frozenset(read_slot))
+        self.key_slot = [f for f in self.key_slot if f not in lay.table_fields]
+        self.key_global = [p for p in self.key_global if p not in lay.global_paths]
+        self.global_order = [g for g in self.global_order if not set(g) & lay.global_paths]
+        return lay
 
     def _sample_step(self) -> Step:
         """One Step of the rules under ConcreteOps (the observables' types)."""
@@ -272,10 +305,27 @@ class Search:
                          if leaf.slot == s and leaf.field not in self.status_fields]
                 reset += [(self.ci[("spec", s, f)], 0) for f in self.spec_fields]
                 self.retire_cols.append((status, reset))
+        if self.pool is not None:
+            status = status_fields(self.leaves)[0]
+            self.pool_status = [self.ci[("leaf", ("slots", s, *status))] for s in range(self.n)]
+            # a slot is live unless its status is the initial one or one that retires
+            # (absorbing: a finished request never looks up or caches again)
+            self.pool_dead = sorted({self.initial[("slots", 0, *status)]}
+                                    | {c[0] for c in self.shape.retired}
+                                    | {c[0] for c in self.shape.retired_at_once})
+            self.pool_tables = [[self._col_or_initial(("slots", s, *f))
+                                 for f in self.pool.table_fields] for s in range(self.n)]
+            self.pool_blocks = [[self._col_or_initial(p) for p in per]
+                                for per in self.pool.block_leaves]
         self.codec: Codec | None = None
         self.seen: tuple[list[int], list[int], list[int], list[int]] | None = None
         self.priority_col = (self.varying_specs.index("priority")
                              if "priority" in self.varying_specs else None)
+
+    def _col_or_initial(self, path: Path) -> int | tuple[str, int]:
+        """A leaf's column, or ("const", value) for a leaf constant in every state."""
+        key = ("leaf", path)
+        return self.ci[key] if key in self.ci else ("const", self.initial[path])
 
     # ---- the search ----------------------------------------------------------------------
 
@@ -540,6 +590,17 @@ class Search:
                 for lag in range(2, self.lags + 1):
                     src[self.ci[("hist", lag, "atom", atom)]] = parent(
                         self.ci[("hist", lag - 1, "atom", atom)])
+        if self.pool is not None and self.pool_order and self.engine.well_formed is not None:
+            # The premise of the renamed-swap proof behind the pool key
+            # (analysis.renamed_swap): every state reached is inside the engine's
+            # invariant (retiring a slot keeps it there: a finished slot's facts are
+            # its status and no blocks). A state outside stops the search loudly
+            # rather than be merged unsoundly.
+            inside = self.engine.well_formed(self.ops, self.cfg, specs, nxt)
+            if not np.all(self.ops.or_(self.ops.not_(valid), inside)):
+                raise AssertionError(
+                    f"a state at depth {d} is outside {self.engine.name}'s invariant, "
+                    "which the pool key's slot order assumes (analysis.renamed_swap)")
         if self.opt.prune_eos:
             valid = self._prune_eos(valid, src, holds, dims)
         self.timing["rules"] += time.monotonic() - t0
@@ -695,6 +756,8 @@ class Search:
         if rows == 0:
             return np.zeros((0, self.codec.words if self.codec else 1), dtype=np.uint64)
         rank_cols = [[ranks[(of.field, s)] for of in self.order] for s in range(n)]
+        if self.pool is not None:
+            return self._pool_words(col, rank_cols, glob_wide, rows)
         # A slot's own columns depend on few axes (its parent, its request, its own EOS):
         # their part of the slot's code is computed at that shape and gathered once; the
         # ranks, which compare slots, are added at the valid transitions.
@@ -718,6 +781,46 @@ class Search:
                  for s, cols in enumerate(self.key_slot_cols)]
         glob = [col(c) for c in self.key_glob_cols] + self._group_ranks(col)
         glob += glob_wide[len(glob):]
+        return self.codec.encode(glob, slots, rows)
+
+    def _pool_words(self, col: Any, rank_cols: list[list[Any]], glob_wide: list[Any],
+                    rows: int) -> np.ndarray:
+        """The packed keys of a pass with a paged pool: the slots in pool.canonical's
+        order, each with its table as block names, and the pool as the names' ref counts,
+        renamed hashes and copies (see checker/methods/array/pool.py for why two states
+        with one key have the same futures)."""
+        assert self.pool is not None
+        n = self.n
+
+        def value(c: int | tuple[str, int]) -> Any:
+            return c[1] if isinstance(c, tuple) else col(c)
+
+        own = [[col(c) for c in cols] + rank_cols[s]
+               for s, cols in enumerate(self.key_slot_cols)]
+        tables = [[value(c) for c in per] for per in self.pool_tables]
+        status = np.stack([np.broadcast_to(np.asarray(col(c), dtype=np.int64), (rows,))
+                           for c in self.pool_status], axis=1)
+        empty = np.ones((rows, n), dtype=bool)
+        for s in range(n):
+            for t in tables[s]:
+                empty[:, s] &= np.broadcast_to(np.asarray(t) == 0, (rows,))
+        live = ~(np.isin(status, self.pool_dead) & empty)
+        order, names, glob_pool = pool.canonical(
+            self.pool, n, live, own, tables,
+            [[value(c) for c in per] for per in self.pool_blocks], rows, self.pool_order)
+        per_slot = [own[s] + names[s] for s in range(n)]
+        slots: list[list[Any]] = [[] for _ in range(n)]
+        for k in range(len(per_slot[0])):
+            stacked = np.stack([np.broadcast_to(np.asarray(per_slot[s][k], dtype=np.int64),
+                                                (rows,)) for s in range(n)], axis=1)
+            stacked = np.take_along_axis(stacked, order, axis=1)
+            for s in range(n):
+                slots[s].append(stacked[:, s])
+        glob = [col(c) for c in self.key_glob_cols] + self._group_ranks(col)
+        glob += glob_wide[len(glob):] + glob_pool
+        glob = [np.broadcast_to(np.asarray(g, dtype=np.int64), (rows,)) for g in glob]
+        self._fit(glob, slots)
+        assert self.codec is not None
         return self.codec.encode(glob, slots, rows)
 
     def _group_ranks(self, value: Any) -> list[Any]:
