@@ -142,10 +142,10 @@ def test_a_reference_assertion_on_the_ablated_path_is_unknown_and_not_retried_by
     from model.vllm.reference import VllmV1Scheduler
     admit = VllmV1Scheduler._admit_waiting
 
-    def asserting(self, out, threshold, skipped):
+    def asserting(self, out, *args):
         assert self.cfg.rules.preemption_gate or not out.preempted_reqs, \
             "num_stale_output_tokens: injected"
-        admit(self, out, threshold, skipped)
+        admit(self, out, *args)
     monkeypatch.setattr(VllmV1Scheduler, "_admit_waiting", asserting)
     a = side("vllm-v1", "tiny_async")
     b = side("vllm-v1", "tiny_async", {"preemption_gate": False})
