@@ -245,6 +245,31 @@ VLLM_SPECULATIVE = _Line(
                      if doc.get("speculative_method") else "no speculative decoding"))
 
 
+#: vLLM's hybrid KV cache manager: a model with sliding-window or Mamba layers beside full
+#: attention gets several KV cache groups drawing from one pool (vllm 0.32.0
+#: v1/core/kv_cache_utils.py:1443-1551, 2159-2253; v1/core/kv_cache_coordinator.py), so a
+#: request's blocks are not one table's. An entry on one full-attention group says nothing
+#: of a config with groups (the properties' block arithmetic is the one group's).
+VLLM_KV_GROUPS = _Line(
+    "kv_cache_groups", yes="the KV cache has groups beyond one full-attention group",
+    no="one full-attention KV cache group",
+    citation="vllm 0.32.0 v1/core/kv_cache_utils.py:1443-1551, 2159-2253; "
+             "v1/core/kv_cache_coordinator.py",
+    test=lambda doc: bool(doc.get("kv_cache_groups")),
+    has=lambda doc: (f"kv_cache_groups={doc.get('kv_cache_groups')}"
+                     if doc.get("kv_cache_groups") else "one full-attention group"))
+
+#: A KV connector (--kv-transfer-config) adds external hits, loads that hold a request's
+#: blocks outside the running queue and load failures (vllm 0.32.0 scheduler.py:164-194,
+#: 970-1042, 3123-3193): an entry without one says nothing of a config with one.
+VLLM_CONNECTOR = _Line(
+    "kv_connector", yes="a KV connector is on", no="no KV connector",
+    citation="vllm 0.32.0 v1/core/sched/scheduler.py:164-194, 970-1042, 3123-3193",
+    test=lambda doc: bool(doc.get("kv_connector")),
+    has=lambda doc: (f"kv_connector={doc.get('kv_connector')}" if doc.get("kv_connector")
+                     else "no KV connector"))
+
+
 def _hit_uncapped(doc: ConfigDoc) -> bool:
     """A prefix hit may cover every token: prefix caching on with the cap of
     kv_cache_manager.py:289-300 switched off (without the cache no hit is looked up,
@@ -294,7 +319,7 @@ VLLM_SWITCH_CITATIONS: Mapping[str, str] = {
 ENGINE_PREMISES: Mapping[str, tuple[tuple[_Line, ...],
                                     Mapping[tuple[str, str], tuple[Premise, ...]],
                                     Mapping[str, str]]] = {
-    "vllm-v1": ((VLLM_THRESHOLD_CUT, VLLM_SPECULATIVE),
+    "vllm-v1": ((VLLM_THRESHOLD_CUT, VLLM_SPECULATIVE, VLLM_KV_GROUPS, VLLM_CONNECTOR),
                 {("no_engine_assertion", "HOLDS"): (VLLM_ASSERTION_FREE,),
                  ("no_engine_assertion", "PROVED"): (VLLM_ASSERTION_FREE,)},
                 VLLM_SWITCH_CITATIONS),

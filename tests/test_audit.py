@@ -506,8 +506,8 @@ def test_a_threshold_below_one_plus_k_is_not_held_to_tiny_spec_asyncs_claim():
                               "long-prefill threshold is 0 or at least 1 + k")
         assert "the config turns on no engine assertion the model knows" in why
         assert (f"this workload's config has long_prefill_token_threshold={threshold} with "
-                "k=2 (at least 1 + k), speculative_method=eagle and those switches (its "
-                "entries for tiny_spec_async)") in why
+                "k=2 (at least 1 + k), speculative_method=eagle, one full-attention group, "
+                "no KV connector and those switches (its entries for tiny_spec_async)") in why
 
 
 def test_a_claim_on_one_switch_says_nothing_of_the_other():
@@ -1226,3 +1226,21 @@ def test_the_changed_statements_of_a_patched_copy_are_the_patched_ones(tmp_path)
     root.mkdir()
     mut.build_overlay([NEUTRAL], root)
     assert not any(s.changed for s in parting.engine_sources(str(root / "vllm")).values())
+
+
+def test_a_claim_on_one_kv_cache_group_says_nothing_of_groups_or_a_connector():
+    # The audit's random hybrid-mamba workloads broke no_spurious_preemption against
+    # tiny_fcfs's HOLDS: the property's block arithmetic is one group's, and an entry on
+    # one full-attention group (or without a connector) speaks for neither.
+    from model.vllm.config import KvGroup
+
+    manifest = load()
+    prop = catalogue.get("no_spurious_preemption")
+    base = manifest.configs["tiny_fcfs"].config
+    assert expectation("vllm-v1", prop, base, manifest)[0] == "HOLDS"
+    hybrid = replace(base, kv_cache_groups=(KvGroup("full"), KvGroup("mamba")))
+    expected, why = expectation("vllm-v1", prop, hybrid, manifest)
+    assert expected is None and "one full-attention KV cache group" in why, why
+    connected = replace(base, kv_connector=True)
+    expected, why = expectation("vllm-v1", prop, connected, manifest)
+    assert expected is None and "no KV connector" in why, why

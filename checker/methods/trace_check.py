@@ -128,6 +128,8 @@ def _in_family(engine: str, nc: NamedConfig, mine: Mapping[str, object]) -> bool
         base = _config_doc(engine, nc)
     except (AttributeError, TypeError):  # a config of another engine's type
         return False
+    if set(mine) - set(base):  # a field written only when it is on (groups, a connector)
+        return False
     ranged = {name: (lo, hi) for name, lo, hi in nc.ranges}
     for name, value in base.items():
         got = mine.get(name)
