@@ -131,7 +131,11 @@ def run_batch(jobs: list[Job]) -> list[JobResult]:
     explore_jobs: dict[int, Job] = {}
     proof_notes: dict[int, tuple[list[str], float]] = {}
     for i, job in enumerate(jobs):
-        if job.method == "explore":
+        outside = outside_property(job)
+        if outside is not None:
+            out[i] = _with_params(JobResult(_verdict(job, time.monotonic(), UNKNOWN, 0,
+                                                     outside, job.method)), job)
+        elif job.method == "explore":
             explore_jobs[i] = job
         elif job.method == "auto":
             start = time.monotonic()
@@ -154,6 +158,23 @@ def run_batch(jobs: list[Job]) -> list[JobResult]:
                           strict=True):
             out[i] = _after_proofs(res, *proof_notes[i]) if i in proof_notes else res
     return [res if res is not None else run(job) for job, res in zip(jobs, out, strict=True)]
+
+
+#: Properties whose statement counts a request's blocks as one full-attention table's
+#: (cdiv(tokens, block_size)): on a config with KV cache groups (Mamba state blocks,
+#: sliding windows) that count is not the engine's need, so a verdict would be about
+#: another engine. The rules and the reference run the groups; these statements do not.
+ONE_GROUP_STATEMENTS = frozenset({"no_spurious_preemption"})
+
+
+def outside_property(job: Job) -> str | None:
+    """Why `job`'s property, as stated, does not speak of its config (UNKNOWN), or None."""
+    if job.property in ONE_GROUP_STATEMENTS and getattr(job.config.config, "hybrid_kv",
+                                                        False):
+        return (f"outside the property: {job.property} counts a request's blocks as one "
+                "full-attention table's; this config has KV cache groups (Mamba state "
+                "blocks, sliding windows), whose need it does not state")
+    return None
 
 
 def run(job: Job) -> JobResult:
