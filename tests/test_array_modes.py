@@ -197,7 +197,7 @@ def test_the_pool_key_names_blocks_hashes_and_slots_as_the_reference_does():
 def test_the_slot_order_of_the_pool_key_rests_on_a_proof():
     engine = registry.get("vllm-v1")
     cfg = engine.rule_config(SMALL_CACHED)
-    assert analysis.renamed_swap(engine, cfg, 2, frozenset({"status", "blocks"}))
+    assert analysis.renamed_swap(engine, cfg, 2, frozenset({"scheduled", "blocks"}))
     # the slot index itself does not follow a swap: no canonical order for a property
     # that reads it
     assert not analysis.renamed_swap(engine, cfg, 2, frozenset({"arrival_time"}))

@@ -325,27 +325,6 @@ def _solve_unsat(facts: Sequence[Any], timeout_ms: int) -> bool:
     return answer == z3.unsat
 
 
-def _each_unsat(facts: Sequence[Any], goals: Sequence[Any], timeout_ms: int) -> bool:
-    """Whether `facts` and each of `goals` (separately) are unsatisfiable: one solver,
-    each goal pushed and popped, a goal that simplifies to false skipped."""
-    global _undecided
-    s = z3.Solver()
-    s.set(timeout=timeout_ms)
-    s.add(*facts)
-    for goal in goals:
-        if z3.is_false(z3.simplify(goal)):
-            continue
-        s.push()
-        s.add(goal)
-        answer = s.check()
-        s.pop()
-        if answer == z3.unknown:
-            _undecided += 1
-        if answer != z3.unsat:
-            return False
-    return True
-
-
 def _step(engine: EngineModel, cfg: Any, specs: Sequence[SlotSpec], state: Any,
           eos: Sequence[Any]) -> tuple[Any, Step, list[Any]]:
     ops = SymbolicOps()
@@ -667,10 +646,6 @@ class _Analyser:
             diff += [_differs(getattr(a, f), getattr(b, f))
                      for a, b in zip(o1.slots, _swap(o2.slots, i), strict=True)
                      for f in obs_fields]
-        if rename is not None:
-            # many outputs (a whole pool): one at a time, in one solver, is much faster
-            # for z3 than their disjunction
-            return _each_unsat([*cons, *d1, *d2], diff, PROOF_TIMEOUT_MS)
         return _solve_unsat([*cons, *d1, *d2, z3.Or(*diff)] if diff else [z3.BoolVal(False)],
                             PROOF_TIMEOUT_MS)
 
@@ -1215,9 +1190,10 @@ def renamed_swap(engine: EngineModel | str, rule_cfg: Any, slots: int,
 
 
 # The most pool entries (blocks x table entries per slot) at which the renamed-swap proof
-# is attempted: a 2-block pool with tables of 2 (4) is decided in seconds; tiny_cached's
-# 4 x 4 left single next-state leaves undecided after 2 minutes each (2026-12-05, load
-# 3-4), so larger pools keep their slot order rather than pay minutes for no answer.
+# is attempted: a 2-block pool with tables of 2 (4) is decided in 16 s; on tiny_cached's
+# 4 x 4 z3 left the whole disjunction undecided after 10 minutes and single next-state
+# leaves after 20 s and 2 minutes each (2026-12-05, load 3-4), so larger pools keep their
+# slot order rather than pay minutes for no answer.
 RENAMED_SWAP_LIMIT = 8
 
 
