@@ -86,8 +86,8 @@ from typing import Any
 
 import z3
 
+import checker.methods.array.pool as pool
 from checker.methods import proof_cache
-from checker.methods.array import pool
 from checker.methods.array.layout import Leaf, Path, build, leaves_of, status_fields, values_of
 from checker.methods.array.stored import shape_from_json, shape_to_json
 from checker.methods.symbolic import fresh_state
