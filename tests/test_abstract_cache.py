@@ -178,6 +178,7 @@ def test_a_question_at_deployment_size_is_answered_over_the_counted_cache(capsys
     assert "over-approximation" in row["detail"]
 
 
+@pytest.mark.slow
 def test_a_step_property_at_deployment_size_is_proved_over_the_counted_cache(capsys,
                                                                             monkeypatch):
     # The loop theorem decides this property first (for every number of requests, c9a42fe);

@@ -111,6 +111,7 @@ def test_the_svg_holds_the_two_timelines(capsys):
     assert [b.get("data-request") for b in blocks] == ["r1", "r0"]
 
 
+@pytest.mark.slow
 def test_ablate_all_says_which_switch_changes_a_decision(capsys):
     code, doc = run_json(capsys, "mistralrs", "--ablate-all", "--manifest-config", "mr_tiny",
                          "--depth", "2", "--jobs", "1")

@@ -316,7 +316,7 @@ def test_a_time_limit_spent_before_bmc_is_stated_as_the_users_limit(capsys):
     # the verdict states the --timeout given, not what the induction left (a negative).
     # (resumed_recomputes_all: no theorem decides it before the induction.)
     code, out, _ = run(capsys, "--manifest-config", "tiny_fcfs", "--property",
-                       "resumed_recomputes_all", "--requests", "6", "--timeout", "3", "--json")
+                       "resumed_recomputes_all", "--requests", "6", "--timeout", "1", "--json")
     (row,) = json.loads(out)["verdicts"]
     assert code == 3 and row["verdict"] == "UNKNOWN"
-    assert re.search(r"time limit of 3 s reached at depth \d", row["detail"]), row["detail"]
+    assert re.search(r"time limit of 1 s reached at depth \d", row["detail"]), row["detail"]

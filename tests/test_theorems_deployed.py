@@ -192,6 +192,7 @@ def test_the_loop_theorems_stay_outside_0_27_1s_priority_victim_index(prop):
     assert "priority_victim_reindex" in [p.name for p in theorem.broken(Family(first))]
 
 
+@pytest.mark.slow
 def test_the_whole_block_proof_needs_the_abstractions_whole_block_fact(monkeypatch):
     # A hit of any number of tokens (not whole blocks) must not pass for one.
     abstract = loops._Loops._abstract_hit

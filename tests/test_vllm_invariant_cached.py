@@ -149,6 +149,7 @@ def test_auto_decides_the_row_by_the_loop_theorem(capsys: pytest.CaptureFixture[
     assert code == 0 and row["verdict"] == "PROVED" and row["method"] == "theorem"
 
 
+@pytest.mark.slow
 def test_auto_proves_the_row_over_the_counted_cache_without_the_theorem(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     # Without the loop theorem, k-induction over the counted pool (Family.counted, whose
@@ -252,6 +253,7 @@ def test_the_invariant_holds_on_every_state_of_concrete_runs(kind: str) -> None:
 # --- wrong rules and missing facts ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_release_that_frees_a_shared_block_is_refused(monkeypatch: pytest.MonkeyPatch
                                                         ) -> None:
     """A release that drops a shared block's ref_cnt to 0 (as if one holder were all)."""
@@ -285,6 +287,7 @@ def test_each_in_flight_fact_is_needed_with_the_cache(monkeypatch: pytest.Monkey
     assert _refusal(async_scheduling=True).startswith("inductive step: sat")
 
 
+@pytest.mark.slow
 def test_the_order_facts_are_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Blocks of one hash entered the cache in a total order: without it a lookup may
     adopt two copies of one block at once, and the free count breaks."""
