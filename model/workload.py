@@ -235,19 +235,25 @@ def _parse_count(key: str, index: int, raw: Any, ids: set[str], steps: int,
     return kind(id=rid, step=step, count=_int(where, "count", raw["count"], 0, MAX_INT))
 
 
+def _flagged_event(where: str, raw: Any, flag: str, ids: set[str], steps: int
+                   ) -> tuple[str, int, bool]:
+    """(id, step, flag) of a request event {"id", "step"[, flag]}, the flag false unless
+    given as true."""
+    if (not isinstance(raw, dict) or not {"id", "step"} <= set(raw)
+            or not set(raw) <= {"id", "step", flag}):
+        raise InputError(f"{where} must be an object {{\"id\": ..., \"step\": ...}} with an "
+                         f"optional \"{flag}\": true, got {shown(raw)}")
+    rid = _request_id(where, raw["id"], ids)
+    value = raw.get(flag, False)
+    if not isinstance(value, bool):
+        raise InputError(f"{where}: {flag} must be true or false, got {shown(value)}")
+    return rid, _int(where, "step", raw["step"], 1, steps), value
+
+
 def _parse_abort(index: int, raw: Any, ids: set[str], steps: int) -> AbortEvent:
     """One client abort {"id", "step"[, "after_schedule"]} (docs/simulation_contract.md)."""
-    where = f"aborts[{index}]"
-    if (not isinstance(raw, dict) or not {"id", "step"} <= set(raw)
-            or not set(raw) <= {"id", "step", "after_schedule"}):
-        raise InputError(f"{where} must be an object {{\"id\": ..., \"step\": ...}} with an "
-                         f"optional \"after_schedule\": true, got {shown(raw)}")
-    rid = _request_id(where, raw["id"], ids)
-    after = raw.get("after_schedule", False)
-    if not isinstance(after, bool):
-        raise InputError(f"{where}: after_schedule must be true or false, got {shown(after)}")
-    return AbortEvent(id=rid, step=_int(where, "step", raw["step"], 1, steps),
-                      after_schedule=after)
+    rid, step, after = _flagged_event(f"aborts[{index}]", raw, "after_schedule", ids, steps)
+    return AbortEvent(id=rid, step=step, after_schedule=after)
 
 
 def _parse_kv_hit(index: int, raw: Any, prompts: dict[str, int]) -> ExternalHit:
@@ -271,16 +277,8 @@ def _parse_kv_hit(index: int, raw: Any, prompts: dict[str, int]) -> ExternalHit:
 
 def _parse_kv_load(index: int, raw: Any, ids: set[str], steps: int) -> KVLoadEvent:
     """One KV load report {"id", "step"[, "failed"]} (docs/simulation_contract.md)."""
-    where = f"kv_loads[{index}]"
-    if (not isinstance(raw, dict) or not {"id", "step"} <= set(raw)
-            or not set(raw) <= {"id", "step", "failed"}):
-        raise InputError(f"{where} must be an object {{\"id\": ..., \"step\": ...}} with an "
-                         f"optional \"failed\": true, got {shown(raw)}")
-    rid = _request_id(where, raw["id"], ids)
-    failed = raw.get("failed", False)
-    if not isinstance(failed, bool):
-        raise InputError(f"{where}: failed must be true or false, got {shown(failed)}")
-    return KVLoadEvent(id=rid, step=_int(where, "step", raw["step"], 1, steps), failed=failed)
+    rid, step, failed = _flagged_event(f"kv_loads[{index}]", raw, "failed", ids, steps)
+    return KVLoadEvent(id=rid, step=step, failed=failed)
 
 
 def _int(where: str, key: str, value: Any, minimum: int, maximum: int = MAX_INT) -> int:
