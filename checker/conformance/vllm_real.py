@@ -139,6 +139,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
 import tempfile
@@ -217,6 +218,11 @@ def _vllm() -> SimpleNamespace:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     import torch
     import vllm
+
+    # vLLM may have been imported before the environment could set its level (the live
+    # trace's reader does); a shrink builds a Scheduler per candidate, each of which logs
+    # the CPU platform's warnings (block size, SSM cache dtype) otherwise.
+    logging.getLogger("vllm").setLevel(logging.ERROR)
     from vllm.config import (
         CacheConfig,
         ModelConfig,

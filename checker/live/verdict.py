@@ -18,7 +18,6 @@ the server ran, the same overlay on sys.path) against the reference.
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import traceback
@@ -109,8 +108,6 @@ def real_disagrees() -> Callable[[Workload], bool]:
     on the workload" (needs vLLM importable: the code the server ran)."""
     from checker.conformance.compare import compare
 
-    _quiet_vllm()
-
     def fails(w: Workload) -> bool:
         try:
             return compare(w) is not None
@@ -124,16 +121,6 @@ def real_disagrees() -> Callable[[Workload], bool]:
 
     fails.refused = ""  # type: ignore[attr-defined]
     return fails
-
-
-def _quiet_vllm() -> None:
-    """vLLM's own log at ERROR: the shrink builds a Scheduler per candidate (thousands),
-    and each logs the CPU platform's warnings (block size, SSM cache dtype) otherwise,
-    even when vLLM was imported before its level could be set by the environment."""
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    import vllm  # noqa: F401 - its logging set-up runs on import; the level is set after
-
-    logging.getLogger("vllm").setLevel(logging.ERROR)
 
 
 def raised_in_vllm(exc: BaseException) -> bool:
