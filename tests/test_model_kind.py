@@ -495,3 +495,17 @@ def test_a_property_stated_over_one_groups_blocks_is_unknown_with_groups(capsys)
                          "--method", "bmc", "--depth", "3", "--requests", "2",
                          "--num-gpu-blocks", "45", "--no-enable-prefix-caching")
     assert code == 0 and re.search(r"no_spurious_preemption +custom +(PROVED|HOLDS)", out), out
+
+
+def test_a_job_run_alone_is_unknown_outside_its_statement_too():
+    # hazards and sweeps call jobs.run directly, with method bmc: the same UNKNOWN as check
+    from checker.methods.jobs import Job, run
+    from model.vllm.config import KvGroup
+    from properties import manifest
+
+    nc = manifest.load().configs["tiny_fcfs"]
+    nc = replace(nc, config=replace(nc.config, kv_cache_groups=(KvGroup("full"),
+                                                                  KvGroup("mamba"))))
+    job = Job("vllm-v1", "no_spurious_preemption", (), nc, None, 60, method="bmc")
+    v = run(job).verdict
+    assert v.verdict == "UNKNOWN" and "outside the property" in v.detail, v

@@ -179,8 +179,10 @@ def outside_property(job: Job) -> str | None:
 
 def run(job: Job) -> JobResult:
     """Decide one property with the job's method: "bmc" `run_bmc`, "explore"
-    `run_explore`, "auto" the proofs of `run_bmc`, then the job's `search`."""
-    if job.method == "auto":
+    `run_explore`, "auto" the proofs of `run_bmc`, then the job's `search`; UNKNOWN for
+    a property whose statement does not speak of the config (`outside_property`), which
+    `run_batch` answers."""
+    if job.method == "auto" or outside_property(job) is not None:
         return run_batch([job])[0]
     result = run_explore(job) if job.method == "explore" else run_bmc(job)
     return _with_params(result, job)
