@@ -194,3 +194,46 @@ def test_clients_and_trace_are_reconciled():
     assert unaccounted(wrong, ends) == ["a: the client saw 'stop', the trace 'length'",
                                         "c: the client saw 'length', the trace 'held'"]
     assert unaccounted(outcomes[:3], ends) == ["cmpl-d-0-4c: in the trace, sent by no client"]
+
+
+def _fake_engine(specs, *, caching=False, k=0, max_model_len=64, block_size=16):
+    """A scheduler-shaped namespace whose KV cache groups are `specs`."""
+    from types import SimpleNamespace as NS
+
+    return NS(vllm_config=NS(
+        speculative_config=NS(num_speculative_tokens=k) if k else None,
+        model_config=NS(max_model_len=max_model_len),
+        cache_config=NS(block_size=block_size, enable_prefix_caching=caching)),
+        kv_cache_config=NS(kv_cache_groups=[NS(kv_cache_spec=s) for s in specs]))
+
+
+def _spec(kind, **fields):
+    return type(kind, (), {"block_size": 16, **fields})()
+
+
+def test_the_recorder_names_the_groups_the_model_has_and_refuses_the_others():
+    from checker.live.recorder import engine_kv_groups
+
+    full = _spec("FullAttentionSpec", sliding_window=None, attention_chunk_size=None)
+    window = _spec("SlidingWindowSpec", sliding_window=32)
+    mamba = _spec("MambaSpec", block_size=64, mamba_cache_mode="none", num_speculative_blocks=2)
+    assert engine_kv_groups(_fake_engine([full])) == ([{"kind": "full"}], "")
+    assert engine_kv_groups(_fake_engine([full, window])) == (
+        [{"kind": "full"}, {"kind": "sliding_window", "sliding_window": 32}], "")
+    assert engine_kv_groups(_fake_engine([full, mamba], k=2))[0] == [{"kind": "full"},
+                                                                     {"kind": "mamba"}]
+    # Prefix caching is the model's with one full group only.
+    assert engine_kv_groups(_fake_engine([full], caching=True))[0] == [{"kind": "full"}]
+    refused = {
+        "align mode": _fake_engine([full, _spec("MambaSpec", block_size=64,
+                                                mamba_cache_mode="align",
+                                                num_speculative_blocks=0)]),
+        "spec blocks unlike k": _fake_engine([full, mamba], k=1),
+        "MLA": _fake_engine([_spec("MLAAttentionSpec")]),
+        "chunked local": _fake_engine([full, _spec("ChunkedLocalAttentionSpec")]),
+        "with prefix caching": _fake_engine([full, window], caching=True),
+        "block size": _fake_engine([full, window], block_size=32),
+    }
+    for what, engine in refused.items():
+        groups, why = engine_kv_groups(engine)
+        assert groups is None and why.startswith("KV cache groups ["), what

@@ -44,6 +44,8 @@ def test_the_recorded_trace_is_the_harness_run(mode, tmp_path, monkeypatch):
             # schedule" and "before step 2's" are one moment: the trace names it the
             # second way, the harness the first (the same run either way).
             continue
+        if workload.config.hybrid_kv:
+            _fits_schema(trace)
         live = load_live(trace)
         effective = run.effective(workload)
         assert not live.recorder_error and not live.cut_short, live.recorder_error
@@ -63,6 +65,24 @@ def test_the_recorded_trace_is_the_harness_run(mode, tmp_path, monkeypatch):
         assert {(a.id, a.step) for a in live.workload.aborts} == took
         checked += 1
     assert checked >= 15
+
+
+def _fits_schema(trace):
+    """Every line of a trace fits docs/schema/live_trace.schema.json, and each schedule
+    carries the groups' blocks."""
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    schema = json.loads((Path(__file__).parents[1] / "docs" / "schema"
+                         / "live_trace.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    lines = [json.loads(t) for t in trace.read_text().splitlines() if t.strip()]
+    for line in lines:
+        validator.validate(line)
+    assert lines[0]["config"]["kv_cache_groups"]
+    assert all("group_blocks" in e for e in lines if e["ev"] == "schedule")
 
 
 def _dropped_unaccepted(records, is_async):

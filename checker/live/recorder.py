@@ -135,6 +135,9 @@ class Recorder:
         self.sched = sched
         self.v2_runner = bool(getattr(sched, "use_v2_model_runner", False))
         self.is_async = _is_async(sched)
+        groups = sched.kv_cache_config.kv_cache_groups
+        self.hybrid = len(groups) > 1 or type(groups[0].kv_cache_spec).__name__ \
+            != "FullAttentionSpec"
         self.status = RequestStatus
         self.step = 0  # schedule() calls so far
         self.awaiting_update = False  # a schedule() whose update has not come
@@ -260,8 +263,15 @@ class Recorder:
         if out.scheduled_spec_decode_tokens:
             line["spec_scheduled"] = {rid: len(t) for rid, t
                                       in out.scheduled_spec_decode_tokens.items() if t}
-        if getattr(sched, "num_spec_tokens", 0):
-            tables = sched.kv_cache_manager.coordinator.single_type_managers[0].req_to_blocks
+        managers = self.harness.managers(sched)
+        if self.hybrid:
+            # Several groups: each group's real blocks (the null block left out), as the
+            # harness and the reference count them.
+            line["group_blocks"] = {
+                r.request_id: [self.harness.real_blocks(m, r.request_id) for m in managers]
+                for r in sched.running}
+        elif getattr(sched, "num_spec_tokens", 0):
+            tables = managers[0].req_to_blocks
             line["blocks_held"] = {r.request_id: len(tables.get(r.request_id, ()))
                                    for r in sched.running}
         self.write(line)
@@ -372,8 +382,43 @@ def engine_config(sched: Any) -> dict[str, Any]:
         out["num_speculative_tokens"] = spec.num_speculative_tokens
         out["parallel_drafting"] = bool(getattr(spec, "parallel_drafting", False))
         out["disable_eagle_block_drop"] = bool(getattr(spec, "disable_eagle_block_drop", False))
-    out["outside"] = engine_outside_model(sched)
+    groups, why = engine_kv_groups(sched)
+    if groups is not None and groups != [{"kind": "full"}]:
+        out["kv_cache_groups"] = groups
+    out["outside"] = ([why] if why else []) + engine_outside_model(sched)
     return out
+
+
+def engine_kv_groups(sched: Any) -> tuple[list[dict[str, Any]] | None, str]:
+    """The live KV cache groups in the workload's "kv_cache_groups" form, or None and the
+    reason the model does not cover them. The model has full attention, sliding windows and
+    Mamba in mode "none" (block size max_model_len, k speculative blocks) without prefix
+    caching (model/vllm/config.py KvGroup); an MLA or other subclass may keep its own
+    manager, so the kinds are matched exactly."""
+    vc = sched.vllm_config
+    specs = [g.kv_cache_spec for g in sched.kv_cache_config.kv_cache_groups]
+    names = [type(s).__name__ for s in specs]
+    outside = f"KV cache groups {names}"
+    k = vc.speculative_config.num_speculative_tokens if vc.speculative_config else 0
+    groups: list[dict[str, Any]] = []
+    for spec, name in zip(specs, names, strict=True):
+        if name == "FullAttentionSpec" and getattr(spec, "sliding_window", None) is None \
+                and getattr(spec, "attention_chunk_size", None) is None:
+            groups.append({"kind": "full"})
+        elif name == "SlidingWindowSpec":
+            groups.append({"kind": "sliding_window", "sliding_window": spec.sliding_window})
+        elif name == "MambaSpec" and spec.mamba_cache_mode == "none" \
+                and spec.block_size == vc.model_config.max_model_len \
+                and spec.num_speculative_blocks == k:
+            groups.append({"kind": "mamba"})
+        else:
+            return None, f"{outside} (the model has full, sliding_window and Mamba mode none)"
+    attention = {s.block_size for s in specs if type(s).__name__ != "MambaSpec"}
+    if len(attention) > 1 or (attention and attention != {vc.cache_config.block_size}):
+        return None, f"{outside} with block sizes {sorted(attention)} other than --block-size"
+    if groups != [{"kind": "full"}] and vc.cache_config.enable_prefix_caching:
+        return None, f"{outside} with prefix caching (the model has groups without it)"
+    return groups, ""
 
 
 def _is_async(sched: Any) -> bool:
@@ -383,13 +428,10 @@ def _is_async(sched: Any) -> bool:
 
 
 def engine_outside_model(sched: Any) -> list[str]:
-    """What of the engine's set-up the model does not cover (docs/live.md, limits)."""
+    """What of the engine's set-up besides its KV cache groups the model does not cover
+    (docs/live.md, limits)."""
     vc = sched.vllm_config
     out = []
-    groups = sched.kv_cache_config.kv_cache_groups
-    if len(groups) != 1 or type(groups[0].kv_cache_spec).__name__ != "FullAttentionSpec":
-        out.append(f"KV cache groups {[type(g.kv_cache_spec).__name__ for g in groups]} "
-                   "(the model has one full-attention group)")
     if vc.kv_transfer_config is not None:
         out.append("a KV connector (--kv-transfer-config)")
     if vc.parallel_config.data_parallel_size > 1:

@@ -5,7 +5,8 @@ field for field as the conformance harness (checker/conformance/vllm_real.py) re
 them, so the reference can be replayed on the workload and compared step by step.
 
 What the model does not cover is refused with the reason, never guessed: a trace whose
-engine set-up or requests reach outside it (KV connectors, hybrid KV cache groups, LoRA,
+engine set-up or requests reach outside it (KV connectors, KV cache groups other than
+full, sliding-window and Mamba "none" without prefix caching, LoRA,
 structured output, ...), an engine call pattern the model's step does not have (two
 schedules without an update in a synchronous engine), prompts whose shared prefixes the
 workload format cannot say, a finish the contract has no reason for. A trace cut short (the
@@ -325,8 +326,14 @@ class _Builder:
         if self.cfg.num_spec_tokens:
             extra += [("spec_scheduled", dict(e.get("spec_scheduled", {}))),
                       ("accepted", {rid: self.accepted.get(step, {}).get(rid, 0)
-                                    for rid in e.get("spec_scheduled", {})}),
-                      ("blocks_held", dict(e.get("blocks_held", {})))]
+                                    for rid in e.get("spec_scheduled", {})})]
+        if self.cfg.hybrid_kv:
+            groups = {rid: tuple(int(n) for n in held)
+                      for rid, held in e.get("group_blocks", {}).items()}
+            extra += [("blocks_held", {rid: sum(held) for rid, held in groups.items()}),
+                      ("group_blocks", groups)]
+        elif self.cfg.num_spec_tokens:
+            extra.append(("blocks_held", dict(e.get("blocks_held", {}))))
         return StepRecord(
             step=step, scheduled=scheduled, admitted=tuple(e["admitted"]),
             resumed=tuple(e["resumed"]), preempted=tuple(e["preempted"]),
