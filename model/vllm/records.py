@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from model.core.types import FINISH_ERROR as ERROR
 from model.core.types import FINISH_LENGTH as LENGTH
 from model.core.types import FINISH_STOP as STOP
 from model.core.types import Step, StepRecord
@@ -17,7 +18,10 @@ def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
     running = [i for i, o in slots if o.running_after]
     running.sort(key=lambda i: _run_key(observed, i))
     waiting = [i for i, o in slots if o.waiting_after]
-    if observed.cfg.policy_priority:
+    connector = getattr(observed.cfg, "kv_connector", False)
+    if connector:  # the queue key puts kv_holding_waiting first (connector_rules)
+        waiting.sort(key=lambda i: observed.slots[i].queue_key)
+    elif observed.cfg.policy_priority:
         waiting.sort(key=lambda i: (observed.slots[i].priority, i))
     else:
         waiting.sort(key=lambda i: observed.slots[i].queue_key)
@@ -45,7 +49,7 @@ def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
         admitted=tuple(ids[i] for _, i in served if observed.slots[i].admitted),
         resumed=tuple(ids[i] for _, i in served if observed.slots[i].resumed),
         preempted=tuple(ids[i] for i in victims),
-        finished=tuple((ids[i], STOP if observed.slots[i].finished_stop else LENGTH)
+        finished=tuple((ids[i], _reason(observed, i, connector))
                        for _, i in sorted((o.finish_rank, i) for i, o in slots
                                           if o.finished)),
         free_blocks=observed.free_blocks,
@@ -55,8 +59,30 @@ def to_record(observed: Step, ids: Sequence[str]) -> StepRecord:
         waiting=tuple(ids[i] for i in waiting),
         token_budget_left=observed.token_budget_left,
         extra=(_cache_facts(observed, ids, served) + _async_facts(observed, ids, served)
-               + _spec_facts(observed, ids, served, running)),
+               + _spec_facts(observed, ids, served, running)
+               + _kv_facts(observed, ids, waiting, connector)),
     )
+
+
+def _reason(observed: Step, i: int, connector: bool) -> str:
+    """A finished request's reason: EOS, else length; with a KV connector a request that
+    finished without sampling ended on its failed load (FINISHED_ERROR)."""
+    o = observed.slots[i]
+    if o.finished_stop:
+        return STOP
+    return LENGTH if o.sampled or not connector else ERROR
+
+
+def _kv_facts(observed: Step, ids: Sequence[str], waiting: list[int],
+              connector: bool) -> tuple[tuple[str, object], ...]:
+    """With a KV connector (prefix caching off), the blocks each queued request holds (a
+    load's, or what came back) and the blocks the step released, as the reference
+    records them."""
+    if not connector:
+        return ()
+    held = {ids[i]: observed.slots[i].blocks for i in waiting if observed.slots[i].blocks}
+    return (("kv_held", held),
+            ("released_blocks", observed.free_blocks_end - observed.free_blocks))
 
 
 def _spec_facts(observed: Step, ids: Sequence[str], served: list[tuple[object, int]],

@@ -18,22 +18,25 @@ Line numbers are relative to `vllm/` in v0.32.0.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from model.core.ops import Bool, Int, Ops
 from model.core.rule_parts import arrive_at_tail, pick, select_min
 from model.core.types import SlotObs, SlotSpec, Step
-from model.vllm import abstract_cache, cache_rules
+from model.vllm import abstract_cache, cache_rules, connector_rules
 from model.vllm.abstract_cache import CountWork, PoolChoice
 from model.vllm.cache_rules import CacheWork
+from model.vllm.connector_rules import KVChoices, KVWork
 from model.vllm.state import (
     ABSENT,
     FINISHED,
     PREEMPTED,
+    REMOTE,
     RUNNING,
     WAITING,
     Drafts,
     InFlight,
+    KVSlot,
     RuleConfig,
     SchedState,
     SlotState,
@@ -83,6 +86,8 @@ class _Work:
     dead: Bool = False  # the engine died in an earlier step
     # With sliding-window KV cache groups: per slot, each group's blocks nulled.
     nulled: list[list[Int]] | None = None
+    # With a KV connector: its per-slot state and the step's environment.
+    kv: KVWork | None = None
 
 
 def num_tokens(spec: SlotSpec, s: SlotState) -> Int:
@@ -233,6 +238,8 @@ def _preempt(ops: Ops, cfg: RuleConfig, w: _Work, victim: Sequence[Bool], do: Bo
         w.num_preemptions[i] = ops.ite(hit, w.num_preemptions[i] + 1, w.num_preemptions[i])
         w.preempted[i] = ops.or_(w.preempted[i], hit)
         w.wait_key[i] = ops.ite(hit, w.wait_head, w.wait_key[i])
+        if w.kv is not None:  # 1591: no longer an in-flight prefill
+            w.kv.inflight[i] = ops.ite(hit, False, w.kv.inflight[i])
         if w.placeholders is not None and w.in_flight is not None and w.stale is not None:
             # 1597-1607: what is in flight is delivered later as stale output.
             w.stale[i] = ops.ite(hit, w.in_flight[i], w.stale[i])
@@ -265,6 +272,8 @@ def _checkpoint(ops: Ops, w: _Work) -> None:
         w.nulled = [[ops.name(v) for v in x] for x in w.nulled]
     if w.drafts is not None or w.zero_tokens is not None:
         w.crash = ops.name(w.crash)
+    if w.kv is not None:
+        w.kv.checkpoint(ops)
 
 
 def _serve(ops: Ops, cfg: RuleConfig, w: _Work, sel: Sequence[Bool], do: Bool, n: Int,
@@ -465,6 +474,114 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
         _checkpoint(ops, w)
 
 
+def _any(ops: Ops, sel: Sequence[Bool], flags: Sequence[Bool]) -> Bool:
+    """The flag of the selected slot (False when none is selected)."""
+    return ops.or_(*[ops.and_(s, f) for s, f in zip(sel, flags, strict=True)])
+
+
+def _waiting_loop_kv(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work,
+                     ntok: Sequence[Int], thr: Int) -> None:
+    """The WAITING loop with a KV connector (scheduler.py:900-1395, the reference's
+    `_admit_waiting`; model/vllm/connector_rules.py): the requests in kv_holding_waiting
+    first (913-917); one whose load runs is skipped (929-932), one whose load was reported
+    is promoted back to WAITING (PREEMPTED if preempted before), its blocks freed after a
+    failed load (policy "recompute"), a load of every token cut one short (3123-3193); a
+    request with nothing computed asks the connector (970-1042): a synchronous hit is
+    admitted with its tokens computed, an asynchronous one gets its blocks with nothing to
+    compute, keeping the in-flight prefills' remaining blocks free (1109-1112, 1242-1251;
+    kv_cache_manager.py:573-579), turns WAITING_FOR_REMOTE_KVS and is set aside
+    (1320-1341). Every other failure ends the loop, as in `_waiting_loop`; a synchronous
+    hit of every token reaches 1170's assertion (nothing caps it)."""
+    kv = w.kv
+    assert kv is not None and w.zero_tokens is not None
+    n_slots = len(specs)
+    stopped: Bool = w.any_preempted if cfg.preemption_gate else False
+    skipped: list[Bool] = [False] * n_slots  # set aside in this loop (904-909)
+    for _ in range(n_slots):
+        queued = [ops.and_(ops.not_(skipped[i]), ops.or_(
+            w.status[i] == WAITING, w.status[i] == PREEMPTED, w.status[i] == REMOTE))
+            for i in range(n_slots)]
+        first = [ops.ite(kv.holding[i], 0, 1) for i in range(n_slots)]
+        if cfg.policy_priority:  # both queues are heaps on (priority, arrival)
+            keys = [(first[i], specs[i].priority, i) for i in range(n_slots)]
+        else:
+            keys = [(first[i], ops.ite(kv.holding[i], kv.hold_key[i], w.wait_key[i]))
+                    for i in range(n_slots)]
+        sel = select_min(ops, queued, keys)
+        num_running = ops.sum([ops.to_int(s == RUNNING) for s in w.status])
+        active = ops.and_(ops.not_(stopped), w.token_budget > 0,
+                          w.input_budget > cfg.draft_slots,  # 918-919
+                          ops.or_(*queued), num_running < cfg.max_num_active_reqs)
+        remote = ops.and_(active, pick(ops, sel, w.status) == REMOTE)
+        waits = ops.and_(remote, ops.not_(_any(ops, sel, kv.recved)))  # 929-932
+        promote = ops.and_(remote, _any(ops, sel, kv.recved))
+        for i in range(n_slots):  # 3123-3173, 3175-3193
+            p_i = ops.and_(promote, sel[i])
+            freed = ops.and_(p_i, kv.failed[i])  # 3131-3147: a failed load's blocks go back
+            w.free = w.free + ops.ite(freed, w.blocks[i], 0)
+            w.blocks[i] = ops.ite(freed, 0, w.blocks[i])
+            kv.failed[i] = ops.and_(kv.failed[i], ops.not_(p_i))
+            kv.recved[i] = ops.and_(kv.recved[i], ops.not_(p_i))
+            w.ncomp[i] = ops.ite(ops.and_(p_i, w.ncomp[i] == ntok[i]), ntok[i] - 1,
+                                 w.ncomp[i])  # 3171-3172
+            w.status[i] = ops.ite(p_i, ops.ite(w.num_preemptions[i] > 0, PREEMPTED, WAITING),
+                                  w.status[i])
+        tried = ops.and_(active, ops.not_(waits))
+        local = pick(ops, sel, w.ncomp)
+        held = pick(ops, sel, w.blocks)
+        total = pick(ops, sel, ntok)
+        # 960-1042: only a request with nothing computed asks; the connector answers with
+        # the hit beyond the (block-aligned, here empty) local hit (D:501-532).
+        asks = local == 0
+        external = ops.ite(asks, ops.max(pick(ops, sel, [h.tokens for h in kv.hits]), 0), 0)
+        is_async = ops.and_(asks, _any(ops, sel, [h.load_async for h in kv.hits]),
+                            external > 0)
+        computed = local + external
+        req_budget = ops.min(w.token_budget, w.input_budget - cfg.draft_slots)  # 1118
+        lacks = total - computed  # 1129
+        n = ops.ite(ops.and_(thr > 0, thr < lacks), thr, lacks)  # 1155-1156
+        too_long = ops.and_(ops.not_(is_async), ops.not_(cfg.enable_chunked_prefill),
+                            n > req_budget)  # 1160-1167
+        n = ops.ite(is_async, 0, ops.min(n, req_budget))  # 1109-1112, 1169
+        zero = ops.and_(tried, ops.not_(too_long), ops.not_(is_async), n <= 0)  # 1170
+        wm = ops.ite(num_running > 0, cfg.watermark_blocks, 0)  # K:509-516; 1272
+        full_need = blocks_needed(ops, cfg, total, held)  # K:522-539
+        full_ok = ops.or_(ops.not_(cfg.scheduler_reserve_full_isl), full_need + wm <= w.free)
+        need = blocks_needed(ops, cfg, ops.min(computed, cfg.max_model_len) + n, held)
+        reserved = ops.ite(is_async, connector_rules.reserved_blocks(
+            ops, cfg, kv, w.blocks, ntok), 0)
+        ok = ops.and_(tried, ops.not_(too_long), ops.not_(zero), full_ok,
+                      need + wm <= w.free - reserved)  # K:573-579
+        w.zero_tokens = [ops.or_(z, ops.and_(zero, s))
+                         for z, s in zip(w.zero_tokens, sel, strict=True)]
+        w.crash = ops.or_(w.crash, zero)
+        admit = ops.and_(ok, ops.not_(is_async))
+        load = ops.and_(ok, is_async)
+        _serve(ops, cfg, w, sel, admit, n, need)
+        w.free = ops.ite(load, w.free - need, w.free)
+        from_holding = _any(ops, sel, kv.holding)
+        for i in range(n_slots):
+            a_i, l_i = ops.and_(admit, sel[i]), ops.and_(load, sel[i])
+            w.blocks[i] = ops.ite(l_i, w.blocks[i] + need, w.blocks[i])
+            w.status[i] = ops.ite(a_i, RUNNING, ops.ite(l_i, REMOTE, w.status[i]))
+            w.run_key[i] = ops.ite(a_i, w.next_run_key, w.run_key[i])
+            w.ncomp[i] = ops.ite(ops.or_(a_i, l_i), computed, w.ncomp[i])
+            kv.inflight[i] = ops.or_(kv.inflight[i], l_i,
+                                     ops.and_(a_i, computed + n < total))  # 1377-1378
+            kv.loading[i] = ops.or_(kv.loading[i], l_i)  # the worker starts it
+            kv.hold_key[i] = ops.ite(ops.and_(l_i, ops.not_(from_holding)), kv.next_hold,
+                                     kv.hold_key[i])
+            kv.holding[i] = ops.ite(a_i, False, ops.or_(kv.holding[i], l_i))  # 1343-1345
+            skipped[i] = ops.or_(skipped[i], ops.and_(sel[i], ops.or_(waits, load)))
+        kv.next_hold = ops.ite(ops.and_(load, ops.not_(from_holding)), kv.next_hold + 1,
+                               kv.next_hold)
+        w.next_run_key = ops.ite(admit, w.next_run_key + 1, w.next_run_key)
+        stopped = ops.name(ops.or_(stopped, ops.not_(active), ops.and_(tried, ops.not_(ok)),
+                                   w.crash))
+        skipped = [ops.name(x) for x in skipped]
+        _checkpoint(ops, w)
+
+
 def _padding(ops: Ops, cfg: RuleConfig, w: _Work, lacks: Int, computed: Int,
              req_budget: Int, thr: Int) -> tuple[Bool, Bool]:
     """Uniform-decode padding (scheduler.py:1131-1153): a waiting request with one token
@@ -492,14 +609,19 @@ def _padding(ops: Ops, cfg: RuleConfig, w: _Work, lacks: Int, computed: Int,
 
 def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState,
          eos: Sequence[Bool], spec: Sequence[tuple[Int, Int]] | None = None,
-         pool: Sequence[Sequence[Int]] | None = None) -> tuple[SchedState, Step]:
+         pool: Sequence[Sequence[Int]] | None = None,
+         kv: KVChoices | None = None) -> tuple[SchedState, Step]:
     """One engine step: arrivals, `schedule()`, then `update_from_output()` with the
     environment's EOS choices (`eos[i]` matters only if slot i samples a token) and, with
     speculative decoding, `spec[i]` = (drafts accepted, drafts proposed for the next step):
     the first is cut to the drafts scheduled, the second read only for n-gram-like
     proposers (others propose k). With the prefix cache counted (`cfg.abstract_cache`),
-    `pool[i]` is slot i's choice of hits and freed blocks (model/vllm/abstract_cache.py)."""
+    `pool[i]` is slot i's choice of hits and freed blocks (model/vllm/abstract_cache.py).
+    With a KV connector, `kv` is the step's connector environment (each slot's hit and
+    load report, model/vllm/connector_rules.py; None: no hits, no reports)."""
     n_slots = len(specs)
+    if (why := connector_rules.scope_error(cfg)) is not None:
+        raise ValueError(why)
     t = state.step + 1
     state = _arrive(ops, specs, state, t)
     before = state.slots
@@ -521,8 +643,10 @@ def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState
         w.drafts = [s.drafts[0].count for s in before]
         w.prefill_chunk = [s.drafts[0].prefill_chunk for s in before]
         w.spec_scheduled, w.padded = [0] * n_slots, [False] * n_slots
-    if cfg.prefix_caching and not cfg.cap_prefix_hit:
+    if (cfg.prefix_caching and not cfg.cap_prefix_hit) or cfg.kv_connector:
         w.zero_tokens = [False] * n_slots
+    if cfg.kv_connector:
+        w.kv = KVWork.of(state, kv)
     if cfg.can_crash:
         # A dead engine schedules nothing (the reference: every later step is the crash).
         w.token_budget = ops.ite(state.crashed, 0, w.token_budget)
@@ -535,7 +659,10 @@ def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState
         w.stale = [s.in_flight[0].stale for s in before]
     thr = _threshold(ops, cfg, ops.sum([ops.to_int(h) for h in held]), n_slots)
     _running_loop(ops, cfg, specs, w, ntok, thr)
-    _waiting_loop(ops, cfg, specs, w, ntok, thr)
+    if cfg.kv_connector:
+        _waiting_loop_kv(ops, cfg, specs, w, ntok, thr)
+    else:
+        _waiting_loop(ops, cfg, specs, w, ntok, thr)
     if cfg.async_scheduling:
         return _update_async(ops, cfg, specs, state, before, ntok, held, w, eos, spec)
     return _update(ops, cfg, specs, state, before, ntok, held, w, eos, spec)
@@ -563,6 +690,7 @@ def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedSt
     free_end = w.free
     shared, cached, evictable = _cache_counts(ops, w)
     ends = []
+    n_slots = len(specs)
     for i, slot_spec in enumerate(specs):
         ncomp = w.ncomp[i] + w.scheduled[i]
         sampled = ops.and_(w.scheduled[i] > 0, ncomp >= ntok[i])
@@ -579,20 +707,33 @@ def _update(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedSt
                           ops.or_(slot_spec.prompt_len + outputs >= cfg.max_model_len,
                                   outputs >= slot_spec.max_tokens))
         finished = ops.or_(stop, length)
+        kv_slot: tuple[KVSlot, ...] = ()
+        reset: Bool = False
+        finish_rank: Int | None = None
+        if w.kv is not None:  # the connector's part of the output (S:2306-2330)
+            error, reset, after = connector_rules.after_update(
+                ops, cfg, w.kv, i, w.scheduled[i], ncomp < ntok[i])
+            # An error is listed after the outputs' finishes, in slot order.
+            finish_rank = ops.ite(error, n_slots + i, w.serve_rank[i])
+            finished = ops.or_(finished, error)
+            kv_slot = (KVSlot(**{f.name: ops.ite(finished, getattr(KVSlot(), f.name),
+                                                 getattr(after, f.name))
+                                 for f in fields(KVSlot)}),)
         ends.append(finished)
         if w.cache is None:
             free_end = free_end + ops.ite(finished, _held(ops, cfg, w, i), 0)
         status_after_sched = w.status[i]
         slots.append(SlotState(
             status=ops.ite(finished, FINISHED, status_after_sched),
-            num_computed_tokens=_rolled_back(ops, w, i, ncomp, sampled, accepted),
+            num_computed_tokens=ops.ite(reset, 0, _rolled_back(ops, w, i, ncomp, sampled,
+                                                               accepted)),
             num_output_tokens=outputs, blocks=ops.ite(finished, 0, w.blocks[i]),
             run_key=w.run_key[i], wait_key=w.wait_key[i], num_preemptions=w.num_preemptions[i],
             table=_table(w, i), num_cached=w.cache.num_cached[i] if w.cache else 0,
             drafts=_next_drafts(ops, w, i, ncomp < ntok[i], drafts),
-            nulled=_nulled_after(ops, w, i, finished)))
+            nulled=_nulled_after(ops, w, i, finished), kv=kv_slot))
         obs.append(_slot_obs(ops, cfg, specs, i, held, before, ntok, w, finished, stop,
-                             sampled, ncomp, outputs, accepted=accepted))
+                             sampled, ncomp, outputs, finish_rank, accepted=accepted))
     if w.cache is not None:
         free_end, slots = _release_finished(ops, cfg, w, ends, free_end, slots)
     return _step_of(ops, cfg, state, w, slots, obs, free_end, shared, cached, evictable)
@@ -660,18 +801,38 @@ def _slot_obs(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], i: int,
         scheduled = ops.ite(dead, 0, scheduled)
         preempted, finished, stop = (ops.and_(ops.not_(dead), b)
                                      for b in (preempted, finished, stop))
+    was, computed_before = before[i].status, before[i].num_computed_tokens
+    new, old = was == WAITING, was == PREEMPTED
+    waiting_after = ops.or_(status_after_sched == WAITING, status_after_sched == PREEMPTED)
+    was_waiting = ops.or_(new, old)
+    queue_key = _queue_key(cfg, specs, w, i, n_slots=len(specs))
+    if w.kv is not None:
+        # A request back from its load joins as WAITING, or PREEMPTED if it was preempted
+        # before (S:3186-3190); it starts from what it loaded, cut one short of its tokens
+        # (S:3171-3172), not from the load's count. Queued requests holding KV blocks
+        # come first (S:913-917).
+        remote = was == REMOTE
+        new = ops.or_(new, ops.and_(remote, before[i].num_preemptions == 0))
+        old = ops.or_(old, ops.and_(remote, before[i].num_preemptions > 0))
+        computed_before = ops.ite(ops.and_(computed_before > 0, status_after_sched == RUNNING,
+                                           ops.or_(new, old)), w.ncomp[i], computed_before)
+        waiting_after = ops.or_(waiting_after, status_after_sched == REMOTE)
+        was_waiting = ops.or_(was_waiting, remote)
+        queue_key = ops.ite(w.kv.holding[i], w.kv.hold_key[i] - connector_rules.HOLDING_FIRST
+                            if not cfg.policy_priority else
+                            queue_key - connector_rules.HOLDING_FIRST, queue_key)
     return SlotObs(
-        held=held[i], was_running=before[i].status == RUNNING,
-        was_waiting=ops.or_(before[i].status == WAITING, before[i].status == PREEMPTED),
+        held=held[i], was_running=was == RUNNING,
+        was_waiting=was_waiting,
         scheduled=scheduled, serve_rank=w.serve_rank[i],
-        admitted=ops.and_(before[i].status == WAITING, joined),
-        resumed=ops.and_(before[i].status == PREEMPTED, joined),
+        admitted=ops.and_(new, joined),
+        resumed=ops.and_(old, joined),
         preempted=preempted, finished=finished, finished_stop=stop, sampled=sampled,
-        num_tokens=ntok[i], num_computed_tokens_before=before[i].num_computed_tokens,
+        num_tokens=ntok[i], num_computed_tokens_before=computed_before,
         num_computed_tokens=ncomp, num_output_tokens=outputs, blocks=_held(ops, cfg, w, i),
         num_preemptions=w.num_preemptions[i], running_after=status_after_sched == RUNNING,
-        waiting_after=ops.or_(status_after_sched == WAITING, status_after_sched == PREEMPTED),
-        queue_key=_queue_key(cfg, specs, w, i, n_slots=len(specs)), run_key=w.run_key[i],
+        waiting_after=waiting_after,
+        queue_key=queue_key, run_key=w.run_key[i],
         prompt_len=spec.prompt_len, max_tokens=spec.max_tokens,
         priority=spec.priority, arrival_time=i, prefix_hit=w.prefix_hit[i],
         finish_rank=w.serve_rank[i] if finish_rank is None else finish_rank,
@@ -691,7 +852,8 @@ def _step_of(ops: Ops, cfg: RuleConfig, state: SchedState, w: _Work, slots: list
                            next_run_key=w.next_run_key, wait_head=w.wait_head,
                            wait_tail=state.wait_tail, step=state.step + 1,
                            pool=c.pool() if c else (), queue_tail=c.queue_tail if c else 0,
-                           next_cached_at=c.next_cached_at if c else 0, crashed=crashed)
+                           next_cached_at=c.next_cached_at if c else 0, crashed=crashed,
+                           kv=(w.kv.next_hold,) if w.kv is not None else ())
     observed = Step(step=state.step + 1, slots=tuple(obs), free_blocks=w.free,
                     free_blocks_end=free_end, token_budget_left=w.token_budget,
                     num_running=num_running, num_running_end=num_running_end,

@@ -15,8 +15,9 @@ RANGED_FIELDS = ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "num
                  "long_prefill_token_threshold")
 
 # Slot status codes. A waiting request that was preempted keeps PREEMPTED (vLLM keeps
-# RequestStatus.PREEMPTED until it is re-admitted, request.py:370-386).
-ABSENT, WAITING, RUNNING, PREEMPTED, FINISHED = 0, 1, 2, 3, 4
+# RequestStatus.PREEMPTED until it is re-admitted, request.py:370-386). REMOTE is
+# WAITING_FOR_REMOTE_KVS, reached only with a KV connector (scheduler.py:1320-1341).
+ABSENT, WAITING, RUNNING, PREEMPTED, FINISHED, REMOTE = 0, 1, 2, 3, 4, 5
 
 @dataclass(frozen=True, slots=True)
 class RuleConfig:
@@ -88,6 +89,10 @@ class RuleConfig:
     kv_window_caps: tuple[int, ...] = ()
     kv_mamba: int = 0
     kv_mamba_blocks: int = 0
+    # A KV connector (Config.kv_connector; concrete, it shapes the state: model/vllm/
+    # connector_rules.py) and its kv_load_failure_policy ("recompute" or "fail").
+    kv_connector: bool = False
+    kv_recompute: bool = False
 
     @property
     def kv_groups(self) -> bool:
@@ -107,8 +112,10 @@ class RuleConfig:
         """Whether the engine can reach an assertion of its own under this config, so the
         rules carry the crash flag: scheduler.py:1372 with speculative decoding (a padded
         admission cut by the threshold), scheduler.py:1170 with a prefix hit that may cover
-        every token (prefix caching on, cap_prefix_hit off)."""
-        return bool(self.num_spec_tokens) or (self.prefix_caching and not self.cap_prefix_hit)
+        every token (prefix caching on, cap_prefix_hit off) or a KV connector's synchronous
+        hit of every token (nothing caps it, scheduler.py:1170)."""
+        return (bool(self.num_spec_tokens) or (self.prefix_caching and not self.cap_prefix_hit)
+                or self.kv_connector)
 
     @staticmethod
     def from_config(cfg: Config) -> RuleConfig:
@@ -150,6 +157,8 @@ class RuleConfig:
             threshold_skips_padding=cfg.rules.threshold_skips_padding,
             preemption_gate=cfg.rules.preemption_gate, victim_latest=cfg.rules.victim_latest,
             victim_reindex=cfg.rules.priority_victim_reindex,
+            kv_connector=cfg.kv_connector,
+            kv_recompute=cfg.kv_connector and cfg.kv_load_failure_policy == "recompute",
             **_kv_fields(cfg),
         ))
 
@@ -206,6 +215,26 @@ class SlotState:
     # With sliding-window groups: per group, the blocks at the table's head freed as the
     # window moved (replaced by the null block); `blocks` is then the tables' length.
     nulled: tuple[object, ...] = ()
+    # With a KV connector: one KVSlot (an empty tuple otherwise).
+    kv: tuple[KVSlot, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class KVSlot:
+    """A slot's KV-connector state between two steps (model/vllm/connector.py):
+    `holding` in kv_holding_waiting (scheduler.py:227, drained first, 913-917) with
+    `hold_key` its FCFS order there; `loading` its asynchronous load runs (the worker has
+    not reported it); `recved` reported and not yet taken up (finished_recving, S:247),
+    `failed` reported failed under the policy "recompute" (failed_recving, S:248);
+    `inflight` in _inflight_prefills (S:434: an async load, or a chunk short of the
+    prompt), whose remaining blocks an async load must leave free (S:3088-3092)."""
+
+    holding: object = False
+    hold_key: object = 0
+    loading: object = False
+    recved: object = False
+    failed: object = False
+    inflight: object = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +298,8 @@ class SchedState:
     next_cached_at: object = 0
     # The engine reached one of its assertions (scheduler.py:1372 or 1170): it is dead.
     crashed: object = False
+    # With a KV connector: (the next kv_holding_waiting key,); empty otherwise.
+    kv: tuple[object, ...] = ()
 
     @staticmethod
     def initial(num_slots: int, cfg: RuleConfig) -> SchedState:
@@ -278,9 +309,10 @@ class SchedState:
         slot = SlotState(table=(0,) * (cfg.table_len if exact else 0),
                          in_flight=(InFlight(),) if cfg.async_scheduling else (),
                          drafts=(Drafts(),) if cfg.num_spec_tokens else (),
-                         nulled=(0,) * len(cfg.kv_windows))
+                         nulled=(0,) * len(cfg.kv_windows),
+                         kv=(KVSlot(),) if cfg.kv_connector else ())
         return SchedState(slots=tuple(slot for _ in range(num_slots)),
-                          free_blocks=cfg.usable_blocks,
+                          free_blocks=cfg.usable_blocks, kv=(0,) if cfg.kv_connector else (),
                           pool=tuple(PoolBlock() for _ in range(cfg.pool_blocks if exact else 0)))
 
 
