@@ -21,16 +21,27 @@ def iter_records(workload: Workload) -> Iterator[tuple[ReferenceScheduler, StepR
     scheduler = get(workload.engine).scheduler(workload.config)
     arrivals, eos = workload.arrivals_by_step(), workload.eos_ids_by_step()
     accepted = workload.accepted_by_step()
+    kv_loads = workload.kv_loads_by_step()
+    if workload.kv_hits or workload.kv_loads:
+        # A KV connector's environment (vLLM's, model/vllm/connector.py): its answers
+        # for the requests, and each step's load reports passed to that step.
+        connector = getattr(scheduler, "connector", None)
+        if connector is None:
+            raise InputError("the workload gives kv_hits or kv_loads and its config runs no "
+                             "KV connector; set kv_connector or drop them")
+        connector.hits.update({hit.id: hit for hit in workload.kv_hits})
     for step in range(1, workload.steps + 1):
         for spec in arrivals.get(step, ()):
             scheduler.add_request(spec)
+        loads = {"kv_loads": kv_loads[step]} if step in kv_loads else {}
         if step in accepted and getattr(scheduler, "takes_accepted", False):
             # speculative decoding's verify outcomes, for a reference that reads them here
             # (SGLang's EAGLE; vLLM's reference is driven by its own iter_steps)
             yield scheduler, scheduler.step(eos.get(step, frozenset()),
                                             accepted=accepted[step])  # type: ignore[call-arg]
         else:
-            yield scheduler, scheduler.step(eos.get(step, frozenset()))
+            yield scheduler, scheduler.step(eos.get(step, frozenset()),
+                                            **loads)  # type: ignore[call-arg]
 
 
 def simulate(workload: Workload) -> tuple[StepRecord, ...]:

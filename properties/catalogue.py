@@ -280,7 +280,7 @@ _FACTORIES: dict[str, Callable[..., Property]] = {
 # Modules with engine-specific or hazard properties; each defines PROPERTIES (a tuple of
 # Property) and may define FACTORIES (name -> factory taking the parameters).
 EXTRA_MODULES = ("properties.hazards", "properties.sglang", "properties.mistralrs",
-                 "properties.baselines")
+                 "properties.baselines", "properties.connector")
 
 
 def _extras() -> tuple[tuple[Property, ...], dict[str, Callable[..., Property]]]:

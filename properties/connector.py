@@ -1,7 +1,7 @@
-"""KV connector properties, read from the reference's records (model/vllm/connector.py).
-
-The symbolic rules have no connector yet (model/vllm/rules.py), so these are checked on the
-records a run produces, as the conformance harness reads them, not over Ops: a request
+"""KV connector properties, read from the reference's records (model/vllm/connector.py),
+and two of them over Ops for the methods (the end of this module; the symbolic rules'
+connector is model/vllm/connector_rules.py). On the records, as the conformance harness
+reads them: a request
 waiting for its asynchronous KV load is one listed waiting with computed tokens that it
 was never scheduled (scheduler.py:1320-1341 sets them before the load), and it holds the
 blocks of those tokens (one full-attention group).
@@ -30,7 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from model.core.types import StepRecord, Workload
+from model.core.ops import Bool, Ops
+from model.core.types import Step, StepRecord, Workload
+from properties.catalogue import Property
 
 
 def loading_ids(records: Sequence[StepRecord]) -> list[set[str]]:
@@ -96,3 +98,55 @@ def never_admitted_after_load(records: Sequence[StepRecord]) -> str | None:
         for rid in (*rec.admitted, *rec.resumed, *(r for r, _ in rec.finished)):
             started.pop(rid, None)
     return min(started, key=lambda rid: (started[rid], rid)) if started else None
+
+
+# --- over Ops, for the methods (model/vllm/rules.py has the connector; connector_rules.py)
+
+
+def _load_admission_scheduled(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+    """A request admitted (or resumed) after its KV load, with the tokens it loaded
+    computed, is scheduled at least one token: a load of every token is cut one short
+    (scheduler.py:3171-3172), so `assert num_new_tokens > 0` (1170) never fails after a
+    load."""
+    return _all(ops, [ops.implies(ops.and_(ops.or_(o.admitted, o.resumed),
+                                           o.num_computed_tokens_before > 0), o.scheduled > 0)
+                      for o in steps[t].slots])
+
+
+def _blocked_after_load(ops: Ops, s: Step, i: int) -> Bool:
+    """Slot i is listed waiting after the step's schedule with computed tokens it was not
+    scheduled with: waiting for its KV load, or back from it and not admitted."""
+    o = s.slots[i]
+    return ops.and_(o.waiting_after, o.num_computed_tokens > 0, o.scheduled == 0)
+
+
+def make_never_admitted_after_load(k: int) -> Property:
+    """No request stays blocked on its KV load (waiting with the tokens it loads, never
+    scheduled) for k steps in a row: the bounded reading of "a request blocked on a load
+    forever". With loads the environment may never report it fails for every k: the load
+    holds its request WAITING_FOR_REMOTE_KVS until finished_recving names it
+    (scheduler.py:929-932, 3175-3193; no time-out in the scheduler)."""
+    def holds(ops: Ops, steps: Sequence[Step], t: int) -> Bool:
+        if t < k - 1:
+            return True
+        return ops.not_(_any(ops, [
+            _all(ops, [_blocked_after_load(ops, steps[u], i) for u in range(t - k + 1, t + 1)])
+            for i in range(len(steps[t].slots))]))
+    return Property("never_admitted_after_load", "window",
+                    f"no request stays blocked on its KV load for {k} steps in a row", holds,
+                    window=k, params=(("k", k),))
+
+
+def _all(ops: Ops, xs: Sequence[Bool]) -> Bool:
+    return ops.and_(*xs) if xs else True
+
+
+def _any(ops: Ops, xs: Sequence[Bool]) -> Bool:
+    return ops.or_(*xs) if xs else False
+
+
+PROPERTIES: tuple[Property, ...] = (
+    Property("zero_tokens_after_load", "step", _load_admission_scheduled.__doc__ or "",
+             _load_admission_scheduled),
+)
+FACTORIES = {"never_admitted_after_load": make_never_admitted_after_load}

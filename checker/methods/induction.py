@@ -99,6 +99,16 @@ def _transition(engine: EngineModel, cfg: Any, specs: tuple[SlotSpec, ...], s: A
                      for i in range(len(specs)))
         defs += [c for a, d in spec for c in (a >= 0, a <= k, d >= 0, d <= k)]
         choices["spec"] = spec
+    if getattr(cfg, "kv_connector", False):
+        # A KV connector's hits and load reports, any in each step (a hit fixed per
+        # request is one of them: the relation over-approximates, so a proof stands).
+        hits = tuple((z3.Int(f"{tag}.kv_hit{i}"), z3.Bool(f"{tag}.kv_async{i}"))
+                     for i in range(len(specs)))
+        defs += [c for (n, _), sp in zip(hits, specs, strict=True)
+                 for c in (n >= 0, n <= sp.prompt_len)]
+        choices["kv"] = (hits, tuple((z3.Bool(f"{tag}.kv_report{i}"),
+                                      z3.Bool(f"{tag}.kv_failed{i}"))
+                                     for i in range(len(specs))))
     nxt, observed = engine.step(ops, cfg, specs, s, eos, **choices)  # type: ignore[call-arg]
     defs += ops.take_definitions()
     defs += _complement_lemmas(ops.ites)

@@ -7,7 +7,9 @@
     cached_prefix_len, prefix_group, shared_prefix_len; then the ranged config fields in
     the engine's `ranged_fields` order; then the EOS choices, step by step and slot by
     slot, false before true; with speculative decoding, then the accepted drafts and the
-    drafts not proposed, step by step and slot by slot).
+    drafts not proposed, step by step and slot by slot; with a KV connector, then each
+    slot's hit tokens and async flag, then the load reports and their failures, step by
+    step and slot by slot, false before true).
 
 Every free choice of the run is in that vector, so the minimum is one run: the same
 question gives the same file.
@@ -23,7 +25,15 @@ import z3
 
 from checker.methods.symbolic import Z3_SEED, Unrolling, present
 from model.core.ops import Bool
-from model.core.types import AcceptEvent, DraftEvent, EosEvent, RequestSpec, Workload
+from model.core.types import (
+    AcceptEvent,
+    DraftEvent,
+    EosEvent,
+    ExternalHit,
+    KVLoadEvent,
+    RequestSpec,
+    Workload,
+)
 
 
 def objectives(u: Unrolling) -> list[z3.ArithRef]:
@@ -40,6 +50,10 @@ def objectives(u: Unrolling) -> list[z3.ArithRef]:
     k = getattr(u.cfg, "num_spec_tokens", 0)
     for choices in u.spec:
         objs += [a for a, _ in choices] + [k - d for _, d in choices]
+    for tokens, load_async in u.kv_hits:
+        objs += [tokens, z3.If(load_async, 1, 0)]
+    for reports in u.kv_reports:
+        objs += [z3.If(b, 1, 0) for pair in reports for b in pair]
     return objs
 
 
@@ -151,8 +165,33 @@ def workload_of(u: Unrolling, model: z3.ModelRef, base: Any, depth: int) -> Work
             if z3.is_true(model.eval(z3.And(e, obs.sampled), model_completion=True)):
                 eos.append(EosEvent(id=f"r{i}", step=t + 1))
     accepted, drafts = _spec_events(u, model)
+    hits, loads = _kv_events(u, model)
     return Workload(config=cfg, requests=tuple(requests), eos=tuple(eos), steps=depth,
-                    engine=u.engine.name, accepted=accepted, drafts=drafts)
+                    engine=u.engine.name, accepted=accepted, drafts=drafts, kv_hits=hits,
+                    kv_loads=loads)
+
+
+def _kv_events(u: Unrolling, model: z3.ModelRef
+               ) -> tuple[tuple[ExternalHit, ...], tuple[KVLoadEvent, ...]]:
+    """A KV connector's choices in a model: each used slot's hit of 1+ tokens, and each
+    load report of a used slot (one for a request with no load in flight does nothing)."""
+    if not u.kv_hits:
+        return (), ()
+    hits = []
+    for i, ((tokens, load_async), spec) in enumerate(zip(u.kv_hits, u.specs, strict=True)):
+        count = _int(model, tokens)
+        if count and _int(model, spec.arrival_step):
+            hits.append(ExternalHit(id=f"r{i}", tokens=count,
+                                    load_async=z3.is_true(model.eval(load_async,
+                                                                     model_completion=True))))
+    loads = []
+    for t, reports in enumerate(u.kv_reports):
+        for i, (report, failed) in enumerate(reports):
+            if z3.is_true(model.eval(z3.And(report, u.specs[i].arrival_step > 0),
+                                     model_completion=True)):
+                loads.append(KVLoadEvent(id=f"r{i}", step=t + 1, failed=z3.is_true(
+                    model.eval(failed, model_completion=True))))
+    return tuple(hits), tuple(loads)
 
 
 def _int(model: z3.ModelRef, x: object) -> int:

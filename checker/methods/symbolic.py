@@ -116,6 +116,11 @@ class Unrolling:
     steps: list[Step] = field(default_factory=list)
     constraints: list[Bool] = field(default_factory=list)
     eos_allowed: bool = True  # False (Bounds.no_eos): every step's EOS choices are false
+    # A KV connector (a rule config with `kv_connector`): per slot the connector's answer
+    # (hit tokens, async), fixed for the run, and per step and slot the worker's load
+    # report (reported, failed); empty without one.
+    kv_hits: tuple[tuple[z3.ArithRef, z3.BoolRef], ...] = ()
+    kv_reports: list[tuple[tuple[z3.BoolRef, z3.BoolRef], ...]] = field(default_factory=list)
 
 
 def family_config(family: Family) -> tuple[Any, dict[str, z3.ArithRef], list[Bool]]:
@@ -286,8 +291,23 @@ def new_unrolling(family: Family, bounds: Bounds) -> Unrolling:
                                    bounds.max_prompt_len + bounds.max_max_tokens)
     specs, spec_cons = slot_specs(bounds.slots, cfg, bounds)
     init = engine.initial_state(bounds.slots, cfg)
+    hits, hit_cons = connector_hits(cfg, specs)
     return Unrolling(engine=engine, cfg=cfg, cfg_vars=cfg_vars, specs=specs, states=[init],
-                     constraints=cons + spec_cons, eos_allowed=not bounds.no_eos)
+                     constraints=cons + spec_cons + hit_cons, eos_allowed=not bounds.no_eos,
+                     kv_hits=hits)
+
+
+def connector_hits(cfg: Any, specs: Sequence[SlotSpec]
+                   ) -> tuple[tuple[tuple[z3.ArithRef, z3.BoolRef], ...], list[Bool]]:
+    """With a KV connector (a rule config with `kv_connector`), each slot's external hit:
+    0..prompt_len tokens, loaded asynchronously or not; none otherwise."""
+    if not getattr(cfg, "kv_connector", False):
+        return (), []
+    hits = tuple((z3.Int(f"r{i}.kv_hit"), z3.Bool(f"r{i}.kv_async"))
+                 for i in range(len(specs)))
+    cons = [c for (tokens, _), spec in zip(hits, specs, strict=True)
+            for c in (tokens >= 0, tokens <= spec.prompt_len)]
+    return hits, cons
 
 
 def extend(u: Unrolling) -> list[Bool]:
@@ -305,6 +325,11 @@ def extend(u: Unrolling) -> list[Bool]:
         choices["spec"] = spec
         u.spec.append(spec)
     choices.update(choice_kwargs(u.cfg, u.specs, f"pool{t + 1}"))
+    if u.kv_hits:  # the worker's load reports of this step's output
+        reports = tuple((z3.Bool(f"kv{t + 1}.{i}.report"), z3.Bool(f"kv{t + 1}.{i}.failed"))
+                        for i in range(len(u.specs)))
+        choices["kv"] = (u.kv_hits, reports)
+        u.kv_reports.append(reports)
     nxt, observed = u.engine.step(ops, u.cfg, u.specs, u.states[-1], eos,
                                   **choices)  # type: ignore[call-arg]
     fresh = fresh_state(f"s{t + 1}", u.states[0], t + 1)

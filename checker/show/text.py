@@ -97,6 +97,11 @@ def requests_table(workload: Workload) -> str:
               for e in workload.accepted]
     lines += [f"  drafts: {e.count} proposed for {e.id} after step {e.step}"
               for e in workload.drafts]
+    lines += [f"  kv hit: {h.tokens} token(s) of {h.id}, loaded "
+              + ("asynchronously" if h.load_async else "within the step")
+              for h in workload.kv_hits]
+    lines += [f"  kv load: {e.id}'s reported {'failed' if e.failed else 'finished'} at step "
+              f"{e.step}" for e in workload.kv_loads]
     return "\n".join(lines) + "\n"
 
 

@@ -57,6 +57,10 @@ class KVChoices:
     reports: tuple[KVReport, ...]
 
 
+#: The step's connector input: KVChoices, or the same as plain pairs.
+KVInput = KVChoices | tuple[Sequence[tuple[object, object]], Sequence[tuple[object, object]]]
+
+
 @dataclass(slots=True)
 class KVWork:
     """Mutable scratch of one step's connector state per slot (a fold accumulator)."""
@@ -72,11 +76,17 @@ class KVWork:
     reports: tuple[KVReport, ...]
 
     @staticmethod
-    def of(state: SchedState, choices: KVChoices | None) -> KVWork:
-        """The scratch at the start of a step (no choices: no hits, no reports)."""
+    def of(state: SchedState, choices: KVInput | None) -> KVWork:
+        """The scratch at the start of a step (no choices: no hits, no reports). The
+        choices may come as plain pairs: ((tokens, load_async) per slot, (report, failed)
+        per slot), as the symbolic unrolling gives them."""
         n = len(state.slots)
         if choices is None:
             choices = KVChoices((KVHit(),) * n, (KVReport(),) * n)
+        elif not isinstance(choices, KVChoices):
+            hits, reports = choices
+            choices = KVChoices(tuple(KVHit(*h) for h in hits),
+                                tuple(KVReport(*r) for r in reports))
         kv = [s.kv[0] for s in state.slots]
         return KVWork(holding=[k.holding for k in kv], hold_key=[k.hold_key for k in kv],
                       loading=[k.loading for k in kv], recved=[k.recved for k in kv],

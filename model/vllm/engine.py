@@ -252,6 +252,9 @@ def same_behaviour(ops: Ops, a: SchedState, b: SchedState) -> Bool:
                 "placeholders", "tokens", "stale", "prefill_chunk", "pending_tokens",
                 "pending_sample", "pending_eos", "pending_rank", "pending_spec",
                 "pending_accepted")]
+        for f, g in zip(x.kv, y.kv, strict=True):  # a KV connector: where its load stands
+            cons += [getattr(f, k) == getattr(g, k) for k in (
+                "holding", "loading", "recved", "failed", "inflight")]
     for p, q in zip(a.pool, b.pool, strict=True):
         cons += [p.ref_cnt == q.ref_cnt, p.block_hash == q.block_hash]
     # Queue and cache order keys matter only relative to each other.
@@ -276,6 +279,10 @@ def same_behaviour(ops: Ops, a: SchedState, b: SchedState) -> Bool:
                                     (x.run_key < y.run_key) == (u.run_key < v.run_key)))
             cons.append(ops.implies(both_waiting,
                                     (x.wait_key < y.wait_key) == (u.wait_key < v.wait_key)))
+            if x.kv:  # kv_holding_waiting's order
+                both_holding = ops.and_(x.kv[0].holding, y.kv[0].holding)
+                cons.append(ops.implies(both_holding, (x.kv[0].hold_key < y.kv[0].hold_key)
+                                        == (u.kv[0].hold_key < v.kv[0].hold_key)))
     return ops.and_(*cons)
 
 
@@ -303,6 +310,11 @@ RULES_TABLE: tuple[tuple[str, str, str], ...] = (
     (f"{_S}:2026-2295", "VllmV1Scheduler._update_from_output", "_update"),
     ("vllm/v1/core/sched/utils.py:98-119", "VllmV1Scheduler._check_stop", "_update"),
     (f"{_S}:2714-2749", "VllmV1Scheduler._free_request", "_update"),
+    # A KV connector (model/vllm/connector_rules.py)
+    (f"{_S}:912-1395", "VllmV1Scheduler._admit_waiting", "_waiting_loop_kv"),
+    (f"{_S}:3123-3193", "VllmV1Scheduler._ready_to_schedule", "_waiting_loop_kv"),
+    (f"{_S}:3088-3092", "VllmV1Scheduler._inflight_reserved_blocks", "_waiting_loop_kv"),
+    (f"{_S}:2306-2330", "VllmV1Scheduler._update_from_kv_output", "_update"),
 )  # older releases' lines: _SWITCH_EVIDENCE below (this table is 0.32.0's, file:line only)
 
 

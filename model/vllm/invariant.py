@@ -48,7 +48,10 @@ MAX_PROVED_POOL = 4
 def covers(cfg: RuleConfig) -> bool:
     """The invariant's proof is within reach on this rule config: no prefix cache, or a
     pool of at most MAX_PROVED_POOL blocks (its pool facts are of the exact pool, not the
-    counted one of model/vllm/abstract_cache.py)."""
+    counted one of model/vllm/abstract_cache.py). Not with a KV connector: its facts say
+    nothing of a load's blocks or of WAITING_FOR_REMOTE_KVS."""
+    if cfg.kv_connector:
+        return False
     if cfg.abstract_cache:  # the counted pool's facts (`_counted`) are of every size
         return True
     return not cfg.prefix_caching or cfg.pool_blocks <= MAX_PROVED_POOL
@@ -61,6 +64,8 @@ MAX_QUICK_POOL = 3
 
 def quick(cfg: RuleConfig) -> bool:
     """The invariant's proof on this rule config takes seconds, not minutes."""
+    if cfg.kv_connector:  # not described (`covers`): nothing to prove
+        return False
     return not cfg.prefix_caching or cfg.abstract_cache or cfg.pool_blocks <= MAX_QUICK_POOL
 
 

@@ -26,7 +26,7 @@ from model.core.types import SlotObs, SlotSpec, Step
 from model.vllm import abstract_cache, cache_rules, connector_rules
 from model.vllm.abstract_cache import CountWork, PoolChoice
 from model.vllm.cache_rules import CacheWork
-from model.vllm.connector_rules import KVChoices, KVWork
+from model.vllm.connector_rules import KVInput, KVWork
 from model.vllm.state import (
     ABSENT,
     FINISHED,
@@ -610,7 +610,7 @@ def _padding(ops: Ops, cfg: RuleConfig, w: _Work, lacks: Int, computed: Int,
 def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState,
          eos: Sequence[Bool], spec: Sequence[tuple[Int, Int]] | None = None,
          pool: Sequence[Sequence[Int]] | None = None,
-         kv: KVChoices | None = None) -> tuple[SchedState, Step]:
+         kv: KVInput | None = None) -> tuple[SchedState, Step]:
     """One engine step: arrivals, `schedule()`, then `update_from_output()` with the
     environment's EOS choices (`eos[i]` matters only if slot i samples a token) and, with
     speculative decoding, `spec[i]` = (drafts accepted, drafts proposed for the next step):

@@ -789,9 +789,15 @@ ONE_KV_GROUP = Premise(
     "group's blocks; with sliding-window or Mamba groups, Config.kv_cache_groups, k-induction "
     "and the bounded search decide)",
     lambda f: not f.base.hybrid_kv)
+NO_KV_CONNECTOR = Premise(
+    "no_kv_connector",
+    "no KV connector (the loop bodies proved have no WAITING_FOR_REMOTE_KVS request holding "
+    "blocks while it waits, scheduler.py:1320-1341; with one, Config.kv_connector, "
+    "k-induction and the bounded search decide)",
+    lambda f: not f.base.kv_connector)
 #: The premises of every loop proof: the loop bodies proved are 0.32.0's without drafts,
-#: over one full-attention KV cache group.
-LOOP_BODIES = (WITHOUT_DRAFTS, PRIORITY_VICTIM_REINDEX, ONE_KV_GROUP)
+#: over one full-attention KV cache group, without a KV connector.
+LOOP_BODIES = (WITHOUT_DRAFTS, PRIORITY_VICTIM_REINDEX, ONE_KV_GROUP, NO_KV_CONNECTOR)
 PREEMPTION_GATE = Premise(
     "preemption_gate_on", "the rule 'no admission in a step that preempted' "
     "(scheduler.py:900) is not switched off (rules.preemption_gate)",
@@ -806,11 +812,11 @@ THEOREMS: dict[str, Theorem] = {
     # No premise: the proof ranges over every budget B >= 1 (the token budget, whichever
     # field sets it), every input budget and threshold, and every mix of running requests.
     "decodes_exhaust_budget": Theorem(decodes_exhaust_budget_unbounded,
-                                      (PRIORITY_VICTIM_REINDEX, ONE_KV_GROUP),
+                                      (PRIORITY_VICTIM_REINDEX, ONE_KV_GROUP, NO_KV_CONNECTOR),
                                       states="53f1ed6e962fa60b"),
     "exhausting_decodes_fill_max_num_seqs": Theorem(
-        exhausting_decodes_fill_max_num_seqs_unbounded, (BUDGET_COVERS_SEATS,
-                                                         ACTIVE_WITHIN_SEATS, ONE_KV_GROUP),
+        exhausting_decodes_fill_max_num_seqs_unbounded,
+        (BUDGET_COVERS_SEATS, ACTIVE_WITHIN_SEATS, ONE_KV_GROUP, NO_KV_CONNECTOR),
         states="fdb1d19823172fef"),
     # For every number of requests (loop invariants; docs/parameterised_proofs.md).
     "budget_respected": Theorem(budget_respected_unbounded,
@@ -827,7 +833,7 @@ THEOREMS: dict[str, Theorem] = {
                                              states="4801bd76f453ed0c"),
     "computed_within_tokens": Theorem(computed_within_tokens_unbounded,
                                       (SYNC_WITHOUT_DRAFTS, PRIORITY_VICTIM_REINDEX,
-                                       PREEMPTION_GATE, ONE_KV_GROUP),
+                                       PREEMPTION_GATE, ONE_KV_GROUP, NO_KV_CONNECTOR),
                                       states="62fbe5613fdb2e41"),
     "whole_prompt_without_chunking": Theorem(whole_prompt_without_chunking_unbounded,
                                              (*LOOP_BODIES, NO_THRESHOLD_WITHOUT_CHUNKING),
