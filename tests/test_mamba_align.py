@@ -86,3 +86,22 @@ def test_one_block_more_or_synchronous_scheduling_finishes():
     assert [r.step for r in bigger if r.finished] == [6]
     sync = run_real_vllm(_witness(7, async_scheduling=False))
     assert any(r.finished for r in sync)
+
+
+def test_config_stays_unknown_in_align_mode_and_names_the_real_schedulers_livelock(capsys):
+    from checker.cli.main import main
+
+    code = main(["config", "--max-model-len", "12", "--max-num-batched-tokens", "4",
+                 "--max-num-seqs", "1", "--block-size", "4", "--num-gpu-blocks", "7",
+                 "--device", "h100", "--speculative-config",
+                 '{"method": "eagle", "model": "x/eagle", "num_speculative_tokens": 1}',
+                 "--model-kind", "hybrid-mamba", "--mamba-layers", "1",
+                 "--full-attention-layers", "1", "--hazard", "self_preemption"])
+    out = capsys.readouterr().out
+    # vllm serve's defaults on a GPU: prefix caching (so align mode) and async scheduling
+    assert "enable_prefix_caching                     on" in out
+    assert "async_scheduling                          on" in out
+    assert code == 3 and "[UNKNOWN] self_preemption" in out, out
+    assert "[PROVED absent] self_preemption" not in out
+    assert "livelocks a lone request at a pool its startup check accepts " \
+           "(tests/test_mamba_align.py)" in out
