@@ -105,3 +105,41 @@ def test_config_stays_unknown_in_align_mode_and_names_the_real_schedulers_livelo
     assert "[PROVED absent] self_preemption" not in out
     assert "livelocks a lone request at a pool its startup check accepts " \
            "(tests/test_mamba_align.py)" in out
+
+
+def _vllm_starts(num_gpu_blocks: int) -> bool:
+    """vLLM's own startup check (get_kv_cache_configs, num_gpu_blocks_override) on the
+    witness's layers: one full-attention layer, one Mamba layer in align mode with one
+    speculative block, the Mamba page padded to the attention page."""
+    import torch
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
+
+    from checker.conformance.vllm_real import _vllm_config
+    from model.vllm.config import Config
+
+    vc = _vllm_config(Config(max_num_batched_tokens=4, max_num_seqs=1, max_model_len=12,
+                             block_size=4, num_gpu_blocks=num_gpu_blocks))
+    vc.cache_config.kv_cache_layout = "LBHNC"
+    vc.cache_config.num_gpu_blocks_override = num_gpu_blocks
+    vc.cache_config.mamba_cache_mode = "align"
+    full = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=8, dtype=torch.float16)
+    mamba = MambaSpec(block_size=4, shapes=((4,),), dtypes=(torch.float16,),
+                      page_size_padded=full.page_size_bytes, mamba_cache_mode="align",
+                      num_speculative_blocks=1)
+    try:
+        get_kv_cache_configs(vc, [{"model.layers.0.attn": full,
+                                   "model.layers.1.mixer": mamba}], [10**12])
+    except ValueError:
+        return False
+    finally:
+        vc.cache_config.mamba_cache_mode = "none"  # the cached config is shared
+        vc.cache_config.num_gpu_blocks_override = None
+    return True
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_vllm_starts_the_witness_pool_and_refuses_one_block_less():
+    assert _vllm_starts(7)
+    assert not _vllm_starts(6)
