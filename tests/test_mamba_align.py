@@ -143,3 +143,16 @@ def _vllm_starts(num_gpu_blocks: int) -> bool:
 def test_vllm_starts_the_witness_pool_and_refuses_one_block_less():
     assert _vllm_starts(7)
     assert not _vllm_starts(6)
+
+
+def test_check_refuses_align_mode_in_one_line_naming_the_livelock(capsys):
+    from checker.cli.main import main
+
+    code = main(["check", "--property", "never_finishes", "--max-model-len", "12",
+                 "--max-num-batched-tokens", "4", "--max-num-seqs", "1", "--block-size", "4",
+                 "--num-gpu-blocks", "7", "--model-kind", "hybrid-mamba", "--mamba-layers",
+                 "1", "--full-attention-layers", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "align mode, where vLLM's real Scheduler can livelock a lone request" in err
+    assert "--no-enable-prefix-caching" in err
