@@ -509,3 +509,21 @@ def test_a_job_run_alone_is_unknown_outside_its_statement_too():
     job = Job("vllm-v1", "no_spurious_preemption", (), nc, None, 60, method="bmc")
     v = run(job).verdict
     assert v.verdict == "UNKNOWN" and "outside the property" in v.detail, v
+
+
+def test_config_does_not_witness_head_of_line_by_one_group_s_count_on_a_hybrid_model(capsys):
+    # "Fits" in head_of_line_blocking is cdiv(tokens, block_size) of one full-attention
+    # table; with 3 Mamba groups a request needs 3 more blocks, so a witness by that count
+    # may show a request that does not fit: UNKNOWN with the reason, not WITNESSED.
+    line = ("config", "--max-model-len", "64", "--max-num-batched-tokens", "32",
+            "--max-num-seqs", "2", "--block-size", "16", "--num-gpu-blocks", "12",
+            "--device", "h100", "--no-enable-prefix-caching", "--hazard", "head_of_line")
+    code, out, err = run(capsys, *line, "--model-kind", "hybrid-mamba",
+                         "--full-attention-layers", "1", "--mamba-layers", "3")
+    assert "[UNKNOWN] head_of_line" in out, out
+    assert "outside the property: head_of_line_blocking counts a request's blocks" in out
+    assert code == 3
+    # One full-attention group on a pool that two requests outgrow: searched and witnessed.
+    small = [a if a != "12" else "6" for a in line]
+    code, out, err = run(capsys, *small, "--model-kind", "full")
+    assert "[WITNESSED] head_of_line" in out, out

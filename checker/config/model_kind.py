@@ -144,7 +144,12 @@ class ModelKind:
             "v1/core/single_type_kv_cache_manager.py (MambaManager)",
             "Mamba layers hold state blocks (1 + k with speculative decoding, more in "
             "align mode) beside the full-attention groups; admission and preemption count "
-            "every group's blocks")
+            "every group's blocks; in align mode the state of two steps back is freed only "
+            "once the processed tokens pass it (v1/core/single_type_kv_cache_manager.py:"
+            "1613-1641, kv_cache_manager.py:546-558), so under async scheduling with a "
+            "speculative method vLLM's real Scheduler livelocks a lone request at a pool its "
+            "startup check accepts (tests/test_mamba_align.py), which the model does not "
+            "replay")
 
     def to_json(self) -> dict[str, object]:
         """The `--json` object."""

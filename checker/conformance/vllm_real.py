@@ -6,7 +6,8 @@ Set-up (recipe: shared/reference/vllm_v1_rules.md, Part 2). A `VllmConfig` with
 weights, no tokenizer, `HF_HUB_OFFLINE=1`), a fake `KVCacheConfig` with
 `num_blocks = cfg.num_gpu_blocks` and one full-attention group of `cfg.block_size` (or,
 with `cfg.kv_cache_groups`, one group per entry: FullAttentionSpec, SlidingWindowSpec,
-MambaSpec in mode "none", every page the same size; `_new_hybrid_scheduler`), and fake
+MambaSpec in mode "none", or "align" with prefix caching, every page the same size;
+`_new_hybrid_scheduler`), and fake
 model outputs. With several groups `extra` holds `blocks_held`, {id: real blocks over every
 group} for each running request, and `group_blocks`, {id: (real blocks per group)}, read
 right after `schedule()` (the null blocks a sliding window leaves are not counted). vLLM
@@ -450,21 +451,32 @@ def new_scheduler(cfg: Config) -> Any:
     return sched
 
 
+def mamba_align(cfg: Config) -> bool:
+    """Whether a Mamba group of `cfg` runs mamba_cache_mode "align": vLLM switches a Mamba
+    model's mode from "none" to "align" when prefix caching is on
+    (model_executor/models/config.py:685-701)."""
+    return cfg.enable_prefix_caching and any(g.kind == GROUP_MAMBA for g in cfg.kv_cache_groups)
+
+
 def _group_spec(v: SimpleNamespace, cfg: Config, group: KvGroup) -> Any:
     """The KVCacheSpec of one group, every page the same size (a full-attention page of
     one head of size 1 in float32; the Mamba state padded to it, as vLLM pads a Mamba page
     to the attention page, v1/core/kv_cache_utils.py:1292-1355). A Mamba group runs mode
     "none": its block size is max_model_len (model_executor/models/config.py:705-709) and
-    it has k speculative blocks (model_executor/layers/mamba/abstract.py:76-82)."""
+    it has k speculative blocks (model_executor/layers/mamba/abstract.py:76-82). With prefix
+    caching it runs "align" (`mamba_align`): its block size is the attention block size
+    (config.py:696-701), no Mamba2 prefill checkpoint block (a mixer without one)."""
     attention = {"block_size": cfg.block_size, "num_kv_heads": 1, "head_size": 1,
                  "dtype": v.torch.float32}
     if group.kind == GROUP_SLIDING:
         return v.SlidingWindowSpec(**attention, sliding_window=group.sliding_window)
     if group.kind == GROUP_MAMBA:
         page = v.FullAttentionSpec(**attention).page_size_bytes
+        align = mamba_align(cfg)
         return v.MambaSpec(shapes=((1,),), dtypes=(v.torch.float32,),
-                           block_size=cfg.max_model_len, page_size_padded=page,
-                           mamba_cache_mode="none",
+                           block_size=cfg.block_size if align else cfg.max_model_len,
+                           page_size_padded=page,
+                           mamba_cache_mode="align" if align else "none",
                            num_speculative_blocks=cfg.num_spec_tokens)
     return v.FullAttentionSpec(**attention)
 
@@ -475,6 +487,12 @@ def _new_hybrid_scheduler(v: SimpleNamespace, cfg: Config, vllm_config: Any) -> 
     Under async the sliding-window managers' admission cap is the one of two batches in flight
     (config/vllm.py:576-599): the VllmConfig here is the synchronous one (module
     docstring), which would give one."""
+    if mamba_align(cfg):
+        # The stub model is not a Mamba model, so MambaModelConfig's switch to align mode
+        # (model_executor/models/config.py:685-701) is made here; the scheduler reads the
+        # mode from the cache config (scheduler.py:377-379: block-aligned prefill chunks).
+        vllm_config.cache_config.mamba_cache_mode = "align"
+        vllm_config.cache_config.mamba_block_size = cfg.block_size
     groups = [v.KVCacheGroupSpec([f"layer{i}"], _group_spec(v, cfg, g))
               for i, g in enumerate(cfg.kv_cache_groups)]
     kv_cache_config = v.KVCacheConfig(num_blocks=cfg.num_gpu_blocks, kv_cache_tensors=[],
@@ -482,11 +500,20 @@ def _new_hybrid_scheduler(v: SimpleNamespace, cfg: Config, vllm_config: Any) -> 
     # Several groups without prefix caching: the LCM of their block sizes, as
     # resolve_kv_cache_block_sizes gives it (kv_cache_utils.py:848-861); for one group (a
     # model of Mamba layers only) that group's block size, which the coordinator asserts
-    # the scheduler block size is a multiple of (kv_cache_coordinator.py:112-115).
+    # the scheduler block size is a multiple of (kv_cache_coordinator.py:112-115). With
+    # prefix caching (align mode) the hash block size is that function's own answer.
     block_size = math.lcm(*(g.kv_cache_spec.block_size for g in groups))
+    hash_block_size = block_size
+    if cfg.enable_prefix_caching:  # groups are modelled at 0.32.0 only, which has it
+        from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
+
+        block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config,
+                                                                   vllm_config)
     cls = v.AsyncScheduler if cfg.async_scheduling else v.Scheduler
     sched = cls(vllm_config, kv_cache_config, v.StructuredOutputManager(vllm_config),
-                block_size=block_size, hash_block_size=block_size)
+                block_size=block_size, hash_block_size=hash_block_size)
+    if mamba_align(cfg) and not sched.need_mamba_block_aligned_split:
+        raise RuntimeError("vLLM did not take the Mamba groups into align mode")
     for group, manager in zip(cfg.kv_cache_groups, managers(sched), strict=True):
         if group.kind == GROUP_SLIDING:
             manager.max_admission_blocks_per_request = \

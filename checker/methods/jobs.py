@@ -164,7 +164,10 @@ def run_batch(jobs: list[Job]) -> list[JobResult]:
 #: (cdiv(tokens, block_size)): on a config with KV cache groups (Mamba state blocks,
 #: sliding windows) that count is not the engine's need, so a verdict would be about
 #: another engine. The rules and the reference run the groups; these statements do not.
-ONE_GROUP_STATEMENTS = frozenset({"no_spurious_preemption"})
+#: "Fits" in the head-of-line and unchunked statements (properties/hazards.py
+#: `_would_be_admitted`, `_unchunked_head_refused`; catalogue.py `_fits_alone`) is that count.
+ONE_GROUP_STATEMENTS = frozenset({"no_spurious_preemption", "head_of_line",
+                                  "head_of_line_blocking", "unchunked_prefill_blocked"})
 
 
 def outside_property(job: Job) -> str | None:

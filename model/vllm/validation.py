@@ -12,6 +12,7 @@ from model.core.errors import ConfigError, InputError, shown
 from model.vllm.config import (
     CONFIG_FIELDS,
     GROUP_KINDS,
+    GROUP_MAMBA,
     GROUP_SLIDING,
     OPTIONAL_INT_FIELDS,
     POLICY_FCFS,
@@ -154,10 +155,16 @@ def _check_kv_groups(cfg: Config) -> None:
         return
     names = ", ".join(g.describe() for g in groups)
     if cfg.enable_prefix_caching:
+        # With a Mamba group vLLM runs align mode here (model_executor/models/config.py:
+        # 685-701), where its real Scheduler can livelock a lone request at the startup
+        # minimum (tests/test_mamba_align.py): the refusal says so rather than nothing.
+        align = (" (with a Mamba group: align mode, where vLLM's real Scheduler can "
+                 "livelock a lone request under async scheduling with a speculative method, "
+                 "docs/scope.md)" if any(g.kind == GROUP_MAMBA for g in groups) else "")
         raise InputError(
             f"prefix caching with KV cache groups {names} is not modelled (the hybrid "
             "coordinator's fixed-point hit search, v1/core/kv_cache_coordinator.py, and "
-            "Mamba's align mode); turn it off: enable_prefix_caching false "
+            f"Mamba's align mode){align}; turn it off: enable_prefix_caching false "
             "(--no-enable-prefix-caching)")
     if cfg.version != VLLM_VERSION:
         raise InputError(f"KV cache groups {names} are modelled at vLLM {VLLM_VERSION} only, "

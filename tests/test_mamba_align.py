@@ -1,0 +1,158 @@
+"""Mamba's align mode (vLLM 0.32.0's mamba_cache_mode "align", which prefix caching turns on
+for a Mamba model, model_executor/models/config.py:685-701) on the REAL Scheduler, at the
+smallest pool vLLM's startup check accepts: cdiv(max_model_len, block_size) per
+full-attention group plus 2 + k state blocks per Mamba group (kv_cache_interface.py:
+1076-1082), plus the null block.
+
+What decides it (lines relative to vllm/v1/core/): in align mode a Mamba table is indexed by
+position over the main model's tokens, the scheduled drafts included (kv_cache_manager.py:
+541-544; single_type_kv_cache_manager.py:1711-1728: cdiv(tokens, block_size) + k entries),
+and the state block of two steps back is freed only once the *processed* tokens (in-flight
+ones excluded, kv_cache_manager.py:546-558) pass it (single_type_kv_cache_manager.py:
+1613-1641, the index set at 1817-1830). Under the AsyncScheduler the processed tokens lag
+one batch, so right after a prompt's last chunk a request still holds the old state: 3 + k
+state blocks where the startup check counted 2 + k. The decode step then cannot allocate,
+the request preempts itself (sched/scheduler.py:777-848) with its sampled token still in
+flight (dropped as stale, 1597-1607), is re-admitted from its cached first block, and the
+cycle repeats with no token ever delivered: a livelock at a pool vLLM starts. Without
+async scheduling rejected drafts leave the same gap (processed tokens advance by one while
+the table advanced by 1 + k), so a lone request preempts itself again and again, but each
+round delivers tokens and it finishes.
+
+The model does not run align mode (model/vllm/validation.py refuses prefix caching beside
+KV cache groups), so these are facts of the real Scheduler only, the evidence docs/scope.md
+cites for align mode; the reference has no replay of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from checker.conformance.vllm_real import vllm_available, vllm_unavailable_reason
+
+needs_vllm = pytest.mark.skipif(not vllm_available(), reason=f"{vllm_unavailable_reason()}")
+
+
+def _witness(num_gpu_blocks: int, async_scheduling: bool = True):
+    from model.core.types import RequestSpec, Workload
+    from model.vllm.config import Config, KvGroup
+
+    # cdiv(12, 4) = 3 full-attention blocks + 2 + 1 state blocks = 6 usable: 7 with the null
+    # block is vLLM's startup minimum.
+    cfg = Config(max_num_batched_tokens=4, max_num_seqs=1, max_model_len=12, block_size=4,
+                 num_gpu_blocks=num_gpu_blocks, enable_prefix_caching=True,
+                 async_scheduling=async_scheduling, speculative_method="eagle",
+                 num_speculative_tokens=1,
+                 kv_cache_groups=(KvGroup("full"), KvGroup("mamba")))
+    return Workload(cfg, (RequestSpec("r0", 8, 4, 1),), steps=12)
+
+
+def test_the_witness_pool_is_vllms_startup_minimum_in_align_mode():
+    from checker.config.model_kind import KIND_MAMBA, KvSizing, ModelKind, blocks_per_request
+
+    w = _witness(7)
+    sizing = KvSizing(max_model_len=12, block_size=4, num_gpu_blocks=7,
+                      max_num_batched_tokens=4, num_speculative_tokens=1, mamba_mode="align")
+    need = blocks_per_request(ModelKind(KIND_MAMBA, full_layers=1, mamba_layers=1), sizing)
+    assert need == 3 + 2 + 1 == w.config.num_gpu_blocks - 1
+    sizing_none = replace(sizing, mamba_mode="none")
+    assert blocks_per_request(ModelKind(KIND_MAMBA, full_layers=1, mamba_layers=1),
+                              sizing_none) == need - 1
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_align_mode_livelocks_a_lone_request_at_vllms_minimum_under_async():
+    from checker.conformance.vllm_real import run_real_vllm
+
+    real = run_real_vllm(_witness(7))
+    # prompt 8 in two chunks of 4 (steps 1-2); the decode step preempts it, re-admission
+    # recomputes from its cached first block, and so on: never a finish
+    assert [r.step for r in real if r.preempted] == [3, 5, 7, 9, 11]
+    assert not any(r.finished for r in real)
+    assert [dict(r.extra)["group_blocks"].get("r0") for r in real[:2]] == [(2, 2), (3, 3)]
+    assert all(r.num_computed_tokens == (("r0", 8),) for r in real[3::2])  # no progress
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_one_block_more_or_synchronous_scheduling_finishes():
+    from checker.conformance.vllm_real import run_real_vllm
+
+    bigger = run_real_vllm(_witness(8))
+    assert not any(r.preempted for r in bigger)
+    assert [r.step for r in bigger if r.finished] == [6]
+    sync = run_real_vllm(_witness(7, async_scheduling=False))
+    assert any(r.finished for r in sync)
+
+
+def test_config_stays_unknown_in_align_mode_and_names_the_real_schedulers_livelock(capsys):
+    from checker.cli.main import main
+
+    code = main(["config", "--max-model-len", "12", "--max-num-batched-tokens", "4",
+                 "--max-num-seqs", "1", "--block-size", "4", "--num-gpu-blocks", "7",
+                 "--device", "h100", "--speculative-config",
+                 '{"method": "eagle", "model": "x/eagle", "num_speculative_tokens": 1}',
+                 "--model-kind", "hybrid-mamba", "--mamba-layers", "1",
+                 "--full-attention-layers", "1", "--hazard", "self_preemption"])
+    out = capsys.readouterr().out
+    # vllm serve's defaults on a GPU: prefix caching (so align mode) and async scheduling
+    assert "enable_prefix_caching                     on" in out
+    assert "async_scheduling                          on" in out
+    assert code == 3 and "[UNKNOWN] self_preemption" in out, out
+    assert "[PROVED absent] self_preemption" not in out
+    assert "livelocks a lone request at a pool its startup check accepts " \
+           "(tests/test_mamba_align.py)" in out
+
+
+def _vllm_starts(num_gpu_blocks: int) -> bool:
+    """vLLM's own startup check (get_kv_cache_configs, num_gpu_blocks_override) on the
+    witness's layers: one full-attention layer, one Mamba layer in align mode with one
+    speculative block, the Mamba page padded to the attention page."""
+    import torch
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
+
+    from checker.conformance.vllm_real import _vllm_config
+    from model.vllm.config import Config
+
+    vc = _vllm_config(Config(max_num_batched_tokens=4, max_num_seqs=1, max_model_len=12,
+                             block_size=4, num_gpu_blocks=num_gpu_blocks))
+    vc.cache_config.kv_cache_layout = "LBHNC"
+    vc.cache_config.num_gpu_blocks_override = num_gpu_blocks
+    vc.cache_config.mamba_cache_mode = "align"
+    full = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=8, dtype=torch.float16)
+    mamba = MambaSpec(block_size=4, shapes=((4,),), dtypes=(torch.float16,),
+                      page_size_padded=full.page_size_bytes, mamba_cache_mode="align",
+                      num_speculative_blocks=1)
+    try:
+        get_kv_cache_configs(vc, [{"model.layers.0.attn": full,
+                                   "model.layers.1.mixer": mamba}], [10**12])
+    except ValueError:
+        return False
+    finally:
+        vc.cache_config.mamba_cache_mode = "none"  # the cached config is shared
+        vc.cache_config.num_gpu_blocks_override = None
+    return True
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_vllm_starts_the_witness_pool_and_refuses_one_block_less():
+    assert _vllm_starts(7)
+    assert not _vllm_starts(6)
+
+
+def test_check_refuses_align_mode_in_one_line_naming_the_livelock(capsys):
+    from checker.cli.main import main
+
+    code = main(["check", "--property", "never_finishes", "--max-model-len", "12",
+                 "--max-num-batched-tokens", "4", "--max-num-seqs", "1", "--block-size", "4",
+                 "--num-gpu-blocks", "7", "--model-kind", "hybrid-mamba", "--mamba-layers",
+                 "1", "--full-attention-layers", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "align mode, where vLLM's real Scheduler can livelock a lone request" in err
+    assert "--no-enable-prefix-caching" in err
