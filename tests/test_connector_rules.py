@@ -7,12 +7,15 @@ changes."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import z3
 
 from checker.conformance.generate import random_connector_workload
+from checker.show.itf import read_counterexample
 from model.core.errors import InputError
 from model.core.ops import CONCRETE, SymbolicOps, as_python
 from model.core.types import EosEvent, ExternalHit, KVLoadEvent, RequestSpec, Workload
@@ -24,6 +27,7 @@ from model.vllm.engine import ENGINE
 from model.vllm.records import to_record
 from model.vllm.reference import VllmV1Scheduler, simulate
 from model.vllm.state import REMOTE, RuleConfig, SchedState
+from properties.connector import never_admitted_after_load
 
 
 def in_rules_scope(w: Workload) -> Workload:
@@ -173,3 +177,29 @@ def test_a_connector_the_rules_do_not_cover_is_refused_in_one_line():
     rc = RuleConfig.from_config(cfg(async_scheduling=True))
     with pytest.raises(ValueError, match="synchronous Scheduler.*AsyncScheduler"):
         rules.step(CONCRETE, rc, (), SchedState.initial(0, rc), (), kv=KVChoices((), ()))
+
+
+WITNESSES = Path(__file__).resolve().parents[1] / "counterexamples" / "vllm_v1"
+
+
+@pytest.mark.parametrize("name", ["never_finishes__tiny_connector",
+                                  "never_admitted_after_load__tiny_connector"])
+def test_the_stored_connector_witnesses_are_the_reference_s_runs(name):
+    # the rules found them; the reference replays them (a load never reported: r0 waits)
+    cex = read_counterexample(WITNESSES / f"{name}.itf.json")
+    w = replace(cex.workload, steps=8)
+    assert w.kv_hits and all(h.load_async for h in w.kv_hits) and not w.kv_loads
+    assert never_admitted_after_load(simulate(w)) == "r0"
+    assert [r for r, _ in rules_records(w)] == list(simulate(w))
+
+
+@pytest.mark.conformance
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                    reason="vLLM's real scheduler is needed (the .venv-vllm venv)")
+def test_the_real_scheduler_reproduces_the_never_finishes_witness():
+    from checker.conformance.vllm_real import run_real_vllm
+
+    cex = read_counterexample(WITNESSES / "never_finishes__tiny_connector.itf.json")
+    w = replace(cex.workload, steps=8)
+    real = run_real_vllm(w)
+    assert real == simulate(w) and never_admitted_after_load(real) == "r0"
