@@ -87,13 +87,13 @@ def assert_rules_agree(w: Workload) -> int:
 
 def test_rules_agree_with_the_reference_on_connector_workloads():
     reached = sum(assert_rules_agree(random_connector_workload(seed, 20))
-                  for seed in range(6))
+                  for seed in range(20))
     assert reached > 0  # the loads' paths are exercised, not only synchronous hits
 
 
 @pytest.mark.slow
 def test_rules_agree_with_the_reference_on_connector_workloads_deep():
-    for seed in range(6, 306):
+    for seed in range(20, 1020):
         assert_rules_agree(random_connector_workload(seed, 20))
 
 

@@ -41,7 +41,8 @@ def _run(argv, capsys):
 
 def test_there_are_stored_lassos_of_three_engines():
     # vLLM V0's: a swapped-out prefill longer than the budget is never swapped back in.
-    assert len(LASSOS) == 4
+    # vLLM V1's with a KV connector: a load never reported (never_finishes__tiny_connector).
+    assert len(LASSOS) == 5
     assert {p.parent.name for p in LASSOS} == {"vllm_v1", "vllm_v0", "baselines"}
 
 
