@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -203,3 +204,22 @@ def test_the_real_scheduler_reproduces_the_never_finishes_witness():
     w = replace(cex.workload, steps=8)
     real = run_real_vllm(w)
     assert real == simulate(w) and never_admitted_after_load(real) == "r0"
+
+
+def test_check_searches_a_workload_config_with_a_connector(tmp_path, capsys):
+    from checker.cli.main import main
+
+    doc = {"config": {"max_num_batched_tokens": 4, "max_num_seqs": 4, "max_model_len": 8,
+                      "block_size": 2, "num_gpu_blocks": 5, "kv_connector": True,
+                      "kv_load_failure_policy": "recompute"}, "requests": [], "steps": 1}
+    path = tmp_path / "connector.json"
+    path.write_text(json.dumps(doc))
+    code = main(["check", "--config-file", str(path), "--property", "zero_tokens_after_load",
+                 "--property", "never_finishes", "--requests", "1", "--depth", "3",
+                 "--max-prompt-len", "3", "--max-tokens", "2", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[2] for line in out.splitlines()
+            if line.startswith(("zero_tokens_after_load", "never_finishes"))}
+    # exit 1: a question without a manifest expectation answered VIOLATED
+    assert code == 1 and rows == {"zero_tokens_after_load": "HOLDS(3)",
+                                  "never_finishes": "VIOLATED"}, out
