@@ -176,7 +176,7 @@ def test_without_a_connector_the_state_and_step_are_as_before():
 
 def test_a_connector_the_rules_do_not_cover_is_refused_in_one_line():
     rc = RuleConfig.from_config(cfg(async_scheduling=True))
-    with pytest.raises(ValueError, match="synchronous Scheduler.*AsyncScheduler"):
+    with pytest.raises(InputError, match="synchronous Scheduler.*AsyncScheduler"):
         rules.step(CONCRETE, rc, (), SchedState.initial(0, rc), (), kv=KVChoices((), ()))
 
 
@@ -223,3 +223,26 @@ def test_check_searches_a_workload_config_with_a_connector(tmp_path, capsys):
     # exit 1: a question without a manifest expectation answered VIOLATED
     assert code == 1 and rows == {"zero_tokens_after_load": "HOLDS(3)",
                                   "never_finishes": "VIOLATED"}, out
+
+
+def test_check_reads_a_consumer_s_kv_transfer_config_and_refuses_what_it_does_not_run(capsys):
+    from checker.cli.main import main
+
+    flags = ["check", "--max-num-batched-tokens", "4", "--max-num-seqs", "4",
+             "--max-model-len", "8", "--block-size", "2", "--num-gpu-blocks-override", "5",
+             "--property", "zero_tokens_after_load", "--requests", "1", "--depth", "3",
+             "--max-prompt-len", "3", "--max-tokens", "2"]
+    consumer = ["--kv-transfer-config",
+                '{"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}']
+    sync = ["--no-async-scheduling", "--no-enable-prefix-caching"]
+    assert main(flags + consumer + sync) == 0
+    out = capsys.readouterr().out
+    assert "HOLDS(3)" in out and "ignored vLLM flags" not in out
+    # vllm serve's defaults (the AsyncScheduler, prefix caching) are beyond the rules'
+    # connector; a producer's deferred frees are beyond the model: one line, exit 2
+    assert main(flags + consumer) == 2
+    assert "add --no-async-scheduling --no-enable-prefix-caching" in capsys.readouterr().err
+    producer = ["--kv-transfer-config",
+                '{"kv_connector": "NixlConnector", "kv_role": "kv_producer"}']
+    assert main(flags + producer + sync) == 2
+    assert "kv_role kv_producer" in capsys.readouterr().err

@@ -234,7 +234,9 @@ def test_old_device_values_say_vllm_has_no_device_flag(capsys):
      "speculative method dspark"),
     (["--enable-lora"], "LoRA"),
     (["-pp", "2"], "several batches at once"),
-    (["--kv-transfer-config", "{}"], "KV connector (requests load or send KV asynchronously"),
+    # a producer: check runs a consumer's connector (model/vllm/connector_rules.py)
+    (["--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "kv_producer"}'],
+     "KV connector (requests load or send KV asynchronously"),
 ])
 def test_a_flag_that_turns_on_an_unmodelled_feature_is_refused_by_the_model_commands(
         flag, feature, capsys):

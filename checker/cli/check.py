@@ -24,6 +24,7 @@ from checker.config.flags import (
 )
 from checker.config.model_kind import model_kind, with_kind
 from checker.config.serve_args import (
+    CONNECTOR_FLAGS,
     add_config_option,
     add_machine_flags,
     add_serve_words,
@@ -727,7 +728,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     args = prepare(args)
     rows = _select(args)
-    notes = [ignored_line(args), *args.serve_notes]
+    notes = [ignored_line(args, known=CONNECTOR_FLAGS), *args.serve_notes]
     if any(nc.engine == ENGINE_VLLM_V1 for _, nc, _, _ in rows):
         notes.append(kind_line(args))  # the KV cache layout the verdicts assume
     if not rows:

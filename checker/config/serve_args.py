@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from checker.config.flags import (
     CONFIG_FLAGS,
@@ -54,6 +54,9 @@ from model.vllm.engine_args import (
     resolve,
 )
 from model.vllm.serve_yaml import MEMORY_DEFAULT, MEMORY_FLAG, NOT_MODELLED, yaml_tokens
+
+if TYPE_CHECKING:  # checker.config.connector imports the hazards, which import this module
+    from checker.config.connector import KvTransfer
 
 YAML_SUFFIXES = (".yaml", ".yml")
 SERVE_DEST = "serve"  # the positional words of a pasted `vllm serve MODEL` line
@@ -251,6 +254,13 @@ def refuse_unmodelled(args: argparse.Namespace, command: str) -> None:
         why = "--pipeline-parallel-size above 1 runs several batches at once"
     else:
         for name, feature in FEATURE_FLAGS:
+            if name == "kv_transfer_config" and command in CONNECTOR_COMMANDS:
+                kv = kv_transfer_of(args)
+                if kv is not None and kv.outside() is not None:
+                    why = (f"--kv-transfer-config turns on {feature.name} ({feature.effect}) "
+                           f"with {kv.outside()}")
+                    break
+                continue  # a consumer: check runs it (model/vllm/connector_rules.py)
             if getattr(args, IGNORED_PREFIX + name, None) is not None:
                 why = f"--{name.replace('_', '-')} turns on {feature.name} ({feature.effect})"
                 break
@@ -273,6 +283,21 @@ def refuse_unmodelled(args: argparse.Namespace, command: str) -> None:
 
 # The commands that run a model kind's KV cache groups (model/vllm/kv_cache.py).
 KIND_COMMANDS = ("check", "simulate")
+# The commands that run a consumer's KV connector (--kv-transfer-config): check's BMC over
+# the rules (model/vllm/connector_rules.py).
+CONNECTOR_COMMANDS = ("check",)
+CONNECTOR_FLAGS = ("kv_transfer_config",)
+
+
+def kv_transfer_of(args: argparse.Namespace) -> KvTransfer | None:
+    """--kv-transfer-config parsed as vLLM parses it (checker/config/connector.py), None
+    when not given; InputError on bad JSON or a field vLLM refuses."""
+    given = getattr(args, IGNORED_PREFIX + "kv_transfer_config", None)
+    if given is None:
+        return None
+    from checker.config.connector import parse_kv_transfer  # it imports the hazards
+
+    return parse_kv_transfer(" ".join(given))
 
 
 def kind_line(args: argparse.Namespace) -> str:
@@ -281,10 +306,13 @@ def kind_line(args: argparse.Namespace) -> str:
     return "kv cache: " + model_kind(args).describe()
 
 
-def ignored_line(args: argparse.Namespace, read: Sequence[str] = ()) -> str | None:
+def ignored_line(args: argparse.Namespace, read: Sequence[str] = (),
+                 known: Sequence[str] = ()) -> str | None:
     """The one line listing the vllm serve flags given that the command does not read
-    (`read`: other dests it does not use, e.g. --performance-mode on a workload's config)."""
-    names = [*ignored_flags(args), *read]
+    (`read`: other dests it does not use, e.g. --performance-mode on a workload's config;
+    `known`: flags it reads although the model's flag set leaves them out, e.g. check's
+    --kv-transfer-config)."""
+    names = [n for n in (*ignored_flags(args), *read) if n not in known]
     if not names:
         return None
     return ("ignored vLLM flags (not read by the scheduler model): "
@@ -395,6 +423,17 @@ def serve_config(args: argparse.Namespace, command: str) -> tuple[Config, list[s
                   async_scheduling=dep.async_scheduling)
     if spec is not None:  # inside the model (refuse_unmodelled refused the others)
         cfg = spec.on(cfg)
+    kv = kv_transfer_of(args) if command in CONNECTOR_COMMANDS else None
+    if kv is not None and kv.kv_connector is not None:  # a consumer (refuse_unmodelled)
+        cfg = replace(cfg, kv_connector=True, kv_load_failure_policy=kv.kv_load_failure_policy)
+        beside = [flag for flag, on in (("--no-async-scheduling", cfg.async_scheduling),
+                                        ("--no-enable-prefix-caching",
+                                         cfg.enable_prefix_caching)) if on]
+        if beside:
+            raise InputError(
+                f"--kv-transfer-config: `batchproof {command}` runs a KV connector on the "
+                "synchronous Scheduler with prefix caching off (model/vllm/connector_rules.py)"
+                f"; add {' '.join(beside)}, or check the deployment with `batchproof config`")
     cfg = with_kind(model_kind(args), cfg)  # the served model's KV cache groups
     if getattr(args, IGNORED_PREFIX + "data_parallel_size", None) is not None:
         notes.append("note: " + NOT_MODELLED["data_parallel_size"])

@@ -112,8 +112,8 @@ def scope_error(cfg: RuleConfig) -> str | None:
         return None
     return ("the rules model a KV connector with the synchronous Scheduler, prefix caching "
             "off, no speculative decoding and one full-attention group; this config has "
-            + " and ".join(beside) + " (the reference, model/vllm/reference.py, covers them: "
-            "use --method explore)")
+            + " and ".join(beside) + "; turn those off, or run the reference, which covers "
+            "them (batchproof simulate, batchproof config)")
 
 
 def reserved_blocks(ops: Ops, cfg: RuleConfig, w: KVWork, blocks: Sequence[Int],

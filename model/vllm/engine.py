@@ -27,6 +27,7 @@ from model.vllm.config import (
     parse_config,
     with_switches,
 )
+from model.vllm.connector_rules import scope_error
 from model.vllm.invariant import covers, facts, quick, well_formed
 from model.vllm.reference import VllmV1Scheduler
 from model.vllm.state import (
@@ -286,6 +287,12 @@ def same_behaviour(ops: Ops, a: SchedState, b: SchedState) -> Bool:
     return ops.and_(*cons)
 
 
+def _symbolic_limit(cfg: RuleConfig) -> str | None:
+    """Why z3 cannot take this bounded rule config: a KV connector beside what the rules'
+    connector does not cover (connector_rules.scope_error), or the prefix cache's size."""
+    return scope_error(cfg) or symbolic_limit(cfg)
+
+
 def _initial_state(num_slots: int, cfg: RuleConfig) -> SchedState:
     return SchedState.initial(num_slots, cfg)
 
@@ -460,7 +467,7 @@ ENGINE = EngineModel(
     invariant_quick=quick,
     ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
     family_constraints=validation_constraints, within_bounds=within_bounds,
-    symbolic_limit=symbolic_limit, witness_config=cache_free, abstraction=counted_pool,
+    symbolic_limit=_symbolic_limit, witness_config=cache_free, abstraction=counted_pool,
     abstract_config=with_cache_counted,
     sets_fields=("assertion",),
     step_choices=step_choices,  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
+from model.core.errors import InputError
 from model.core.ops import Bool, Int, Ops
 from model.core.rule_parts import arrive_at_tail, pick, select_min
 from model.core.types import SlotObs, SlotSpec, Step
@@ -621,7 +622,7 @@ def step(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], state: SchedState
     load report, model/vllm/connector_rules.py; None: no hits, no reports)."""
     n_slots = len(specs)
     if (why := connector_rules.scope_error(cfg)) is not None:
-        raise ValueError(why)
+        raise InputError(why)
     t = state.step + 1
     state = _arrive(ops, specs, state, t)
     before = state.slots
