@@ -643,6 +643,8 @@ def bounds_line(nc: NamedConfig) -> str:
         parts.append("no cached prefixes (--max-cached-prefix-len 0)")
     parts.append("no EOS (each request runs to its max_tokens)" if b.no_eos
                  else "EOS at any sampled token")
+    if b.kv_load_steps:
+        parts.append(f"every KV load reported within {b.kv_load_steps} step(s) of its start")
     return ", ".join(parts)
 
 

@@ -130,6 +130,12 @@ def check(prop: Property, family: Family, bounds: Bounds, timeout_s: float,
     queries of the first depths do not repay its proof)."""
     start = time.monotonic()
     limit = timeout_s if stated_limit_s is None else stated_limit_s
+    if prop.kind == "lasso" and bounds.kv_load_steps:
+        # The premise reads the last d step boundaries, which a state does not carry, so a
+        # loop back to a state need not respect it; and a witness's reports end with it.
+        return BmcResult("unknown", 0, 0.0, reason="a lasso under the premise that every "
+                         "KV load ends within d steps (kv_load_steps) is not searched: the "
+                         "premise is not part of the state a loop returns to")
     u = new_unrolling(family, bounds)
     solver = new_solver()
     solver.add(*u.constraints)

@@ -59,6 +59,9 @@ class Bounds:
     prefix_groups: int = 0  # vLLM's prefix cache: groups requests may share a prefix in
     arrival_window: int = 0  # requests arrive in steps 1..A (0: in any step up to depth)
     no_eos: bool = False  # True: no request samples EOS (each runs to its max_tokens)
+    # A KV connector's premise (0: none): the worker reports every asynchronous load at
+    # the latest in the d-th step after the step that started it (finished or failed).
+    kv_load_steps: int = 0
 
     def last_arrival(self) -> int:
         """The last step a request may arrive in: the arrival window, within the depth."""
@@ -121,6 +124,7 @@ class Unrolling:
     # report (reported, failed); empty without one.
     kv_hits: tuple[tuple[z3.ArithRef, z3.BoolRef], ...] = ()
     kv_reports: list[tuple[tuple[z3.BoolRef, z3.BoolRef], ...]] = field(default_factory=list)
+    kv_load_steps: int = 0  # Bounds.kv_load_steps
 
 
 def family_config(family: Family) -> tuple[Any, dict[str, z3.ArithRef], list[Bool]]:
@@ -294,7 +298,7 @@ def new_unrolling(family: Family, bounds: Bounds) -> Unrolling:
     hits, hit_cons = connector_hits(cfg, specs)
     return Unrolling(engine=engine, cfg=cfg, cfg_vars=cfg_vars, specs=specs, states=[init],
                      constraints=cons + spec_cons + hit_cons, eos_allowed=not bounds.no_eos,
-                     kv_hits=hits)
+                     kv_hits=hits, kv_load_steps=bounds.kv_load_steps if hits else 0)
 
 
 def connector_hits(cfg: Any, specs: Sequence[SlotSpec]
@@ -330,6 +334,7 @@ def extend(u: Unrolling) -> list[Bool]:
                         for i in range(len(u.specs)))
         choices["kv"] = (u.kv_hits, reports)
         u.kv_reports.append(reports)
+        spec_cons += load_premise(u, reports)
     nxt, observed = u.engine.step(ops, u.cfg, u.specs, u.states[-1], eos,
                                   **choices)  # type: ignore[call-arg]
     fresh = fresh_state(f"s{t + 1}", u.states[0], t + 1)
@@ -341,6 +346,22 @@ def extend(u: Unrolling) -> list[Bool]:
     u.steps.append(observed)
     u.constraints += cons
     return cons
+
+
+def load_premise(u: Unrolling, reports: Sequence[tuple[z3.BoolRef, z3.BoolRef]]
+                 ) -> list[Bool]:
+    """Bounds.kv_load_steps = d: a slot whose load has been in flight at the last d step
+    boundaries (it started d steps ago or earlier) is reported in this step."""
+    d = u.kv_load_steps
+    if not d or len(u.states) < d + 1:  # the initial state has no load
+        return []
+    recent = u.states[-d:]
+    return [z3.Implies(z3.And(*[_as_bool(s.slots[i].kv[0].loading) for s in recent]), report)
+            for i, (report, _) in enumerate(reports)]
+
+
+def _as_bool(value: object) -> Bool:
+    return z3.BoolVal(value) if isinstance(value, bool) else value
 
 
 def same_behaviour(u: Unrolling, a: Any, b: Any) -> Bool:
