@@ -92,6 +92,10 @@ def test_the_default_environment_keeps_a_questions_file_name():
                             with_bounds(nc, arrival_window=2)) != name
     assert check.query_slug("sglang", "starvation", (("k", 3),),
                             with_bounds(nc, no_eos=True)) != name
+    # a KV connector's load premise, where one is given, is part of the question
+    connector = with_bounds(load().configs["tiny_connector"], slots=2, depth=3)
+    assert check.query_slug("vllm-v1", "never_finishes", (), connector) != check.query_slug(
+        "vllm-v1", "never_finishes", (), with_bounds(connector, kv_load_steps=1))
 
 
 def test_worst_takes_the_environment_bounds(capsys, tmp_path):

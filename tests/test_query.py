@@ -197,7 +197,8 @@ def test_json_gives_each_verdict_its_bounds_and_validates(capsys, tmp_path):
     assert row["params"] == {"k": 2}
     assert row["bounds"] == {"slots": 2, "depth": 3, "max_prompt_len": 5, "max_max_tokens": 2,
                              "max_priority": 1, "max_cached_prefix_len": 0,
-                             "prefix_groups": 0, "arrival_window": 3, "no_eos": False}
+                             "prefix_groups": 0, "arrival_window": 3, "no_eos": False,
+                             "kv_load_steps": 0}
 
 
 def test_prefix_groups_bound_a_cache_config_and_the_bounds_are_printed_even_unanswered(

@@ -659,6 +659,8 @@ def query_slug(engine: str, prop: str, params: Sequence[tuple[str, int]],
         del bounds["arrival_window"]
     if not bounds["no_eos"]:
         del bounds["no_eos"]
+    if not bounds.get("kv_load_steps"):  # no load premise (a KV connector's fairness)
+        bounds.pop("kv_load_steps", None)
     doc = {"engine": engine, "config": engines.get(nc.engine).config_to_dict(nc.config),
            "ranges": [list(r) for r in nc.ranges], "validated": nc.validated,
            "bounds": bounds}
