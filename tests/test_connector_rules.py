@@ -246,3 +246,26 @@ def test_check_reads_a_consumer_s_kv_transfer_config_and_refuses_what_it_does_no
                 '{"kv_connector": "NixlConnector", "kv_role": "kv_producer"}']
     assert main(flags + producer + sync) == 2
     assert "kv_role kv_producer" in capsys.readouterr().err
+
+
+def test_the_load_premise_is_a_flag_and_the_bounds_line_names_the_environment(capsys):
+    from checker.cli.main import main
+
+    flags = ["check", "--max-num-batched-tokens", "8", "--max-num-seqs", "2",
+             "--max-model-len", "16", "--block-size", "4", "--num-gpu-blocks", "6",
+             "--no-async-scheduling", "--no-enable-prefix-caching",
+             "--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}',
+             "--property", "never_admitted_after_load", "--param", "k=3", "--requests", "2",
+             "--depth", "4", "--max-prompt-len", "4", "--max-tokens", "2"]
+    assert main(flags) == 1
+    out = capsys.readouterr().out
+    assert "load reports (finished, failed, or never) at any step" in out, out
+    # Under the premise the least witness is the 1-token prompt cut to 0 after each load
+    # (scheduler.py:3171-3172) and loaded again: still VIOLATED, with the premise named.
+    assert main([*flags, "--kv-load-steps", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "every KV load reported within 1 step(s) of its start" in out, out
+    # No connector: the premise bounds nothing, one line, exit 2.
+    assert main(["check", "--max-num-batched-tokens", "8", "--kv-load-steps", "1",
+                 "--property", "kv_blocks_conserved"]) == 2
+    assert "--kv-load-steps 1 bounds a KV connector's loads" in capsys.readouterr().err

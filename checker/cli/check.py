@@ -125,7 +125,8 @@ BOUND_FLAGS = (("slots", "--requests"), ("depth", "--depth"),
                ("max_prompt_len", "--max-prompt-len"), ("max_max_tokens", "--max-tokens"),
                ("prefix_groups", "--prefix-groups"),
                ("max_cached_prefix_len", "--max-cached-prefix-len"),
-               ("arrival_window", "--arrival-window"), ("no_eos", "--no-eos"))
+               ("arrival_window", "--arrival-window"), ("no_eos", "--no-eos"),
+               ("kv_load_steps", "--kv-load-steps"))
 # A property's parameter `k` counts consecutive steps (a window: at least 1); `m` and any
 # other counts events (preemptions: at least 0).
 PARAM_MINIMUM = {"k": 1}
@@ -249,6 +250,10 @@ def add_environment_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--no-eos", action="store_const", const=True, default=None,
                        help="no request samples EOS: each runs to its max_tokens (default: "
                        "EOS may be sampled at any sampled token)")
+    group.add_argument("--kv-load-steps", type=bounded_int(1, MAX_DEPTH), metavar="D",
+                       help="with a KV connector: assume the worker reports every "
+                       "asynchronous load within D steps of the step that started it "
+                       "(default: a load may never be reported)")
 
 
 def _flags_given(args: argparse.Namespace) -> bool:
@@ -592,6 +597,10 @@ def _check_sizes(args: argparse.Namespace, rows: list[Row], overrides: dict[str,
     """Bounds a row's engine or method cannot take: one InputError before any job runs."""
     flag = dict(BOUND_FLAGS)
     for _, nc, _, _ in rows:
+        if overrides.get("kv_load_steps") and not getattr(nc.config, "kv_connector", False):
+            raise InputError(f"--kv-load-steps {overrides['kv_load_steps']} bounds a KV "
+                             f"connector's loads, which {nc.engine} config {nc.name} does "
+                             "not have; drop it or give --kv-transfer-config")
         for field in ("prefix_groups", "max_cached_prefix_len"):
             if overrides.get(field, 0) > 0 and _prefix_bound(nc.engine, nc.config) != field:
                 owner = ("vLLM V1's prefix cache (--enable-prefix-caching)"
@@ -645,6 +654,9 @@ def bounds_line(nc: NamedConfig) -> str:
                  else "EOS at any sampled token")
     if b.kv_load_steps:
         parts.append(f"every KV load reported within {b.kv_load_steps} step(s) of its start")
+    elif getattr(nc.config, "kv_connector", False):
+        parts.append("KV hits and load reports (finished, failed, or never) at any step "
+                     "(--kv-load-steps D to assume every load reported within D steps)")
     return ", ".join(parts)
 
 
