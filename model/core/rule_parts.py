@@ -51,6 +51,11 @@ def pick(ops: Ops, sel: Sequence[Bool], values: Sequence[Int]) -> Int:
     return ops.sum([ops.ite(s, v, 0) for s, v in zip(sel, values, strict=True)])
 
 
+def pick_flag(ops: Ops, sel: Sequence[Bool], flags: Sequence[Bool]) -> Bool:
+    """The flag of the selected slot (False when none is selected)."""
+    return ops.or_(*[ops.and_(s, f) for s, f in zip(sel, flags, strict=True)])
+
+
 # Behavioural equality of two states: queue keys matter only relative to each other.
 
 Queue = tuple[Callable[[Any], Bool], Callable[[Any], Int]]

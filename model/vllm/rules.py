@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields, replace
 
 from model.core.errors import InputError
 from model.core.ops import Bool, Int, Ops
-from model.core.rule_parts import arrive_at_tail, pick, select_min
+from model.core.rule_parts import arrive_at_tail, pick, pick_flag, select_min
 from model.core.types import SlotObs, SlotSpec, Step
 from model.vllm import abstract_cache, cache_rules, connector_rules
 from model.vllm.abstract_cache import CountWork, PoolChoice
@@ -378,7 +378,7 @@ def _schedule_drafts(ops: Ops, w: _Work, sel: Sequence[Bool], do: Bool, room: In
         w.spec_scheduled[i] = ops.ite(ops.and_(hit, drafts > 0),
                                       ops.max(0, ops.min(drafts, room)), w.spec_scheduled[i])
         w.drafts[i] = ops.ite(hit, 0, w.drafts[i])
-    chunk = ops.or_(*[ops.and_(x, p) for x, p in zip(sel, w.prefill_chunk, strict=True)])
+    chunk = pick_flag(ops, sel, w.prefill_chunk)
     w.prefill_scheduled = ops.or_(w.prefill_scheduled, ops.and_(do, chunk))
     w.ran = ops.or_(w.ran, do)
 
@@ -475,11 +475,6 @@ def _waiting_loop(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work
         _checkpoint(ops, w)
 
 
-def _any(ops: Ops, sel: Sequence[Bool], flags: Sequence[Bool]) -> Bool:
-    """The flag of the selected slot (False when none is selected)."""
-    return ops.or_(*[ops.and_(s, f) for s, f in zip(sel, flags, strict=True)])
-
-
 def _waiting_loop_kv(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _Work,
                      ntok: Sequence[Int], thr: Int) -> None:
     """The WAITING loop with a KV connector (scheduler.py:900-1395, the reference's
@@ -514,8 +509,8 @@ def _waiting_loop_kv(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _W
                           w.input_budget > cfg.draft_slots,  # 918-919
                           ops.or_(*queued), num_running < cfg.max_num_active_reqs)
         remote = ops.and_(active, pick(ops, sel, w.status) == REMOTE)
-        waits = ops.and_(remote, ops.not_(_any(ops, sel, kv.recved)))  # 929-932
-        promote = ops.and_(remote, _any(ops, sel, kv.recved))
+        waits = ops.and_(remote, ops.not_(pick_flag(ops, sel, kv.recved)))  # 929-932
+        promote = ops.and_(remote, pick_flag(ops, sel, kv.recved))
         for i in range(n_slots):  # 3123-3173, 3175-3193
             p_i = ops.and_(promote, sel[i])
             freed = ops.and_(p_i, kv.failed[i])  # 3131-3147: a failed load's blocks go back
@@ -535,7 +530,7 @@ def _waiting_loop_kv(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _W
         # the hit beyond the (block-aligned, here empty) local hit (D:501-532).
         asks = local == 0
         external = ops.ite(asks, ops.max(pick(ops, sel, [h.tokens for h in kv.hits]), 0), 0)
-        is_async = ops.and_(asks, _any(ops, sel, [h.load_async for h in kv.hits]),
+        is_async = ops.and_(asks, pick_flag(ops, sel, [h.load_async for h in kv.hits]),
                             external > 0)
         computed = local + external
         req_budget = ops.min(w.token_budget, w.input_budget - cfg.draft_slots)  # 1118
@@ -560,7 +555,7 @@ def _waiting_loop_kv(ops: Ops, cfg: RuleConfig, specs: Sequence[SlotSpec], w: _W
         load = ops.and_(ok, is_async)
         _serve(ops, cfg, w, sel, admit, n, need)
         w.free = ops.ite(load, w.free - need, w.free)
-        from_holding = _any(ops, sel, kv.holding)
+        from_holding = pick_flag(ops, sel, kv.holding)
         for i in range(n_slots):
             a_i, l_i = ops.and_(admit, sel[i]), ops.and_(load, sel[i])
             w.blocks[i] = ops.ite(l_i, w.blocks[i] + need, w.blocks[i])

@@ -27,7 +27,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
 from model.core.ops import Bool, Int, Ops
-from model.core.rule_parts import arrive_at_tail, lt_key, pick, same_queue_orders, select_min
+from model.core.rule_parts import (
+    arrive_at_tail,
+    lt_key,
+    pick,
+    pick_flag,
+    same_queue_orders,
+    select_min,
+)
 from model.core.types import FINISH_LENGTH, FINISH_STOP, SlotObs, SlotSpec, Step, StepRecord
 from model.vllm_v0.reference import swap_space_message
 from model.vllm_v0.state import (
@@ -152,11 +159,6 @@ def prompt_limit(ops: Ops, cfg: RuleConfig) -> Int:
     return ops.min(cfg.max_model_len, cfg.max_num_batched_tokens)
 
 
-def _pick_bool(ops: Ops, sel: Sequence[Bool], values: Sequence[Bool]) -> Bool:
-    """The flag of the selected slot (False when none is selected)."""
-    return ops.or_(*[ops.and_(s, v) for s, v in zip(sel, values, strict=True)])
-
-
 def _serve(ops: Ops, w: _Work, sel: Sequence[Bool], do: Bool, n: Int, table: Int,
            prefill: Bool, kind: Int) -> None:
     """Schedule `n` tokens of the selected slot, when `do`; its table grows to `table`
@@ -251,7 +253,7 @@ def _running_loop(ops: Ops, cfg: RuleConfig, w: _Work, ntok: Sequence[Int],
                     for i in range(n_slots)]
         sel = select_min(ops, eligible, [(k,) for k in w.run_key])
         active = ops.and_(ops.not_(stopped), ops.or_(*eligible))
-        decode = _pick_bool(ops, sel, w.decode)
+        decode = pick_flag(ops, sel, w.decode)
         total, table = pick(ops, sel, ntok), pick(ops, sel, w.table)
         n = ops.ite(decode, 1, total - pick(ops, sel, w.ncomp))
         if chunking:
@@ -354,7 +356,7 @@ def _swapped_loop(ops: Ops, cfg: RuleConfig, w: _Work, ntok: Sequence[Int],
         eligible = [s == SWAPPED for s in w.status]
         sel = select_min(ops, eligible, [(k,) for k in w.swap_key])
         active = ops.and_(ops.not_(stopped), ops.or_(*eligible))
-        decode = _pick_bool(ops, sel, w.decode)
+        decode = pick_flag(ops, sel, w.decode)
         total, table = pick(ops, sel, ntok), pick(ops, sel, w.table)
         need = swap_blocks(ops, cfg, total, table)
         never = cfg.num_gpu_blocks < need
