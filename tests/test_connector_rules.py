@@ -269,3 +269,14 @@ def test_the_load_premise_is_a_flag_and_the_bounds_line_names_the_environment(ca
     assert main(["check", "--max-num-batched-tokens", "8", "--kv-load-steps", "1",
                  "--property", "kv_blocks_conserved"]) == 2
     assert "--kv-load-steps 1 bounds a KV connector's loads" in capsys.readouterr().err
+
+
+def test_an_explore_job_on_a_connector_config_is_unknown_with_the_reason():
+    # Neither explorer's environment has hits or load reports: no verdict from a search
+    # that never meets them.
+    from checker.methods.jobs import Job, run
+    from properties import manifest
+
+    nc = manifest.load().configs["tiny_connector"]
+    v = run(Job("vllm-v1", "kv_blocks_conserved", (), nc, None, 60, method="explore")).verdict
+    assert v.verdict == "UNKNOWN" and "no KV connector environment" in v.detail, v

@@ -275,17 +275,16 @@ def run_explore_shared(jobs: list[Job]) -> list[JobResult]:
     first = jobs[0]
     family, bounds = first.family, symbolic_bounds(first.config)
     which, why = explorer_of(first)
-    if getattr(family.base, "kv_connector", False):
-        # Both explorers' environments choose arrivals and EOS only: a KV connector's hits
-        # and load reports would be none, so a search there decides nothing about them.
+    # Both explorers' environments choose arrivals and EOS only: a KV connector's hits and
+    # load reports would be none, so a search there decides nothing about them.
+    refused = ("the explorers have no KV connector environment (hits, load reports); BMC "
+               "searches it (--method bmc)" if getattr(family.base, "kv_connector", False)
+               else f"the array explorer does not apply: {why}" if which == ARRAY and why
+               else "")
+    if refused:
         none = explore.ExploreStats(0, 0, 0, 0.0, 0)
-        results = tuple(explore.ExploreResult(
-            "unknown", 0, none, reason="the explorers have no KV connector environment "
-            "(hits, load reports); BMC searches it (--method bmc)") for _ in props)
-    elif which == ARRAY and why:
-        none = explore.ExploreStats(0, 0, 0, 0.0, 0)
-        results = tuple(explore.ExploreResult("unknown", 0, none, reason="the array explorer "
-                                              f"does not apply: {why}") for _ in props)
+        results = tuple(explore.ExploreResult("unknown", 0, none, reason=refused)
+                        for _ in props)
     elif which == ARRAY:
         from checker.methods import array as ax
 
