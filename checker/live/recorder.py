@@ -135,9 +135,9 @@ class Recorder:
         self.sched = sched
         self.v2_runner = bool(getattr(sched, "use_v2_model_runner", False))
         self.is_async = _is_async(sched)
-        groups = sched.kv_cache_config.kv_cache_groups
-        self.hybrid = len(groups) > 1 or type(groups[0].kv_cache_spec).__name__ \
-            != "FullAttentionSpec"
+        # Anything but one full-attention group records each group's blocks (a set-up the
+        # model does not cover is named in the header and the trace refused anyway).
+        self.hybrid = engine_kv_groups(sched)[0] != [{"kind": "full"}]
         self.status = RequestStatus
         self.step = 0  # schedule() calls so far
         self.awaiting_update = False  # a schedule() whose update has not come
@@ -263,15 +263,15 @@ class Recorder:
         if out.scheduled_spec_decode_tokens:
             line["spec_scheduled"] = {rid: len(t) for rid, t
                                       in out.scheduled_spec_decode_tokens.items() if t}
-        managers = self.harness.managers(sched)
         if self.hybrid:
             # Several groups: each group's real blocks (the null block left out), as the
             # harness and the reference count them.
+            managers = self.harness.managers(sched)
             line["group_blocks"] = {
                 r.request_id: [self.harness.real_blocks(m, r.request_id) for m in managers]
                 for r in sched.running}
         elif getattr(sched, "num_spec_tokens", 0):
-            tables = managers[0].req_to_blocks
+            tables = self.harness.managers(sched)[0].req_to_blocks
             line["blocks_held"] = {r.request_id: len(tables.get(r.request_id, ()))
                                    for r in sched.running}
         self.write(line)
