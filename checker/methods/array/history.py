@@ -59,7 +59,17 @@ def atoms(props: Sequence[Property], rule_cfg: Any, slots: int, sample: Step,
         label = f"o.{lag}.{owner}.{name}"
         return z3.Bool(label) if isinstance(like, bool) else z3.Int(label)
 
+    built: dict[tuple[int, int], Step] = {}
+
     def step(lag: int, index: int) -> Step:
+        # One Step per (lag, index), shared by every property and window length: the same
+        # names make the same z3 constants, so sharing changes no term, only the cost of
+        # building lags**2 * |props| steps of fresh constants.
+        if (lag, index) not in built:
+            built[lag, index] = fresh_step(lag, index)
+        return built[lag, index]
+
+    def fresh_step(lag: int, index: int) -> Step:
         obs = tuple(SlotObs(**{f: (i if f == "arrival_time" else
                                    var(lag, str(i), f, getattr(sample.slots[0], f)))
                                for f in SLOT_FIELDS}) for i in range(slots))
@@ -69,6 +79,7 @@ def atoms(props: Sequence[Property], rule_cfg: Any, slots: int, sample: Step,
 
     templates: dict[str, int] = {}
     bodies: list[Any] = []
+    seen: dict[int, tuple[Any, int, int]] = {}
     formulas: list[tuple[Any, ...]] = []
     for prop in props:
         per_t = []
@@ -81,7 +92,7 @@ def atoms(props: Sequence[Property], rule_cfg: Any, slots: int, sample: Step,
                 per_t.append(_constant(term))
                 continue
             try:
-                per_t.append(_compile_with_atoms(term, templates, bodies))
+                per_t.append(_compile_with_atoms(term, templates, bodies, seen))
             except ValueError:
                 return None
         formulas.append(tuple(per_t))
@@ -104,9 +115,13 @@ def _lag_of(name: str) -> int | None:
     return int(parts[1]) if parts[0] == "o" and parts[1].isdigit() else None
 
 
-def _compile_with_atoms(term: Any, templates: dict[str, int], bodies: list[Any]) -> Any:
+def _compile_with_atoms(term: Any, templates: dict[str, int], bodies: list[Any],
+                        seen: dict[int, tuple[Any, int, int]]) -> Any:
     """The term with every largest single-past-step subterm replaced by an atom, compiled;
-    new atoms are added to `templates` (key: the subterm read at lag X) and `bodies`."""
+    new atoms are added to `templates` (key: the subterm read at lag X) and `bodies`.
+    `seen` maps a subterm's z3 id to (subterm, lag, atom index) across the terms of one
+    `atoms` call: the properties' terms share subterms (z3 hash-conses them), and holding
+    the subterm keeps its id from being reused."""
     import z3
 
     import checker.methods.array.analysis as analysis
@@ -130,13 +145,15 @@ def _compile_with_atoms(term: Any, templates: dict[str, int], bodies: list[Any])
         if len(ls) == 1 and next(iter(ls)) >= 1:
             if e.get_id() in found:
                 return
-            lag = next(iter(ls))
-            body = _at_lag(e, lag, "X")
-            key = body.sexpr()
-            if key not in templates:
-                templates[key] = len(bodies)
-                bodies.append(body)
-            found[e.get_id()] = (e, lag, templates[key])
+            if e.get_id() not in seen:
+                lag = next(iter(ls))
+                body = _at_lag(e, lag, "X")
+                key = body.sexpr()
+                if key not in templates:
+                    templates[key] = len(bodies)
+                    bodies.append(body)
+                seen[e.get_id()] = (e, lag, templates[key])
+            found[e.get_id()] = seen[e.get_id()]
             return
         for c in e.children():
             visit(c)
