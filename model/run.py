@@ -19,6 +19,15 @@ def iter_records(workload: Workload) -> Iterator[tuple[ReferenceScheduler, StepR
     accepted counts as `accepted` to a scheduler whose `takes_accepted` is true."""
     check_eos_steps(workload)
     scheduler = get(workload.engine).scheduler(workload.config)
+    takes_accepted = getattr(scheduler, "takes_accepted", False)
+    passed_over = [name for name, given in (("aborts", workload.aborts),
+                                            ("drafts", workload.drafts),
+                                            ("accepted", workload.accepted and not takes_accepted))
+                   if given]
+    if passed_over:
+        # Never drop an environment choice in silence: a replay without it is another run.
+        raise InputError(f"the workload gives {', '.join(passed_over)} and the "
+                         f"{workload.engine} reference takes none; drop them")
     arrivals, eos = workload.arrivals_by_step(), workload.eos_ids_by_step()
     accepted = workload.accepted_by_step()
     kv_loads = workload.kv_loads_by_step()
@@ -34,7 +43,7 @@ def iter_records(workload: Workload) -> Iterator[tuple[ReferenceScheduler, StepR
         for spec in arrivals.get(step, ()):
             scheduler.add_request(spec)
         loads = {"kv_loads": kv_loads[step]} if step in kv_loads else {}
-        if step in accepted and getattr(scheduler, "takes_accepted", False):
+        if step in accepted and takes_accepted:
             # speculative decoding's verify outcomes, for a reference that reads them here
             # (SGLang's EAGLE; vLLM's reference is driven by its own iter_steps)
             yield scheduler, scheduler.step(eos.get(step, frozenset()),
@@ -45,7 +54,11 @@ def iter_records(workload: Workload) -> Iterator[tuple[ReferenceScheduler, StepR
 
 
 def simulate(workload: Workload) -> tuple[StepRecord, ...]:
-    """The reference's records of the workload, whatever its engine."""
+    """The reference's records of the workload, whatever its engine (through the engine's
+    own driver where it has one, which passes every environment choice it models)."""
+    own = get(workload.engine).simulate
+    if own is not None:
+        return own(workload)
     return tuple(record for _, record in iter_records(workload))
 
 

@@ -97,6 +97,11 @@ class EngineModel:
     # taken besides EOS (keyword arguments of the scheduler's `step`: e.g. speculative
     # decoding's accepted drafts), each scheduling the same; the explorer branches on them
     step_choices: Callable[[Any], Sequence[Mapping[str, Any]]] | None = None
+    # optional: the engine's own driver of its reference over a whole workload, where the
+    # workload carries environment choices model/run.py's generic loop does not pass
+    # (vLLM V1: accepted drafts, the drafter's proposals, aborts, KV connector hits);
+    # model/run.simulate uses it when set
+    simulate: Callable[[Workload], tuple[StepRecord, ...]] | None = None
     # Step fields whose default states nothing (e.g. `assertion`) that the engine's rules
     # set even where they come out constant: it models what they observe
     sets_fields: tuple[str, ...] = ()

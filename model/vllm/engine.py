@@ -29,7 +29,7 @@ from model.vllm.config import (
 )
 from model.vllm.connector_rules import scope_error
 from model.vllm.invariant import covers, facts, quick, well_formed
-from model.vllm.reference import VllmV1Scheduler
+from model.vllm.reference import VllmV1Scheduler, simulate
 from model.vllm.state import (
     PREEMPTED,
     RANGED_FIELDS,
@@ -458,6 +458,7 @@ ENGINE = EngineModel(
     check_admissible=check_requests_admissible, rule_config=RuleConfig.from_config,
     initial_state=_initial_state, step=rules.step, same_behaviour=same_behaviour,
     scheduler=VllmV1Scheduler, observe=records_to_steps, rules_table=RULES_TABLE,
+    simulate=simulate,
     # Not with speculative decoding yet: checker/methods/induction.py's step takes no
     # accepted/proposed draft choices (symbolic.extend gives BMC 0..k each), so its proof
     # would cover only "none accepted, k proposed" (tests/test_vllm_invariant_async.py).
