@@ -358,3 +358,43 @@ def test_config_takes_the_kv_transfer_config_flag_and_shows_the_witness(capsys):
     code = main([*base, "--kv-transfer-config", '{"kv_connector": "X"}'])
     _, err = capsys.readouterr()
     assert code == 2 and "kv_role is required" in err and len(err.strip().splitlines()) == 1
+
+
+def _simulate_cli(tmp_path, *flags: str):
+    import json
+    import subprocess
+    import sys
+
+    doc = {"config": {k: v for k, v in CONFIG.items() if k != "kv_connector"},
+           "requests": [{"id": "a", "prompt_len": 64, "max_tokens": 2}],
+           "kv_hits": [{"id": "a", "tokens": 64, "async": True}],
+           "kv_loads": [{"id": "a", "step": 3}], "steps": 5}
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(doc))
+    return subprocess.run([sys.executable, "-m", "checker.cli", "simulate", str(path),
+                           "--json", *flags], capture_output=True, text=True)
+
+
+def test_simulate_runs_a_consumers_kv_transfer_config_on_the_reference(tmp_path):
+    kv = '{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_consumer"}'
+    # The reference runs a connector beside async scheduling and prefix caching (the
+    # conformance modes connector+async, connector+prefix), so simulate needs neither off.
+    done = _simulate_cli(tmp_path, "--kv-transfer-config", kv)
+    assert done.returncode == 0, done.stderr
+    assert "ignored" not in done.stderr  # the flag is read, not passed over
+    import json
+
+    steps = json.loads(done.stdout)["steps"]
+    assert [s["scheduled"] for s in steps[:3]] == [{}, {}, {}]  # loading until step 3
+    assert steps[3]["admitted"] == ["a"]
+    # Without a connector the workload's kv_hits name nothing to answer them: exit 2.
+    plain = _simulate_cli(tmp_path)
+    assert plain.returncode == 2 and "kv_connector" in plain.stderr
+    assert "Traceback" not in plain.stderr
+
+
+def test_simulate_refuses_a_producers_kv_transfer_config(tmp_path):
+    kv = '{"kv_connector": "NixlConnector", "kv_role": "kv_producer"}'
+    done = _simulate_cli(tmp_path, "--kv-transfer-config", kv)
+    assert done.returncode == 2 and "kv-transfer-config" in done.stderr
+    assert done.stderr.count("\n") == 1

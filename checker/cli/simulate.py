@@ -14,10 +14,12 @@ from typing import Any
 from checker.config.flags import add_config_flags, apply_config_flags
 from checker.config.model_kind import model_kind, with_kind
 from checker.config.serve_args import (
+    CONNECTOR_FLAGS,
     add_config_option,
     add_serve_words,
     ignored_line,
     kind_line,
+    kv_transfer_of,
     memory_note,
     merge_yaml,
     model_line,
@@ -33,7 +35,7 @@ from model.vllm.config import ENGINE_VLLM_V1, VLLM_VERSION, Config
 from model.vllm.reference import PHASE_DECODE, chunk_phase, iter_steps
 from model.vllm.startup import STARTUP_RULES
 from model.vllm.validation import RULES
-from model.workload import check_workload, load_workload, parse_workload
+from model.workload import check_workload, load_workload, parse_workload, read_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     under --json)."""
     args = merge_yaml(args, getattr(args, "config", None))
     model_line(args)  # a pasted `vllm serve MODEL`: one model tag, checked before loading
-    workload = load_workload(args.workload)
+    workload = _load_with_connector(args)
     if workload.engine != ENGINE_VLLM_V1:
         return _run_engine(args, workload)
     refuse_unmodelled(args, "simulate")
@@ -84,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     spec = spec_decode(args)  # one the model covers (refuse_unmodelled refused the others)
     workload = replace(workload, config=with_kind(
         model_kind(args), spec.on(config) if spec is not None else config))
-    notes = [model_line(args), ignored_line(args, unread_engine_flags(args)),
+    notes = [model_line(args), ignored_line(args, unread_engine_flags(args), CONNECTOR_FLAGS),
              memory_note(args, workload.config.num_gpu_blocks, "the workload's pool")]
     result = simulate_checked(workload, validate_config=not args.no_validate)
     if args.json:
@@ -95,6 +97,26 @@ def run(args: argparse.Namespace) -> int:
         print(render_text(result))
         print(kind_line(args))  # the KV cache layout the run assumes
     return 0
+
+
+def _load_with_connector(args: argparse.Namespace) -> Workload:
+    """The workload file, its config running a consumer's KV connector when
+    --kv-transfer-config names one (before its kv_hits/kv_loads are checked against the
+    config); a producer's is refused first, as `check` refuses it."""
+    kv = kv_transfer_of(args)
+    if kv is None or kv.kv_connector is None:
+        return load_workload(args.workload)
+    refuse_unmodelled(args, "simulate")
+    doc = read_json(args.workload, "pass a workload JSON file (docs/simulation_contract.md)",
+                    "workload")
+    if not isinstance(doc, dict) or doc.get("engine", ENGINE_VLLM_V1) != ENGINE_VLLM_V1:
+        raise InputError("--kv-transfer-config is a vLLM flag; the workload's engine is "
+                         f"{doc.get('engine') if isinstance(doc, dict) else doc!r}; drop it")
+    config = doc.get("config", {})
+    if not isinstance(config, dict):
+        return parse_workload(doc)  # its own error names the config
+    connector = {"kv_connector": True, "kv_load_failure_policy": kv.kv_load_failure_policy}
+    return parse_workload({**doc, "config": {**config, **connector}})
 
 
 def simulate_workload_dict(doc: dict[str, Any], validate: bool = True) -> dict[str, Any]:

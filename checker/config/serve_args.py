@@ -284,8 +284,11 @@ def refuse_unmodelled(args: argparse.Namespace, command: str) -> None:
 # The commands that run a model kind's KV cache groups (model/vllm/kv_cache.py).
 KIND_COMMANDS = ("check", "simulate")
 # The commands that run a consumer's KV connector (--kv-transfer-config): check's BMC over
-# the rules (model/vllm/connector_rules.py).
-CONNECTOR_COMMANDS = ("check",)
+# the rules (model/vllm/connector_rules.py), simulate's reference (model/vllm/connector.py).
+CONNECTOR_COMMANDS = ("check", "simulate")
+# The rules run the connector on the synchronous Scheduler without prefix caching only;
+# the reference runs it beside both (conformance modes connector+prefix, connector+async).
+CONNECTOR_SYNC_ONLY = ("check",)
 CONNECTOR_FLAGS = ("kv_transfer_config",)
 
 
@@ -429,7 +432,7 @@ def serve_config(args: argparse.Namespace, command: str) -> tuple[Config, list[s
         beside = [flag for flag, on in (("--no-async-scheduling", cfg.async_scheduling),
                                         ("--no-enable-prefix-caching",
                                          cfg.enable_prefix_caching)) if on]
-        if beside:
+        if beside and command in CONNECTOR_SYNC_ONLY:
             raise InputError(
                 f"--kv-transfer-config: `batchproof {command}` runs a KV connector on the "
                 "synchronous Scheduler with prefix caching off (model/vllm/connector_rules.py)"
