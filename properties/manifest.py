@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import tomllib
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -61,10 +62,16 @@ class Entry:
     suite: str
     bounds: tuple[tuple[str, int], ...] = ()
     methods: tuple[str, ...] = ("bmc", "explore")  # which methods the entry is checked by
+    # set by `load` where another entry of the engine has the same property and config
+    # (other params): the file stem then names the params, so neither overwrites the other
+    slug_params: bool = False
 
     @property
     def slug(self) -> str:
         """File stem of this entry's counterexample."""
+        if self.slug_params and self.params:
+            label = "_".join(f"{k}={v}" for k, v in self.params)
+            return f"{self.property}__{label}__{self.config}"
         return f"{self.property}__{self.config}"
 
 
@@ -108,7 +115,15 @@ def load(path: Path | None = None) -> Manifest:
                              "give it another name")
         configs.update(part.configs)
         entries += part.entries
-    return Manifest(configs=configs, entries=tuple(entries))
+    return Manifest(configs=configs, entries=_distinct_slugs(entries))
+
+
+def _distinct_slugs(entries: Sequence[Entry]) -> tuple[Entry, ...]:
+    """The entries, those that share an engine, a property and a config (and differ in
+    params) marked to name their params in their counterexample's file stem."""
+    shared = Counter((e.engine, e.property, e.config) for e in entries)
+    return tuple(replace(e, slug_params=True) if shared[e.engine, e.property, e.config] > 1
+                 else e for e in entries)
 
 
 def _load_file(path: Path) -> Manifest:

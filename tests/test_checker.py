@@ -129,6 +129,18 @@ def test_every_violated_manifest_entry_has_a_stored_counterexample():
             assert (folder / f"{e.slug}.itf.json").exists(), (e.engine, e.slug)
 
 
+def test_no_two_manifest_entries_of_an_engine_share_a_counterexample_file():
+    # mistral.rs has prefill_due_within on mr_tiny at k=3 (HOLDS) and k=2 (VIOLATED): were
+    # k=3 ever violated too, the two would have written one file.
+    m = load()
+    stems = [(e.engine, e.slug) for e in m.entries]
+    assert len(stems) == len(set(stems))
+    shared = [e for e in m.entries if e.property == "prefill_due_within"
+              and e.config == "mr_tiny"]
+    assert sorted(e.slug for e in shared) == ["prefill_due_within__k=2__mr_tiny",
+                                              "prefill_due_within__k=3__mr_tiny"]
+
+
 def test_check_prints_json_verdicts_that_meet_the_manifest(capsys):
     code = main(["check", "--property", "head_of_line", "--json", "--jobs", "1"])
     rows = json.loads(capsys.readouterr().out)["verdicts"]

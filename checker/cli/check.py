@@ -802,8 +802,7 @@ def run(args: argparse.Namespace) -> int:
                              lambda r=res, i=itf_path, t=txt_path: _write(r, i, t))
                     path = str(itf_path)
             else:
-                slug = f"{res.counterexample.property}__{res.counterexample.config_name}"
-                itf_path, txt_path = _paths(res.verdict.engine, slug)
+                itf_path, txt_path = _paths(res.verdict.engine, entry.slug)
                 if args.write and job.method == _job_method(entry, methods[0]):
                     _write(res, itf_path, txt_path)
                 # Only a file that exists is named (--write writes it; the manifest's
