@@ -213,9 +213,52 @@ def test_dedup_stays_exact_when_every_hash_clashes(monkeypatch):
     monkeypatch.setattr(keys, "hash_rows", lambda w: np.zeros(len(w), dtype=np.uint64))
     first = sorted(keys.first_of_each(words).tolist())
     assert first == [0, 1, 3]
+
+
+def test_the_visited_set_stays_exact_when_hashes_clash(monkeypatch):
+    # The visited set keeps a key's hash and its words but the last, which is exact for a
+    # hash that determines the last word given the others (hash_rows's splitmix64 does).
+    # Here the hash is the last word alone, so keys that differ in the first word clash.
+    monkeypatch.setattr(keys, "hash_rows", lambda w: w[:, -1].copy())
+    words = np.array([[1, 2], [7, 2], [3, 2], [4, 5], [1, 5], [4, 5]], dtype=np.uint64)
     seen = keys.Visited()
     seen.add(words[[0, 3]], np.array([10, 11]))
-    assert seen.lookup(words).tolist() == [10, -1, 10, 11, -1]
+    seen.add(words[[2]], np.array([12]))
+    assert seen.lookup(words).tolist() == [10, -1, 12, 11, -1, 11]
+
+
+def test_the_visited_set_gives_back_the_keys_it_does_not_store_whole():
+    rng = np.random.default_rng(3)
+    for width in (1, 2, 3):
+        words = np.unique(rng.integers(0, 1 << 62, (3000, width)).astype(np.uint64), axis=0)
+        words = words[rng.permutation(len(words))]
+        seen = keys.Visited()
+        seen.merge_cap = 1500  # some runs merged, the last ones not
+        for k in range(0, 2400, 300):
+            seen.add(words[k:k + 300], np.arange(k, k + 300))
+        assert len(seen.runs) > 1 and seen.count == 2400
+        assert all(len(r[0]) <= 1500 for r in seen.runs[:-1])
+        assert seen.lookup(words).tolist() == list(range(2400)) + [-1] * (len(words) - 2400)
+        back = np.concatenate([seen.words_of(r) for r in range(len(seen.runs))])
+        assert sorted(map(tuple, back.tolist())) == sorted(map(tuple, words[:2400].tolist()))
+        if width == 1:
+            assert seen.runs[0][1].shape[1] == 0  # a one-word key is its own hash
+
+
+def test_the_streamed_layers_find_the_states_the_kept_layers_find():
+    # A search that keeps no path streams each layer (bounded memory); one that keeps
+    # paths deduplicates a whole layer at once. Same states, transitions and depths.
+    engine = registry.get("vllm-v1")
+    rule_cfg = engine.rule_config(SPIN_CFG)
+    bounds = Bounds(slots=2, depth=100, max_prompt_len=8, max_max_tokens=4)
+    props = [catalogue.get("budget_respected")]
+    outs = [Search(engine, rule_cfg, props, explore.menu(bounds, rule_cfg), 2, 100,
+                   Options(arrival_steps=3, exhaustive=True, least=least),
+                   time.monotonic() + 600).run()
+            for least in (False, True)]
+    assert outs[0].states == outs[1].states > 1000
+    assert (outs[0].transitions, outs[0].depth_reached) == (outs[1].transitions,
+                                                            outs[1].depth_reached)
 
 
 def test_a_wider_codec_re_encodes_the_stored_keys():

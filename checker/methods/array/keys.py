@@ -273,7 +273,18 @@ def _exact_first(words: np.ndarray, order: np.ndarray) -> np.ndarray:
 
 
 class Visited:
-    """Every key seen so far (with its node id): sorted runs merged as they grow."""
+    """Every key seen so far (with its node id): sorted runs merged as they grow.
+
+    A run holds each key's 64-bit hash, the key's words but the last, and the ids. The
+    last word need not be stored: `hash_rows` ends with splitmix64 of (the hash of the
+    other words) xor (the last word), and splitmix64 is a bijection of 64-bit words, so
+    two keys with equal hashes and equal other words have equal last words (a one-word
+    key is its own hash). Equality stays exact; `words_of` gives the last word back.
+    Runs are merged pairwise (a linear merge of two sorted runs) while the newer is at
+    least half the older, but not past `merge_cap` keys, so that a merge never needs a
+    second copy of the whole set: the set is then a few runs of at most that size."""
+
+    merge_cap = 1 << 25
 
     def __init__(self, exact: bool = True) -> None:
         self.exact = exact
@@ -283,19 +294,20 @@ class Visited:
     def lookup(self, words: np.ndarray) -> np.ndarray:
         """Per row, the node id of an equal stored key, or -1."""
         h = hash_rows(words)
+        head = words[:, :-1]
         found = np.full(len(h), -1, dtype=np.int64)
         for hs, ws, ids in self.runs:
             pos = np.searchsorted(hs, h)
             pos_c = np.minimum(pos, len(hs) - 1)
             hit = (pos < len(hs)) & (hs[pos_c] == h) & (found < 0)
-            if ws is not None and hit.any():
+            if ws is not None and ws.shape[1] and hit.any():
                 idx = np.nonzero(hit)[0]
-                same = np.all(ws[pos_c[idx]] == words[idx], axis=1)
+                same = np.all(ws[pos_c[idx]] == head[idx], axis=1)
                 # Equal hashes of different keys: look along the run of equal hashes.
                 for k in idx[~same]:
                     p = pos_c[k]
                     while p < len(hs) and hs[p] == h[k]:
-                        if np.array_equal(ws[p], words[k]):
+                        if np.array_equal(ws[p], head[k]):
                             found[k] = ids[p]
                             break
                         p += 1
@@ -311,19 +323,51 @@ class Visited:
         h = hash_rows(words)
         order = np.argsort(h, kind="stable")
         kept_ids = (np.zeros(len(h), dtype=np.int8) if ids is None else ids[order])
-        self.runs.append((h[order], words[order] if self.exact else None, kept_ids))
+        self.runs.append((h[order], words[order, :-1] if self.exact else None, kept_ids))
         self.count += len(words)
-        while len(self.runs) > 1 and len(self.runs[-1][0]) * 2 >= len(self.runs[-2][0]):
+        self._settle()
+
+    def absorb(self, other: Visited, id_offset: int | None = None) -> None:
+        """Take over another set's runs (keys not already here): its ids plus
+        `id_offset`, or no ids (0) when None."""
+        for hs, ws, ids in other.runs:
+            ids = (np.zeros(len(hs), dtype=np.int8) if id_offset is None
+                   else ids.astype(np.int64) + id_offset)
+            self.runs.append((hs, ws, ids))
+            self.count += len(hs)
+            self._settle()
+        other.runs, other.count = [], 0
+
+    def _settle(self) -> None:
+        while (len(self.runs) > 1 and len(self.runs[-1][0]) * 2 >= len(self.runs[-2][0])
+               and len(self.runs[-1][0]) + len(self.runs[-2][0]) <= self.merge_cap):
             self._merge_last()
         if len(self.runs) > 24:
             self._merge_last()
 
     def _merge_last(self) -> None:
         (h1, w1, i1), (h2, w2, i2) = self.runs[-2], self.runs[-1]
-        h = np.concatenate([h1, h2])
-        order = np.argsort(h, kind="stable")
-        w = None if w1 is None or w2 is None else np.concatenate([w1, w2])[order]
-        self.runs[-2:] = [(h[order], w, np.concatenate([i1, i2])[order])]
+        # where each of the newer run's keys lands (after the older run's equal hashes)
+        at = np.searchsorted(h1, h2, side="right") + np.arange(len(h2))
+        older = np.ones(len(h1) + len(h2), dtype=bool)
+        older[at] = False
+
+        def merged(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            dtype = np.result_type(a, b)
+            out = np.empty((len(a) + len(b), *a.shape[1:]), dtype=dtype)
+            out[older], out[at] = a, b
+            return out
+        w = None if w1 is None or w2 is None else merged(w1, w2)
+        self.runs[-2:] = [(merged(h1, h2), w, merged(i1, i2))]
+
+    def words_of(self, run: int) -> np.ndarray:
+        """The whole keys of one run (the last word recovered from the hash)."""
+        hs, ws, _ = self.runs[run]
+        assert ws is not None
+        if ws.shape[1] == 0:
+            return hs.reshape(-1, 1).copy()
+        last = _unsplitmix(hs) ^ hash_rows_chain(ws)
+        return np.concatenate([ws, last.reshape(-1, 1)], axis=1)
 
     def repack(self, old: Codec, new: Codec) -> None:
         """Re-encode every stored key under a wider codec."""
@@ -331,15 +375,45 @@ class Visited:
             raise ValueError("a hash-compacted visited set cannot be re-encoded: give the "
                              "search exact keys, or start it with wider key columns")
         runs = []
-        for _, ws, ids in self.runs:
-            assert ws is not None
-            nw = new.recode(ws, old)
+        for k, (_, _, ids) in enumerate(self.runs):
+            nw = new.recode(self.words_of(k), old)
             h = hash_rows(nw)
             order = np.argsort(h, kind="stable")
-            runs.append((h[order], nw[order], ids[order]))
+            runs.append((h[order], nw[order, :-1], ids[order]))
         self.runs = runs
 
     def nbytes(self) -> int:
         """Memory held by the stored keys."""
         return sum(h.nbytes + (0 if w is None else w.nbytes) + i.nbytes
                    for h, w, i in self.runs)
+
+
+def hash_rows_chain(words: np.ndarray) -> np.ndarray:
+    """The splitmix chain of `hash_rows` over rows of one or more words (without the
+    one-word shortcut): hash_rows(w) == splitmix(chain(w[:, :-1]) ^ w[:, -1]) for rows of
+    two or more words."""
+    with np.errstate(over="ignore"):
+        h = np.zeros(words.shape[0], dtype=np.uint64)
+        for k in range(words.shape[1]):
+            h = _splitmix(h ^ words[:, k])
+    return h
+
+
+def _unxorshift(x: np.ndarray, s: int) -> np.ndarray:
+    out, k = x.copy(), s
+    while k < 64:
+        out ^= x >> np.uint64(k)
+        k += s
+    return out
+
+
+_M1_INV = np.uint64(pow(int(_M1), -1, 1 << 64))
+_M2_INV = np.uint64(pow(int(_M2), -1, 1 << 64))
+
+
+def _unsplitmix(x: np.ndarray) -> np.ndarray:
+    """The inverse of _splitmix (each of its steps is a bijection of uint64)."""
+    with np.errstate(over="ignore"):
+        x = _unxorshift(x, 31) * _M2_INV
+        x = _unxorshift(x, 27) * _M1_INV
+        return _unxorshift(x, 30) - _MIX

@@ -13,7 +13,7 @@ Ops fold, so slots that have not arrived cost nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ import checker.methods.array.analysis as analysis
 import checker.methods.array.history as history
 import checker.methods.array.pool as pool
 from checker.methods.array.analysis import Shape
-from checker.methods.array.keys import Codec, Visited, first_of_each
+from checker.methods.array.keys import Codec, Layout, Visited, first_of_each
 from checker.methods.array.layout import Leaf, Path, build, leaves_of, status_fields, values_of
 from checker.methods.explore import Kind
 from model.core.array_ops import ArrayOps
@@ -347,6 +347,9 @@ class Search:
         src = {col: int(front[0, col]) for col in range(front.shape[1])}
         root_words = self._words(src, 0, lambda x: np.broadcast_to(np.asarray(x), (1,)), 1)
         self.visited.add(root_words, np.zeros(1, dtype=np.int64))
+        self._layer_keys: Visited | None = None
+        if not self.paths:
+            front = _Chunks.of(front)
         self.layers.append(_Layer(0, np.full(1, -1), np.zeros(1, dtype=np.int64),
                                   np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int64)))
         self.next_id = 1
@@ -378,13 +381,81 @@ class Search:
             outcome.witness_of = self.witness
         return outcome
 
-    def _layer(self, front: np.ndarray, meta: dict[str, np.ndarray], d: int,
+    def _layer(self, front: Any, meta: dict[str, np.ndarray], d: int,
                pending: Sequence[int]
-               ) -> tuple[np.ndarray, dict[str, np.ndarray],
+               ) -> tuple[Any, dict[str, np.ndarray],
                           dict[int, tuple[tuple[int, ...], Witness]]]:
-        """Expand one layer: every parent x arrival choice x EOS choice. Each pass's
-        children are deduplicated against each other and the visited set; the survivors of
-        all passes once more against each other, keeping the first (or the least)."""
+        """Expand one layer: every parent x arrival choice x EOS choice. A search that
+        keeps paths (node ids, parents, least runs) keeps the layer's candidates until a
+        layer-wide deduplication (`_layer_paths`); one that does not streams them
+        (`_layer_streamed`)."""
+        if self.paths:
+            return self._layer_paths(front, meta, d, pending)
+        return self._layer_streamed(front, d, pending)
+
+    def _layer_streamed(self, front: _Chunks, d: int, pending: Sequence[int]
+                        ) -> tuple[_Chunks, dict[str, np.ndarray],
+                                   dict[int, tuple[tuple[int, ...], Witness]]]:
+        """One layer in bounded memory: the frontier is read chunk by chunk (each chunk
+        released once expanded), and each pass's children are deduplicated at once
+        against each other, the visited set and the layer's keys so far, so the new
+        frontier holds each state once, bit-packed (`_Chunks`). The memory held is the
+        visited set, the two frontiers packed, and one pass. The states, transitions and
+        the first violating depth are those of `_layer_paths`; the order of the new
+        frontier is not (nothing reads it: no path is kept)."""
+        may_arrive = self.opt.arrival_steps is None or d <= self.opt.arrival_steps
+        arrived_col = self.ci[("arrived",)]
+        layer_keys = Visited(self.opt.exact)
+        self._layer_keys = layer_keys
+        self._pending = []
+        nxt = _Chunks(self.store)
+        viol: dict[int, tuple[tuple[int, ...], Witness]] = {}
+        for sub in front.drain():
+            arrived = sub[:, arrived_col].astype(np.int64)
+            for a in sorted(set(arrived.tolist())):
+                rows = np.nonzero(arrived == a)[0]
+                room = self.n - a if may_arrive else 0
+                for j in range(room + 1):
+                    for batch in self._batches(rows, j):
+                        if time.monotonic() > self.deadline:
+                            raise _Stop("time limit")
+                        b = self._expand(sub, {}, d, a, j, *batch)
+                        for i, mask in b.vmask.items():
+                            if i in pending:
+                                self._note_violation(viol, i, b, mask)
+                        t0 = time.monotonic()
+                        if pending and all(i in b.vmask for i in pending):
+                            cand = np.nonzero(~np.all(np.stack([b.vmask[i] for i in pending]),
+                                                      axis=0))[0]
+                            if len(cand):
+                                cand = cand[first_of_each(b.words[cand])]
+                        else:
+                            cand = first_of_each(b.words)
+                        if len(cand):
+                            cand = cand[self.visited.lookup(b.words[cand]) < 0]
+                        if len(cand):
+                            cand = cand[layer_keys.lookup(b.words[cand]) < 0]
+                        if len(cand):
+                            layer_keys.add(b.words[cand])
+                            nxt.append(self._rows(b, cand))
+                        self.timing["dedup"] += time.monotonic() - t0
+                        if self.visited.count + layer_keys.count > self.opt.max_states:
+                            raise _Stop(f"state limit {self.opt.max_states}")
+        t0 = time.monotonic()
+        nxt.flush()
+        self.visited.absorb(layer_keys)
+        self._layer_keys = None
+        self.next_id += len(nxt)
+        self.timing["dedup"] += time.monotonic() - t0
+        return nxt, {}, viol
+
+    def _layer_paths(self, front: np.ndarray, meta: dict[str, np.ndarray], d: int,
+                     pending: Sequence[int]
+                     ) -> tuple[np.ndarray, dict[str, np.ndarray],
+                                dict[int, tuple[tuple[int, ...], Witness]]]:
+        """Expand one layer keeping paths. Each pass's children are deduplicated against
+        each other and the visited set; the survivors of all passes once more against
+        each other, keeping the first (or the least)."""
         arrived = front[:, self.ci[("arrived",)]].astype(np.int64)
         may_arrive = self.opt.arrival_steps is None or d <= self.opt.arrival_steps
         parts: list[list[Any]] = []
@@ -851,6 +922,8 @@ class Search:
             new = Codec.fit(*self.seen, self.n, self.symmetry, self.priority_col)
             if self.codec is not None:
                 self.visited.repack(self.codec, new)
+                if self._layer_keys is not None:
+                    self._layer_keys.repack(self.codec, new)
                 for part in self._pending:
                     part[1] = new.recode(part[1], self.codec)
             self.codec = new
@@ -904,6 +977,59 @@ class Search:
         """The run kept for a node (its least run in least mode)."""
         k = max(i for i, layer in enumerate(self.layers) if layer.first_id <= node_id)
         return self._walk(k, node_id - self.layers[k].first_id)
+
+
+class _Chunks:
+    """A frontier as chunks of bit-packed rows (keys.Layout, each chunk its own column
+    ranges): a row of small ints takes a few words instead of a store int per column.
+    Rows are appended in order, packed once `target` rows are buffered, and read back in
+    order, each chunk released as it is read."""
+
+    def __init__(self, store: Any, target: int = 1 << 18) -> None:
+        self.store, self.target = store, target
+        self.chunks: list[tuple[Layout, np.ndarray]] = []
+        self.buffer: list[np.ndarray] = []
+        self.buffered = 0
+        self.count = 0
+
+    @staticmethod
+    def of(rows: np.ndarray) -> _Chunks:
+        """A frontier of these rows."""
+        out = _Chunks(rows.dtype.type)
+        out.append(rows)
+        out.flush()
+        return out
+
+    def __len__(self) -> int:
+        return self.count
+
+    def append(self, rows: np.ndarray) -> None:
+        """Add rows at the end."""
+        self.buffer.append(rows)
+        self.buffered += len(rows)
+        self.count += len(rows)
+        if self.buffered >= self.target:
+            self.flush()
+
+    def flush(self) -> None:
+        """Pack the buffered rows into a chunk."""
+        if not self.buffer:
+            return
+        rows = np.concatenate(self.buffer) if len(self.buffer) > 1 else self.buffer[0]
+        self.buffer, self.buffered = [], 0
+        lay = Layout.fit(rows.min(axis=0).tolist(), rows.max(axis=0).tolist())
+        self.chunks.append((lay, lay.pack(list(rows.T), len(rows))))
+
+    def drain(self) -> Iterator[np.ndarray]:
+        """The rows, chunk by chunk (every chunk is dropped as it is handed out)."""
+        self.flush()
+        self.chunks.reverse()
+        while self.chunks:
+            lay, words = self.chunks.pop()
+            cols = lay.unpack(words)
+            del words
+            yield np.stack(cols, axis=1).astype(self.store)
+        self.count = 0
 
 
 @dataclass(slots=True)
