@@ -165,7 +165,7 @@ def test_symmetry_and_retired_slots_merge_exactly_the_states_they_claim_to():
 
     def keep(front, meta, d, pending):
         out = original(front, meta, d, pending)
-        layers.append((d, out[0].copy()))
+        layers.append((d, out[0].rows()))  # a streamed layer's packed frontier, unpacked
         return out
     search._layer = keep
     search.run()

@@ -124,6 +124,7 @@ class Search:
         self.ops = ArrayOps(np)
         self.dtype = _eval_dtype(rule_cfg)
         self.paths = options.least or options.keep_edges
+        self._layer_keys: Visited | None = None  # the keys of the layer being streamed
         self._plan()
 
     # ---- what a state holds and what its key holds -------------------------------------
@@ -347,7 +348,6 @@ class Search:
         src = {col: int(front[0, col]) for col in range(front.shape[1])}
         root_words = self._words(src, 0, lambda x: np.broadcast_to(np.asarray(x), (1,)), 1)
         self.visited.add(root_words, np.zeros(1, dtype=np.int64))
-        self._layer_keys: Visited | None = None
         if not self.paths:
             front = _Chunks.of(front)
         self.layers.append(_Layer(0, np.full(1, -1), np.zeros(1, dtype=np.int64),
@@ -980,14 +980,15 @@ class Search:
 
 
 class _Chunks:
-    """A frontier as chunks of bit-packed rows (keys.Layout, each chunk its own column
-    ranges): a row of small ints takes a few words instead of a store int per column.
-    Rows are appended in order, packed once `target` rows are buffered, and read back in
-    order, each chunk released as it is read."""
+    """A frontier as chunks of bit-packed rows: each column less its least value in the
+    chunk, packed by a keys.Layout of the chunk's own ranges, so a row of small ints
+    takes a few words instead of a store int per column. Rows are appended in order,
+    packed once `target` rows are buffered, and read back in order, each chunk released
+    as it is read."""
 
     def __init__(self, store: Any, target: int = 1 << 18) -> None:
         self.store, self.target = store, target
-        self.chunks: list[tuple[Layout, np.ndarray]] = []
+        self.chunks: list[tuple[Layout, np.ndarray, np.ndarray]] = []
         self.buffer: list[np.ndarray] = []
         self.buffered = 0
         self.count = 0
@@ -1017,19 +1018,27 @@ class _Chunks:
             return
         rows = np.concatenate(self.buffer) if len(self.buffer) > 1 else self.buffer[0]
         self.buffer, self.buffered = [], 0
-        lay = Layout.fit(rows.min(axis=0).tolist(), rows.max(axis=0).tolist())
-        self.chunks.append((lay, lay.pack(list(rows.T), len(rows))))
+        lo = rows.min(axis=0).astype(np.int64)
+        shifted = rows.astype(np.int64) - lo
+        lay = Layout.fit([0] * len(lo), shifted.max(axis=0).tolist())
+        self.chunks.append((lay, lo, lay.pack(list(shifted.T), len(rows))))
 
     def drain(self) -> Iterator[np.ndarray]:
         """The rows, chunk by chunk (every chunk is dropped as it is handed out)."""
         self.flush()
         self.chunks.reverse()
         while self.chunks:
-            lay, words = self.chunks.pop()
-            cols = lay.unpack(words)
-            del words
-            yield np.stack(cols, axis=1).astype(self.store)
+            yield self._unpack(*self.chunks.pop())
         self.count = 0
+
+    def rows(self) -> np.ndarray:
+        """Every row, as one matrix (the frontier stays as it is)."""
+        self.flush()
+        parts = [self._unpack(*chunk) for chunk in self.chunks]
+        return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=self.store)
+
+    def _unpack(self, lay: Layout, lo: np.ndarray, words: np.ndarray) -> np.ndarray:
+        return (np.stack(lay.unpack(words), axis=1) + lo).astype(self.store)
 
 
 @dataclass(slots=True)
