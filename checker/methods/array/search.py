@@ -347,7 +347,8 @@ class Search:
         meta = {"srank": np.zeros(1, dtype=np.int64), "prank": np.zeros(1, dtype=np.int64)}
         src = {col: int(front[0, col]) for col in range(front.shape[1])}
         root_words = self._words(src, 0, lambda x: np.broadcast_to(np.asarray(x), (1,)), 1)
-        self.visited.add(root_words, np.zeros(1, dtype=np.int64))
+        # node ids only where paths are kept (else a byte per key, all 0)
+        self.visited.add(root_words, np.zeros(1, dtype=np.int64) if self.paths else None)
         if not self.paths:
             front = _Chunks.of(front)
         self.layers.append(_Layer(0, np.full(1, -1), np.zeros(1, dtype=np.int64),
