@@ -245,6 +245,21 @@ def test_the_visited_set_gives_back_the_keys_it_does_not_store_whole():
             assert seen.runs[0][1].shape[1] == 0  # a one-word key is its own hash
 
 
+def test_a_wider_codec_re_encodes_a_large_set_piece_by_piece():
+    rng = np.random.default_rng(0)
+    narrow = keys.Codec.fit([0], [3], [0, 0], [7, 3], 3, "full", None)
+    wide = keys.Codec.fit([0], [9], [0, 0], [40, 7], 3, "full", None)
+    words = np.unique(narrow.encode([rng.integers(0, 4, 5000)],
+                                    [[rng.integers(0, 8, 5000), rng.integers(0, 4, 5000)]
+                                     for _ in range(3)], 5000), axis=0)
+    seen = keys.Visited()
+    seen.add(words[:2000], np.arange(2000))
+    seen.add(words[2000:3000], np.arange(2000, 3000))
+    seen.repack(narrow, wide, piece=333)
+    assert seen.lookup(wide.recode(words, narrow)).tolist() == \
+        list(range(3000)) + [-1] * (len(words) - 3000)
+
+
 def test_the_streamed_layers_find_the_states_the_kept_layers_find():
     # A search that keeps no path streams each layer (bounded memory); one that keeps
     # paths deduplicates a whole layer at once. Same states, transitions and depths.

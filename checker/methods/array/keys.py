@@ -360,27 +360,35 @@ class Visited:
         w = None if w1 is None or w2 is None else merged(w1, w2)
         self.runs[-2:] = [(merged(h1, h2), w, merged(i1, i2))]
 
-    def words_of(self, run: int) -> np.ndarray:
-        """The whole keys of one run (the last word recovered from the hash)."""
+    def words_of(self, run: int, rows: slice = slice(None)) -> np.ndarray:
+        """The whole keys of one run, or of some of its rows (the last word recovered
+        from the hash)."""
         hs, ws, _ = self.runs[run]
         assert ws is not None
+        hs, ws = hs[rows], ws[rows]
         if ws.shape[1] == 0:
             return hs.reshape(-1, 1).copy()
         last = _unsplitmix(hs) ^ hash_rows_chain(ws)
         return np.concatenate([ws, last.reshape(-1, 1)], axis=1)
 
-    def repack(self, old: Codec, new: Codec) -> None:
-        """Re-encode every stored key under a wider codec."""
+    def repack(self, old: Codec, new: Codec, piece: int = 1 << 20) -> None:
+        """Re-encode every stored key under a wider codec: a run at a time, `piece` keys
+        at a time (decoding a whole run's columns at once would take more memory than the
+        set)."""
         if not self.exact:
             raise ValueError("a hash-compacted visited set cannot be re-encoded: give the "
                              "search exact keys, or start it with wider key columns")
-        runs = []
-        for k, (_, _, ids) in enumerate(self.runs):
-            nw = new.recode(self.words_of(k), old)
+        for k in range(len(self.runs)):
+            size = len(self.runs[k][0])
+            parts = [new.recode(self.words_of(k, slice(p, p + piece)), old)
+                     for p in range(0, size, piece)]
+            nw = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            del parts
             h = hash_rows(nw)
             order = np.argsort(h, kind="stable")
-            runs.append((h[order], nw[order, :-1], ids[order]))
-        self.runs = runs
+            ids = self.runs[k][2][order]
+            self.runs[k] = (h[order], nw[order, :-1], ids)
+            del nw, h, order
 
     def nbytes(self) -> int:
         """Memory held by the stored keys."""
