@@ -19,9 +19,10 @@ async scheduling rejected drafts leave the same gap (processed tokens advance by
 the table advanced by 1 + k), so a lone request preempts itself again and again, but each
 round delivers tokens and it finishes.
 
-The model does not run align mode (model/vllm/validation.py refuses prefix caching beside
-KV cache groups), so these are facts of the real Scheduler only, the evidence docs/scope.md
-cites for align mode; the reference has no replay of them.
+The reference runs align mode (model/vllm/align_cache.py) and replays these runs step by
+step, record for record (the conformance tests below compare them with the real
+Scheduler; checker/conformance modes hybrid-mamba-align, hybrid-mamba-align-spec,
+hybrid-mamba-align-async-spec run 1000 workloads each).
 """
 
 from __future__ import annotations
@@ -74,6 +75,69 @@ def test_align_mode_livelocks_a_lone_request_at_vllms_minimum_under_async():
     assert not any(r.finished for r in real)
     assert [dict(r.extra)["group_blocks"].get("r0") for r in real[:2]] == [(2, 2), (3, 3)]
     assert all(r.num_computed_tokens == (("r0", 8),) for r in real[3::2])  # no progress
+
+
+def test_the_reference_replays_the_livelock_step_by_step():
+    from model.vllm.reference import simulate
+
+    ref = simulate(_witness(7))
+    assert [r.step for r in ref if r.preempted] == [3, 5, 7, 9, 11]
+    assert not any(r.finished for r in ref)
+    assert [dict(r.extra)["group_blocks"].get("r0") for r in ref[:2]] == [(2, 2), (3, 3)]
+    assert all(r.num_computed_tokens == (("r0", 8),) for r in ref[3::2])
+    # each re-admission hits the cached first block (4 tokens: EAGLE drops the second)
+    assert [dict(r.extra)["prefix_hits"] for r in ref[3::2]] == [{"r0": 4}] * 5
+    # the decode step cannot allocate (the old state is not freed yet: its token is in
+    # flight), so the request preempts itself and gives back all 6 usable blocks
+    assert ref[2].free_blocks == 6 and ref[2].preempted == ("r0",)
+
+
+def test_the_reference_controls_finish_with_one_block_more_or_synchronously():
+    from model.vllm.reference import simulate
+
+    bigger = simulate(_witness(8))
+    assert not any(r.preempted for r in bigger)
+    assert [r.step for r in bigger if r.finished] == [6]
+    sync = simulate(_witness(7, async_scheduling=False))
+    assert [r.step for r in sync if r.finished] == [5]
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_the_reference_agrees_with_the_real_scheduler_on_the_witness_and_controls():
+    from checker.conformance.compare import compare
+
+    for w in (_witness(7), _witness(8), _witness(7, async_scheduling=False)):
+        assert compare(w) is None, w.config
+
+
+@needs_vllm
+@pytest.mark.conformance
+@pytest.mark.parametrize("mode", ["hybrid-mamba-align", "hybrid-mamba-align-spec",
+                                  "hybrid-mamba-align-async-spec"])
+def test_align_modes_agree_with_the_real_scheduler_on_a_few_workloads(mode):
+    from checker.conformance.compare import compare
+    from checker.conformance.modes import MODES
+
+    for seed in range(8):
+        w = MODES[mode].generate(seed, 30)
+        assert w.config.enable_prefix_caching and w.config.hybrid_kv
+        assert compare(w) is None, (mode, seed)
+
+
+def test_align_mode_workloads_are_valid_and_seeded():
+    from checker.conformance.modes import MODES
+    from model.vllm.config import GROUP_MAMBA
+
+    for mode in ("hybrid-mamba-align", "hybrid-mamba-align-spec",
+                 "hybrid-mamba-align-async-spec"):
+        ws = [MODES[mode].generate(s, 30) for s in range(20)]
+        assert ws[3] == MODES[mode].generate(3, 30)
+        for w in ws:
+            kinds = {g.kind for g in w.config.kv_cache_groups}
+            assert GROUP_MAMBA in kinds and w.config.enable_prefix_caching
+            assert w.config.async_scheduling == mode.endswith("async-spec")
+        assert any(r.prefix_group for w in ws for r in w.requests)
 
 
 @needs_vllm
