@@ -152,7 +152,7 @@ def test_one_block_more_or_synchronous_scheduling_finishes():
     assert any(r.finished for r in sync)
 
 
-def test_config_stays_unknown_in_align_mode_and_names_the_real_schedulers_livelock(capsys):
+def test_config_witnesses_self_preemption_in_align_mode_on_the_reference(capsys):
     from checker.cli.main import main
 
     code = main(["config", "--max-model-len", "12", "--max-num-batched-tokens", "4",
@@ -165,10 +165,27 @@ def test_config_stays_unknown_in_align_mode_and_names_the_real_schedulers_livelo
     # vllm serve's defaults on a GPU: prefix caching (so align mode) and async scheduling
     assert "enable_prefix_caching                     on" in out
     assert "async_scheduling                          on" in out
-    assert code == 3 and "[UNKNOWN] self_preemption" in out, out
-    assert "[PROVED absent] self_preemption" not in out
-    assert "livelocks a lone request at a pool its startup check accepts " \
-           "(tests/test_mamba_align.py)" in out
+    assert code == 0 and "[WITNESSED] self_preemption" in out, out
+    assert "replayed on the reference" in out
+    assert "searched by the reference explorer" in out and "align_cache.py" in out
+    assert "L loop starts" in out  # a lasso: the run repeats, the request never finishes
+
+
+def test_config_does_not_prove_align_mode_safe_with_the_mode_none_count(capsys):
+    # One block more: the reference explorer finds no witness within its bounds, and the
+    # closed-form argument (1 + k state blocks per Mamba group) is not claimed in align
+    # mode, where a lone request holds more while its token is in flight.
+    from checker.cli.main import main
+
+    code = main(["config", "--max-model-len", "12", "--max-num-batched-tokens", "4",
+                 "--max-num-seqs", "1", "--block-size", "4", "--num-gpu-blocks", "8",
+                 "--device", "h100", "--speculative-config",
+                 '{"method": "eagle", "model": "x/eagle", "num_speculative_tokens": 1}',
+                 "--model-kind", "hybrid-mamba", "--mamba-layers", "1",
+                 "--full-attention-layers", "1", "--hazard", "self_preemption"])
+    out = capsys.readouterr().out
+    assert "[HOLDS within bounds] self_preemption" in out, out
+    assert "PROVED absent] self_preemption" not in out and code == 0
 
 
 def _vllm_starts(num_gpu_blocks: int) -> bool:
@@ -209,14 +226,21 @@ def test_vllm_starts_the_witness_pool_and_refuses_one_block_less():
     assert not _vllm_starts(6)
 
 
-def test_check_refuses_align_mode_in_one_line_naming_the_livelock(capsys):
+def test_check_never_finishes_is_violated_in_align_mode_by_the_reference_explorer(capsys,
+                                                                                 tmp_path):
     from checker.cli.main import main
 
-    code = main(["check", "--property", "never_finishes", "--max-model-len", "12",
-                 "--max-num-batched-tokens", "4", "--max-num-seqs", "1", "--block-size", "4",
-                 "--num-gpu-blocks", "7", "--model-kind", "hybrid-mamba", "--mamba-layers",
-                 "1", "--full-attention-layers", "1"])
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1, err
-    assert "align mode, where vLLM's real Scheduler can livelock a lone request" in err
-    assert "--no-enable-prefix-caching" in err
+    flags = ["check", "--property", "never_finishes", "--max-model-len", "12",
+             "--max-num-batched-tokens", "4", "--max-num-seqs", "1", "--block-size", "4",
+             "--num-gpu-blocks", "7", "--model-kind", "hybrid-mamba", "--mamba-layers",
+             "1", "--full-attention-layers", "1", "--speculative-config",
+             '{"method": "eagle", "model": "x/eagle", "num_speculative_tokens": 1}',
+             "--async-scheduling", "--requests", "1", "--depth", "8"]
+    code = main([*flags, "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 1 and "never_finishes  custom  VIOLATED" in out, out + err
+    assert "explore" in out and "align mode" in err
+    # BMC runs the rules, which do not carry align mode: UNKNOWN with the reason
+    code = main([*flags, "--method", "bmc", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 3 and "modelled in the reference only" in out + err, out + err
