@@ -750,6 +750,8 @@ class VllmV1Scheduler:
         steer later counts) and real blocks."""
         if not isinstance(self.table, GroupTables):
             return ()
+        if isinstance(self.table, AlignTables):  # align mode: the junction steers chunks
+            return (self.table.group_key(r.request_id), r.junction)
         return (self.table.group_key(r.request_id),)
 
     def _spec_key(self, r: Request) -> tuple[object, ...]:
