@@ -244,3 +244,24 @@ def test_check_never_finishes_is_violated_in_align_mode_by_the_reference_explore
     code = main([*flags, "--method", "bmc", "--out", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 3 and "modelled in the reference only" in out + err, out + err
+
+
+def test_prefix_caching_is_modelled_beside_mamba_groups_and_refused_beside_a_window():
+    from model.core.errors import InputError
+    from model.vllm.config import GROUP_SLIDING, KvGroup
+    from model.vllm.engine import reference_only
+    from model.vllm.validation import check_field_types
+
+    align = _witness(7).config
+    check_field_types(align)  # full + Mamba with prefix caching: align mode, modelled
+    assert reference_only(align) is not None  # ... by the reference only
+    assert reference_only(replace(align, enable_prefix_caching=False)) is None
+    for groups in ((KvGroup("full"), KvGroup(GROUP_SLIDING, 4)),
+                   (KvGroup(GROUP_SLIDING, 4), KvGroup("mamba")),
+                   (KvGroup("full"), KvGroup("full"))):
+        with pytest.raises(InputError, match="prefix caching with KV cache groups"):
+            check_field_types(replace(align, kv_cache_groups=groups))
+    # vLLM's startup check counts 2 + k state blocks per Mamba group in align mode
+    assert align.group_blocks_per_request(KvGroup("mamba")) == 2 + 1
+    assert replace(align, enable_prefix_caching=False).group_blocks_per_request(
+        KvGroup("mamba")) == 1 + 1
