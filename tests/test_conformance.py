@@ -112,7 +112,8 @@ def test_the_modes_are_named_in_help():
                           "spec-async", "spec-async-prefix", "connector", "connector+prefix",
                           "connector+async",
                           "hybrid-swa", "hybrid-swa-spec", "hybrid-async", "hybrid-mamba",
-                          "hybrid-mamba-spec"}
+                          "hybrid-mamba-spec", "hybrid-mamba-align", "hybrid-mamba-align-spec",
+                          "hybrid-mamba-align-async-spec"}
     for name in ("hybrid-swa", "hybrid-swa-spec", "hybrid-async", "hybrid-mamba",
                  "hybrid-mamba-spec"):  # KV cache groups, modelled with prefix caching off
         cfg = MODES[name].generate(3, 30).config

@@ -19,9 +19,10 @@ async scheduling rejected drafts leave the same gap (processed tokens advance by
 the table advanced by 1 + k), so a lone request preempts itself again and again, but each
 round delivers tokens and it finishes.
 
-The model does not run align mode (model/vllm/validation.py refuses prefix caching beside
-KV cache groups), so these are facts of the real Scheduler only, the evidence docs/scope.md
-cites for align mode; the reference has no replay of them.
+The reference runs align mode (model/vllm/align_cache.py) and replays these runs step by
+step, record for record (the conformance tests below compare them with the real
+Scheduler; checker/conformance modes hybrid-mamba-align, hybrid-mamba-align-spec,
+hybrid-mamba-align-async-spec run 1000 workloads each).
 """
 
 from __future__ import annotations
@@ -76,6 +77,69 @@ def test_align_mode_livelocks_a_lone_request_at_vllms_minimum_under_async():
     assert all(r.num_computed_tokens == (("r0", 8),) for r in real[3::2])  # no progress
 
 
+def test_the_reference_replays_the_livelock_step_by_step():
+    from model.vllm.reference import simulate
+
+    ref = simulate(_witness(7))
+    assert [r.step for r in ref if r.preempted] == [3, 5, 7, 9, 11]
+    assert not any(r.finished for r in ref)
+    assert [dict(r.extra)["group_blocks"].get("r0") for r in ref[:2]] == [(2, 2), (3, 3)]
+    assert all(r.num_computed_tokens == (("r0", 8),) for r in ref[3::2])
+    # each re-admission hits the cached first block (4 tokens: EAGLE drops the second)
+    assert [dict(r.extra)["prefix_hits"] for r in ref[3::2]] == [{"r0": 4}] * 5
+    # the decode step cannot allocate (the old state is not freed yet: its token is in
+    # flight), so the request preempts itself and gives back all 6 usable blocks
+    assert ref[2].free_blocks == 6 and ref[2].preempted == ("r0",)
+
+
+def test_the_reference_controls_finish_with_one_block_more_or_synchronously():
+    from model.vllm.reference import simulate
+
+    bigger = simulate(_witness(8))
+    assert not any(r.preempted for r in bigger)
+    assert [r.step for r in bigger if r.finished] == [6]
+    sync = simulate(_witness(7, async_scheduling=False))
+    assert [r.step for r in sync if r.finished] == [5]
+
+
+@needs_vllm
+@pytest.mark.conformance
+def test_the_reference_agrees_with_the_real_scheduler_on_the_witness_and_controls():
+    from checker.conformance.compare import compare
+
+    for w in (_witness(7), _witness(8), _witness(7, async_scheduling=False)):
+        assert compare(w) is None, w.config
+
+
+@needs_vllm
+@pytest.mark.conformance
+@pytest.mark.parametrize("mode", ["hybrid-mamba-align", "hybrid-mamba-align-spec",
+                                  "hybrid-mamba-align-async-spec"])
+def test_align_modes_agree_with_the_real_scheduler_on_a_few_workloads(mode):
+    from checker.conformance.compare import compare
+    from checker.conformance.modes import MODES
+
+    for seed in range(8):
+        w = MODES[mode].generate(seed, 30)
+        assert w.config.enable_prefix_caching and w.config.hybrid_kv
+        assert compare(w) is None, (mode, seed)
+
+
+def test_align_mode_workloads_are_valid_and_seeded():
+    from checker.conformance.modes import MODES
+    from model.vllm.config import GROUP_MAMBA
+
+    for mode in ("hybrid-mamba-align", "hybrid-mamba-align-spec",
+                 "hybrid-mamba-align-async-spec"):
+        ws = [MODES[mode].generate(s, 30) for s in range(20)]
+        assert ws[3] == MODES[mode].generate(3, 30)
+        for w in ws:
+            kinds = {g.kind for g in w.config.kv_cache_groups}
+            assert GROUP_MAMBA in kinds and w.config.enable_prefix_caching
+            assert w.config.async_scheduling == mode.endswith("async-spec")
+        assert any(r.prefix_group for w in ws for r in w.requests)
+
+
 @needs_vllm
 @pytest.mark.conformance
 def test_one_block_more_or_synchronous_scheduling_finishes():
@@ -88,7 +152,7 @@ def test_one_block_more_or_synchronous_scheduling_finishes():
     assert any(r.finished for r in sync)
 
 
-def test_config_stays_unknown_in_align_mode_and_names_the_real_schedulers_livelock(capsys):
+def test_config_witnesses_self_preemption_in_align_mode_on_the_reference(capsys):
     from checker.cli.main import main
 
     code = main(["config", "--max-model-len", "12", "--max-num-batched-tokens", "4",
@@ -101,10 +165,27 @@ def test_config_stays_unknown_in_align_mode_and_names_the_real_schedulers_livelo
     # vllm serve's defaults on a GPU: prefix caching (so align mode) and async scheduling
     assert "enable_prefix_caching                     on" in out
     assert "async_scheduling                          on" in out
-    assert code == 3 and "[UNKNOWN] self_preemption" in out, out
-    assert "[PROVED absent] self_preemption" not in out
-    assert "livelocks a lone request at a pool its startup check accepts " \
-           "(tests/test_mamba_align.py)" in out
+    assert code == 0 and "[WITNESSED] self_preemption" in out, out
+    assert "replayed on the reference" in out
+    assert "searched by the reference explorer" in out and "align_cache.py" in out
+    assert "L loop starts" in out  # a lasso: the run repeats, the request never finishes
+
+
+def test_config_does_not_prove_align_mode_safe_with_the_mode_none_count(capsys):
+    # One block more: the reference explorer finds no witness within its bounds, and the
+    # closed-form argument (1 + k state blocks per Mamba group) is not claimed in align
+    # mode, where a lone request holds more while its token is in flight.
+    from checker.cli.main import main
+
+    code = main(["config", "--max-model-len", "12", "--max-num-batched-tokens", "4",
+                 "--max-num-seqs", "1", "--block-size", "4", "--num-gpu-blocks", "8",
+                 "--device", "h100", "--speculative-config",
+                 '{"method": "eagle", "model": "x/eagle", "num_speculative_tokens": 1}',
+                 "--model-kind", "hybrid-mamba", "--mamba-layers", "1",
+                 "--full-attention-layers", "1", "--hazard", "self_preemption"])
+    out = capsys.readouterr().out
+    assert "[HOLDS within bounds] self_preemption" in out, out
+    assert "PROVED absent] self_preemption" not in out and code == 0
 
 
 def _vllm_starts(num_gpu_blocks: int) -> bool:
@@ -145,14 +226,42 @@ def test_vllm_starts_the_witness_pool_and_refuses_one_block_less():
     assert not _vllm_starts(6)
 
 
-def test_check_refuses_align_mode_in_one_line_naming_the_livelock(capsys):
+def test_check_never_finishes_is_violated_in_align_mode_by_the_reference_explorer(capsys,
+                                                                                 tmp_path):
     from checker.cli.main import main
 
-    code = main(["check", "--property", "never_finishes", "--max-model-len", "12",
-                 "--max-num-batched-tokens", "4", "--max-num-seqs", "1", "--block-size", "4",
-                 "--num-gpu-blocks", "7", "--model-kind", "hybrid-mamba", "--mamba-layers",
-                 "1", "--full-attention-layers", "1"])
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1, err
-    assert "align mode, where vLLM's real Scheduler can livelock a lone request" in err
-    assert "--no-enable-prefix-caching" in err
+    flags = ["check", "--property", "never_finishes", "--max-model-len", "12",
+             "--max-num-batched-tokens", "4", "--max-num-seqs", "1", "--block-size", "4",
+             "--num-gpu-blocks", "7", "--model-kind", "hybrid-mamba", "--mamba-layers",
+             "1", "--full-attention-layers", "1", "--speculative-config",
+             '{"method": "eagle", "model": "x/eagle", "num_speculative_tokens": 1}',
+             "--async-scheduling", "--requests", "1", "--depth", "8"]
+    code = main([*flags, "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 1 and "never_finishes  custom  VIOLATED" in out, out + err
+    assert "explore" in out and "align mode" in err
+    # BMC runs the rules, which do not carry align mode: UNKNOWN with the reason
+    code = main([*flags, "--method", "bmc", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 3 and "modelled in the reference only" in out + err, out + err
+
+
+def test_prefix_caching_is_modelled_beside_mamba_groups_and_refused_beside_a_window():
+    from model.core.errors import InputError
+    from model.vllm.config import GROUP_SLIDING, KvGroup
+    from model.vllm.engine import reference_only
+    from model.vllm.validation import check_field_types
+
+    align = _witness(7).config
+    check_field_types(align)  # full + Mamba with prefix caching: align mode, modelled
+    assert reference_only(align) is not None  # ... by the reference only
+    assert reference_only(replace(align, enable_prefix_caching=False)) is None
+    for groups in ((KvGroup("full"), KvGroup(GROUP_SLIDING, 4)),
+                   (KvGroup(GROUP_SLIDING, 4), KvGroup("mamba")),
+                   (KvGroup("full"), KvGroup("full"))):
+        with pytest.raises(InputError, match="prefix caching with KV cache groups"):
+            check_field_types(replace(align, kv_cache_groups=groups))
+    # vLLM's startup check counts 2 + k state blocks per Mamba group in align mode
+    assert align.group_blocks_per_request(KvGroup("mamba")) == 2 + 1
+    assert replace(align, enable_prefix_caching=False).group_blocks_per_request(
+        KvGroup("mamba")) == 1 + 1

@@ -181,11 +181,14 @@ def test_self_preemption_is_not_proved_for_a_hybrid_mamba_model_with_spec_decodi
     assert "premise: one full-attention KV cache group (the model kind was not stated" in out
     code, out, err = run(capsys, *SPEC_POOL, "--model-kind", "hybrid-mamba",
                          "--full-attention-layers", "4", "--mamba-layers", "12")
+    # prefix caching on (vllm serve's default): Mamba's align mode, which the reference runs;
+    # the mode-"none" count (1 + k state blocks) proves nothing there, the reference
+    # explorer searches it (tests/test_mamba_align.py has its witness at the minimum)
+    # (within its bounds, or UNKNOWN when its time limit ends the search on a loaded machine)
     assert "[PROVED absent] self_preemption" not in out
-    assert "[UNKNOWN] self_preemption" in out
-    assert re.search(r"outside the model: .*hybrid-mamba KV cache groups beside prefix "
-                     r"caching \(the model runs the groups with prefix caching off", out), out
-    assert code == 3
+    assert re.search(r"\[(HOLDS within bounds|UNKNOWN)\] self_preemption", out), out
+    assert "searched by the reference explorer" in out
+    assert code in (0, 3)
     code, out, err = run(capsys, *SPEC_POOL, "--model-kind", "full")
     assert "[PROVED absent] self_preemption" in out
     assert "premise: one full-attention KV cache group (--model-kind full)" in out

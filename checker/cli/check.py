@@ -47,6 +47,7 @@ from checker.methods.jobs import (
     JobResult,
     array_searches,
     family_of,
+    reference_only,
     symbolic_bounds,
 )
 from checker.methods.symbolic import (
@@ -850,6 +851,13 @@ def _beyond_symbolic_notes(jobs: Sequence[Job]) -> list[str]:
         if job.method == "explore" or (job.method == "auto" and job.search == "explore"):
             continue
         nc = job.config
+        only = reference_only(job)
+        if only is not None:  # run_batch searches it by the reference explorer, or refuses
+            if nc.name not in out:
+                out[nc.name] = (f"note: {nc.name}: {only}" if job.method == "auto" else
+                                f"note: {nc.name}: {only}; --method {job.method} answers "
+                                "UNKNOWN")
+            continue
         why = beyond_symbolic(family_of(nc), symbolic_bounds(nc))
         if why is not None and nc.name not in out:
             out[nc.name] = (f"note: {nc.name}: {why}; BMC can only look for a witness on "

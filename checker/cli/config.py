@@ -228,7 +228,8 @@ def _deployment(args: argparse.Namespace, device: Device | None,
     layout = kind.feature()
     # The model runs the kind's groups with prefix caching off (model/vllm/kv_cache.py);
     # beside prefix caching they stay outside it.
-    if layout is not None and args.config_enable_prefix_caching is not False:
+    if layout is not None and args.config_enable_prefix_caching is not False \
+            and not kind.align_modelled:
         others.append(layout)
     for flag, feature in FEATURE_FLAGS:
         if getattr(args, _IGNORED + flag) is not None and feature not in others:

@@ -37,7 +37,7 @@ from model.vllm.deployment import (
     Feature,
     outside_reason,
 )
-from model.vllm.engine import records_to_steps
+from model.vllm.engine import records_to_steps, reference_only
 from model.vllm.reference import VllmV1Scheduler, iter_steps
 from model.vllm.state import RuleConfig, cache_model_fits, within_bounds
 from properties import catalogue
@@ -233,7 +233,11 @@ def capacity_lemma(cfg: Config, timeout_s: float = 5.0, requests: int | None = N
     (scheduler.py:777-844) and the waiting head never fails its block checks
     (kv_cache_manager.py:522-539, 575-579). Checked with z3 for this config's numbers
     and ANY number R <= max_num_active_reqs of requests holding ANY blocks up to the
-    per-request bound. Returns the argument, or None when the pool is smaller."""
+    per-request bound. Returns the argument, or None when the pool is smaller, or in Mamba's
+    align mode, where a request's state blocks are not bounded by 1 + k (the state of two
+    steps back waits for the processed tokens, single_type_kv_cache_manager.py:1613-1641)."""
+    if reference_only(cfg) is not None:
+        return None
     c, usable, wm = per_request_blocks(cfg), cfg.usable_blocks, cfg.watermark_blocks
     cap = cfg.max_num_active_reqs if requests is None else min(requests,
                                                                 cfg.max_num_active_reqs)
@@ -316,6 +320,10 @@ def _no_hol(cfg: Config) -> str | None:
 
 
 def _no_self_preemption(cfg: Config) -> str | None:
+    if reference_only(cfg) is not None:
+        # Align mode: vLLM's startup check counts 2 + k state blocks, and a lone request
+        # can hold more while its last token is in flight (tests/test_mamba_align.py).
+        return None
     need = per_request_blocks(cfg)
     if cfg.hybrid_kv:
         # vLLM's startup check counts a sliding window's admission cap, which leaves out
@@ -932,7 +940,7 @@ def _model_of(h: Hazard, cfg: Config, env: Envelope,
     outside = deployment.outside_model()
     model = replace(cfg, enable_prefix_caching=deployment.prefix_caching,
                     async_scheduling=deployment.async_scheduling)
-    if model.enable_prefix_caching:
+    if model.enable_prefix_caching and reference_only(model) is None:
         b = bounds_of(h, model, env)
         bounded = within_bounds(RuleConfig.from_config(model), b["slots"], b["depth"],
                                 b["max_prompt_len"] + b["max_max_tokens"])
@@ -1052,9 +1060,16 @@ def _check(h: Hazard, cfg: Config, env: Envelope) -> HazardResult:
     accepted and proposed as the environment)."""
     bounds = bounds_of(h, cfg, env)
     nc = with_bounds(custom_config("user", cfg, validated=True), **bounds)
+    # Mamba's align mode is in the reference only: its explorer searches the same bounds.
+    method = "bmc" if reference_only(cfg) is None else "explore"
     job = Job(engine=ENGINE_VLLM_V1, property=h.property, params=h.params(env), config=nc,
-              expected=None, timeout_s=env.timeout_s, method="bmc")
-    return from_job(h, run(job), bounds)
+              expected=None, timeout_s=env.timeout_s, method=method, explorer="reference")
+    result = from_job(h, run(job), bounds)
+    if method == "explore":
+        result = replace(result, detail=result.detail + "; searched by the reference "
+                         "explorer within the bounds (Mamba's align mode is in the reference "
+                         "only, model/vllm/align_cache.py: the rules do not run it)")
+    return result
 
 
 def from_job(h: Hazard, res: JobResult, bounds: dict[str, int]) -> HazardResult:

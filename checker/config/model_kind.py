@@ -88,6 +88,19 @@ class ModelKind:
         return (self.kind == KIND_SLIDING and not self.hybrid_manager
                 and bool(self.full_layers))
 
+    @property
+    def align_modelled(self) -> bool:
+        """Whether the model runs this kind's groups with prefix caching on: Mamba groups
+        (align mode) beside full-attention ones and no sliding window, in the reference
+        (model/vllm/align_cache.py; no Mamba2 prefill checkpoint block)."""
+        if self.kind != KIND_MAMBA:
+            return False
+        try:
+            groups = kv_groups(self)
+        except ConfigError:
+            return False
+        return bool(groups.mamba) and not groups.sliding
+
     def describe(self) -> str:
         """One line for the scope line: the kind and what the model makes of it."""
         if self.kind is None:
@@ -105,8 +118,11 @@ class ModelKind:
         counts = ", ".join(f"{n} {name}" for n, name in (
             (groups.full, "full-attention"), (groups.sliding, "sliding-window"),
             (groups.mamba, "Mamba")) if n)
-        return (f"{what}: KV cache groups {counts}, each with its own block accounting "
-                "(the model runs them with prefix caching off)")
+        runs = ("the model runs them with prefix caching off, and Mamba groups with it on in "
+                "align mode, without a Mamba2 prefill checkpoint block, in the reference only"
+                if groups.mamba and not groups.sliding else
+                "the model runs them with prefix caching off")
+        return f"{what}: KV cache groups {counts}, each with its own block accounting ({runs})"
 
     def _layers_text(self) -> str:
         parts = []
@@ -124,8 +140,9 @@ class ModelKind:
     def feature(self) -> Feature | None:
         """The deployment feature of the kind's groups, or None when vLLM runs one
         full-attention group (or the kind was not stated: the model's assumption). The model
-        runs the groups with prefix caching off (model/vllm/kv_cache.py); beside prefix
-        caching they are outside it (checker/cli/config.py adds the feature then)."""
+        runs the groups with prefix caching off (model/vllm/kv_cache.py), and full-attention
+        beside Mamba groups with it on too (align mode, `align_modelled`); beside prefix
+        caching the others are outside it (checker/cli/config.py adds the feature then)."""
         if self.kind is None or self.one_full_group:
             return None
         if self.kind == KIND_SLIDING:

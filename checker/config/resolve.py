@@ -69,10 +69,13 @@ def check_config(req: Request) -> Checked:
     # the model leaves the Config without it and gets only the step-free rules.
     cfg = eff.to_config() if req.spec is None else req.spec.on(eff.to_config())
     pool_known = ea.num_gpu_blocks is not None
-    if req.kind.feature() is not None and not req.deployment.prefix_caching:
-        # The kind's KV cache groups, which the model runs with prefix caching off.
+    if req.kind.feature() is not None and (not req.deployment.prefix_caching
+                                           or req.kind.align_modelled):
+        # The kind's KV cache groups, which the model runs with prefix caching off, and
+        # Mamba's with it on too (align mode, in the reference).
         try:
-            cfg = replace(with_kind(req.kind, cfg), enable_prefix_caching=False)
+            cfg = replace(with_kind(req.kind, cfg),
+                          enable_prefix_caching=bool(req.deployment.prefix_caching))
         except InputError:  # vLLM cannot group the layers: _grouping_error says it below
             pass
     check_field_types(cfg)

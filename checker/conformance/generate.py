@@ -793,18 +793,47 @@ def random_hybrid_mamba_spec_workload(seed: int, steps: int = 30) -> Workload:
                             spec=True, is_async=False)
 
 
+def random_hybrid_mamba_align_workload(seed: int, steps: int = 30) -> Workload:
+    """Mamba groups in align mode (prefix caching on, shared prefixes as mode prefix
+    draws them), the synchronous Scheduler, no speculative decoding."""
+    return _hybrid_workload(random.Random(f"hybrid-mamba-align:{seed}"), steps, GROUP_MAMBA,
+                            spec=False, is_async=False, align=True)
+
+
+def random_hybrid_mamba_align_spec_workload(seed: int, steps: int = 30) -> Workload:
+    """Mamba groups in align mode with speculative decoding (drafts counted in the
+    position-indexed table), the synchronous Scheduler."""
+    return _hybrid_workload(random.Random(f"hybrid-mamba-align-spec:{seed}"), steps,
+                            GROUP_MAMBA, spec=True, is_async=False, align=True)
+
+
+def random_hybrid_mamba_align_async_workload(seed: int, steps: int = 30) -> Workload:
+    """Mamba groups in align mode under the AsyncScheduler (processed tokens lag one
+    batch), with speculative decoding (draft_model, eagle, eagle3) in two seeds of three."""
+    rng = random.Random(f"hybrid-mamba-align-async:{seed}")
+    return _hybrid_workload(rng, steps, GROUP_MAMBA, spec=rng.random() < 2 / 3,
+                            is_async=True, align=True)
+
+
 def _hybrid_workload(rng: random.Random, steps: int, kind: str, spec: bool,
-                     is_async: bool) -> Workload:
+                     is_async: bool, align: bool = False) -> Workload:
     """Requests as `random_workload` (or, with `spec`, `_spec_workload` without prefix
     caching) draws them, then KV cache groups of `kind` beside full-attention ones, windows
     from under a block to a few blocks, and a pool from the startup minimum (one request
     of max_model_len over every group) to the first wave's blocks over every group, so
-    that windows free blocks, the admission cap binds and decodes preempt."""
+    that windows free blocks, the admission cap binds and decodes preempt. With `align`
+    (Mamba groups only): prefix caching on and requests as the prefix modes draw them
+    (shared prefixes, preempted requests re-hitting their own blocks), which puts the Mamba
+    groups in align mode."""
     if spec:
-        base = _spec_workload(rng, steps, prefix=False, is_async=is_async)
+        base = _spec_workload(rng, steps, prefix=align, is_async=is_async)
+    elif align and is_async:
+        base = random_async_prefix_workload(rng.randrange(1 << 32), steps)
+    elif align:
+        base = random_prefix_workload(rng.randrange(1 << 32), steps)
     else:
         base = random_workload(rng.randrange(1 << 32), steps)
-    cfg = replace(base.config, enable_prefix_caching=False, async_scheduling=is_async)
+    cfg = replace(base.config, enable_prefix_caching=align, async_scheduling=is_async)
     bs = cfg.block_size
     full = rng.choice((0, 1, 1, 1, 2))
     if kind == GROUP_SLIDING:
@@ -823,8 +852,8 @@ def _hybrid_workload(rng: random.Random, steps: int, kind: str, spec: bool,
     def blocks(prompt: int) -> int:
         return sum(min(_cdiv(prompt, bs), cfg.sliding_window_cap(g.sliding_window))
                    if g.kind == GROUP_SLIDING else
-                   1 + cfg.num_spec_tokens if g.kind == GROUP_MAMBA else _cdiv(prompt, bs)
-                   for g in groups)
+                   cfg.group_blocks_per_request(g) if g.kind == GROUP_MAMBA
+                   else _cdiv(prompt, bs) for g in groups)
     wave = sum(blocks(r.prompt_len) for r in base.requests if r.arrival_step == first)
     biggest = max(blocks(r.prompt_len) for r in base.requests)
     pressure = rng.random()

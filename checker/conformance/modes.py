@@ -32,6 +32,9 @@ from checker.conformance.generate import (
     random_connector_async_workload,
     random_connector_prefix_workload,
     random_connector_workload,
+    random_hybrid_mamba_align_async_workload,
+    random_hybrid_mamba_align_spec_workload,
+    random_hybrid_mamba_align_workload,
     random_hybrid_mamba_spec_workload,
     random_hybrid_mamba_workload,
     random_hybrid_swa_async_workload,
@@ -140,6 +143,25 @@ MODES: dict[str, Mode] = {
              random_hybrid_mamba_spec_workload, "Scheduler",
              (*SPEC_STATIC_FEATURES, *SPEC_RUN_FEATURES, *HYBRID_STATIC_FEATURES,
               *HYBRID_RUN_FEATURES), ("base",), report_features=True),
+        Mode("hybrid-mamba-align", "Mamba KV cache groups in align mode (prefix caching on: "
+             "the hybrid coordinator's hit search, position-indexed state tables, "
+             "block-aligned chunks), the synchronous Scheduler",
+             random_hybrid_mamba_align_workload, "Scheduler",
+             (*STATIC_FEATURES, *PREFIX_STATIC_FEATURES, *RUN_FEATURES, *PREFIX_RUN_FEATURES,
+              *HYBRID_STATIC_FEATURES, *HYBRID_RUN_FEATURES), ("base", "prefix"),
+             report_features=True),
+        Mode("hybrid-mamba-align-spec", "Mamba KV cache groups in align mode with "
+             "speculative decoding (drafts in the state table, EAGLE's block drop), the "
+             "synchronous Scheduler", random_hybrid_mamba_align_spec_workload, "Scheduler",
+             (*SPEC_STATIC_FEATURES, *SPEC_RUN_FEATURES, *SPEC_PREFIX_RUN_FEATURES,
+              *HYBRID_STATIC_FEATURES, *HYBRID_RUN_FEATURES), ("base", "prefix"),
+             report_features=True),
+        Mode("hybrid-mamba-align-async-spec", "Mamba KV cache groups in align mode, the "
+             "AsyncScheduler (processed tokens lag one batch), speculative decoding in two "
+             "seeds of three", random_hybrid_mamba_align_async_workload, "AsyncScheduler",
+             (*STATIC_FEATURES, *RUN_FEATURES, *ASYNC_RUN_FEATURES, *SPEC_RUN_FEATURES,
+              *HYBRID_STATIC_FEATURES, *HYBRID_RUN_FEATURES), ("base", "async"),
+             report_features=True),
     )
 }
 DEFAULT_MODE = "off"

@@ -393,13 +393,16 @@ def engine_kv_groups(sched: Any) -> tuple[list[dict[str, Any]] | None, str]:
     """The live KV cache groups in the workload's "kv_cache_groups" form, or None and the
     reason the model does not cover them. The model has full attention, sliding windows and
     Mamba in mode "none" (block size max_model_len, k speculative blocks) without prefix
-    caching (model/vllm/config.py KvGroup); an MLA or other subclass may keep its own
-    manager, so the kinds are matched exactly."""
+    caching, and with prefix caching full attention beside Mamba in mode "align" (block
+    size --block-size, k speculative blocks, no prefill checkpoint block; model/vllm/
+    align_cache.py); an MLA or other subclass may keep its own manager, so the kinds are
+    matched exactly."""
     vc = sched.vllm_config
     specs = [g.kv_cache_spec for g in sched.kv_cache_config.kv_cache_groups]
     names = [type(s).__name__ for s in specs]
     outside = f"KV cache groups {names}"
     k = vc.speculative_config.num_speculative_tokens if vc.speculative_config else 0
+    caching = bool(vc.cache_config.enable_prefix_caching)
     groups: list[dict[str, Any]] = []
     for spec, name in zip(specs, names, strict=True):
         if name == "FullAttentionSpec" and getattr(spec, "sliding_window", None) is None \
@@ -407,17 +410,25 @@ def engine_kv_groups(sched: Any) -> tuple[list[dict[str, Any]] | None, str]:
             groups.append({"kind": "full"})
         elif name == "SlidingWindowSpec":
             groups.append({"kind": "sliding_window", "sliding_window": spec.sliding_window})
-        elif name == "MambaSpec" and spec.mamba_cache_mode == "none" \
-                and spec.block_size == vc.model_config.max_model_len \
-                and spec.num_speculative_blocks == k:
+        elif name == "MambaSpec" and spec.num_speculative_blocks == k and (
+                (not caching and spec.mamba_cache_mode == "none"
+                 and spec.block_size == vc.model_config.max_model_len)
+                or (caching and spec.mamba_cache_mode == "align"
+                    and spec.block_size == vc.cache_config.block_size
+                    and not getattr(spec, "num_prefill_checkpoint_blocks", 0))):
             groups.append({"kind": "mamba"})
         else:
-            return None, f"{outside} (the model has full, sliding_window and Mamba mode none)"
+            return None, (f"{outside} (the model has full, sliding_window, Mamba mode none "
+                          "without prefix caching and Mamba align mode without prefill "
+                          "checkpoint blocks with it)")
     attention = {s.block_size for s in specs if type(s).__name__ != "MambaSpec"}
     if len(attention) > 1 or (attention and attention != {vc.cache_config.block_size}):
         return None, f"{outside} with block sizes {sorted(attention)} other than --block-size"
-    if groups != [{"kind": "full"}] and vc.cache_config.enable_prefix_caching:
-        return None, f"{outside} with prefix caching (the model has groups without it)"
+    kinds = {g["kind"] for g in groups}
+    if groups != [{"kind": "full"}] and caching and (
+            "mamba" not in kinds or "sliding_window" in kinds):
+        return None, (f"{outside} with prefix caching (the model has it beside groups only "
+                      "for full attention and Mamba in align mode)")
     return groups, ""
 
 

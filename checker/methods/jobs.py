@@ -132,9 +132,19 @@ def run_batch(jobs: list[Job]) -> list[JobResult]:
     proof_notes: dict[int, tuple[list[str], float]] = {}
     for i, job in enumerate(jobs):
         outside = outside_property(job)
+        only = reference_only(job)
         if outside is not None:
             out[i] = _with_params(JobResult(_verdict(job, time.monotonic(), UNKNOWN, 0,
                                                      outside, job.method)), job)
+        elif only is not None and job.method != "explore":
+            if job.method == "auto":  # the reference explorer is the one search that applies
+                explore_jobs[i] = replace(job, method="explore", explorer=REFERENCE)
+                proof_notes[i] = ([f"searched by the reference explorer: {only}"], 0.0)
+            else:
+                out[i] = _with_params(JobResult(_verdict(job, time.monotonic(), UNKNOWN, 0,
+                                                         only, job.method)), job)
+        elif only is not None and job.explorer != REFERENCE:
+            explore_jobs[i] = replace(job, explorer=REFERENCE)
         elif job.method == "explore":
             explore_jobs[i] = job
         elif job.method == "auto":
@@ -170,6 +180,13 @@ ONE_GROUP_STATEMENTS = frozenset({"no_spurious_preemption", "head_of_line",
                                   "head_of_line_blocking", "unchunked_prefill_blocked"})
 
 
+def reference_only(job: Job) -> str | None:
+    """Why only the reference scheduler covers `job`'s config (EngineModel.reference_only),
+    or None."""
+    why = job.model.reference_only
+    return None if why is None else why(job.config.config)
+
+
 def outside_property(job: Job) -> str | None:
     """Why `job`'s property, as stated, does not speak of its config (UNKNOWN), or None."""
     if job.property in ONE_GROUP_STATEMENTS and getattr(job.config.config, "hybrid_kv",
@@ -185,7 +202,8 @@ def run(job: Job) -> JobResult:
     `run_explore`, "auto" the proofs of `run_bmc`, then the job's `search`; UNKNOWN for
     a property whose statement does not speak of the config (`outside_property`), which
     `run_batch` answers."""
-    if job.method == "auto" or outside_property(job) is not None:
+    if job.method == "auto" or outside_property(job) is not None \
+            or reference_only(job) is not None:
         return run_batch([job])[0]
     result = run_explore(job) if job.method == "explore" else run_bmc(job)
     return _with_params(result, job)

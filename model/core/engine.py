@@ -81,6 +81,10 @@ class EngineModel:
     # (bounded rule config) -> None, or why the symbolic rules cannot take it (a state too
     # large for z3); BMC and induction then answer UNKNOWN with that reason
     symbolic_limit: Callable[[Any], str | None] | None = None
+    # optional: (Config) -> None, or why only the reference scheduler covers this config
+    # (the rules, and so BMC, induction, the theorems' premises and the array explorer, do
+    # not): `check` then searches it with the reference explorer
+    reference_only: Callable[[Any], str | None] | None = None
     # (Config) -> a config of far cheaper rules whose witnesses may carry over (the
     # reference with the full config decides each one), or None: BMC tries it first
     witness_config: Callable[[Any], Any | None] | None = None

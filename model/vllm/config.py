@@ -41,8 +41,9 @@ GROUP_KINDS = (GROUP_FULL, GROUP_SLIDING, GROUP_MAMBA)
 @dataclass(frozen=True, slots=True)
 class KvGroup:
     """One KV cache group of the shared block pool (KVCacheGroupSpec): its kind and, for a
-    sliding-window group, the window in tokens. A Mamba group runs mamba_cache_mode "none"
-    (align mode goes with prefix caching, which the model refuses beside hybrid groups)."""
+    sliding-window group, the window in tokens. A Mamba group runs mamba_cache_mode "none",
+    or "align" with prefix caching (model_executor/models/config.py:685-701;
+    model/vllm/align_cache.py)."""
 
     kind: str = GROUP_FULL
     sliding_window: int = 0
@@ -387,12 +388,13 @@ class Config:
         """The blocks one request of max_model_len needs in `group` at most, as vLLM's
         startup check counts them (v1/core/kv_cache_utils.py:2337-2366): full attention
         cdiv(max_model_len, block_size) (kv_cache_interface.py:602-607), a sliding window
-        its admission cap, Mamba 1 + k state blocks in mode "none"
-        (kv_cache_interface.py:1076-1082)."""
+        its admission cap, Mamba 1 + k state blocks in mode "none" and 2 + k in mode
+        "align", prefix caching on (kv_cache_interface.py:1076-1082; no prefill checkpoint
+        block)."""
         if group.kind == GROUP_SLIDING:
             return self.sliding_window_cap(group.sliding_window)
         if group.kind == GROUP_MAMBA:
-            return 1 + self.num_spec_tokens
+            return (2 if self.enable_prefix_caching else 1) + self.num_spec_tokens
         return -(-self.max_model_len // self.block_size)
 
     @property

@@ -287,10 +287,31 @@ def same_behaviour(ops: Ops, a: SchedState, b: SchedState) -> Bool:
     return ops.and_(*cons)
 
 
+#: Why the rules do not carry Mamba's align mode.
+ALIGN_MODE_REFERENCE_ONLY = (
+    "prefix caching beside KV cache groups (Mamba's align mode: position-indexed state "
+    "tables, the hybrid coordinator's hit search, block-aligned chunks) is modelled in the "
+    "reference only (model/vllm/align_cache.py, conformance modes hybrid-mamba-align*); "
+    "the rules run KV cache groups with prefix caching off, so BMC, induction, the theorems "
+    "and the array explorer do not apply: the reference explorer searches it "
+    "(--method explore)")
+
+
 def _symbolic_limit(cfg: RuleConfig) -> str | None:
     """Why z3 cannot take this bounded rule config: a KV connector beside what the rules'
-    connector does not cover (connector_rules.scope_error), or the prefix cache's size."""
+    connector does not cover (connector_rules.scope_error), KV cache groups beside prefix
+    caching (align mode: the reference only), or the prefix cache's size."""
+    if cfg.kv_groups and cfg.prefix_caching:
+        return ALIGN_MODE_REFERENCE_ONLY
     return scope_error(cfg) or symbolic_limit(cfg)
+
+
+def reference_only(cfg: Config) -> str | None:
+    """Why only the reference covers `cfg`: Mamba's align mode (KV cache groups with prefix
+    caching), which the rules do not run."""
+    if cfg.hybrid_kv and cfg.enable_prefix_caching:
+        return ALIGN_MODE_REFERENCE_ONLY
+    return None
 
 
 def _initial_state(num_slots: int, cfg: RuleConfig) -> SchedState:
@@ -468,7 +489,8 @@ ENGINE = EngineModel(
     invariant_quick=quick,
     ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
     family_constraints=validation_constraints, within_bounds=within_bounds,
-    symbolic_limit=_symbolic_limit, witness_config=cache_free, abstraction=counted_pool,
+    symbolic_limit=_symbolic_limit, reference_only=reference_only,
+    witness_config=cache_free, abstraction=counted_pool,
     abstract_config=with_cache_counted,
     sets_fields=("assertion",),
     step_choices=step_choices,  # type: ignore[arg-type]

@@ -46,6 +46,7 @@ class BlockPool:
 
     def __init__(self, num_gpu_blocks: int, enable_caching: bool) -> None:
         self.enable_caching = enable_caching
+        self.num_gpu_blocks = num_gpu_blocks
         self.num_unhashed_free = num_gpu_blocks - 1  # P:185-188: block 0 is the null block
         self.evictable: OrderedDict[int, KVBlock] = OrderedDict()  # the queue's cached tail
         # hash -> {block_id: block} in insertion order; the first is the one a lookup
@@ -214,8 +215,9 @@ class BlockTable:
 # the one BlockPool, no block is ever hashed, and no request ever enters a manager's
 # num_cached_block (only add_local_computed_blocks and cache_blocks fill it, neither runs
 # without caching: K:581-600, C:336-340), so each manager's count takes its general path
-# (T:226-262). Prefix caching beside such groups (HybridKVCacheCoordinator's fixed-point
-# hit search, Mamba's align mode) is a stated limit, refused by the config's validation.
+# (T:226-262). Prefix caching beside such groups is model/vllm/align_cache.py (full
+# attention and Mamba in align mode); beside a sliding window it is refused by the
+# config's validation.
 
 
 class GroupTable:

@@ -2,7 +2,9 @@
 and `Scheduler.update_from_output()`, written to be read beside the upstream files.
 
 Scope: the synchronous `Scheduler` or the `AsyncScheduler` (`async_scheduling`: one step of
-look-ahead, A = v1/core/sched/async_scheduler.py), full attention, prefix caching on or off
+look-ahead, A = v1/core/sched/async_scheduler.py), full attention or KV cache groups
+(model/vllm/kv_cache.py; with prefix caching, full attention beside Mamba in align mode,
+model/vllm/align_cache.py, whose chunks are block-aligned, S:443-547), prefix caching on or off
 (`enable_prefix_caching`; the cache itself is model/vllm/kv_cache.py), speculative decoding
 on or off (Config.speculative_method; static k, no dynamic SD, prefill lookahead at most 1,
 which makes `_reserve_prefill_lookahead` a clamp at 0), a KV connector on or off
@@ -72,6 +74,14 @@ from model.core.types import (
     StepRecord,
     Workload,
 )
+from model.vllm.align_cache import (
+    AlignHit,
+    AlignTables,
+    CachedFullTable,
+    GroupManager,
+    MambaAlignTable,
+    prefill_checkpoint_position,
+)
 from model.vllm.config import GROUP_MAMBA, GROUP_SLIDING, POLICY_PRIORITY, Config
 from model.vllm.connector import Connector, copied
 from model.vllm.kv_cache import (
@@ -134,6 +144,9 @@ class Request:
     # their ids do not matter, only whether they are placeholders (-1: the AsyncScheduler's,
     # A:50), which the verifier never accepts.
     num_spec_tokens: int = 0
+    # Mamba align mode (K:311-321, S:955-967): the junction of the request's last prefix
+    # lookup, where a group's longer hit ends (0: none); chunks stop there (S:526-546).
+    junction: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -688,7 +701,8 @@ class VllmV1Scheduler:
         (shared blocks counted once), and the cached and evictable block counts."""
         if not self.cfg.enable_prefix_caching:
             return ()
-        held = {b.block_id for t in self.table.blocks.values() for b in t}
+        # (a Mamba table's null block counts as block 0, as the harness reads its id)
+        held = {0 if b is None else b.block_id for t in self.table.blocks.values() for b in t}
         return (("prefix_hits", dict(out.prefix_hits)), ("blocks_in_use", len(held)),
                 ("cached_blocks", self.pool.num_cached_blocks()),
                 ("evictable_blocks", self.pool.num_evictable_blocks()))
@@ -736,6 +750,8 @@ class VllmV1Scheduler:
         steer later counts) and real blocks."""
         if not isinstance(self.table, GroupTables):
             return ()
+        if isinstance(self.table, AlignTables):  # align mode: the junction steers chunks
+            return (self.table.group_key(r.request_id), r.junction)
         return (self.table.group_key(r.request_id),)
 
     def _spec_key(self, r: Request) -> tuple[object, ...]:
@@ -770,15 +786,26 @@ class VllmV1Scheduler:
         position = {r.request_id: k for k, r in enumerate(held)}
         names: dict[int, int] = {}
 
-        def block(b: KVBlock) -> tuple[object, ...]:
+        def named(h: Hashable) -> Hashable:
+            if isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], int):
+                return (h[0], named(h[1]))  # Mamba align: (group id, hash)
+            if isinstance(h, tuple) and h and h[0] == "r":
+                return ("r", position[h[1]], h[2]) if h[1] in position else ("gone",)
+            return h
+
+        def block(b: KVBlock | None) -> tuple[object, ...]:
+            if b is None:
+                return ("null",)
             name = names.setdefault(b.block_id, len(names))
             h = b.block_hash
-            if h is not None and h[0] == "r":
-                h = ("r", position[h[1]], h[2]) if h[1] in position else ("gone",)
-            return (name, h)
+            return (name, None if h is None else named(h))
 
-        tables = tuple(tuple(block(b) for b in self.table.blocks.get(r.request_id, ()))
-                       for r in held)
+        if isinstance(self.table, AlignTables):
+            tables = tuple(tuple(tuple(block(b) for b in t)
+                                 for t in self.table.tables_of(r.request_id)) for r in held)
+        else:
+            tables = tuple(tuple(block(b) for b in self.table.blocks.get(r.request_id, ()))
+                           for r in held)
         tail = tuple(block(b) for b in self.pool.evictable.values())
         copies = tuple(sorted((tuple(block(b) for b in blocks.values()))
                               for blocks in self.pool.cached.values() if len(blocks) > 1))
@@ -798,6 +825,8 @@ class VllmV1Scheduler:
     def _schedule(self) -> _StepOutput:
         """`Scheduler.schedule()` (S:591-1556), in scope."""
         self.current_step += 1
+        if isinstance(self.table, AlignTables):  # S:632
+            self.table.new_step_starts()
         out = _StepOutput(
             token_budget=self.cfg.token_budget,  # S:611, 137-141
             # S:614. Before 0.28.0 (VllmRules.input_budget off) there is one budget; a
@@ -837,6 +866,8 @@ class VllmV1Scheduler:
             num_new_tokens = running_num_new_tokens(
                 request, threshold, out.token_budget, out.input_budget, self.cfg.max_model_len,
                 self.cfg.step_draft_slots)
+            if isinstance(self.table, AlignTables):  # S:723-727: block-aligned chunks
+                num_new_tokens = self._mamba_block_aligned_split(request, num_new_tokens)
             if num_new_tokens == 0:  # S:755-773: skip, do not break
                 req_index += 1
                 continue
@@ -968,7 +999,13 @@ class VllmV1Scheduler:
             hit: list[KVBlock] = []
             num_external, load_async = 0, False
             if request.num_computed_tokens == 0:
-                if self.cfg.enable_prefix_caching:
+                if isinstance(self.table, AlignTables):  # K:289-321, C:796-931
+                    cap = request.num_tokens - (1 if self.cfg.rules.cap_prefix_hit else 0)
+                    found = self.table.find_hit(request.block_hashes(self.cfg.block_size),
+                                                cap)
+                    request.junction = found.junction  # S:960-967
+                    hit = found  # type: ignore[assignment]
+                elif self.cfg.enable_prefix_caching:
                     cap = request.num_tokens - (1 if self.cfg.rules.cap_prefix_hit else 0)
                     hit = self.table.longest_hit(request.block_hashes(self.cfg.block_size),
                                                  cap)  # K:289-300
@@ -978,8 +1015,8 @@ class VllmV1Scheduler:
                     # S:970-1042: the connector is shown the block-aligned local hit; a
                     # local hit is whole blocks here, so no partial tail is traded.
                     num_external, load_async = self.connector.num_new_matched_tokens(
-                        request.request_id, len(hit) * self.cfg.block_size)
-            num_computed_tokens = (request.num_computed_tokens + len(hit) * self.cfg.block_size
+                        request.request_id, self._hit_tokens(hit))
+            num_computed_tokens = (request.num_computed_tokens + self._hit_tokens(hit)
                                    + num_external)
             if load_async:  # S:1109-1112: the load comes first, nothing is computed yet
                 num_new_tokens = 0
@@ -1015,6 +1052,14 @@ class VllmV1Scheduler:
                         external=num_external > 0)
                     out.zero_tokens = request
                     return
+                if isinstance(self.table, AlignTables):  # S:1173-1192
+                    num_new_tokens = self._mamba_block_aligned_split(
+                        request, num_new_tokens, num_computed_tokens)
+                    if num_new_tokens == 0:
+                        break
+                    if padded and num_new_tokens != 1 + self.cfg.num_spec_tokens:
+                        # the split cut the padded rows: drop the padding, not shorten it
+                        num_new_tokens, padded = 1, None
             if not self._allocate_slots(
                 request,
                 num_new_tokens,
@@ -1167,11 +1212,17 @@ class VllmV1Scheduler:
         table = self.table
         rid = request.request_id
         max_model_len = self.cfg.max_model_len
-        local = request.num_computed_tokens + len(hit) * self.cfg.block_size
+        local = request.num_computed_tokens + self._hit_tokens(hit)
         total_computed_tokens = min(local + num_external, max_model_len)  # K:501-507
         watermark_blocks = 0  # K:509-516
         if has_scheduled_reqs and request.status in (Status.WAITING, Status.PREEMPTED):
             watermark_blocks = self.cfg.watermark_blocks
+        if isinstance(table, AlignTables):
+            assert not num_external  # no KV connector beside KV cache groups
+            return self._allocate_slots_align(table, request, num_new_tokens,
+                                              hit if isinstance(hit, AlignHit) else None,
+                                              full_sequence_must_fit, lookahead,
+                                              watermark_blocks)
         if full_sequence_must_fit:  # K:522-539: a check only, nothing is reserved
             full_num_tokens = min(request.num_tokens, max_model_len)
             required = table.num_blocks_to_allocate_in_groups(
@@ -1195,6 +1246,82 @@ class VllmV1Scheduler:
         table.cache(rid, request.block_hashes(self.cfg.block_size),
                     min(total_computed_tokens + num_new_tokens, request.num_tokens))
         return True
+
+    def _allocate_slots_align(self, table: AlignTables, request: Request,
+                              num_new_tokens: int, hit: AlignHit | None,
+                              full_sequence_must_fit: bool, lookahead: int,
+                              watermark_blocks: int) -> bool:
+        """`allocate_slots` (K:371-618) over the groups of Mamba's align mode
+        (model/vllm/align_cache.py): the Mamba groups count the main model's tokens
+        (computed plus scheduled, drafts included, K:541-544), the full-attention groups
+        the slots with the lookahead."""
+        rid = request.request_id
+        total = min(request.num_computed_tokens + self._hit_tokens(hit),
+                    self.cfg.max_model_len)  # K:501-507
+        if full_sequence_must_fit:  # K:522-539
+            full_num_tokens = min(request.num_tokens, self.cfg.max_model_len)
+            required = table.count(rid, full_num_tokens, full_num_tokens, hit, total,
+                                   admission=True)
+            if required + watermark_blocks > self.pool.num_free_blocks:
+                return False
+        main_tokens = total + num_new_tokens  # K:541-544
+        need_slot = min(main_tokens + lookahead, self.cfg.max_model_len)
+        # K:546-558: on the processed tokens (in-flight ones excluded)
+        table.remove_skipped_blocks(rid, max(0, total - request.num_in_flight_tokens))
+        num_blocks = table.count(rid, need_slot, main_tokens, hit, total)  # K:560-571
+        if num_blocks + watermark_blocks > self.pool.num_free_blocks:
+            return False  # K:573-579
+        table.allocate_align(rid, hit, need_slot, main_tokens, total)  # K:581-600
+        self._cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
+        return True
+
+    def _cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """`kv_cache_manager.cache_blocks` (K:607-616, A:58-78): the request's full
+        blocks up to `num_tokens` tokens."""
+        hashes = request.block_hashes(self.cfg.block_size)
+        if isinstance(self.table, AlignTables):
+            self.table.cache_align(request.request_id, hashes, num_tokens,
+                                   request.num_prompt_tokens)
+        else:
+            self.table.cache(request.request_id, hashes, num_tokens)
+
+    def _hit_tokens(self, hit: AlignHit | list[KVBlock] | None) -> int:
+        """The tokens a prefix hit covers: its agreed length over the groups, or whole
+        blocks of the one full-attention group."""
+        if isinstance(hit, AlignHit):
+            return hit.length
+        return len(hit or ()) * self.cfg.block_size
+
+    def _mamba_block_aligned_split(self, request: Request, num_new_tokens: int,
+                                   num_computed_tokens: int | None = None) -> int:
+        """`_mamba_block_aligned_split` (S:443-547) without prefill checkpoint blocks or
+        fine-grained hits: a prefill chunk ends on a block boundary (unless the block is
+        wider than a chunk may be), never past the last reusable boundary, at the next
+        boundary when it starts inside a block, and at the junction of its prefix hit.
+        `num_computed_tokens`: where the chunk starts (a waiting request's hit)."""
+        bs = self.cfg.block_size
+        start = (request.num_computed_tokens if num_computed_tokens is None
+                 else num_computed_tokens)
+        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+        if start >= prefill_end:
+            return num_new_tokens
+        drop = self.cfg.eagle_block_drop
+        last_cache_position = prefill_checkpoint_position(request.num_tokens, bs, drop)
+        end = start + num_new_tokens
+        if end < prefill_end:  # S:505-514
+            max_prefill = self.cfg.token_budget
+            if self.cfg.prefill_threshold > 0:
+                max_prefill = min(max_prefill, self.cfg.prefill_threshold)
+            aligned_end = end // bs * bs
+            if aligned_end > start or bs <= max_prefill:
+                end = aligned_end
+        next_boundary = (start // bs + 1) * bs
+        junction = request.junction
+        floored = start + (junction - start) // bs * bs  # S:527-536
+        stops = (next_boundary if start % bs else 0, last_cache_position,
+                 floored if start < junction < end else 0)
+        end = min((s for s in stops if start < s < end), default=end)
+        return max(end - start, 0)
 
     def _preempt_request(self, request: Request) -> None:
         """`_preempt_request` (S:1571-1614); the caller already removed it from running.
@@ -1305,9 +1432,8 @@ class VllmV1Scheduler:
                     request.num_output_placeholders -= delivered
                     assert request.num_output_placeholders >= 0  # A:71
                 if status_before == Status.RUNNING:
-                    self.table.cache(rid, request.block_hashes(self.cfg.block_size),
-                                     request.num_computed_tokens
-                                     - request.num_output_placeholders)
+                    self._cache_blocks(request, request.num_computed_tokens
+                                       - request.num_output_placeholders)
             if reason is None:
                 continue
             request.status = (Status.FINISHED_STOPPED if reason == FINISH_STOP
@@ -1414,9 +1540,17 @@ class VllmV1Scheduler:
 def kv_tables(cfg: Config, pool: BlockPool) -> BlockTable | GroupTables:
     """The KV cache manager's tables for `cfg`'s groups: one full-attention group is the
     `BlockTable` (with or without prefix caching); several groups are the coordinator
-    without prefix caching over one table per group (K:132-200, C:995-1008)."""
+    without prefix caching over one table per group (K:132-200, C:995-1008), or with
+    prefix caching the coordinator over full-attention and Mamba-align groups
+    (model/vllm/align_cache.py)."""
     if not cfg.hybrid_kv:
         return BlockTable(pool, cfg.block_size)
+    if cfg.enable_prefix_caching:  # C:609-931 (C:524-591 for one group): align mode
+        managers: list[GroupManager] = [
+            MambaAlignTable(pool, cfg.block_size, gid, cfg.num_spec_tokens)
+            if group.kind == GROUP_MAMBA else CachedFullTable(pool, cfg.block_size, gid)
+            for gid, group in enumerate(cfg.kv_cache_groups)]
+        return AlignTables(pool, managers, cfg.block_size, cfg.eagle_block_drop)
     tables: list[GroupTable] = []
     for group in cfg.kv_cache_groups:
         if group.kind == GROUP_SLIDING:

@@ -154,18 +154,19 @@ def _check_kv_groups(cfg: Config) -> None:
     if not cfg.hybrid_kv:
         return
     names = ", ".join(g.describe() for g in groups)
-    if cfg.enable_prefix_caching:
-        # With a Mamba group vLLM runs align mode here (model_executor/models/config.py:
-        # 685-701), where its real Scheduler can livelock a lone request at the startup
-        # minimum (tests/test_mamba_align.py): the refusal says so rather than nothing.
-        align = (" (with a Mamba group: align mode, where vLLM's real Scheduler can "
-                 "livelock a lone request under async scheduling with a speculative method, "
-                 "docs/scope.md)" if any(g.kind == GROUP_MAMBA for g in groups) else "")
+    if cfg.enable_prefix_caching and (
+            not any(g.kind == GROUP_MAMBA for g in groups)
+            or any(g.kind == GROUP_SLIDING for g in groups)):
+        # With Mamba groups vLLM runs align mode (model_executor/models/config.py:685-701):
+        # the hybrid coordinator's hit search over full-attention and Mamba groups is
+        # modelled (model/vllm/align_cache.py); a sliding window's hit search
+        # (single_type_kv_cache_manager.py:943-1053) and several full-attention groups
+        # without a Mamba one are not.
         raise InputError(
-            f"prefix caching with KV cache groups {names} is not modelled (the hybrid "
-            "coordinator's fixed-point hit search, v1/core/kv_cache_coordinator.py, and "
-            f"Mamba's align mode){align}; turn it off: enable_prefix_caching false "
-            "(--no-enable-prefix-caching)")
+            f"prefix caching with KV cache groups {names} is not modelled (only full-"
+            "attention groups beside Mamba groups in align mode are; a sliding window's "
+            "hit search, v1/core/single_type_kv_cache_manager.py:943-1053, is not); turn "
+            "it off: enable_prefix_caching false (--no-enable-prefix-caching)")
     if cfg.version != VLLM_VERSION:
         raise InputError(f"KV cache groups {names} are modelled at vLLM {VLLM_VERSION} only, "
                          f"not {cfg.version}; use vllm-v1@{VLLM_VERSION}")
