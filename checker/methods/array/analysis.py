@@ -62,9 +62,11 @@ fact it rests on (else the explorer keeps the leaf raw, which is always sound):
   observable it reaches.
 
 Where a proof fails (or z3 cannot decide it in PROOF_TIMEOUT_MS), its reduction is off for
-that config, which is always sound: with prefix caching each slot's block hashes are its
-own ids (model/vllm/cache_rules.py `block_hash`), so swapping two slots does not commute
-with the step and the plain symmetry is off; the behaviour key, the global order groups
+that config, which is always sound (an undecided proof is stored as undecided, under a key
+that holds PROOF_TIMEOUT_MS, so a later run keeps it off without paying the limit again):
+with prefix caching each slot's block hashes are its own ids (model/vllm/cache_rules.py
+`block_hash`), so swapping two slots does not commute with the step and the plain symmetry
+is off; the behaviour key, the global order groups
 and the quiet retirement do hold there. A swap that also swaps the two slots' own hash ids
 in the pool does commute from every state inside the engine's invariant (`renamed_swap`,
 for pools small enough for z3, RENAMED_SWAP_LIMIT): the pool key of
@@ -321,7 +323,7 @@ def _solve_unsat(facts: Sequence[Any], timeout_ms: int) -> bool:
     s.add(*facts)
     answer = s.check()
     if answer == z3.unknown:
-        _undecided += 1  # the reduction is not used (sound), but is not stored either
+        _undecided += 1  # the reduction is not used (sound); stored as undecided at the limit
     return answer == z3.unsat
 
 
@@ -1076,18 +1078,27 @@ def shape(engine: EngineModel | str, rule_cfg: Any, slots: int) -> Shape:
 
 @functools.lru_cache(maxsize=64)
 def _shape(key: _Engine, rule_cfg: Any, slots: int) -> Shape:
-    name = proof_cache.key("array-shape", key.name, rule_cfg, slots)
+    name = proof_cache.key("array-shape", key.name, rule_cfg, slots, PROOF_TIMEOUT_MS)
     loaded = proof_cache.load(name)
     if loaded is not None:
         sh = shape_from_json(loaded, Shape, OrderField)
         if sh is not None:
+            _read_undecided(loaded)
             return sh
     before = _undecided
     sh = _proved_shape(key.model, rule_cfg, slots)
-    kept = shape_to_json(sh) if _undecided == before else None
+    kept = shape_to_json(sh)
     if kept is not None:
-        proof_cache.store(name, kept)
+        proof_cache.store(name, proof_cache.mark_undecided(kept, _undecided - before,
+                                                           PROOF_TIMEOUT_MS))
     return sh
+
+
+def _read_undecided(loaded: dict[str, Any]) -> None:
+    """Count the solver answers a stored result left undecided at PROOF_TIMEOUT_MS (its
+    key holds the limit) as this process's own: read back, they are still undecided."""
+    global _undecided
+    _undecided += proof_cache.undecided(loaded)
 
 
 def _proved_shape(engine: EngineModel, rule_cfg: Any, slots: int) -> Shape:
@@ -1166,16 +1177,18 @@ def _permuted(key: _Engine, rule_cfg: Any, slots: int, obs_fields: frozenset[str
     if parts:  # each product observable is a function of its parts' same fields
         read = frozenset(key.model.slot_fields(obs_fields))
         return all(_permuted(_engine(e), c, slots, read) for e, c in parts)
-    name = proof_cache.key("array-permuted", key.name, rule_cfg, slots, sorted(obs_fields))
+    name = proof_cache.key("array-permuted", key.name, rule_cfg, slots, sorted(obs_fields),
+                           PROOF_TIMEOUT_MS)
     loaded = proof_cache.load(name)
     if loaded is not None:
+        _read_undecided(loaded)
         return bool(loaded["permuted"])
     n = max(1, min(slots, PROOF_SLOTS))
     before = _undecided
     a = _Analyser(key.model, rule_cfg, n)
     answer = a.permuted("none" if sh.symmetry == "full" else "priority", sorted(obs_fields))
-    if _undecided == before:
-        proof_cache.store(name, {"permuted": answer})
+    proof_cache.store(name, proof_cache.mark_undecided({"permuted": answer},
+                                                       _undecided - before, PROOF_TIMEOUT_MS))
     return answer
 
 
@@ -1211,16 +1224,17 @@ def _renamed_swap(key: _Engine, rule_cfg: Any, slots: int, obs_fields: frozenset
     if obs_fields != every and _renamed_swap(key, rule_cfg, slots, every):
         return True  # one proof for every field the swap can carry covers each subset
     name = proof_cache.key("array-renamed-swap", key.name, rule_cfg, slots,
-                           sorted(obs_fields))
+                           sorted(obs_fields), PROOF_TIMEOUT_MS)
     loaded = proof_cache.load(name)
     if loaded is not None:
+        _read_undecided(loaded)
         return bool(loaded["commutes"])
     before = _undecided
     n = max(1, min(slots, PROOF_SLOTS))
     a = _Analyser(key.model, rule_cfg, n)
     answer = a.renamed_swap(sorted(obs_fields), _shape(key, rule_cfg, slots).global_order)
-    if _undecided == before:
-        proof_cache.store(name, {"commutes": answer})
+    proof_cache.store(name, proof_cache.mark_undecided({"commutes": answer},
+                                                       _undecided - before, PROOF_TIMEOUT_MS))
     return answer
 
 
