@@ -1,6 +1,10 @@
 """The array explorer's reduction proofs kept on disk (checker/methods/array/stored.py):
 a stored Shape is the proved one exactly, a later process reads it instead of proving
-again, a different question or an undecided proof is not served from the store."""
+again, a different question is not served from the store, and an undecided proof is
+stored as undecided at its time limit: read back, it is still undecided (and counted so),
+and a longer limit asks anew."""
+
+from types import SimpleNamespace
 
 import pytest
 import z3
@@ -88,17 +92,68 @@ def test_a_later_run_reads_the_store_instead_of_proving(store, monkeypatch, prov
         analysis.shape(engine, other, 3)
 
 
-def test_an_undecided_proof_is_not_stored(store, monkeypatch, proved):
+def test_an_undecided_proof_is_stored_as_undecided_at_its_time_limit(store, monkeypatch,
+                                                                     proved):
     engine = registry.get("vllm-v1")
     rule_cfg, sh = proved["fcfs"]
+    tries = []
 
     def with_a_time_limit(*args):
-        analysis._undecided += 1  # as _solve_unsat counts a solver's unknown
+        tries.append(args)
+        analysis._undecided += 2  # as _solve_unsat counts a solver's unknown
         return sh
 
     monkeypatch.setattr(analysis, "_proved_shape", with_a_time_limit)
+    before = analysis._undecided
+    analysis.shape(engine, rule_cfg, 3)
+    [kept] = store.glob("array-shape-*.json")
+    assert proof_cache.undecided(proof_cache.load(kept.stem)) == 2
+    # a later run asks the same at the same limit: read back, not tried again, and its
+    # two answers are still undecided (a test that asserts none is undecided still sees them)
+    analysis._shape.cache_clear()
+    assert stored.shape_to_json(analysis.shape(engine, rule_cfg, 3)) == stored.shape_to_json(sh)
+    assert len(tries) == 1 and analysis._undecided == before + 4
+    # a longer limit is another question: tried again
+    analysis._shape.cache_clear()
+    monkeypatch.setattr(analysis, "PROOF_TIMEOUT_MS", analysis.PROOF_TIMEOUT_MS * 2)
+    analysis.shape(engine, rule_cfg, 3)
+    assert len(tries) == 2 and len(list(store.glob("array-shape-*.json"))) == 2
+
+
+def test_an_answer_starved_of_cpu_is_not_stored(store, monkeypatch, proved):
+    # z3's limit is wall time: on a loaded machine it runs out while z3 waits for a core,
+    # and a quieter run may decide the query, so such a result is proved again next time
+    engine = registry.get("vllm-v1")
+    rule_cfg, sh = proved["fcfs"]
+
+    def starved(*args):
+        analysis._undecided += 1
+        analysis._starved += 1  # as _solve_unsat counts an unknown given too little CPU
+        return sh
+
+    monkeypatch.setattr(analysis, "_proved_shape", starved)
     analysis.shape(engine, rule_cfg, 3)
     assert not list(store.glob("array-shape-*.json"))
+
+
+@pytest.mark.parametrize("cpu_spent,starved", [(0.0001, True), (0.001, False)])
+def test_an_unknown_is_starved_when_z3_spent_less_than_its_limit_on_the_cpu(
+        monkeypatch, cpu_spent, starved):
+    clock = iter([0.0, cpu_spent])
+    monkeypatch.setattr(analysis, "time", SimpleNamespace(process_time=lambda: next(clock)))
+    before, starved_before = analysis._undecided, analysis._starved
+    x = z3.Int("x")
+    # no time to decide it (1 ms): unknown, with 0.1 ms or 1 ms of CPU by the clock given
+    assert analysis._solve_unsat([x * x * x + x * x == 2**61 + 7], 1) is False
+    assert analysis._undecided == before + 1
+    assert analysis._starved == starved_before + starved
+
+
+def test_a_decided_result_carries_no_undecided_mark():
+    assert proof_cache.mark_undecided({"permuted": True}, 0, 60_000) == {"permuted": True}
+    marked = proof_cache.mark_undecided({"permuted": False}, 1, 60_000)
+    assert proof_cache.undecided(marked) == 1 and marked["permuted"] is False
+    assert proof_cache.undecided({"permuted": True}) == 0
 
 
 def test_a_solver_unknown_is_counted_as_undecided():

@@ -8,9 +8,13 @@ gives a new key, so a stored result is only ever read back by the same code aski
 same question.
 
 Where: $BATCHPROOF_PROOF_CACHE, else $XDG_CACHE_HOME/batchproof/proofs
-(~/.cache/batchproof/proofs); BATCHPROOF_PROOF_CACHE=off turns it off. Only decided
-results are stored (a proof, or a refutation the solver showed): never a time limit or a
-solver unknown, which a longer limit might decide."""
+(~/.cache/batchproof/proofs); BATCHPROOF_PROOF_CACHE=off turns it off. A decided result
+(a proof, or a refutation the solver showed) is stored under its question. A result that a
+time limit left undecided is stored only where the caller puts that limit in the question
+and marks the result with `mark_undecided`: a repeat of the same question at the same
+limit by the same sources then reads "undecided at T ms" back (`undecided`) instead of
+paying the limit again, and stays undecided (a reduction left unproved stays off, an
+UNKNOWN stays UNKNOWN); a longer limit, or any edit of the sources, asks anew."""
 
 from __future__ import annotations
 
@@ -92,6 +96,27 @@ def store(name: str, value: dict[str, Any]) -> None:
         partial.replace(where / f"{name}.json")  # atomic: parallel workers may race
     except OSError:
         return
+
+
+#: The field of a stored result that a time limit left partly undecided.
+UNDECIDED = "undecided"
+
+
+def mark_undecided(value: dict[str, Any], count: int, timeout_ms: int) -> dict[str, Any]:
+    """`value` marked as computed with `count` solver answers undecided at `timeout_ms`
+    each (`count` 0: `value` as it is). The key it is stored under must hold the limit."""
+    if count <= 0:
+        return value
+    return {**value, UNDECIDED: {"count": count, "timeout_ms": timeout_ms}}
+
+
+def undecided(value: dict[str, Any]) -> int:
+    """How many solver answers a stored result left undecided (0: every one decided)."""
+    mark = value.get(UNDECIDED)
+    if not isinstance(mark, dict):
+        return 0
+    count = mark.get("count", 0)
+    return count if isinstance(count, int) and count > 0 else 0
 
 
 @contextlib.contextmanager

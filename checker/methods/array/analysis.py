@@ -62,9 +62,13 @@ fact it rests on (else the explorer keeps the leaf raw, which is always sound):
   observable it reaches.
 
 Where a proof fails (or z3 cannot decide it in PROOF_TIMEOUT_MS), its reduction is off for
-that config, which is always sound: with prefix caching each slot's block hashes are its
-own ids (model/vllm/cache_rules.py `block_hash`), so swapping two slots does not commute
-with the step and the plain symmetry is off; the behaviour key, the global order groups
+that config, which is always sound (an undecided proof is stored as undecided, under a key
+that holds PROOF_TIMEOUT_MS, so a later run keeps it off without paying the limit again;
+not where z3 spent less than STARVED_SHARE of the limit on the CPU, a loaded machine's
+time limit, which a quieter run may decide):
+with prefix caching each slot's block hashes are its own ids (model/vllm/cache_rules.py
+`block_hash`), so swapping two slots does not commute with the step and the plain symmetry
+is off; the behaviour key, the global order groups
 and the quiet retirement do hold there. A swap that also swaps the two slots' own hash ids
 in the pool does commute from every state inside the engine's invariant (`renamed_swap`,
 for pools small enough for z3, RENAMED_SWAP_LIMIT): the pool key of
@@ -80,6 +84,7 @@ from __future__ import annotations
 import functools
 import itertools
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -312,17 +317,36 @@ def _symbolic_specs(tag: str, n: int) -> list[SlotSpec]:
 
 
 _undecided = 0  # solver answers that were neither sat nor unsat (a time limit), so far
+# Of those, the ones z3 gave up on with less than STARVED_SHARE of their time limit spent
+# on this process's CPU: on a loaded machine the limit (wall time) ran out while z3 waited
+# for a core, so a quieter run might decide them; a result that has one is not stored.
+_starved = 0
+STARVED_SHARE = 0.9
 
 
 def _solve_unsat(facts: Sequence[Any], timeout_ms: int) -> bool:
-    global _undecided
+    global _undecided, _starved
     s = z3.Solver()
     s.set(timeout=timeout_ms)
     s.add(*facts)
+    cpu = time.process_time()
     answer = s.check()
     if answer == z3.unknown:
-        _undecided += 1  # the reduction is not used (sound), but is not stored either
+        _undecided += 1  # the reduction is not used (sound); stored as undecided at the limit
+        if time.process_time() - cpu < STARVED_SHARE * timeout_ms / 1000:
+            _starved += 1  # ... unless z3 did not get its time: then not stored at all
     return answer == z3.unsat
+
+
+def _store(name: str, value: dict[str, Any] | None, undecided_before: int,
+           starved_before: int) -> None:
+    """Keep a result computed since the counts were `undecided_before` and
+    `starved_before`: marked with the answers it left undecided at PROOF_TIMEOUT_MS, or not
+    at all when z3 was starved of CPU on one of them (or `value` cannot be stored)."""
+    if value is None or _starved != starved_before:
+        return
+    proof_cache.store(name, proof_cache.mark_undecided(value, _undecided - undecided_before,
+                                                       PROOF_TIMEOUT_MS))
 
 
 def _step(engine: EngineModel, cfg: Any, specs: Sequence[SlotSpec], state: Any,
@@ -1076,18 +1100,24 @@ def shape(engine: EngineModel | str, rule_cfg: Any, slots: int) -> Shape:
 
 @functools.lru_cache(maxsize=64)
 def _shape(key: _Engine, rule_cfg: Any, slots: int) -> Shape:
-    name = proof_cache.key("array-shape", key.name, rule_cfg, slots)
+    name = proof_cache.key("array-shape", key.name, rule_cfg, slots, PROOF_TIMEOUT_MS)
     loaded = proof_cache.load(name)
     if loaded is not None:
         sh = shape_from_json(loaded, Shape, OrderField)
         if sh is not None:
+            _read_undecided(loaded)
             return sh
-    before = _undecided
+    before, starved = _undecided, _starved
     sh = _proved_shape(key.model, rule_cfg, slots)
-    kept = shape_to_json(sh) if _undecided == before else None
-    if kept is not None:
-        proof_cache.store(name, kept)
+    _store(name, shape_to_json(sh), before, starved)
     return sh
+
+
+def _read_undecided(loaded: dict[str, Any]) -> None:
+    """Count the solver answers a stored result left undecided at PROOF_TIMEOUT_MS (its
+    key holds the limit) as this process's own: read back, they are still undecided."""
+    global _undecided
+    _undecided += proof_cache.undecided(loaded)
 
 
 def _proved_shape(engine: EngineModel, rule_cfg: Any, slots: int) -> Shape:
@@ -1166,16 +1196,17 @@ def _permuted(key: _Engine, rule_cfg: Any, slots: int, obs_fields: frozenset[str
     if parts:  # each product observable is a function of its parts' same fields
         read = frozenset(key.model.slot_fields(obs_fields))
         return all(_permuted(_engine(e), c, slots, read) for e, c in parts)
-    name = proof_cache.key("array-permuted", key.name, rule_cfg, slots, sorted(obs_fields))
+    name = proof_cache.key("array-permuted", key.name, rule_cfg, slots, sorted(obs_fields),
+                           PROOF_TIMEOUT_MS)
     loaded = proof_cache.load(name)
     if loaded is not None:
+        _read_undecided(loaded)
         return bool(loaded["permuted"])
     n = max(1, min(slots, PROOF_SLOTS))
-    before = _undecided
+    before, starved = _undecided, _starved
     a = _Analyser(key.model, rule_cfg, n)
     answer = a.permuted("none" if sh.symmetry == "full" else "priority", sorted(obs_fields))
-    if _undecided == before:
-        proof_cache.store(name, {"permuted": answer})
+    _store(name, {"permuted": answer}, before, starved)
     return answer
 
 
@@ -1211,16 +1242,17 @@ def _renamed_swap(key: _Engine, rule_cfg: Any, slots: int, obs_fields: frozenset
     if obs_fields != every and _renamed_swap(key, rule_cfg, slots, every):
         return True  # one proof for every field the swap can carry covers each subset
     name = proof_cache.key("array-renamed-swap", key.name, rule_cfg, slots,
-                           sorted(obs_fields))
+                           sorted(obs_fields), PROOF_TIMEOUT_MS)
     loaded = proof_cache.load(name)
     if loaded is not None:
+        _read_undecided(loaded)
         return bool(loaded["commutes"])
-    before = _undecided
     n = max(1, min(slots, PROOF_SLOTS))
+    before, starved = _undecided, _starved  # the shape's too: the proof reads its groups
+    global_order = _shape(key, rule_cfg, slots).global_order
     a = _Analyser(key.model, rule_cfg, n)
-    answer = a.renamed_swap(sorted(obs_fields), _shape(key, rule_cfg, slots).global_order)
-    if _undecided == before:
-        proof_cache.store(name, {"commutes": answer})
+    answer = a.renamed_swap(sorted(obs_fields), global_order)
+    _store(name, {"commutes": answer}, before, starved)
     return answer
 
 
