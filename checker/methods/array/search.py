@@ -405,43 +405,31 @@ class Search:
         the first violating depth are those of `_layer_paths`; the order of the new
         frontier is not (nothing reads it: no path is kept)."""
         may_arrive = self.opt.arrival_steps is None or d <= self.opt.arrival_steps
-        arrived_col = self.ci[("arrived",)]
         layer_keys = Visited(self.opt.exact)
         self._layer_keys = layer_keys
         self._pending = []
         nxt = _Chunks(self.store)
         viol: dict[int, tuple[tuple[int, ...], Witness]] = {}
         for sub in front.drain():
-            arrived = sub[:, arrived_col].astype(np.int64)
-            for a in sorted(set(arrived.tolist())):
-                rows = np.nonzero(arrived == a)[0]
-                room = self.n - a if may_arrive else 0
-                for j in range(room + 1):
-                    for batch in self._batches(rows, j):
-                        if time.monotonic() > self.deadline:
-                            raise _Stop("time limit")
-                        b = self._expand(sub, {}, d, a, j, *batch)
-                        for i, mask in b.vmask.items():
-                            if i in pending:
-                                self._note_violation(viol, i, b, mask)
-                        t0 = time.monotonic()
-                        if pending and all(i in b.vmask for i in pending):
-                            cand = np.nonzero(~np.all(np.stack([b.vmask[i] for i in pending]),
-                                                      axis=0))[0]
-                            if len(cand):
-                                cand = cand[first_of_each(b.words[cand])]
-                        else:
-                            cand = first_of_each(b.words)
-                        if len(cand):
-                            cand = cand[self.visited.lookup(b.words[cand]) < 0]
-                        if len(cand):
-                            cand = cand[layer_keys.lookup(b.words[cand]) < 0]
-                        if len(cand):
-                            layer_keys.add(b.words[cand])
-                            nxt.append(self._rows(b, cand))
-                        self.timing["dedup"] += time.monotonic() - t0
-                        if self.visited.count + layer_keys.count > self.opt.max_states:
-                            raise _Stop(f"state limit {self.opt.max_states}")
+            for b, _ in self._passes(sub, {}, d, may_arrive, pending, viol):
+                t0 = time.monotonic()
+                if pending and all(i in b.vmask for i in pending):
+                    cand = np.nonzero(~np.all(np.stack([b.vmask[i] for i in pending]),
+                                              axis=0))[0]
+                    if len(cand):
+                        cand = cand[first_of_each(b.words[cand])]
+                else:
+                    cand = first_of_each(b.words)
+                if len(cand):
+                    cand = cand[self.visited.lookup(b.words[cand]) < 0]
+                if len(cand):
+                    cand = cand[layer_keys.lookup(b.words[cand]) < 0]
+                if len(cand):
+                    layer_keys.add(b.words[cand])
+                    nxt.append(self._rows(b, cand))
+                self.timing["dedup"] += time.monotonic() - t0
+                if self.visited.count + layer_keys.count > self.opt.max_states:
+                    raise _Stop(f"state limit {self.opt.max_states}")
         t0 = time.monotonic()
         nxt.flush()
         self.visited.absorb(layer_keys)
@@ -457,47 +445,36 @@ class Search:
         """Expand one layer keeping paths. Each pass's children are deduplicated against
         each other and the visited set; the survivors of all passes once more against
         each other, keeping the first (or the least)."""
-        arrived = front[:, self.ci[("arrived",)]].astype(np.int64)
         may_arrive = self.opt.arrival_steps is None or d <= self.opt.arrival_steps
         parts: list[list[Any]] = []
         self._pending = parts
         edges: list[tuple[np.ndarray, ...]] = []
         viol: dict[int, tuple[tuple[int, ...], Witness]] = {}
         kept = 0
-        for a in sorted(set(arrived.tolist())):
-            rows = np.nonzero(arrived == a)[0]
-            room = self.n - a if may_arrive else 0
-            for j in range(room + 1):
-                for batch in self._batches(rows, j):
-                    if time.monotonic() > self.deadline:
-                        raise _Stop("time limit")
-                    b = self._expand(front, meta, d, a, j, *batch)
-                    for i, mask in b.vmask.items():
-                        if i in pending:  # a decided property keeps its first layer
-                            self._note_violation(viol, i, b, mask)
-                    t0 = time.monotonic()
-                    if self.opt.keep_edges and j == 0:
-                        edges.append((b.info["parent"], b.words, b.info["stuck"],
-                                      b.info["eos"]))
-                    # A child that violates every undecided property is not expanded.
-                    if pending and all(i in b.vmask for i in pending):
-                        cand = np.nonzero(~np.all(np.stack([b.vmask[i] for i in pending]),
-                                                  axis=0))[0]
-                    else:
-                        cand = None
-                    if cand is None:
-                        cand = first_of_each(b.words, self._order(b.info, slice(None)))
-                    elif len(cand):
-                        cand = cand[first_of_each(b.words[cand], self._order(b.info, cand))]
-                    if len(cand):
-                        cand = cand[self.visited.lookup(b.words[cand]) < 0]
-                    if len(cand):
-                        parts.append([self._rows(b, cand), b.words[cand],
-                                      {k: v[cand] for k, v in b.info.items()}])
-                        kept += len(cand)
-                    self.timing["dedup"] += time.monotonic() - t0
-                    if self.visited.count + kept > self.opt.max_states:
-                        raise _Stop(f"state limit {self.opt.max_states}")
+        for b, j in self._passes(front, meta, d, may_arrive, pending, viol):
+            t0 = time.monotonic()
+            if self.opt.keep_edges and j == 0:
+                edges.append((b.info["parent"], b.words, b.info["stuck"],
+                              b.info["eos"]))
+            # A child that violates every undecided property is not expanded.
+            if pending and all(i in b.vmask for i in pending):
+                cand = np.nonzero(~np.all(np.stack([b.vmask[i] for i in pending]),
+                                          axis=0))[0]
+            else:
+                cand = None
+            if cand is None:
+                cand = first_of_each(b.words, self._order(b.info, slice(None)))
+            elif len(cand):
+                cand = cand[first_of_each(b.words[cand], self._order(b.info, cand))]
+            if len(cand):
+                cand = cand[self.visited.lookup(b.words[cand]) < 0]
+            if len(cand):
+                parts.append([self._rows(b, cand), b.words[cand],
+                              {k: v[cand] for k, v in b.info.items()}])
+                kept += len(cand)
+            self.timing["dedup"] += time.monotonic() - t0
+            if self.visited.count + kept > self.opt.max_states:
+                raise _Stop(f"state limit {self.opt.max_states}")
         t0 = time.monotonic()
         if parts:
             nxt = np.concatenate([p[0] for p in parts])
@@ -549,6 +526,27 @@ class Search:
             return ()
         r = info["ranks"][idx]
         return (r[:, 3], r[:, 2], r[:, 1], r[:, 0])
+
+    def _passes(self, front: np.ndarray, meta: dict[str, np.ndarray], d: int,
+                may_arrive: bool, pending: Sequence[int],
+                viol: dict[int, tuple[tuple[int, ...], Witness]]) -> Iterator[tuple[Any, int]]:
+        """Every pass of the rules over `front` at depth `d` (per count of requests arrived,
+        per number of new arrivals j, per batch of parents and choices), with j; a pass's
+        violations of the undecided properties are noted in `viol` before it is yielded
+        (a decided property keeps its first layer). Stops at the deadline."""
+        arrived = front[:, self.ci[("arrived",)]].astype(np.int64)
+        for a in sorted(set(arrived.tolist())):
+            rows = np.nonzero(arrived == a)[0]
+            room = self.n - a if may_arrive else 0
+            for j in range(room + 1):
+                for batch in self._batches(rows, j):
+                    if time.monotonic() > self.deadline:
+                        raise _Stop("time limit")
+                    b = self._expand(front, meta, d, a, j, *batch)
+                    for i, mask in b.vmask.items():
+                        if i in pending:
+                            self._note_violation(viol, i, b, mask)
+                    yield b, j
 
     def _batches(self, rows: np.ndarray, j: int) -> list[tuple[np.ndarray, int, int]]:
         """(parent rows, first choice, last choice) per pass: at most `chunk` elements."""
