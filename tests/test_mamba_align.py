@@ -152,15 +152,21 @@ def test_one_block_more_or_synchronous_scheduling_finishes():
     assert any(r.finished for r in sync)
 
 
+def _config_line(num_gpu_blocks: int) -> list[str]:
+    """`batchproof config` on the witness's serve line (1 full + 1 Mamba layer, EAGLE k=1,
+    vllm serve's defaults: prefix caching, so align mode, and async scheduling)."""
+    return ["config", "--max-model-len", "12", "--max-num-batched-tokens", "4",
+            "--max-num-seqs", "1", "--block-size", "4", "--num-gpu-blocks",
+            str(num_gpu_blocks), "--device", "h100", "--speculative-config",
+            '{"method": "eagle", "model": "x/eagle", "num_speculative_tokens": 1}',
+            "--model-kind", "hybrid-mamba", "--mamba-layers", "1",
+            "--full-attention-layers", "1", "--hazard", "self_preemption"]
+
+
 def test_config_witnesses_self_preemption_in_align_mode_on_the_reference(capsys):
     from checker.cli.main import main
 
-    code = main(["config", "--max-model-len", "12", "--max-num-batched-tokens", "4",
-                 "--max-num-seqs", "1", "--block-size", "4", "--num-gpu-blocks", "7",
-                 "--device", "h100", "--speculative-config",
-                 '{"method": "eagle", "model": "x/eagle", "num_speculative_tokens": 1}',
-                 "--model-kind", "hybrid-mamba", "--mamba-layers", "1",
-                 "--full-attention-layers", "1", "--hazard", "self_preemption"])
+    code = main(_config_line(7))
     out = capsys.readouterr().out
     # vllm serve's defaults on a GPU: prefix caching (so align mode) and async scheduling
     assert "enable_prefix_caching                     on" in out
@@ -177,12 +183,7 @@ def test_config_does_not_prove_align_mode_safe_with_the_mode_none_count(capsys):
     # mode, where a lone request holds more while its token is in flight.
     from checker.cli.main import main
 
-    code = main(["config", "--max-model-len", "12", "--max-num-batched-tokens", "4",
-                 "--max-num-seqs", "1", "--block-size", "4", "--num-gpu-blocks", "8",
-                 "--device", "h100", "--speculative-config",
-                 '{"method": "eagle", "model": "x/eagle", "num_speculative_tokens": 1}',
-                 "--model-kind", "hybrid-mamba", "--mamba-layers", "1",
-                 "--full-attention-layers", "1", "--hazard", "self_preemption"])
+    code = main(_config_line(8))
     out = capsys.readouterr().out
     assert "[HOLDS within bounds] self_preemption" in out, out
     assert "PROVED absent] self_preemption" not in out and code == 0
