@@ -275,19 +275,63 @@ def _parse_behaviour(term: z3.ExprRef) -> tuple[set[Path], dict[Path, dict[tuple
 
 def z3_consts(e: z3.ExprRef) -> set[str]:
     """Names of the uninterpreted constants in a term."""
-    out: set[str] = set()
-    seen: set[int] = set()
-    stack = [e]
+    return set(consts_of_terms([e])[0])
+
+
+_NO_NAMES: frozenset[str] = frozenset()
+
+
+def consts_of_terms(terms: Sequence[z3.ExprRef]) -> list[frozenset[str]]:
+    """For each term, the names of its uninterpreted constants, in one walk of the terms'
+    shared DAG (a step's outputs share most of their subterms: walking each on its own
+    took most of the array explorer's first run on family F). The walk uses z3's C API on
+    raw ASTs: the Python wrappers' construction and reference counting cost more than the
+    walk itself."""
+    if not terms:
+        return []
+    ctx = terms[0].ctx_ref()
+    memo: dict[int, frozenset[str]] = {}
+    return [_consts_below(ctx, t.as_ast(), memo) for t in terms]
+
+
+def _consts_below(ctx: Any, root: Any, memo: dict[int, frozenset[str]]) -> frozenset[str]:
+    stack: list[tuple[Any, bool]] = [(root, False)]
     while stack:
-        x = stack.pop()
-        if x.get_id() in seen:
+        a, children_done = stack.pop()
+        i = z3.Z3_get_ast_id(ctx, a)
+        if i in memo:
             continue
-        seen.add(x.get_id())
-        name = _const_name(x)
-        if name is not None:
-            out.add(name)
-        stack.extend(x.children())
-    return out
+        kids = _children(ctx, a)
+        if children_done:
+            if kids:
+                memo[i] = frozenset().union(*(memo[z3.Z3_get_ast_id(ctx, k)] for k in kids))
+            else:
+                memo[i] = _leaf_name(ctx, a)
+            continue
+        stack.append((a, True))
+        stack.extend((k, False) for k in kids)
+    return memo[z3.Z3_get_ast_id(ctx, root)]
+
+
+def _children(ctx: Any, a: Any) -> list[Any]:
+    kind = z3.Z3_get_ast_kind(ctx, a)
+    if kind == z3.Z3_APP_AST:
+        return [z3.Z3_get_app_arg(ctx, a, j) for j in range(z3.Z3_get_app_num_args(ctx, a))]
+    if kind == z3.Z3_QUANTIFIER_AST:
+        return [z3.Z3_get_quantifier_body(ctx, a)]
+    return []
+
+
+def _leaf_name(ctx: Any, a: Any) -> frozenset[str]:
+    if z3.Z3_get_ast_kind(ctx, a) != z3.Z3_APP_AST:
+        return _NO_NAMES
+    decl = z3.Z3_get_app_decl(ctx, a)
+    if z3.Z3_get_decl_kind(ctx, decl) != z3.Z3_OP_UNINTERPRETED:
+        return _NO_NAMES
+    sym = z3.Z3_get_decl_name(ctx, decl)
+    if z3.Z3_get_symbol_kind(ctx, sym) == z3.Z3_INT_SYMBOL:
+        return frozenset({f"k!{z3.Z3_get_symbol_int(ctx, sym)}"})  # as z3's decl().name()
+    return frozenset({z3.Z3_get_symbol_string(ctx, sym)})
 
 
 def _named_like(term: z3.ExprRef, name: str, new: str | None = None) -> z3.ExprRef:
@@ -796,17 +840,19 @@ class _Analyser:
         outs = _outputs(replace(nxt, slots=nxt.slots[1:]), replace(obs, slots=obs.slots[1:]),
                         _OBS_FIELDS)
 
-        def mine(names: set[str]) -> bool:
+        def mine(names: frozenset[str]) -> bool:
             return any(c.startswith(("s.slots.0.", "p0.")) for c in names)
+        terms = [x for x in outs if isinstance(x, z3.ExprRef)]
         goal = z3.Goal()
-        for k, x in enumerate(outs):
-            if isinstance(x, z3.ExprRef) and mine(z3_consts(x)):
+        for k, (x, names) in enumerate(zip(terms, consts_of_terms(terms), strict=True)):
+            if mine(names):
                 goal.add(z3.Const(f"out.{k}", x.sort()) == x)
         if len(goal) == 0:
             return True
         # one simplification of every output at once: they share most of their terms
         simplified = z3.Tactic("simplify")(goal)
-        return not any(mine(z3_consts(f)) for sub in simplified for f in sub)
+        return not any(mine(names) for names in
+                       consts_of_terms([f for sub in simplified for f in sub]))
 
     def cfg_has_quiet_leaves(self) -> bool:
         """Whether a slot has leaves beyond the plain request's (a block table, what is in
@@ -967,7 +1013,9 @@ class _Analyser:
         named += [(f, getattr(obs, f)) for f in _STEP_FIELDS]
         named += [(f, getattr(o, f)) for o in obs.slots for f in _OBS_FIELDS]
         simplified = _simplified([v for _, v in named])
-        names = [(tag, {c for c in z3_consts(x)} if isinstance(x, z3.ExprRef) else set())
+        terms = [x for x in simplified if isinstance(x, z3.ExprRef)]
+        found = iter(consts_of_terms(terms))
+        names = [(tag, next(found) if isinstance(x, z3.ExprRef) else _NO_NAMES)
                  for (tag, _), x in zip(named, simplified, strict=True)]
         out = []
         for f in candidates:
@@ -1019,8 +1067,9 @@ def _simplified(values: Sequence[Any]) -> list[Any]:
     result = z3.Tactic("simplify")(goal)
     # Each fact names its own output; a fact that names none or several (or an output no
     # fact names) leaves that output's term as it was, which names at least as much.
-    for f in (f for sub in result for f in sub):
-        outs = [c for c in z3_consts(f) if c.startswith("out.")]
+    facts = [f for sub in result for f in sub]
+    for f, names in zip(facts, consts_of_terms(facts), strict=True):
+        outs = [c for c in names if c.startswith("out.")]
         if len(outs) == 1:
             k = int(outs[0][4:])
             out[k] = f.arg(1) if z3.is_eq(f) and _const_name(f.arg(0)) == outs[0] else f
