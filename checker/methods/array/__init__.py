@@ -82,6 +82,12 @@ def supports(family: Family) -> str | None:
 # cross-checked against its reference explorer (tests/test_array_explore.py).
 ARRAY_CHECKED = "array_explorer_checked"
 
+# A check keeps each state's least run while it has visited at most this many states
+# (about 70 MB of parents and ids): a violation found by then is answered by one search;
+# past it the search streams in bounded memory, and a violation is searched once more for
+# its least run.
+PATHS_UNTIL = 2_000_000
+
 
 def unsupported(family: Family, bounds: Bounds) -> str | None:
     """None when this explorer searches exactly the environment of `bounds` on `family`
@@ -201,9 +207,15 @@ def _one(props: Sequence[Property], family: Family, bounds: Bounds, deadline: fl
         w, loop, depth = lasso
         return (ExploreResult("violated", depth, stats(out),
                               workload_of(family, kinds, w, depth), loop),)
-    first = search(props, bounds.depth, replace(opts, least=False))
+    # Paths (with each state's least run) are kept while the space is small, so that a
+    # violation found there needs no second search for its least run.
+    first = search(props, bounds.depth, replace(opts, least=True, paths_until=PATHS_UNTIL))
     results: list[ExploreResult | None] = [None] * len(props)
-    violated = sorted(first.violated)
+    for i, (d, w) in first.violated.items():
+        if d <= first.paths_depth:
+            results[i] = ExploreResult("violated", d, stats(first),
+                                       workload_of(family, kinds, w, d))
+    violated = sorted(i for i in first.violated if results[i] is None)
     if violated:
         depth = max(first.violated[i][0] for i in violated)
         least = search([props[i] for i in violated], depth, replace(opts, least=True))

@@ -80,6 +80,10 @@ def atoms(props: Sequence[Property], rule_cfg: Any, slots: int, sample: Step,
     templates: dict[str, int] = {}
     bodies: list[Any] = []
     seen: dict[int, tuple[Any, int, int]] = {}
+    # The lags each subterm reads, by z3 id, shared by every term of this call: the terms
+    # are kept alive in `terms`, so no id is reused for another subterm meanwhile.
+    read_lags: dict[int, frozenset[int]] = {}
+    terms: list[Any] = []
     formulas: list[tuple[Any, ...]] = []
     for prop in props:
         per_t = []
@@ -91,8 +95,9 @@ def atoms(props: Sequence[Property], rule_cfg: Any, slots: int, sample: Step,
             if isinstance(term, bool):
                 per_t.append(_constant(term))
                 continue
+            terms.append(term)
             try:
-                per_t.append(_compile_with_atoms(term, templates, bodies, seen))
+                per_t.append(_compile_with_atoms(term, templates, bodies, seen, read_lags))
             except ValueError:
                 return None
         formulas.append(tuple(per_t))
@@ -116,17 +121,17 @@ def _lag_of(name: str) -> int | None:
 
 
 def _compile_with_atoms(term: Any, templates: dict[str, int], bodies: list[Any],
-                        seen: dict[int, tuple[Any, int, int]]) -> Any:
+                        seen: dict[int, tuple[Any, int, int]],
+                        lags: dict[int, frozenset[int]]) -> Any:
     """The term with every largest single-past-step subterm replaced by an atom, compiled;
     new atoms are added to `templates` (key: the subterm read at lag X) and `bodies`.
     `seen` maps a subterm's z3 id to (subterm, lag, atom index) across the terms of one
     `atoms` call: the properties' terms share subterms (z3 hash-conses them), and holding
-    the subterm keeps its id from being reused."""
+    the subterm keeps its id from being reused. `lags` memoises each subterm's lags by
+    id across those terms (the caller keeps them alive)."""
     import z3
 
     import checker.methods.array.analysis as analysis
-
-    lags: dict[int, frozenset[int]] = {}
 
     def lag_set(e: Any) -> frozenset[int]:
         k = e.get_id()
@@ -139,8 +144,12 @@ def _compile_with_atoms(term: Any, templates: dict[str, int], bodies: list[Any],
         return lags[k]
 
     found: dict[int, tuple[Any, int, int]] = {}  # id -> (subterm, lag, atom index)
+    walked: set[int] = set()  # subterms of this term already visited (it is a DAG)
 
     def visit(e: Any) -> None:
+        if e.get_id() in walked:
+            return
+        walked.add(e.get_id())
         ls = lag_set(e)
         if len(ls) == 1 and next(iter(ls)) >= 1:
             if e.get_id() in found:

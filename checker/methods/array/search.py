@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -64,6 +64,10 @@ class Options:
     # (it changes the transition count, not the states: off to compare counts with SPIN).
     prune_eos: bool = True
     keep_edges: bool = False  # the arrival-free edges (for lassos)
+    # Least mode only: once more states than this are visited, stop keeping paths and
+    # stream the rest (a violation found from then on has its depth but no run). None:
+    # keep paths to the end.
+    paths_until: int | None = None
     no_eos: bool = False  # no request samples EOS (Bounds.no_eos)
 
 
@@ -92,6 +96,9 @@ class Outcome:
     edges: tuple[np.ndarray, ...] | None = None
     depth_of: np.ndarray | None = None
     witness_of: Any = None  # node id -> Witness (least mode)
+    # The last depth whose violations carry their least run (least mode; the search may
+    # have stopped keeping paths after it, Options.paths_until)
+    paths_depth: int = 0
     stats: dict[str, float] = field(default_factory=dict)
 
 
@@ -355,7 +362,7 @@ class Search:
                                   np.zeros(1, dtype=np.int8), np.zeros(1, dtype=np.int64)))
         self.next_id = 1
         found: dict[int, tuple[int, Witness]] = {}
-        d, reason, complete = 0, "", True
+        d, reason, complete, paths_depth, least = 0, "", True, 0, self.opt.least
         limit = None if self.opt.exhaustive else self.depth
         while len(front) and (limit is None or d < limit):
             d += 1
@@ -369,11 +376,16 @@ class Search:
                 break
             for i, w in viol.items():
                 found.setdefault(i, (d, w[1]))
+            if self.paths:
+                paths_depth = d
             if self.props and len(found) == len(self.props):
                 break
+            if self._stop_keeping_paths():
+                front, meta = _Chunks.of(front), {}
         outcome = Outcome(found, self.visited.count, self.transitions, d,
                           time.monotonic() - start, complete, reason,
-                          self.visited.nbytes(), stats=dict(self.timing))
+                          self.visited.nbytes(), stats=dict(self.timing),
+                          paths_depth=paths_depth if least else 0)
         if self.opt.keep_edges:
             outcome.edges = (tuple(np.concatenate(x) for x in zip(*self.edges, strict=True))
                              if self.edges else None)
@@ -381,6 +393,20 @@ class Search:
                 [np.full(len(layer.parent), k) for k, layer in enumerate(self.layers)])
             outcome.witness_of = self.witness
         return outcome
+
+    def _stop_keeping_paths(self) -> bool:
+        """Whether the search now drops its paths (`Options.paths_until` passed): a large
+        space is searched in bounded memory from here on, and a violation found later is
+        searched again for its run (checker/methods/array/__init__.py)."""
+        limit = self.opt.paths_until
+        if not self.paths or self.opt.keep_edges or limit is None:
+            return False
+        if self.visited.count <= limit:
+            return False
+        self.paths = False
+        self.opt = replace(self.opt, least=False)  # no rank is kept from here on
+        self.layers = []  # the runs already found are built; no later one is asked
+        return True
 
     def _layer(self, front: Any, meta: dict[str, np.ndarray], d: int,
                pending: Sequence[int]
