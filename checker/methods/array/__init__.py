@@ -16,10 +16,11 @@ many requests arrived, and the observables of the last steps a property reads
 (checker/methods/array/history.py); its key (what deduplication compares) drops what
 `same_behaviour` says steers nothing, ranks the order keys, resets retired slots and sorts
 interchangeable slots. The first layer at which a property fails gives the shortest
-violation; a second search to that depth keeps, for every state, the least path by
-checker/methods/minimize.py's order (fewest requests, then arrival step, prompt_len, ...,
-then EOS choices), so the counterexample is the least one, the reference explorer's and
-BMC's. Every counterexample is replayed on the reference by the caller (jobs.explored).
+violation. While the space is small (`PATHS_UNTIL` states) the search keeps, for every
+state, the least path by checker/methods/minimize.py's order (fewest requests, then
+arrival step, prompt_len, ..., then EOS choices), so the counterexample is the least one,
+the reference explorer's and BMC's; past that the search streams in bounded memory, and
+a violation it finds there is searched again to its depth keeping the least paths. Every counterexample is replayed on the reference by the caller (jobs.explored).
 A lasso (`never_finishes`) is a cycle of the arrival-free graph through a state that holds a
 request whose whole sequence fits max_model_len, as in checker/methods/explore.py.
 """
