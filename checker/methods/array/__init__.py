@@ -20,8 +20,9 @@ violation. While the space is small (`PATHS_UNTIL` states) the search keeps, for
 state, the least path by checker/methods/minimize.py's order (fewest requests, then
 arrival step, prompt_len, ..., then EOS choices), so the counterexample is the least one,
 the reference explorer's and BMC's; past that the search streams in bounded memory, and
-a violation it finds there is searched again to its depth keeping the least paths. Every counterexample is replayed on the reference by the caller (jobs.explored).
-A lasso (`never_finishes`) is a cycle of the arrival-free graph through a state that holds a
+a violation it finds there is searched again to its depth keeping the least paths.
+Every counterexample is replayed on the reference by the caller (jobs.explored). A lasso
+(`never_finishes`) is a cycle of the arrival-free graph through a state that holds a
 request whose whole sequence fits max_model_len, as in checker/methods/explore.py.
 """
 
@@ -83,11 +84,12 @@ def supports(family: Family) -> str | None:
 # cross-checked against its reference explorer (tests/test_array_explore.py).
 ARRAY_CHECKED = "array_explorer_checked"
 
-# A check keeps each state's least run while it has visited at most this many states
-# (about 70 MB of parents and ids): a violation found by then is answered by one search;
-# past it the search streams in bounded memory, and a violation is searched once more for
-# its least run.
-PATHS_UNTIL = 2_000_000
+# A check keeps each state's least run while the states it has visited and the layer's
+# candidates number at most this many (family F's N=4 search peaks at 1.5 GB with 2M,
+# 0.87 GB with 1M, 0.79 GB streamed): a violation found by then is answered by one
+# search; past it the search streams in bounded memory, and a violation is searched once
+# more for its least run.
+PATHS_UNTIL = 1_000_000
 
 
 def unsupported(family: Family, bounds: Bounds) -> str | None:

@@ -369,7 +369,7 @@ class Search:
             pending = [i for i in range(len(self.props)) if i not in found
                        and self.props[i].kind != "lasso"]
             try:
-                front, meta, viol = self._layer(front, meta, d, pending)
+                front, meta, viol = self._layer_within_paths_limit(front, meta, d, pending)
             except _Stop as stop:
                 reason, complete = stop.reason, False
                 d -= 1
@@ -380,8 +380,6 @@ class Search:
                 paths_depth = d
             if self.props and len(found) == len(self.props):
                 break
-            if self._stop_keeping_paths():
-                front, meta = _Chunks.of(front), {}
         outcome = Outcome(found, self.visited.count, self.transitions, d,
                           time.monotonic() - start, complete, reason,
                           self.visited.nbytes(), stats=dict(self.timing),
@@ -394,19 +392,25 @@ class Search:
             outcome.witness_of = self.witness
         return outcome
 
-    def _stop_keeping_paths(self) -> bool:
-        """Whether the search now drops its paths (`Options.paths_until` passed): a large
-        space is searched in bounded memory from here on, and a violation found later is
-        searched again for its run (checker/methods/array/__init__.py)."""
-        limit = self.opt.paths_until
-        if not self.paths or self.opt.keep_edges or limit is None:
-            return False
-        if self.visited.count <= limit:
-            return False
-        self.paths = False
-        self.opt = replace(self.opt, least=False)  # no rank is kept from here on
-        self.layers = []  # the runs already found are built; no later one is asked
-        return True
+    def _layer_within_paths_limit(self, front: Any, meta: dict[str, np.ndarray], d: int,
+                                  pending: Sequence[int]
+                                  ) -> tuple[Any, dict[str, np.ndarray],
+                                             dict[int, tuple[tuple[int, ...], Witness]]]:
+        """`_layer`; but when a layer kept with its paths would take the search past
+        `Options.paths_until` states (its candidates are held until the layer-wide
+        deduplication), the search stops keeping paths and streams that layer and the
+        rest in bounded memory. A violation found from then on has its depth but no run;
+        the caller searches it again (checker/methods/array/__init__.py)."""
+        transitions = self.transitions
+        try:
+            return self._layer(front, meta, d, pending)
+        except _PathsLimit:
+            self.transitions = transitions  # the abandoned layer's are counted again
+            self.paths = False
+            self.opt = replace(self.opt, least=False)  # no rank is kept from here on
+            self.layers = []  # the runs already found are built; no later one is asked
+            self._pending = []
+            return self._layer(_Chunks.of(front), {}, d, pending)
 
     def _layer(self, front: Any, meta: dict[str, np.ndarray], d: int,
                pending: Sequence[int]
@@ -501,6 +505,10 @@ class Search:
             self.timing["dedup"] += time.monotonic() - t0
             if self.visited.count + kept > self.opt.max_states:
                 raise _Stop(f"state limit {self.opt.max_states}")
+            limit = self.opt.paths_until
+            if limit is not None and not self.opt.keep_edges and \
+                    self.visited.count + kept > limit:
+                raise _PathsLimit
         t0 = time.monotonic()
         if parts:
             nxt = np.concatenate([p[0] for p in parts])
@@ -1121,6 +1129,10 @@ class _Stop(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class _PathsLimit(Exception):
+    """A layer kept with its paths would pass `Options.paths_until` states."""
 
 
 def _digits(codes: np.ndarray, base: int, width: int) -> np.ndarray:
