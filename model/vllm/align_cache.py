@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from model.vllm.kv_cache import BlockPool, GroupTables, KVBlock
+from model.vllm.kv_cache import BlockPool, GroupTables, KVBlock, null_out
 
 
 def cdiv(a: int, b: int) -> int:
@@ -265,14 +265,7 @@ class MambaAlignTable:
             last = min((processed - 1) // self.block_size, len(table))
             first = self.retired.get(rid, 0)
             if first < last:
-                freed: list[KVBlock] = []
-                for i in range(last - 1, first - 1, -1):
-                    b = table[i]
-                    if b is None:
-                        continue
-                    freed.append(b)
-                    table[i] = None
-                self.pool.free_blocks(freed)
+                self.pool.free_blocks(null_out(table, first, last, past_a_hole=True))
                 self.retired[rid] = last
         idx = self.last_state.get(rid)
         if idx is not None and idx < cdiv(processed, self.block_size) - 1:

@@ -32,6 +32,25 @@ class KVBlock:
     block_hash: Hashable | None = None
 
 
+def null_out(table: list[KVBlock | None], first: int, last: int, past_a_hole: bool
+             ) -> list[KVBlock]:
+    """Replace table[first:last] by the null block (None), last position first, and return
+    the blocks taken out, in that order (the order they are freed in). A position already
+    null ends the walk (a sliding window's table, T:698-706: everything before it was
+    freed before), or is skipped over when `past_a_hole` (Mamba's align mode, whose
+    tables hold nulls between live blocks)."""
+    freed: list[KVBlock] = []
+    for i in range(last - 1, first - 1, -1):
+        block = table[i]
+        if block is None:
+            if past_a_hole:
+                continue
+            break
+        freed.append(block)
+        table[i] = None
+    return freed
+
+
 class BlockPool:
     """`BlockPool` (P:157-196): block 0 is the null block, never usable; the others start in
     the free queue.
@@ -271,14 +290,8 @@ class GroupTable:
         if skipped <= 0 or request_id not in self.blocks:
             return
         table = self.blocks[request_id]
-        freed: list[KVBlock] = []
-        for i in range(min(skipped // self.block_size, len(table)) - 1, -1, -1):
-            block = table[i]
-            if block is None:
-                break
-            freed.append(block)
-            table[i] = None
-        self.pool.free_blocks(freed)
+        last = min(skipped // self.block_size, len(table))
+        self.pool.free_blocks(null_out(table, 0, last, past_a_hole=False))
 
     def allocate(self, request_id: str, num_tokens: int) -> None:
         """Append new blocks up to cdiv(slots, block_size) (T:369-410)."""
