@@ -10,11 +10,13 @@ same question.
 Where: $BATCHPROOF_PROOF_CACHE, else $XDG_CACHE_HOME/batchproof/proofs
 (~/.cache/batchproof/proofs); BATCHPROOF_PROOF_CACHE=off turns it off. A decided result
 (a proof, or a refutation the solver showed) is stored under its question. A result that a
-time limit left undecided is stored only where the caller puts that limit in the question
-and marks the result with `mark_undecided`: a repeat of the same question at the same
-limit by the same sources then reads "undecided at T ms" back (`undecided`) instead of
-paying the limit again, and stays undecided (a reduction left unproved stays off, an
-UNKNOWN stays UNKNOWN); a longer limit, or any edit of the sources, asks anew."""
+solver's limit left undecided is stored only where that limit is deterministic (z3's
+resource count, `rlimit`, never wall time: a loaded machine must not store what a quiet
+one decides), the caller puts the limit in the question and marks the result with
+`mark_undecided`: a repeat of the same question at the same limit by the same sources then
+reads "undecided at N units" back (`undecided`) instead of paying the limit again, and
+stays undecided (a reduction left unproved stays off); a larger limit, or any edit of the
+sources, asks anew."""
 
 from __future__ import annotations
 
@@ -102,12 +104,13 @@ def store(name: str, value: dict[str, Any]) -> None:
 UNDECIDED = "undecided"
 
 
-def mark_undecided(value: dict[str, Any], count: int, timeout_ms: int) -> dict[str, Any]:
-    """`value` marked as computed with `count` solver answers undecided at `timeout_ms`
-    each (`count` 0: `value` as it is). The key it is stored under must hold the limit."""
+def mark_undecided(value: dict[str, Any], count: int, rlimit: int) -> dict[str, Any]:
+    """`value` marked as computed with `count` solver answers undecided at `rlimit` of z3's
+    resource units each (`count` 0: `value` as it is). The key it is stored under must hold
+    the limit."""
     if count <= 0:
         return value
-    return {**value, UNDECIDED: {"count": count, "timeout_ms": timeout_ms}}
+    return {**value, UNDECIDED: {"count": count, "rlimit": rlimit}}
 
 
 def undecided(value: dict[str, Any]) -> int:

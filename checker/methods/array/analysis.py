@@ -61,11 +61,13 @@ fact it rests on (else the explorer keeps the leaf raw, which is always sound):
   have the same successors, so the key leaves it out unless a property reads an
   observable it reaches.
 
-Where a proof fails (or z3 cannot decide it in PROOF_TIMEOUT_MS), its reduction is off for
-that config, which is always sound (an undecided proof is stored as undecided, under a key
-that holds PROOF_TIMEOUT_MS, so a later run keeps it off without paying the limit again;
-not where z3 spent less than STARVED_SHARE of the limit on the CPU, a loaded machine's
-time limit, which a quieter run may decide):
+Where a proof fails (or z3 cannot decide it within PROOF_RLIMIT), its reduction is off for
+that config, which is always sound. The limit is z3's deterministic resource count
+(`rlimit`), not time: each query is asked in a z3 context of its own, so it spends the
+same units and gets the same answer in every process, on a quiet or a loaded machine. An
+undecided proof is therefore stored as undecided, under a key that holds PROOF_RLIMIT, and
+a later run keeps the reduction off without paying the limit again (an unknown that z3
+returned before the limit ran out, an interrupt, is not stored). For example,
 with prefix caching each slot's block hashes are its own ids (model/vllm/cache_rules.py
 `block_hash`), so swapping two slots does not commute with the step and the plain symmetry
 is off; the behaviour key, the global order groups
@@ -84,7 +86,6 @@ from __future__ import annotations
 import functools
 import itertools
 import random
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -102,7 +103,17 @@ from model.core.ops import CONCRETE, SymbolicOps
 from model.core.types import SlotObs, SlotSpec, Step
 
 PROOF_SLOTS = 2
-PROOF_TIMEOUT_MS = 60_000
+# z3's resource units a reduction query may spend (`rlimit`, counted per query). Measured
+# over the array tests' configs (tests/test_array_*.py, test_diff_array.py, test_worst.py,
+# most slow ones included; 2026-12-06): the most a decided query spent was 137 million
+# units (a small cache's symmetry in test_array_modes; tiny_spec_threshold's, 120 million,
+# 8 s of CPU). The same query may spend up to a third more or less after other work,
+# which changes the order of the terms it is given, so the limit is about 3 times that.
+# The only queries left undecided there, v0_tiny's two symmetry queries, stayed undecided
+# after the 60 s of CPU the old wall-clock limit gave them. About 15 million units are a
+# second of z3 on a quiet core of the 2-core machine (fewer under load: the count is work
+# done, not time), so the limit is about 25 s of CPU there.
+PROOF_RLIMIT = 400_000_000
 # A step number far past any arrival, so that a rule reading a request's age sees it vary.
 _LATE = 1000
 _STEP_FIELDS = tuple(f.name for f in fields(Step) if f.name not in ("step", "slots", "cfg"))
@@ -360,37 +371,55 @@ def _symbolic_specs(tag: str, n: int) -> list[SlotSpec]:
     return [SlotSpec(**{f: z3.Int(f"{tag}{i}.{f}") for f in _SPEC_FIELDS}) for i in range(n)]
 
 
-_undecided = 0  # solver answers that were neither sat nor unsat (a time limit), so far
-# Of those, the ones z3 gave up on with less than STARVED_SHARE of their time limit spent
-# on this process's CPU: on a loaded machine the limit (wall time) ran out while z3 waited
-# for a core, so a quieter run might decide them; a result that has one is not stored.
-_starved = 0
-STARVED_SHARE = 0.9
+_undecided = 0  # solver answers that were neither sat nor unsat (PROOF_RLIMIT), so far
+# Of those, the ones z3 returned before PROOF_RLIMIT ran out (an interrupt, or z3 giving
+# up by itself): not known to come back the same, so a result that has one is not stored.
+_unlimited = 0
 
 
-def _solve_unsat(facts: Sequence[Any], timeout_ms: int) -> bool:
-    global _undecided, _starved
-    s = z3.Solver()
-    s.set(timeout=timeout_ms)
-    s.add(*facts)
-    cpu = time.process_time()
-    answer = s.check()
+def _solve_unsat(facts: Sequence[Any], rlimit: int | None = None) -> bool:
+    """Whether z3 proves `facts` unsatisfiable within `rlimit` (PROOF_RLIMIT) of its
+    resource units (`ask`). An unknown is counted in `_undecided`: the reduction is not
+    used (sound)."""
+    global _undecided, _unlimited
+    limit = PROOF_RLIMIT if rlimit is None else rlimit
+    answer, spent = ask(facts, limit)
     if answer == z3.unknown:
-        _undecided += 1  # the reduction is not used (sound); stored as undecided at the limit
-        if time.process_time() - cpu < STARVED_SHARE * timeout_ms / 1000:
-            _starved += 1  # ... unless z3 did not get its time: then not stored at all
+        _undecided += 1
+        if spent < limit:
+            _unlimited += 1
     return answer == z3.unsat
 
 
+def ask(facts: Sequence[Any], rlimit: int) -> tuple[z3.CheckSatResult, int]:
+    """z3's answer on `facts` within `rlimit` of its resource units, and the units it spent.
+    The query is asked in a z3 context of its own, so the units it spends, and so its
+    answer, are the same in every process at any machine load (in the shared context the
+    terms' ids, and with them z3's search, depend on what the process built before)."""
+    ctx = z3.Context()
+    s = z3.Solver(ctx=ctx)
+    s.set(rlimit=rlimit)
+    s.add(*(f.translate(ctx) for f in facts))
+    answer = s.check()
+    stats = s.statistics()
+    return answer, int(stats.get_key_value("rlimit count"))
+
+
+def _limit() -> tuple[str, int]:
+    """The limit a stored result was computed under, for its key: a result left undecided
+    at one limit is not an answer at another."""
+    return ("rlimit", PROOF_RLIMIT)
+
+
 def _store(name: str, value: dict[str, Any] | None, undecided_before: int,
-           starved_before: int) -> None:
+           unlimited_before: int) -> None:
     """Keep a result computed since the counts were `undecided_before` and
-    `starved_before`: marked with the answers it left undecided at PROOF_TIMEOUT_MS, or not
-    at all when z3 was starved of CPU on one of them (or `value` cannot be stored)."""
-    if value is None or _starved != starved_before:
+    `unlimited_before`: marked with the answers it left undecided at PROOF_RLIMIT, or not
+    at all when z3 gave up on one before the limit (or `value` cannot be stored)."""
+    if value is None or _unlimited != unlimited_before:
         return
     proof_cache.store(name, proof_cache.mark_undecided(value, _undecided - undecided_before,
-                                                       PROOF_TIMEOUT_MS))
+                                                       PROOF_RLIMIT))
 
 
 def _step(engine: EngineModel, cfg: Any, specs: Sequence[SlotSpec], state: Any,
@@ -544,7 +573,7 @@ class _Analyser:
                                           strict=True)]
         key_eq += [x == y for x, y in zip(_group_ranks(va, gos), _group_ranks(vb, gos),
                                           strict=True)]
-        if not _solve_unsat([*key_eq, z3.Not(same)], PROOF_TIMEOUT_MS):
+        if not _solve_unsat([*key_eq, z3.Not(same)]):
             self.notes.append("equal behaviour keys do not imply same_behaviour: every leaf "
                               "kept raw")
             return frozenset(), (), False, ()
@@ -570,7 +599,7 @@ class _Analyser:
                                                      *path[2:]))
                     sub.append((_named_like(g, name), _named_like(g, name, new)))
             renamed = z3.substitute(g, *sub) if sub else g
-            if not _solve_unsat([z3.Not(renamed == guards[(a, b)])], PROOF_TIMEOUT_MS):
+            if not _solve_unsat([z3.Not(renamed == guards[(a, b)])]):
                 return False
         return True
 
@@ -620,7 +649,7 @@ class _Analyser:
         n2, o2, d2 = _step(self.engine, self.cfg, other, s, eos)
         diff = [_differs(x, y) for x, y in zip(_outputs(n1, o1, _OBS_FIELDS),
                                               _outputs(n2, o2, _OBS_FIELDS), strict=True)]
-        return not _solve_unsat([*cons, *d1, *d2, z3.Or(*diff)], PROOF_TIMEOUT_MS)
+        return not _solve_unsat([*cons, *d1, *d2, z3.Or(*diff)])
 
     def symmetry(self) -> str:
         """"full" when swapping two arrived slots commutes with the step (next state and
@@ -714,8 +743,7 @@ class _Analyser:
             diff += [_differs(getattr(a, f), getattr(b, f))
                      for a, b in zip(o1.slots, _swap(o2.slots, i), strict=True)
                      for f in obs_fields]
-        return _solve_unsat([*cons, *d1, *d2, z3.Or(*diff)] if diff else [z3.BoolVal(False)],
-                            PROOF_TIMEOUT_MS)
+        return _solve_unsat([*cons, *d1, *d2, z3.Or(*diff)] if diff else [z3.BoolVal(False)])
 
     def _well_formed(self, specs: Sequence[SlotSpec], state: Any) -> list[Any]:
         """The engine's invariant on a state, with its definitions (none: no facts)."""
@@ -759,7 +787,7 @@ class _Analyser:
         after = self._well_formed(_swap(specs, i), swapped)
         if not after:
             return False
-        return _solve_unsat([*before, *after[1:], z3.Not(after[0])], PROOF_TIMEOUT_MS)
+        return _solve_unsat([*before, *after[1:], z3.Not(after[0])])
 
     def retired(self) -> tuple[frozenset[tuple[int, ...]], tuple[Path, ...]]:
         """The retired combinations of the slot's status fields (`layout.status_fields`:
@@ -875,13 +903,12 @@ class _Analyser:
     def _enters(self, status: Path, v: int) -> bool:
         """A slot may enter status v in a step (or z3 cannot rule it out)."""
         cons, _ = self._entering(status, v)
-        return not _solve_unsat(cons, PROOF_TIMEOUT_MS)
+        return not _solve_unsat(cons)
 
     def _resets(self, status: Path, v: int, f: Path, value: int) -> bool:
         """A slot entering status v in a step leaves it with leaf f at `value`."""
         cons, after = self._entering(status, v)
-        return _solve_unsat([*cons, _differs(after[f], _like(after[f], value))],
-                            PROOF_TIMEOUT_MS)
+        return _solve_unsat([*cons, _differs(after[f], _like(after[f], value))])
 
     def _changes(self, fixed: Mapping[Path, int], f: Path) -> bool:
         """Slot 0, with these leaves fixed, may change leaf f in a step (or z3 cannot
@@ -897,7 +924,7 @@ class _Analyser:
         eos = [z3.Bool(f"e{k}") for k in range(self.n)]
         n1, _, d1 = _step(self.engine, self.cfg, specs, s, eos)
         return not _solve_unsat([*cons, *d1, _differs(values_of(n1.slots[0])[f],
-                                                      values_of(slot)[f])], PROOF_TIMEOUT_MS)
+                                                      values_of(slot)[f])])
 
     def _absorbing(self, f: Path, v: int) -> bool:
         """Slot 0's field f, at value v, keeps that value through any step."""
@@ -908,8 +935,7 @@ class _Analyser:
         cons = [specs[0].arrival_step >= 1, specs[0].arrival_step < t]
         eos = [z3.Bool(f"e{k}") for k in range(self.n)]
         n1, _, d1 = _step(self.engine, self.cfg, specs, s, eos)
-        return _solve_unsat([*cons, *d1, _differs(values_of(n1.slots[0])[f], v)],
-                            PROOF_TIMEOUT_MS)
+        return _solve_unsat([*cons, *d1, _differs(values_of(n1.slots[0])[f], v)])
 
     def _retires(self, status: Mapping[Path, int]) -> bool:
         """A slot (slot 0) with these status values keeps every leaf, and nothing else
@@ -931,7 +957,7 @@ class _Analyser:
         n1, o1, d1 = _step(self.engine, self.cfg, specs, s, eos)
         frozen = [_differs(x, y) for x, y in zip(values_of(n1.slots[0]).values(),
                                                 values_of(s.slots[0]).values(), strict=True)]
-        if not _solve_unsat([*cons, *d1, z3.Or(*frozen)], PROOF_TIMEOUT_MS):
+        if not _solve_unsat([*cons, *d1, z3.Or(*frozen)]):
             return False
         if len(status) > len(status_fields(self.leaves)) and self._independent(status):
             return True  # quiet leaves: decided without the solver (`_independent`)
@@ -941,7 +967,7 @@ class _Analyser:
                      _OBS_FIELDS),
             _outputs(replace(n2, slots=n2.slots[1:]), replace(o2, slots=o2.slots[1:]),
                      _OBS_FIELDS), strict=True)]
-        return _solve_unsat([*cons, *d1, *d2, z3.Or(*rest)], PROOF_TIMEOUT_MS)
+        return _solve_unsat([*cons, *d1, *d2, z3.Or(*rest)])
 
     def retired_at_once(self, quiet: Sequence[Path]
                         ) -> tuple[frozenset[tuple[int, ...]], tuple[Path, ...],
@@ -1149,21 +1175,21 @@ def shape(engine: EngineModel | str, rule_cfg: Any, slots: int) -> Shape:
 
 @functools.lru_cache(maxsize=64)
 def _shape(key: _Engine, rule_cfg: Any, slots: int) -> Shape:
-    name = proof_cache.key("array-shape", key.name, rule_cfg, slots, PROOF_TIMEOUT_MS)
+    name = proof_cache.key("array-shape", key.name, rule_cfg, slots, _limit())
     loaded = proof_cache.load(name)
     if loaded is not None:
         sh = shape_from_json(loaded, Shape, OrderField)
         if sh is not None:
             _read_undecided(loaded)
             return sh
-    before, starved = _undecided, _starved
+    before, unlimited = _undecided, _unlimited
     sh = _proved_shape(key.model, rule_cfg, slots)
-    _store(name, shape_to_json(sh), before, starved)
+    _store(name, shape_to_json(sh), before, unlimited)
     return sh
 
 
 def _read_undecided(loaded: dict[str, Any]) -> None:
-    """Count the solver answers a stored result left undecided at PROOF_TIMEOUT_MS (its
+    """Count the solver answers a stored result left undecided at PROOF_RLIMIT (its
     key holds the limit) as this process's own: read back, they are still undecided."""
     global _undecided
     _undecided += proof_cache.undecided(loaded)
@@ -1246,16 +1272,16 @@ def _permuted(key: _Engine, rule_cfg: Any, slots: int, obs_fields: frozenset[str
         read = frozenset(key.model.slot_fields(obs_fields))
         return all(_permuted(_engine(e), c, slots, read) for e, c in parts)
     name = proof_cache.key("array-permuted", key.name, rule_cfg, slots, sorted(obs_fields),
-                           PROOF_TIMEOUT_MS)
+                           _limit())
     loaded = proof_cache.load(name)
     if loaded is not None:
         _read_undecided(loaded)
         return bool(loaded["permuted"])
     n = max(1, min(slots, PROOF_SLOTS))
-    before, starved = _undecided, _starved
+    before, unlimited = _undecided, _unlimited
     a = _Analyser(key.model, rule_cfg, n)
     answer = a.permuted("none" if sh.symmetry == "full" else "priority", sorted(obs_fields))
-    _store(name, {"permuted": answer}, before, starved)
+    _store(name, {"permuted": answer}, before, unlimited)
     return answer
 
 
@@ -1291,17 +1317,17 @@ def _renamed_swap(key: _Engine, rule_cfg: Any, slots: int, obs_fields: frozenset
     if obs_fields != every and _renamed_swap(key, rule_cfg, slots, every):
         return True  # one proof for every field the swap can carry covers each subset
     name = proof_cache.key("array-renamed-swap", key.name, rule_cfg, slots,
-                           sorted(obs_fields), PROOF_TIMEOUT_MS)
+                           sorted(obs_fields), _limit())
     loaded = proof_cache.load(name)
     if loaded is not None:
         _read_undecided(loaded)
         return bool(loaded["commutes"])
     n = max(1, min(slots, PROOF_SLOTS))
-    before, starved = _undecided, _starved  # the shape's too: the proof reads its groups
+    before, unlimited = _undecided, _unlimited  # the shape's too: the proof reads its groups
     global_order = _shape(key, rule_cfg, slots).global_order
     a = _Analyser(key.model, rule_cfg, n)
     answer = a.renamed_swap(sorted(obs_fields), global_order)
-    _store(name, {"commutes": answer}, before, starved)
+    _store(name, {"commutes": answer}, before, unlimited)
     return answer
 
 
