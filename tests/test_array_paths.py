@@ -16,15 +16,11 @@ from properties import catalogue
 TINY = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, block_size=2,
               num_gpu_blocks=5)
 BOUNDS = Bounds(slots=2, depth=6, max_prompt_len=4, max_max_tokens=3)
-PROPS = ("starvation:3", "budget_respected", "kv_blocks_conserved")
 
 
 def _props():
-    out = []
-    for spec in PROPS:
-        name, _, k = spec.partition(":")
-        out.append(catalogue.get(name, **({"k": int(k)} if k else {})))
-    return out
+    return [catalogue.get("starvation", k=3), catalogue.get("budget_respected"),
+            catalogue.get("kv_blocks_conserved")]
 
 
 def _search(opts: Options):

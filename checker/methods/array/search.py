@@ -64,9 +64,10 @@ class Options:
     # (it changes the transition count, not the states: off to compare counts with SPIN).
     prune_eos: bool = True
     keep_edges: bool = False  # the arrival-free edges (for lassos)
-    # Least mode only: once more states than this are visited, stop keeping paths and
-    # stream the rest (a violation found from then on has its depth but no run). None:
-    # keep paths to the end.
+    # A search that keeps paths (least mode, no edges): once the states visited and a
+    # layer's candidates would number more than this, stop keeping paths and stream that
+    # layer and the rest (a violation found from then on has its depth but no run).
+    # None: keep paths to the end.
     paths_until: int | None = None
     no_eos: bool = False  # no request samples EOS (Bounds.no_eos)
 
