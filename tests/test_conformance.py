@@ -8,6 +8,7 @@ shrinker, rendering) always run.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
@@ -105,7 +106,7 @@ def test_a_batch_of_prefix_workloads_has_every_prefix_feature():
 
 
 def test_the_modes_are_named_in_help():
-    from checker.conformance.__main__ import build_parser
+    from checker.conformance.__main__ import build_parser, modes_of
 
     text = build_parser().format_help()
     assert set(MODES) == {"off", "prefix", "async", "async+prefix", "spec", "spec-prefix",
@@ -122,10 +123,12 @@ def test_the_modes_are_named_in_help():
         assert bool(cfg.num_spec_tokens) == name.endswith("-spec")
     for mode in MODES.values():
         assert f"  {mode.name:17} {mode.what}" in text
-    assert build_parser().parse_args([]).mode == "off"
+    assert modes_of(build_parser().parse_args([])) == ["off"]
     assert not MODES["off"].generate(0, 30).config.enable_prefix_caching
     assert MODES["off"].generate(5, 30) == random_workload(5)
-    assert build_parser().parse_args(["--mode", "async+prefix"]).mode == "async+prefix"
+    assert modes_of(build_parser().parse_args(["--mode", "async+prefix"])) == ["async+prefix"]
+    assert modes_of(build_parser().parse_args(["--mode", "spec", "--mode", "off", "--mode",
+                                               "spec"])) == ["spec", "off"]
     for name, prefix in (("off", False), ("prefix", True), ("async", False),
                          ("async+prefix", True), ("spec", False), ("spec-prefix", True),
                          ("spec-async", False), ("spec-async-prefix", True)):
@@ -565,6 +568,34 @@ def test_a_departing_reference_is_caught_shrunk_and_reported(monkeypatch, capsys
     assert "workloads agreeing: 0/1 (0.0%)" in out
     assert "minimal diverging workload (from seed 1):" in out
     assert "* preempted           | r0 r2              | r2 r0" in out
+
+
+@pytest.mark.conformance
+@needs_vllm
+def test_modes_run_in_one_process_report_as_each_alone(monkeypatch, capsys):
+    """`--mode` repeated runs each mode as a run of it alone would (same workloads, same
+    report but its seconds), one after the other, and exits 1 when any one diverges."""
+    import model.vllm.reference as reference
+    from checker.conformance.__main__ import main
+
+    def report(argv):
+        code = main(argv)
+        return code, re.sub(r"in \d+\.\d s", "in _ s", capsys.readouterr().out)
+
+    alone = [report(["--mode", m, "--count", "3", "--seed", "1"]) for m in ("off", "async")]
+    both = report(["--mode", "off", "--mode", "async", "--count", "3", "--seed", "1"])
+    assert [code for code, _ in alone] == [0, 0] and both[0] == 0
+    assert both[1] == alone[0][1] + "\n" + alone[1][1]
+    honest = reference.iter_steps
+
+    def reversed_preemptions(workload):  # diverges in mode off's seed 1 (the test above)
+        for views, record in honest(workload):
+            yield views, replace(record, preempted=record.preempted[::-1])
+
+    monkeypatch.setattr(reference, "iter_steps", reversed_preemptions)
+    code, out = report(["--mode", "off", "--mode", "async", "--count", "1", "--seed", "1",
+                        "--no-shrink"])
+    assert code == 1 and out.count("workloads agreeing:") == 2
 
 
 # ------------------------------------------- prefix caching on the real engine (marker)

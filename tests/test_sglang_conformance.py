@@ -14,6 +14,7 @@ prompt's recomputed token given back at the checkpoint (unified_radix_cache.py:1
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -364,6 +365,16 @@ def test_the_runner_reports_agreement(capsys):
     assert main(["--count", "10", "--seed", "0", "--page-size", "16"]) == 0
     out = capsys.readouterr().out
     assert "page size 16" in out and "workloads agreeing: 10/10 (100.0%)" in out
+    # --page-size repeated: each page size in turn, each report as its run alone gives it
+    assert main(["--count", "10", "--seed", "0", "--page-size", "4"]) == 0
+    four = capsys.readouterr().out
+    assert main(["--count", "10", "--seed", "0", "--page-size", "16", "--page-size", "4"]) == 0
+    both = capsys.readouterr().out
+
+    def timeless(text):
+        return re.sub(r"in \d+\.\d s", "in _ s", text)
+
+    assert timeless(both) == timeless(out + "\n" + four)
 
 
 @pytest.mark.conformance

@@ -1043,9 +1043,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     parser.add_argument("--size", choices=SIZES, default="any",
                         help="small or large configs, or either by seed (default any)")
-    parser.add_argument("--page-size", type=int, default=1, metavar="P",
+    parser.add_argument("--page-size", type=int, action="append", dest="page_sizes",
+                        metavar="P",
                         help="SGLang's --page-size of every workload (default 1; P > 1 "
-                             "draws the workloads in pages of P tokens)")
+                             "draws the workloads in pages of P tokens); repeat it to run "
+                             "each page size in turn in this process (SGLang imported once)")
     parser.add_argument("--spec", action="store_true",
                         help="EAGLE speculative decoding in every workload (knobs and "
                              "accepted counts drawn, sglang_generate.py)")
@@ -1060,12 +1062,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.count < 1:
         sys.stderr.write("--count must be positive\n")
         return EXIT_UNAVAILABLE
-    if args.page_size < 1:
-        sys.stderr.write(f"--page-size must be a positive integer, got {args.page_size}\n")
+    pages = list(dict.fromkeys(args.page_sizes or [1]))
+    if bad := [p for p in pages if p < 1]:
+        sys.stderr.write(f"--page-size must be a positive integer, got {bad[0]}\n")
         return EXIT_UNAVAILABLE
     if (reason := sglang_unavailable_reason()) is not None:
         sys.stderr.write(f"conformance: {reason}\n")
         return EXIT_UNAVAILABLE
+    codes = []
+    for i, page_size in enumerate(pages):
+        if i:
+            print()
+        codes.append(_run_page_size(args, page_size))
+        sys.stdout.flush()
+    return max(codes)
+
+
+def _run_page_size(args: argparse.Namespace, page_size: int) -> int:
+    """Compare `args.count` workloads at one page size and print the report: EXIT_OK, or
+    EXIT_DIVERGED with the first divergence (shrunk unless --no-shrink)."""
     from checker.conformance.sglang_generate import (
         FEATURES,
         SPEC_FEATURES,
@@ -1079,7 +1094,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     first: tuple[int, Workload] | None = None
     reached = dict.fromkeys(FEATURES + (SPEC_FEATURES if args.spec else ()), 0)
     for seed in range(args.seed, args.seed + args.count):
-        w = random_sglang_workload(seed, args.size, args.page_size, args.spec)
+        w = random_sglang_workload(seed, args.size, page_size, args.spec)
         divergence, run = compare_detailed(w)
         for name in run_features(w, run.records):
             reached[name] += 1
@@ -1096,7 +1111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = time.monotonic() - start
     print(f"compared {args.count} workloads ({steps_compared} steps) against {REAL}'s "
           f"scheduler in {elapsed:.1f} s (seeds {args.seed}-{args.seed + args.count - 1}, "
-          f"size {args.size}, page size {args.page_size}"
+          f"size {args.size}, page size {page_size}"
           + (", EAGLE" if args.spec else "") + ")")
     print(f"workloads agreeing: {workloads_agreed}/{args.count} "
           f"({100.0 * workloads_agreed / args.count:.1f}%); steps agreeing: "

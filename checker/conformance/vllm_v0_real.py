@@ -538,10 +538,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--mode", choices=MODES, default="default",
-                        help="default: chunked prefill off (_schedule_default); chunked: "
-                             "_schedule_chunked_prefill; swap, swap-chunked: the same with "
-                             "preemption_mode='swap' and a CPU pool")
+    parser.add_argument("--mode", choices=MODES, action="append", dest="modes",
+                        help="default (the default): chunked prefill off (_schedule_default); "
+                             "chunked: _schedule_chunked_prefill; swap, swap-chunked: the "
+                             "same with preemption_mode='swap' and a CPU pool; repeat it to "
+                             "run several modes one after the other in this process")
     parser.add_argument("--vllm-overlay", help=f"the 0.10.2 overlay directory (or ${OVERLAY_ENV})")
     parser.add_argument("--show", type=int, default=1, help="divergences to print in full")
     parser.add_argument("--workload", action="append", default=[],
@@ -560,11 +561,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{path}: {o.agreeing}/{o.steps} steps agreeing"
                   + (f"\n{o.divergence}" if o.divergence else ""))
         return 1 if failed else 0
+    modes = list(dict.fromkeys(args.modes or ["default"]))
+    return max(_run_mode(mode, args, m) for mode in modes)
+
+
+def _run_mode(mode: str, args: argparse.Namespace, m: Any) -> int:
+    """Compare `args.count` random workloads of one mode and print its line: 0 when all
+    agree, else 1 (the first `args.show` divergences printed in full)."""
     workloads_ok = steps_ok = steps_all = shown = 0
     features: Counter[str] = Counter()
     for i in range(args.count):
-        w = random_workload(args.seed + i, args.steps, args.mode in ("chunked", "swap-chunked"),
-                            args.mode.startswith("swap"))
+        w = random_workload(args.seed + i, args.steps, mode in ("chunked", "swap-chunked"),
+                            mode.startswith("swap"))
         o = compare(w, m)
         steps_all += o.steps
         steps_ok += o.agreeing
@@ -578,12 +586,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             for r in w.requests:
                 print(f"  {r}")
             print(f"  eos {[(e.id, e.step) for e in w.eos]}")
-    print(f"vLLM {VLLM_V0_VERSION} V0, mode {args.mode}: {workloads_ok}/{args.count} "
+    print(f"vLLM {VLLM_V0_VERSION} V0, mode {mode}: {workloads_ok}/{args.count} "
           f"workloads agree, {steps_ok}/{steps_all} steps agreeing "
           f"({100.0 * steps_ok / max(1, steps_all):.2f}%)")
     print("workloads exercising: " + ", ".join(f"{k} {v}" for k, v in sorted(features.items())))
+    sys.stdout.flush()
     return 0 if workloads_ok == args.count else 1
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
