@@ -151,6 +151,34 @@ def test_an_unknown_is_reached_by_the_resource_limit():
     assert analysis._solve_unsat(hard, 1_000_000) is True
 
 
+def test_a_query_asked_on_another_thread_answers_as_asked_here():
+    """`ask_later` runs the search on a thread while this one builds more terms in the
+    shared context; the answer and the units are `ask`'s."""
+    x = z3.Int("x")
+    hard = [x * x * x + x * x == 2**61 + 7]
+    for limit in (1000, 1_000_000):
+        later = analysis.ask_later(hard, limit)
+        built = [z3.Int(f"busy{i}") + i for i in range(2000)]  # the shared context in use
+        assert later() == analysis.ask(hard, limit) and len(built) == 2000
+    easy = analysis.ask_later([z3.Int("y") > 0], 1000)
+    assert easy()[0] == z3.sat
+
+
+@pytest.mark.parametrize("name", ["fcfs", pytest.param("priority", marks=pytest.mark.slow)])
+def test_the_symmetry_begun_on_another_thread_is_the_sequential_one(name):
+    """`symmetry_later` gives `_symmetry_of`'s answer (the proofs one after the other on
+    this thread) and counts the same unknowns: "full" under FCFS, "priority" (slots of
+    different priority) under the priority policy."""
+    engine = registry.get("vllm-v1")
+    rule_cfg = engine.rule_config({"fcfs": SPIN_CFG, "priority": PRIORITY_CFG}[name])
+    a = analysis._Analyser(engine, rule_cfg, 2)
+    before = analysis._undecided
+    sequential = a._symmetry_of(("none", "priority"))
+    counted = analysis._undecided - before
+    assert a.symmetry_later()() == sequential == {"fcfs": "full", "priority": "priority"}[name]
+    assert analysis._undecided - before == 2 * counted
+
+
 class _Busy:
     """Two processes that keep both cores busy while inside (a loaded machine)."""
 

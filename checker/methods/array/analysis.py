@@ -86,6 +86,7 @@ from __future__ import annotations
 import functools
 import itertools
 import random
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -381,9 +382,22 @@ def _solve_unsat(facts: Sequence[Any], rlimit: int | None = None) -> bool:
     """Whether z3 proves `facts` unsatisfiable within `rlimit` (PROOF_RLIMIT) of its
     resource units (`ask`). An unknown is counted in `_undecided`: the reduction is not
     used (sound)."""
-    global _undecided, _unlimited
     limit = PROOF_RLIMIT if rlimit is None else rlimit
-    answer, spent = ask(facts, limit)
+    return _counted(*ask(facts, limit), limit)
+
+
+def _solve_unsat_later(facts: Sequence[Any]) -> Callable[[], bool]:
+    """`_solve_unsat(facts)`, solved on another thread from now on (`ask_later`); calling
+    the result waits for the answer and counts it as `_solve_unsat` does, in the order
+    the calls come."""
+    answer = ask_later(facts, PROOF_RLIMIT)
+    return lambda: _counted(*answer(), PROOF_RLIMIT)
+
+
+def _counted(answer: z3.CheckSatResult, spent: int, limit: int) -> bool:
+    """Whether `answer` is unsat; an unknown is counted in `_undecided`, and in
+    `_unlimited` too when z3 gave up before `limit`."""
+    global _undecided, _unlimited
     if answer == z3.unknown:
         _undecided += 1
         if spent < limit:
@@ -396,13 +410,48 @@ def ask(facts: Sequence[Any], rlimit: int) -> tuple[z3.CheckSatResult, int]:
     The query is asked in a z3 context of its own, so the units it spends, and so its
     answer, are the same in every process at any machine load (in the shared context the
     terms' ids, and with them z3's search, depend on what the process built before)."""
+    return _checked(_posed(facts, rlimit))
+
+
+def ask_later(facts: Sequence[Any], rlimit: int) -> Callable[[], tuple[z3.CheckSatResult, int]]:
+    """`ask(facts, rlimit)` on a thread of its own, begun now: calling the result waits
+    for the answer. The facts are moved into the query's own context here, on the calling
+    thread (the shared context is not safe to read from two threads); the thread then
+    touches that context alone, and z3 releases the GIL while it searches, so the search
+    runs on another core while this thread builds the next proof's terms. A daemon
+    thread: an interrupted command does not wait for it."""
+    solver = _posed(facts, rlimit)
+    box: list[tuple[z3.CheckSatResult, int] | BaseException] = []
+
+    def run() -> None:
+        try:
+            box.append(_checked(solver))
+        except BaseException as exc:  # handed to the caller, raised there
+            box.append(exc)
+    thread = threading.Thread(target=run, name="batchproof-proof", daemon=True)
+    thread.start()
+
+    def answer() -> tuple[z3.CheckSatResult, int]:
+        thread.join()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+    return answer
+
+
+def _posed(facts: Sequence[Any], rlimit: int) -> z3.Solver:
+    """A solver in a z3 context of its own holding `facts`, limited to `rlimit` units."""
     ctx = z3.Context()
     s = z3.Solver(ctx=ctx)
     s.set(rlimit=rlimit)
     s.add(*(f.translate(ctx) for f in facts))
+    return s
+
+
+def _checked(s: z3.Solver) -> tuple[z3.CheckSatResult, int]:
+    """The solver's answer and the resource units it spent finding it."""
     answer = s.check()
-    stats = s.statistics()
-    return answer, int(stats.get_key_value("rlimit count"))
+    return answer, int(s.statistics().get_key_value("rlimit count"))
 
 
 def _limit() -> tuple[str, int]:
@@ -655,11 +704,35 @@ class _Analyser:
         """"full" when swapping two arrived slots commutes with the step (next state and
         step-level observables), "priority" when it does for slots of different priority,
         else "none"."""
+        return self.symmetry_later()()
+
+    def symmetry_later(self) -> Callable[[], str]:
+        """`symmetry()`, its first proof begun now on another thread (`ask_later`): the
+        caller builds its other proofs meanwhile, then calls the result for the answer. It
+        is the answer `symmetry()` gives, with the same unknowns counted: the queries are
+        the same, and each is counted when the result reads it, in `symmetry()`'s order."""
         if self.n < 2:
-            return "full"
-        for condition in ("none", "priority"):
+            return lambda: "full"
+        conditions = ("none", "priority")
+        for k, condition in enumerate(conditions):
             if any(self._swap_breaks(i, condition) for i in range(self.n - 1)):
                 continue  # a concrete run refutes it: no proof to attempt
+            proofs = [_solve_unsat_later(self._commutes_facts(i, condition, None))
+                      for i in range(self.n - 1)]
+
+            def result(condition: str = condition, proofs: list = proofs,
+                       rest: tuple[str, ...] = conditions[k + 1:]) -> str:
+                if all(proved() for proved in proofs):
+                    return "full" if condition == "none" else "priority"
+                return self._symmetry_of(rest)
+            return result
+        return lambda: "none"
+
+    def _symmetry_of(self, conditions: Sequence[str]) -> str:
+        """`symmetry()` trying only these conditions, in order."""
+        for condition in conditions:
+            if any(self._swap_breaks(i, condition) for i in range(self.n - 1)):
+                continue
             if all(self._commutes(i, condition, None) for i in range(self.n - 1)):
                 return "full" if condition == "none" else "priority"
         return "none"
@@ -719,6 +792,14 @@ class _Analyser:
         block hash ids of the two slots, `renamed_swap`); the leaves of `groups` (global
         order groups, which the key holds as ranks) are compared by their ranks; with
         `well_formed`, for states that satisfy the engine's invariant only."""
+        return _solve_unsat(self._commutes_facts(i, condition, obs_fields, rename, both,
+                                                 groups, well_formed))
+
+    def _commutes_facts(self, i: int, condition: str, obs_fields: tuple[str, ...] | None,
+                        rename: Callable[[Any], Any] | None = None, both: bool = False,
+                        groups: Sequence[Sequence[Path]] = (), well_formed: bool = False
+                        ) -> list[Any]:
+        """`_commutes`'s query: satisfiable where the swap does not commute."""
         t = 3
         s = self.fresh("s", t - 1)
         specs = _symbolic_specs("p", self.n)
@@ -743,7 +824,7 @@ class _Analyser:
             diff += [_differs(getattr(a, f), getattr(b, f))
                      for a, b in zip(o1.slots, _swap(o2.slots, i), strict=True)
                      for f in obs_fields]
-        return _solve_unsat([*cons, *d1, *d2, z3.Or(*diff)] if diff else [z3.BoolVal(False)])
+        return [*cons, *d1, *d2, z3.Or(*diff)] if diff else [z3.BoolVal(False)]
 
     def _well_formed(self, specs: Sequence[SlotSpec], state: Any) -> list[Any]:
         """The engine's invariant on a state, with its definitions (none: no facts)."""
@@ -1197,24 +1278,27 @@ def _read_undecided(loaded: dict[str, Any]) -> None:
 
 def _proved_shape(engine: EngineModel, rule_cfg: Any, slots: int) -> Shape:
     a = _Analyser(engine, rule_cfg, slots)
+    n = max(1, min(slots, PROOF_SLOTS))
+    parts = _parts(engine, rule_cfg)
+    small = _Analyser(engine, rule_cfg, n) if n != slots and not parts else a
+    # The symmetry proof, most of a first search's proving (one query of about a second on
+    # family F), is solved on another core while the other proofs are built and asked.
+    symmetry = small.symmetry_later() if not parts else None
     equal, order, proved, global_order = a.behaviour()
     arrival = a.arrival_read()
     obs_flow, next_flow = a.flow()
-    n = max(1, min(slots, PROOF_SLOTS))
-    parts = _parts(engine, rule_cfg)
     quiet: tuple[Path, ...] = ()
     at_once: frozenset[tuple[int, ...]] = frozenset()
     at_once_quiet: tuple[Path, ...] = ()
     at_once_obs: frozenset[str] = frozenset()
-    if parts:
+    if symmetry is None:
         sym, retired = _joint_facts(engine, parts, slots)
         retired = retired if proved else frozenset()
     else:
-        small = _Analyser(engine, rule_cfg, n) if n != slots else a
-        sym = small.symmetry()
         retired, quiet = small.retired() if proved else (frozenset(), ())
         if proved and quiet:
             at_once, at_once_quiet, at_once_obs = small.retired_at_once(quiet)
+        sym = symmetry()
     return Shape(proof_slots=n, equal=equal, order=order, behaviour_proved=proved,
                  arrival_step_read=arrival, symmetry=sym,
                  retired=retired, obs_flow=obs_flow, next_flow=next_flow,
