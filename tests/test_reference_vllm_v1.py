@@ -418,3 +418,48 @@ def test_a_chunk_is_a_decode_only_when_it_is_the_newest_sampled_token():
     assert chunk_phase(view(4, 1, 4), 1) == PHASE_DECODE
     assert chunk_phase(view(1, 0, 0), 1) == PHASE_PREFILL  # one-token prompt
     assert chunk_phase(view(4, 3, 0), 7) == PHASE_PREFILL  # recomputation after preemption
+
+
+def _blocks_of(sched: VllmV1Scheduler) -> list:
+    """Every block the scheduler reaches: the pool's free queue and cache, the tables."""
+    pool, table = sched.pool, sched.table
+    out = list(pool.evictable.values())
+    out += [b for copies in pool.cached.values() for b in copies.values()]
+    out += [b for held in table.blocks.values() for b in held]
+    return out
+
+
+@pytest.mark.parametrize("policy", ["fcfs", POLICY_PRIORITY])
+def test_a_deep_copy_of_the_scheduler_shares_nothing_and_keeps_its_sharing(policy):
+    """The copy the explorer branches on (hand-written __deepcopy__ and __copy__ of the
+    scheduler, pool, table, block and request): no block, request, queue or table is the
+    original's; a block the original reaches twice (a shared prefix, cached and held) is
+    one block in the copy; stepping the copy leaves the original as it was, and both step
+    alike."""
+    import copy
+
+    cfg = Config(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=32, block_size=2,
+                 num_gpu_blocks=12, enable_prefix_caching=True, policy=policy)
+    sched = VllmV1Scheduler(cfg)
+    for i, prompt in enumerate((6, 7, 5)):
+        sched.add_request(RequestSpec(f"r{i}", prompt, 3, arrival_step=1, prefix_group="g",
+                                      shared_prefix_len=4, priority=i % 2))
+    sched.step(frozenset())
+    sched.step(frozenset({"r0"}))
+    twin = copy.deepcopy(sched)
+    mine, theirs = _blocks_of(sched), _blocks_of(twin)
+    assert len({id(b) for b in mine}) < len(mine)  # the original shares blocks
+    assert [(b.block_id, b.ref_cnt, b.block_hash) for b in mine] == [
+        (b.block_id, b.ref_cnt, b.block_hash) for b in theirs]
+    assert not {id(b) for b in mine} & {id(b) for b in theirs}
+    # the same sharing: positions that hold one block in the original hold one in the copy
+    assert [[i for i, c in enumerate(mine) if c is b] for b in mine] == [
+        [i for i, c in enumerate(theirs) if c is b] for b in theirs]
+    assert twin.table.pool is twin.pool and twin.pool is not sched.pool
+    assert not {id(r) for r in sched.requests.values()} & {id(r) for r in twin.requests.values()}
+    assert all(twin.requests[r.request_id] is r for r in [*twin.running, *twin.waiting])
+    before = sched.state_key()
+    assert twin.state_key() == before
+    record = twin.step(frozenset({"r1"}))
+    assert sched.state_key() == before
+    assert sched.step(frozenset({"r1"})) == record

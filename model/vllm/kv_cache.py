@@ -18,6 +18,7 @@ upstream's chained hashes do (U:695-725).
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
@@ -30,6 +31,15 @@ class KVBlock:
     block_id: int
     ref_cnt: int = 0
     block_hash: Hashable | None = None
+
+    def __deepcopy__(self, memo: dict[int, object]) -> KVBlock:
+        """A copy sharing the hash (immutable), made without `copy.deepcopy`'s generic
+        reconstruction (the explorer copies a scheduler per transition). `deepcopy` finds
+        a block already copied in `memo` before it calls this, so a block shared by tables
+        and the pool stays one block in the copy."""
+        twin = KVBlock(self.block_id, self.ref_cnt, self.block_hash)
+        memo[id(self)] = twin
+        return twin
 
 
 def null_out(table: list[KVBlock | None], first: int, last: int, past_a_hole: bool
@@ -72,6 +82,19 @@ class BlockPool:
         # returns (P:35-133: duplicates are kept, get_one_block returns the first).
         self.cached: dict[Hashable, dict[int, KVBlock]] = {}
         self._next_id = num_gpu_blocks
+
+    def __deepcopy__(self, memo: dict[int, object]) -> BlockPool:
+        """A copy sharing no block: what `copy.deepcopy` makes (each block copied once,
+        through `memo`, whichever of the free queue, the cache or a table reaches it
+        first), written out for speed (the explorer copies a scheduler per transition)."""
+        twin = object.__new__(BlockPool)
+        memo[id(self)] = twin
+        twin.__dict__.update(self.__dict__)
+        twin.evictable = OrderedDict((i, copy.deepcopy(b, memo))
+                                     for i, b in self.evictable.items())
+        twin.cached = {h: {i: copy.deepcopy(b, memo) for i, b in copies.items()}
+                       for h, copies in self.cached.items()}
+        return twin
 
     @property
     def num_free_blocks(self) -> int:
@@ -150,6 +173,18 @@ class BlockTable:
         self.block_size = block_size
         self.blocks: dict[str, list[KVBlock]] = {}
         self.num_cached: dict[str, int] = {}
+
+    def __deepcopy__(self, memo: dict[int, object]) -> BlockTable:
+        """`copy.deepcopy`'s copy (the pool's copy, each block once), written out for
+        speed, as `BlockPool.__deepcopy__`."""
+        twin = object.__new__(BlockTable)
+        memo[id(self)] = twin
+        twin.__dict__.update(self.__dict__)
+        twin.pool = copy.deepcopy(self.pool, memo)
+        twin.blocks = {r: [copy.deepcopy(b, memo) for b in held]
+                       for r, held in self.blocks.items()}
+        twin.num_cached = dict(self.num_cached)
+        return twin
 
     def held(self, request_id: str) -> int:
         """Blocks the request holds now."""
