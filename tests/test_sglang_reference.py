@@ -268,3 +268,28 @@ def test_a_retracted_request_waits_behind_requests_already_waiting():
     records = simulate(load_workload(root / "examples" / "sglang_retracted_to_tail.json"))
     assert records[5].preempted == ("r1",) and records[5].waiting == ("r2", "r1")
     assert records[6].admitted == ("r2",)
+
+
+def test_a_deep_copy_of_the_scheduler_keeps_one_request_per_id_and_steps_alike():
+    """The explorer's copy (Req's hand-written __deepcopy__): no request is the
+    original's, a request in several lists (running, the last batch, requests) is one
+    object in the copy, and stepping the copy leaves the original as it was."""
+    import copy
+
+    cfg = Config(max_total_num_tokens=40, chunked_prefill_size=4, max_prefill_tokens=8,
+                 max_running_requests=3, context_length=64)
+    s = SGLangScheduler(cfg)
+    for spec in (RequestSpec("a", 6, 4), RequestSpec("b", 3, 4), RequestSpec("c", 5, 4)):
+        s.add_request(spec)
+    s.step()
+    s.step()
+    twin = copy.deepcopy(s)
+    held = [*twin.running, *twin.waiting, *(twin.last_batch.reqs if twin.last_batch else ())]
+    assert held and all(twin.requests[r.rid] is r for r in held)
+    assert not {id(r) for r in s.requests.values()} & {id(r) for r in twin.requests.values()}
+    assert [(r.rid, r.prefix_len, r.output_len) for r in s.running] == [
+        (r.rid, r.prefix_len, r.output_len) for r in twin.running]
+    before = [(r.rid, r.prefix_len, r.output_len, r.kv) for r in s.requests.values()]
+    record = twin.step()
+    assert [(r.rid, r.prefix_len, r.output_len, r.kv) for r in s.requests.values()] == before
+    assert s.step() == record

@@ -3,11 +3,11 @@ int/bool OR a z3 term, so one rule serves as simulator and as transition relatio
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
+from model.core.memo import per_config
 from model.core.ops import Ops
 from model.vllm.config import GROUP_FULL, GROUP_MAMBA, GROUP_SLIDING, POLICY_PRIORITY, Config
 
@@ -123,15 +123,12 @@ class RuleConfig:
         """The concrete RuleConfig of a Config. A rule switch the rules cannot read under
         this config takes its pinned value (so two configs that differ only by such a
         switch have equal rule configs: `batchproof diff` proves them equivalent at once)."""
-        try:
-            return _rule_config_of(cfg)
-        except TypeError:  # a config holding an unhashable value: computed, not kept
-            return _rule_config_of.__wrapped__(cfg)
+        return _rule_config_of(cfg)
 
 
 # Kept per config: the reference explorer observes every transition's run from its
 # config (records_to_steps), 8 % of its time on a speculative config before.
-@functools.lru_cache(maxsize=1024)
+@per_config
 def _rule_config_of(cfg: Config) -> RuleConfig:
     return _unread_switches_pinned(RuleConfig(
         token_budget=cfg.token_budget,
