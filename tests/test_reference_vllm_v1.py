@@ -1,6 +1,8 @@
 """One test (or a few) per rule of the vLLM V1 reference scheduler. Each names the upstream
 rule it pins; line numbers are in model/vllm/reference.py."""
 
+from dataclasses import replace
+
 import pytest
 
 from model.core.arith import cdiv
@@ -463,3 +465,64 @@ def test_a_deep_copy_of_the_scheduler_shares_nothing_and_keeps_its_sharing(polic
     record = twin.step(frozenset({"r1"}))
     assert sched.state_key() == before
     assert sched.step(frozenset({"r1"})) == record
+
+
+def _mutables(root) -> dict[int, object]:
+    """Every mutable object reachable from `root` (containers and objects with a
+    `__dict__` or slots), by id; frozen dataclasses, enums, numbers, strings and
+    tuples' items are walked through or skipped as immutable."""
+    import dataclasses
+    from collections import deque
+    from enum import Enum
+
+    out: dict[int, object] = {}
+    stack = [root]
+    while stack:
+        x = stack.pop()
+        if x is None or isinstance(x, (bool, int, float, str, Enum, frozenset, type)) \
+                or callable(x) or id(x) in out:
+            continue
+        if isinstance(x, tuple):
+            stack.extend(x)
+            continue
+        if dataclasses.is_dataclass(x) and type(x).__dataclass_params__.frozen:
+            continue
+        out[id(x)] = x
+        if isinstance(x, dict):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif isinstance(x, (list, set, deque)):
+            stack.extend(x)
+        else:
+            stack.extend(getattr(x, "__dict__", {}).values())
+            for cls in type(x).__mro__:
+                stack.extend(getattr(x, s) for s in getattr(cls, "__slots__", ())
+                             if hasattr(x, s))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["off", "prefix", "async+prefix", "spec-prefix",
+                                  "hybrid-swa", "hybrid-mamba", "hybrid-mamba-align",
+                                  "hybrid-mamba-align-async-spec", "connector+prefix"])
+def test_the_explorers_copy_shares_no_mutable_object_in_any_mode(mode):
+    """In every mode the conformance runs (KV cache groups, Mamba align tables, the KV
+    connector), a deep copy of the scheduler part-way through a run reaches no mutable
+    object the original reaches, and steps as the original does."""
+    import copy
+
+    from checker.conformance.modes import MODES
+    from model.vllm.reference import iter_steps
+
+    for seed in range(3):
+        # the generator's EOS and speculative choices are the real run's to apply
+        # (checker/conformance/__main__.py, compare_effective): none here
+        w = replace(MODES[mode].generate(seed, 30), eos=(), accepted=(), drafts=())
+        run = iter_steps(w)
+        for _ in range(6):
+            next(run)
+        sched = run.gi_frame.f_locals["scheduler"]
+        twin = copy.deepcopy(sched)
+        shared = set(_mutables(sched)) & set(_mutables(twin))
+        assert not shared, [type(_mutables(sched)[i]).__name__ for i in shared]
+        assert twin.state_key() == sched.state_key()
+        assert twin.step(frozenset()) == sched.step(frozenset())

@@ -45,10 +45,11 @@ Rules, in our words:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from model.vllm.kv_cache import BlockPool, GroupTables, KVBlock, null_out
+from model.vllm.kv_cache import BlockPool, GroupTables, KVBlock, copied_tables, null_out
 
 
 def cdiv(a: int, b: int) -> int:
@@ -93,6 +94,13 @@ class CachedFullTable:
     num_cached: dict[str, int] = field(default_factory=dict)
 
     kind = "full"
+
+    def __deepcopy__(self, memo: dict[int, object]) -> CachedFullTable:
+        """`copy.deepcopy`'s copy, written out for speed (kv_cache.BlockPool's)."""
+        twin = replace(self, pool=copy.deepcopy(self.pool, memo),
+                       blocks=copied_tables(self.blocks, memo), num_cached=dict(self.num_cached))
+        memo[id(self)] = twin
+        return twin
 
     def find(self, hashes: list[Hashable], max_length: int, group_ids: list[int],
              eagle_drop: bool) -> tuple[list[list[KVBlock | None]], int]:
@@ -185,6 +193,15 @@ class MambaAlignTable:
     cached_this_step: set[Hashable] = field(default_factory=set)  # T:1434
 
     kind = "mamba"
+
+    def __deepcopy__(self, memo: dict[int, object]) -> MambaAlignTable:
+        """`copy.deepcopy`'s copy, written out for speed (kv_cache.BlockPool's)."""
+        twin = replace(self, pool=copy.deepcopy(self.pool, memo),
+                       blocks=copied_tables(self.blocks, memo), num_cached=dict(self.num_cached),
+                       allocated=set(self.allocated), last_state=dict(self.last_state),
+                       retired=dict(self.retired), cached_this_step=set(self.cached_this_step))
+        memo[id(self)] = twin
+        return twin
 
     def find(self, hashes: list[Hashable], max_length: int, group_ids: list[int],
              eagle_drop: bool) -> tuple[list[list[KVBlock | None]], int]:

@@ -62,8 +62,8 @@ class Connector:
         return cls(hits={h.id: h for h in hits})
 
     def __deepcopy__(self, memo: dict[int, object]) -> Connector:
-        """The answers are frozen and shared; the load sets are copied."""
-        return Connector(self.hits, set(self.loading), set(self.finished_recving),
+        """The answers (frozen) in a dict of the copy's own, the load sets copied."""
+        return Connector(dict(self.hits), set(self.loading), set(self.finished_recving),
                          set(self.failed_recving))
 
     def num_new_matched_tokens(self, request_id: str, num_computed_tokens: int

@@ -61,6 +61,13 @@ def null_out(table: list[KVBlock | None], first: int, last: int, past_a_hole: bo
     return freed
 
 
+def copied_tables(blocks: dict[str, list[KVBlock | None]], memo: dict[int, object]
+                  ) -> dict[str, list[KVBlock | None]]:
+    """Per-request block tables as `copy.deepcopy` copies them: each block once, through
+    `memo` (the pool's copy and the other groups' tables reach the same blocks)."""
+    return {r: [copy.deepcopy(b, memo) for b in held] for r, held in blocks.items()}
+
+
 class BlockPool:
     """`BlockPool` (P:157-196): block 0 is the null block, never usable; the others start in
     the free queue.
@@ -181,8 +188,7 @@ class BlockTable:
         memo[id(self)] = twin
         twin.__dict__.update(self.__dict__)
         twin.pool = copy.deepcopy(self.pool, memo)
-        twin.blocks = {r: [copy.deepcopy(b, memo) for b in held]
-                       for r, held in self.blocks.items()}
+        twin.blocks = copied_tables(self.blocks, memo)  # type: ignore[arg-type]
         twin.num_cached = dict(self.num_cached)
         return twin
 
@@ -283,6 +289,16 @@ class GroupTable:
         self.pool = pool
         self.block_size = block_size
         self.blocks: dict[str, list[KVBlock | None]] = {}
+
+    def __deepcopy__(self, memo: dict[int, object]) -> GroupTable:
+        """`copy.deepcopy`'s copy, written out for speed (`BlockPool.__deepcopy__`); the
+        subclasses add only numbers."""
+        twin = object.__new__(type(self))
+        memo[id(self)] = twin
+        twin.__dict__.update(self.__dict__)
+        twin.pool = copy.deepcopy(self.pool, memo)
+        twin.blocks = copied_tables(self.blocks, memo)
+        return twin
 
     def skipped_tokens(self, num_computed_tokens: int) -> int:
         """Tokens whose blocks attention no longer reads (T:712-723: none)."""
@@ -388,6 +404,15 @@ class GroupTables:
     def __init__(self, pool: BlockPool, tables: list[GroupTable]) -> None:
         self.pool = pool
         self.tables = tables
+
+    def __deepcopy__(self, memo: dict[int, object]) -> GroupTables:
+        """`copy.deepcopy`'s copy, written out for speed; a subclass's other attributes
+        are deep-copied the generic way."""
+        twin = object.__new__(type(self))
+        memo[id(self)] = twin
+        for name, value in self.__dict__.items():
+            twin.__dict__[name] = copy.deepcopy(value, memo)
+        return twin
 
     @property
     def blocks(self) -> dict[str, list[KVBlock | None]]:

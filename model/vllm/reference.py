@@ -454,6 +454,8 @@ class VllmV1Scheduler:
         twin.kv_holding_waiting = _queue_copy(self.kv_holding_waiting, fresh)
         twin.pool, twin.table = copy.deepcopy((self.pool, self.table), memo)
         twin._finished_ids = set(self._finished_ids)
+        twin._aborted = list(self._aborted)  # extended and cleared in place
+        twin._accept_room = dict(self._accept_room)
         twin.connector = copied(self.connector)
         twin._inflight_prefills = set(self._inflight_prefills)
         twin._delayed_free = {rid: copy.copy(r) for rid, r in self._delayed_free.items()}
