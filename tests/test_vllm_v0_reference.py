@@ -180,3 +180,30 @@ def test_config_errors_are_one_line() -> None:
     assert parse_config({}).max_num_batched_tokens == 8192
     assert parse_config({"enable_chunked_prefill": True}).max_num_batched_tokens == 2048
     assert parse_config({"max_model_len": 1024}).max_num_batched_tokens == 2048
+
+
+@pytest.mark.parametrize("chunked,swap", [(False, False), (True, False), (False, True),
+                                          (True, True)])
+def test_the_explorers_copy_shares_no_mutable_object(chunked: bool, swap: bool) -> None:
+    """VllmV0Scheduler's and SeqGroup's hand-written copies: part-way through a run of
+    each harness mode, a deep copy reaches no mutable object the original reaches, keeps
+    one group per id across the queues, and steps as the original does."""
+    import copy
+    from dataclasses import replace
+
+    from test_reference_vllm_v1 import _mutables
+
+    from checker.conformance.vllm_v0_real import random_workload
+    from model.vllm_v0.reference import iter_steps
+
+    for seed in range(4):
+        w = replace(random_workload(seed, 30, chunked, swap), eos=())
+        run = iter_steps(w)
+        for _ in range(6):
+            next(run)
+        sched = run.gi_frame.f_locals["scheduler"]
+        twin = copy.deepcopy(sched)
+        assert not set(_mutables(sched)) & set(_mutables(twin))
+        assert all(twin.groups[g.request_id] is g
+                   for g in [*twin.waiting, *twin.running, *twin.swapped])
+        assert twin.step(frozenset()) == sched.step(frozenset())

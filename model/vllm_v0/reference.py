@@ -75,9 +75,10 @@ The code is our own; loops, `break` and `continue` sit where upstream has them.
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from collections.abc import Hashable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 
 from model.core.arith import cdiv
@@ -139,6 +140,19 @@ class SeqGroup:
     def is_finished(self) -> bool:
         """A finished status (SQ:55-56)."""
         return self.status not in (Status.WAITING, Status.RUNNING, Status.SWAPPED)
+
+    def __deepcopy__(self, memo: dict[int, object]) -> SeqGroup:
+        """A copy, field by field (every field is immutable): `copy.deepcopy`'s generic
+        path for a slotted class is several times slower, and the explorer copies the
+        scheduler per transition."""
+        twin = object.__new__(SeqGroup)
+        for name in _SEQ_GROUP_FIELDS:
+            setattr(twin, name, getattr(self, name))
+        memo[id(self)] = twin
+        return twin
+
+
+_SEQ_GROUP_FIELDS = tuple(f.name for f in fields(SeqGroup))
 
 
 class BlockManager:
@@ -356,6 +370,19 @@ class VllmV0Scheduler:
         self.current_step = 0
         self._num_arrived = 0
         self.last_sampled: frozenset[str] = frozenset()  # who sampled in the last step
+
+    def __deepcopy__(self, memo: dict[int, object]) -> VllmV0Scheduler:
+        """A copy that shares nothing mutable (the explorer branches on copies): each
+        group copied once, the queues pointing at the copies, the block manager's counts
+        copied; the frozen config is shared (`copy.deepcopy` copied it too)."""
+        twin = object.__new__(type(self))
+        memo[id(self)] = twin
+        twin.__dict__.update(self.__dict__)
+        twin.bm = copy.copy(self.bm)  # numbers only
+        twin.groups = {rid: copy.deepcopy(g, memo) for rid, g in self.groups.items()}
+        for queue in ("waiting", "running", "swapped"):
+            setattr(twin, queue, deque(copy.deepcopy(g, memo) for g in getattr(self, queue)))
+        return twin
 
     def add_request(self, spec: RequestSpec) -> None:
         """`add_seq_group`: append to `waiting` (S:542-544). Any prompt length >= 1 is
