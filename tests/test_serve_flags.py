@@ -316,3 +316,22 @@ def test_the_resolver_applies_vllms_clamps_as_config_does(capsys):
     code, out, err = run(capsys, "config", "--max-num-seqs", "2", "--max-model-len", "16",
                          "--gpu-memory-gib", "1", "--json", "--hazard", "priority_inversion")
     assert json.loads(out)["effective"]["max_num_batched_tokens"]["value"] == 32
+
+
+def test_one_parser_serves_every_call_in_a_process_and_keeps_nothing_between_them(capsys):
+    # main() parses with one parser per process (checker/cli/main.py, `_shared_parser`):
+    # a call's pasted serve words, serve flags and ignored flags must not reach the next.
+    from checker.cli.main import _shared_parser
+    from checker.config.serve_args import SERVE_DEST
+
+    code, plain, err = run(capsys, "simulate", GROUP_A)
+    assert code == 0, err
+    code, out, err = run(capsys, "simulate", GROUP_A, "vllm", "serve", "Qwen/Qwen3-8B",
+                         "--max-num-seqs", "3", "--port", "8000")
+    assert code == 0 and "max_num_seqs=3 " in out and "model: Qwen/Qwen3-8B" in out, err
+    code, again, err = run(capsys, "simulate", GROUP_A)
+    assert code == 0 and again == plain, err
+    assert "model: Qwen/Qwen3-8B" not in again and "--port" not in again
+    parser = _shared_parser()
+    assert parser is _shared_parser()
+    assert parser.parse_args(["simulate", GROUP_A]).__dict__[SERVE_DEST] == []
