@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import Enum
 from fractions import Fraction
 
 from model.core.errors import InputError
+from model.core.memo import fields_copied
 from model.core.types import FINISH_LENGTH, FINISH_STOP, RequestSpec, StepRecord
 from model.sglang.config import (
     CLIP_MAX_NEW_TOKENS,
@@ -121,18 +122,10 @@ class Req:
         return self.finished_reason is not None
 
     def __deepcopy__(self, memo: dict[int, object]) -> Req:
-        """A copy, field by field (every field is immutable): `copy.deepcopy`'s generic
-        path for a slotted class is several times slower, and the explorer copies the
-        scheduler per transition. `deepcopy` finds a request already copied in `memo`
-        first, so a request in two lists stays one request in the copy."""
-        twin = object.__new__(Req)
-        for name in _REQ_FIELDS:
-            setattr(twin, name, getattr(self, name))
-        memo[id(self)] = twin
-        return twin
-
-
-_REQ_FIELDS = tuple(f.name for f in fields(Req))
+        """A copy, field by field (every field is immutable; `fields_copied`). `deepcopy`
+        finds a request already copied in `memo` first, so a request in two lists stays
+        one request in the copy."""
+        return fields_copied(self)
 
 
 @dataclass(slots=True)
