@@ -72,3 +72,23 @@ def test_a_request_larger_than_the_pool_is_bad_input():
 def test_bad_config_is_one_line_input_error(raw, fix):
     with pytest.raises(InputError, match=fix):
         parse_config(raw, STATIC_DEFAULTS)
+
+
+@pytest.mark.parametrize("engine,cfg", [("static", STATIC), ("dynamic", DYNAMIC)])
+def test_the_explorers_copy_shares_no_mutable_object(engine, cfg):
+    """Member's field-by-field copy: part-way through a run, a deep copy of the scheduler
+    reaches no mutable object the original reaches and steps as the original does."""
+    import copy
+
+    from test_reference_vllm_v1 import _mutables
+
+    from model.run import iter_records
+
+    requests = [RequestSpec(f"r{i}", 2 + i % 3, 2 + i % 2, arrival_step=1 + i // 2)
+                for i in range(5)]
+    run = iter_records(Workload(config=cfg, requests=tuple(requests), steps=8, engine=engine))
+    for _ in range(3):
+        sched, _ = next(run)
+    twin = copy.deepcopy(sched)
+    assert not set(_mutables(sched)) & set(_mutables(twin))
+    assert twin.step(frozenset()) == sched.step(frozenset())

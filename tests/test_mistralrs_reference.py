@@ -1,6 +1,8 @@
 """The mistral.rs reference, rule by rule. S: is mistralrs-core/src/paged_attention/
 scheduler.rs at commit 9e922623f24b; upstream test names are cited where we mirror one."""
 
+from dataclasses import replace
+
 import pytest
 
 from model.core.errors import InputError
@@ -147,3 +149,23 @@ def test_a_sequence_that_outgrows_the_pool_is_rejected_not_left_spinning():
     assert [r.step for r in records if r.preempted == ("a",)] == [7]
     assert records[-1].finished == (("a", "error"),)
     assert records[-1].free_blocks == cfg.usable_blocks
+
+
+def test_the_explorers_copy_shares_no_mutable_object():
+    """Seq's field-by-field copy: part-way through a run that preempts, a deep copy of
+    the scheduler reaches no mutable object the original reaches and steps alike."""
+    import copy
+
+    from test_reference_vllm_v1 import _mutables
+
+    from model.run import iter_records
+
+    cfg = replace(MistralrsConfig(), max_num_seqs=3, block_size=2, num_gpu_blocks=6)
+    requests = [RequestSpec(f"r{i}", 3 + i, 4, arrival_step=1 + i // 2) for i in range(4)]
+    run = iter_records(Workload(config=cfg, requests=tuple(requests), steps=10,
+                                engine="mistralrs"))
+    for _ in range(4):
+        sched, _ = next(run)
+    twin = copy.deepcopy(sched)
+    assert not set(_mutables(sched)) & set(_mutables(twin))
+    assert twin.step(frozenset()) == sched.step(frozenset())

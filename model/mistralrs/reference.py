@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from model.core.arith import cdiv
 from model.core.errors import InputError
+from model.core.memo import fields_copied
 from model.core.types import FINISH_LENGTH, FINISH_STOP, RequestSpec, StepRecord
 from model.mistralrs.config import MistralrsConfig
 
@@ -53,6 +54,11 @@ class Seq:
     def num_tokens(self) -> int:
         """`get_toks().len()`: prompt plus generated tokens."""
         return self.prompt_len + self.num_output_tokens
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Seq:
+        """A copy, field by field (every field is immutable; `fields_copied`): the
+        explorer copies the scheduler per transition."""
+        return fields_copied(self)
 
 
 @dataclass(slots=True)
