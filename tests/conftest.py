@@ -36,7 +36,16 @@ GROUPED = {"test_vllm_invariant_cached.py": "cached_invariant",
            "test_vllm_v0_invariant.py": "v0_invariant",
            "test_array_stored.py": "array_stored",
            "test_hazards_deployed.py": "hazards_deployed",
-           "test_worst.py": "worst"}
+           "test_worst.py": "worst",
+           # the array explorer's reduction proofs of one rule config, paid by the first
+           # test that searches it (SMALL_CACHED's 40-90 s cold, TINY's and tiny_async's
+           # 10-30 s); split over both workers, each paid them at the same time
+           "test_array_modes.py": "array_modes",
+           "test_array_explore.py": "array_explore",
+           "test_diff_array.py": "diff_array"}
+# Not test_theorems_deployed.py, though its refinement proofs are kept per process: on one
+# worker after the array modules, at load 5, its serve-defaults proofs ran out of their 60 s
+# (z3's search depends on the terms the process made before; docs/ci.md).
 
 
 #: Seconds each long test took in a run of the README command or of CI step 5, by node id
