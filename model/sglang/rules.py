@@ -83,36 +83,32 @@ class SGLangRuleConfig:
     decode_reserve: int = 0
     num_spec_tokens: int = 0
 
+    # Kept per config: the reference explorer observes every transition's run from its config
+    # (records_to_steps), 16 % of its time before (the ratios' Fractions).
     @staticmethod
+    @per_config
     def from_config(cfg: Config) -> SGLangRuleConfig:
         """The rules' view of an SGLang Config."""
-        return _rule_config_of(cfg)
+        init, floor, decay = cfg.ratio_init(), cfg.ratio_floor(), cfg.ratio_decay()
+        q = math.lcm(init.denominator, floor.denominator, decay.denominator)
+        return SGLangRuleConfig(
+            token_budget=cfg.max_prefill_tokens, max_num_batched_tokens=cfg.max_prefill_tokens,
+            max_num_seqs=cfg.effective_max_running_requests,
+            usable_blocks=cfg.max_total_num_tokens, max_model_len=cfg.max_req_input_len,
+            enable_chunked_prefill=cfg.chunking,
+            chunked_prefill_size=cfg.chunked_prefill_size if cfg.chunking else 0,
+            enable_mixed_chunk=cfg.mixed_chunk, radix_cache=not cfg.disable_radix_cache,
+            policy_lof=cfg.schedule_policy == "lof", policy_lpm=cfg.active_policy_is_lpm,
+            max_req_len=cfg.max_req_len, ratio_scale=q, ratio_init=int(init * q),
+            ratio_floor=int(floor * q), ratio_decay=int(decay * q),
+            retract_decode_steps=cfg.retract_decode_steps, page_size=cfg.page_size,
+            speculative=cfg.speculative,
+            decode_reserve=cfg.decode_reserve if cfg.speculative else 0,
+            num_spec_tokens=cfg.max_accept_len - 1)
 
     def ratio(self, n: int, b: int) -> Fraction:
         """The ratio a concrete (n, b) pair stands for."""
         return Fraction(n, b * self.ratio_scale)
-
-
-# Kept per config: the reference explorer observes every transition's run from its config
-# (records_to_steps), 16 % of its time before (the ratios' Fractions).
-@per_config
-def _rule_config_of(cfg: Config) -> SGLangRuleConfig:
-    init, floor, decay = cfg.ratio_init(), cfg.ratio_floor(), cfg.ratio_decay()
-    q = math.lcm(init.denominator, floor.denominator, decay.denominator)
-    return SGLangRuleConfig(
-        token_budget=cfg.max_prefill_tokens, max_num_batched_tokens=cfg.max_prefill_tokens,
-        max_num_seqs=cfg.effective_max_running_requests,
-        usable_blocks=cfg.max_total_num_tokens, max_model_len=cfg.max_req_input_len,
-        enable_chunked_prefill=cfg.chunking,
-        chunked_prefill_size=cfg.chunked_prefill_size if cfg.chunking else 0,
-        enable_mixed_chunk=cfg.mixed_chunk, radix_cache=not cfg.disable_radix_cache,
-        policy_lof=cfg.schedule_policy == "lof", policy_lpm=cfg.active_policy_is_lpm,
-        max_req_len=cfg.max_req_len, ratio_scale=q, ratio_init=int(init * q),
-        ratio_floor=int(floor * q), ratio_decay=int(decay * q),
-        retract_decode_steps=cfg.retract_decode_steps, page_size=cfg.page_size,
-        speculative=cfg.speculative,
-        decode_reserve=cfg.decode_reserve if cfg.speculative else 0,
-        num_spec_tokens=cfg.max_accept_len - 1)
 
 
 @dataclass(frozen=True, slots=True)

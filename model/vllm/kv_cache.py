@@ -23,6 +23,8 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
+from model.core.memo import fields_copied
+
 
 @dataclass(slots=True, eq=False)
 class KVBlock:
@@ -33,13 +35,10 @@ class KVBlock:
     block_hash: Hashable | None = None
 
     def __deepcopy__(self, memo: dict[int, object]) -> KVBlock:
-        """A copy sharing the hash (immutable), made without `copy.deepcopy`'s generic
-        reconstruction (the explorer copies a scheduler per transition). `deepcopy` finds
-        a block already copied in `memo` before it calls this, so a block shared by tables
-        and the pool stays one block in the copy."""
-        twin = KVBlock(self.block_id, self.ref_cnt, self.block_hash)
-        memo[id(self)] = twin
-        return twin
+        """A copy, field by field (the hash is immutable; `fields_copied`). `deepcopy`
+        finds a block already copied in `memo` before it calls this, so a block shared by
+        tables and the pool stays one block in the copy."""
+        return fields_copied(self)
 
 
 def null_out(table: list[KVBlock | None], first: int, last: int, past_a_hole: bool

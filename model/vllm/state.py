@@ -118,57 +118,53 @@ class RuleConfig:
         return (bool(self.num_spec_tokens) or (self.prefix_caching and not self.cap_prefix_hit)
                 or self.kv_connector)
 
+    # Kept per config: the reference explorer observes every transition's run from its
+    # config (records_to_steps), 8 % of its time on a speculative config before.
     @staticmethod
+    @per_config
     def from_config(cfg: Config) -> RuleConfig:
         """The concrete RuleConfig of a Config. A rule switch the rules cannot read under
         this config takes its pinned value (so two configs that differ only by such a
         switch have equal rule configs: `batchproof diff` proves them equivalent at once)."""
-        return _rule_config_of(cfg)
-
-
-# Kept per config: the reference explorer observes every transition's run from its
-# config (records_to_steps), 8 % of its time on a speculative config before.
-@per_config
-def _rule_config_of(cfg: Config) -> RuleConfig:
-    return _unread_switches_pinned(RuleConfig(
-        token_budget=cfg.token_budget,
-        max_num_batched_tokens=cfg.max_num_batched_tokens,
-        max_num_active_reqs=(cfg.max_num_active_reqs if cfg.rules.active_seqs_cap
-                             else cfg.max_num_seqs),
-        max_num_seqs=cfg.max_num_seqs,
-        max_model_len=cfg.max_model_len,
-        usable_blocks=cfg.usable_blocks,
-        watermark_blocks=cfg.watermark_blocks,
-        enable_chunked_prefill=cfg.enable_chunked_prefill,
-        long_prefill_token_threshold=cfg.prefill_threshold,
-        scheduler_reserve_full_isl=cfg.full_sequence_must_fit,
-        block_size=cfg.block_size,
-        policy_priority=cfg.policy == POLICY_PRIORITY,
-        long_prefill_token_threshold_adaptive=(cfg.long_prefill_token_threshold_adaptive
-                                               and cfg.rules.adaptive_threshold),
-        threshold_off_when_alone=cfg.rules.threshold_off_when_alone,
-        separate_input_budget=cfg.rules.input_budget,
-        prefix_caching=cfg.enable_prefix_caching, cap_prefix_hit=cfg.rules.cap_prefix_hit,
-        async_scheduling=cfg.async_scheduling,
-        pool_blocks=cfg.usable_blocks if cfg.enable_prefix_caching else 0,
-        table_len=(-(-cfg.max_model_len // cfg.block_size)
-                   if cfg.enable_prefix_caching else 0),
-        max_new_blocks=(_span(cfg.token_budget + cfg.num_lookahead_tokens, cfg.block_size,
-                              cfg.max_model_len)
-                        if cfg.enable_prefix_caching else 0),
-        num_spec_tokens=cfg.num_spec_tokens, draft_slots=cfg.step_draft_slots,
-        num_lookahead_tokens=cfg.num_lookahead_tokens,
-        eagle_block_drop=cfg.eagle_block_drop, drafts_vary=cfg.drafts_vary,
-        spec_pad_room=cfg.rules.spec_pad_room,
-        pad_after_prefix_hit=cfg.rules.pad_after_prefix_hit,
-        pad_assertion=cfg.rules.pad_assertion,
-        threshold_skips_padding=cfg.rules.threshold_skips_padding,
-        preemption_gate=cfg.rules.preemption_gate, victim_latest=cfg.rules.victim_latest,
-        victim_reindex=cfg.rules.priority_victim_reindex,
-        kv_connector=cfg.kv_connector,
-        kv_recompute=cfg.kv_connector and cfg.kv_load_failure_policy == "recompute",
-        **_kv_fields(cfg),
-    ))
+        return _unread_switches_pinned(RuleConfig(
+            token_budget=cfg.token_budget,
+            max_num_batched_tokens=cfg.max_num_batched_tokens,
+            max_num_active_reqs=(cfg.max_num_active_reqs if cfg.rules.active_seqs_cap
+                                 else cfg.max_num_seqs),
+            max_num_seqs=cfg.max_num_seqs,
+            max_model_len=cfg.max_model_len,
+            usable_blocks=cfg.usable_blocks,
+            watermark_blocks=cfg.watermark_blocks,
+            enable_chunked_prefill=cfg.enable_chunked_prefill,
+            long_prefill_token_threshold=cfg.prefill_threshold,
+            scheduler_reserve_full_isl=cfg.full_sequence_must_fit,
+            block_size=cfg.block_size,
+            policy_priority=cfg.policy == POLICY_PRIORITY,
+            long_prefill_token_threshold_adaptive=(cfg.long_prefill_token_threshold_adaptive
+                                                   and cfg.rules.adaptive_threshold),
+            threshold_off_when_alone=cfg.rules.threshold_off_when_alone,
+            separate_input_budget=cfg.rules.input_budget,
+            prefix_caching=cfg.enable_prefix_caching, cap_prefix_hit=cfg.rules.cap_prefix_hit,
+            async_scheduling=cfg.async_scheduling,
+            pool_blocks=cfg.usable_blocks if cfg.enable_prefix_caching else 0,
+            table_len=(-(-cfg.max_model_len // cfg.block_size)
+                       if cfg.enable_prefix_caching else 0),
+            max_new_blocks=(_span(cfg.token_budget + cfg.num_lookahead_tokens, cfg.block_size,
+                                  cfg.max_model_len)
+                            if cfg.enable_prefix_caching else 0),
+            num_spec_tokens=cfg.num_spec_tokens, draft_slots=cfg.step_draft_slots,
+            num_lookahead_tokens=cfg.num_lookahead_tokens,
+            eagle_block_drop=cfg.eagle_block_drop, drafts_vary=cfg.drafts_vary,
+            spec_pad_room=cfg.rules.spec_pad_room,
+            pad_after_prefix_hit=cfg.rules.pad_after_prefix_hit,
+            pad_assertion=cfg.rules.pad_assertion,
+            threshold_skips_padding=cfg.rules.threshold_skips_padding,
+            preemption_gate=cfg.rules.preemption_gate, victim_latest=cfg.rules.victim_latest,
+            victim_reindex=cfg.rules.priority_victim_reindex,
+            kv_connector=cfg.kv_connector,
+            kv_recompute=cfg.kv_connector and cfg.kv_load_failure_policy == "recompute",
+            **_kv_fields(cfg),
+        ))
 
 
 def _kv_fields(cfg: Config) -> dict[str, object]:

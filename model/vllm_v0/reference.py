@@ -366,7 +366,7 @@ class VllmV0Scheduler:
     def __deepcopy__(self, memo: dict[int, object]) -> VllmV0Scheduler:
         """A copy that shares nothing mutable (the explorer branches on copies): each
         group copied once, the queues pointing at the copies, the block manager's counts
-        copied; the frozen config is shared (`copy.deepcopy` copied it too)."""
+        copied; the frozen config is shared (the generic `copy.deepcopy` copied it)."""
         twin = object.__new__(type(self))
         memo[id(self)] = twin
         twin.__dict__.update(self.__dict__)
