@@ -6,6 +6,7 @@
 - `validation` does vLLM's `SchedulerConfig` accept a config, and by which rule not;
 - `shrink`     minimise a diverging workload;
 - `compare`    run both schedulers and report the first diverging step.
+- `in_turn`    several modes (or page sizes) compared one after the other in one process.
 
 Only `vllm_real`, `branches` and `validation` import vLLM, and only when called.
 """

@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from checker.conformance.in_turn import each_once, in_turn
 from checker.conformance.modes import DEFAULT_MODE, MODES, Mode
 from model.core.types import Workload
 from model.vllm.config import VERSIONS, VLLM_VERSION
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def modes_of(args: argparse.Namespace) -> list[str]:
     """The modes to run, in the order given, each once (the default mode if none)."""
-    return list(dict.fromkeys(args.modes or [DEFAULT_MODE]))
+    return each_once(args.modes, DEFAULT_MODE)
 
 
 _OVERLAY_ENV = "BATCHPROOF_VLLM_OVERLAY"
@@ -109,13 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"{version}; give --vllm-overlay DIR, built by python -m "
                          f"checker.conformance.vllm_overlay {version} DIR\n")
         return EXIT_UNAVAILABLE
-    codes = []
-    for i, name in enumerate(modes_of(args)):
-        if i:
-            print()
-        codes.append(_run_mode(MODES[name], args, version))
-        sys.stdout.flush()
-    return max(codes)
+    return in_turn(modes_of(args), lambda name: _run_mode(MODES[name], args, version))
 
 
 def _run_mode(mode: Mode, args: argparse.Namespace, version: str) -> int:

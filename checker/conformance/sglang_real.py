@@ -144,6 +144,7 @@ from checker.conformance.divergence import (
     record_value,
 )
 from checker.conformance.importing import unavailable_reason
+from checker.conformance.in_turn import each_once, in_turn
 from checker.conformance.sglang_generate import MAX_REQUESTS, check_drivable
 from model.core.errors import InputError
 from model.core.types import (
@@ -1062,20 +1063,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.count < 1:
         sys.stderr.write("--count must be positive\n")
         return EXIT_UNAVAILABLE
-    pages = list(dict.fromkeys(args.page_sizes or [1]))
+    pages = each_once(args.page_sizes, 1)
     if bad := [p for p in pages if p < 1]:
         sys.stderr.write(f"--page-size must be a positive integer, got {bad[0]}\n")
         return EXIT_UNAVAILABLE
     if (reason := sglang_unavailable_reason()) is not None:
         sys.stderr.write(f"conformance: {reason}\n")
         return EXIT_UNAVAILABLE
-    codes = []
-    for i, page_size in enumerate(pages):
-        if i:
-            print()
-        codes.append(_run_page_size(args, page_size))
-        sys.stdout.flush()
-    return max(codes)
+    return in_turn(pages, lambda page_size: _run_page_size(args, page_size))
 
 
 def _run_page_size(args: argparse.Namespace, page_size: int) -> int:

@@ -74,6 +74,7 @@ from dataclasses import dataclass, fields
 from types import ModuleType
 from typing import Any
 
+from checker.conformance.in_turn import each_once, in_turn
 from model.core.arith import cdiv
 from model.core.types import FINISH_LENGTH, FINISH_STOP, EosEvent, RequestSpec, StepRecord, Workload
 from model.vllm_v0.config import (
@@ -561,8 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{path}: {o.agreeing}/{o.steps} steps agreeing"
                   + (f"\n{o.divergence}" if o.divergence else ""))
         return 1 if failed else 0
-    modes = list(dict.fromkeys(args.modes or ["default"]))
-    return max(_run_mode(mode, args, m) for mode in modes)
+    return in_turn(each_once(args.modes, "default"), lambda mode: _run_mode(mode, args, m))
 
 
 def _run_mode(mode: str, args: argparse.Namespace, m: Any) -> int:
@@ -590,8 +590,8 @@ def _run_mode(mode: str, args: argparse.Namespace, m: Any) -> int:
           f"workloads agree, {steps_ok}/{steps_all} steps agreeing "
           f"({100.0 * steps_ok / max(1, steps_all):.2f}%)")
     print("workloads exercising: " + ", ".join(f"{k} {v}" for k, v in sorted(features.items())))
-    sys.stdout.flush()
     return 0 if workloads_ok == args.count else 1
+
 
 if __name__ == "__main__":
     raise SystemExit(main())
