@@ -706,36 +706,28 @@ class _Analyser:
         else "none"."""
         return self.symmetry_later()()
 
-    def symmetry_later(self) -> Callable[[], str]:
-        """`symmetry()`, its first proof begun now on another thread (`ask_later`): the
-        caller builds its other proofs meanwhile, then calls the result for the answer. It
-        is the answer `symmetry()` gives, with the same unknowns counted: the queries are
-        the same, and each is counted when the result reads it, in `symmetry()`'s order."""
+    def symmetry_later(self, conditions: tuple[str, ...] = ("none", "priority")
+                       ) -> Callable[[], str]:
+        """`symmetry()` trying these conditions in order, the proof of the first one no
+        concrete run refutes begun now on another thread (`ask_later`): the caller builds
+        its other proofs meanwhile, then calls the result for the answer. Each proof is
+        counted when the result reads it, in order, so the unknowns counted are those of
+        the proofs one after the other."""
         if self.n < 2:
             return lambda: "full"
-        conditions = ("none", "priority")
         for k, condition in enumerate(conditions):
             if any(self._swap_breaks(i, condition) for i in range(self.n - 1)):
                 continue  # a concrete run refutes it: no proof to attempt
             proofs = [_solve_unsat_later(self._commutes_facts(i, condition, None))
                       for i in range(self.n - 1)]
 
-            def result(condition: str = condition, proofs: list = proofs,
+            def result(condition: str = condition, proofs: list[Callable[[], bool]] = proofs,
                        rest: tuple[str, ...] = conditions[k + 1:]) -> str:
                 if all(proved() for proved in proofs):
                     return "full" if condition == "none" else "priority"
-                return self._symmetry_of(rest)
+                return self.symmetry_later(rest)()
             return result
         return lambda: "none"
-
-    def _symmetry_of(self, conditions: Sequence[str]) -> str:
-        """`symmetry()` trying only these conditions, in order."""
-        for condition in conditions:
-            if any(self._swap_breaks(i, condition) for i in range(self.n - 1)):
-                continue
-            if all(self._commutes(i, condition, None) for i in range(self.n - 1)):
-                return "full" if condition == "none" else "priority"
-        return "none"
 
     def _swap_breaks(self, i: int, condition: str, runs: int = 40) -> bool:
         """A concrete run of the rules in which swapping arrived slots i and i+1 before a
