@@ -128,8 +128,20 @@ def _distinct_slugs(entries: Sequence[Entry]) -> tuple[Entry, ...]:
 
 def _load_file(path: Path) -> Manifest:
     try:
-        doc = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"cannot read manifest {path}: {exc}") from None
+    return _parsed(path, text)
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(path: Path, text: str) -> Manifest:
+    # Kept per file and text: a run loads the manifest once per job and per check, and the
+    # TOML parse was 3 % of the test suite's CPU. The text is the key, so an edited file is
+    # parsed again; `load` copies the configs into a new dict, so no caller shares it.
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise InputError(f"cannot read manifest {path}: {exc}") from None
     default_engine = doc.get("engine", DEFAULT_ENGINE)
     configs = {name: _named(name, raw, default_engine)

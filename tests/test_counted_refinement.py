@@ -103,6 +103,7 @@ def test_the_evidence_names_the_refinement_once_proved_else_replay_only(monkeypa
         assert "caching of full blocks" in said
 
 
+@pytest.mark.slow  # deep: the 8-block pool's proofs (10-14 s); the test above is its fast sibling
 def test_a_counted_proof_names_its_evidence(capsys):
     # an 8-block pool with drafts: PROVED by 1-induction over the counted cache. The
     # refinement is proved first (or read back from the store), so that the job's own time
