@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from model.core.ops import Bool, Int, Ops
+from model.core.ops import Bool, ConcreteOps, Int, Ops
 from model.core.types import SlotSpec
 
 State = TypeVar("State")
@@ -40,6 +40,14 @@ def select_min(ops: Ops, eligible: Sequence[Bool], keys: Sequence[tuple[Int, ...
     """One-hot selection of the eligible slot with the smallest key (keys are distinct
     among eligible slots)."""
     n = len(eligible)
+    if isinstance(ops, ConcreteOps):
+        # The same selection on Python values, without the n x n fold: slot i is chosen
+        # exactly when it is eligible and no eligible key is less, i.e. its key is the
+        # least eligible one (tuples compare lexicographically, as lt_key does). The
+        # fold was 3 % of the test suite's CPU in the simulator's steps.
+        least = min((tuple(k) for k, e in zip(keys, eligible, strict=True) if e),
+                    default=None)
+        return [bool(e) and tuple(k) == least for k, e in zip(keys, eligible, strict=True)]
     return [
         ops.and_(eligible[i], *[ops.not_(ops.and_(eligible[j], lt_key(ops, keys[j], keys[i])))
                                 for j in range(n) if j != i])
