@@ -173,3 +173,25 @@ def test_bmc_and_the_explorer_agree_on_every_default_manifest_entry():
     entries = [e for e in manifest.load().entries
                if e.engine == "vllm-v1" and e.suite == "default" and "explore" in e.methods]
     assert len(explored) == len(entries)
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"async_scheduling": True, "enable_prefix_caching": True},
+    {"async_scheduling": True, "speculative_method": "ngram", "num_speculative_tokens": 1}],
+    ids=["sync", "async-prefix", "async-spec"])
+def test_observing_one_record_at_a_time_searches_as_observing_whole_runs(changes):
+    # The explorer observes only the new record where no request arrived (the engine's
+    # `observer`); observing every run whole (`observe`, no observer) must give the same
+    # search: verdict, least workload, states and transitions.
+    from dataclasses import replace
+
+    family = Family(replace(TINY, **changes))
+    whole = replace(family, _model=("vllm-v1", replace(family.model, observer=None)))
+    bounds = Bounds(slots=2, depth=5, max_prompt_len=2, max_max_tokens=3, arrival_window=1)
+    for name, params in (("starvation", {"k": 3}), ("kv_blocks_conserved", {})):
+        prop = catalogue.get(name, **params)
+        folded, rerun = (explore.check(prop, f, bounds, 120) for f in (family, whole))
+        assert (folded.status, folded.depth, folded.workload) == (
+            rerun.status, rerun.depth, rerun.workload), name
+        assert (folded.stats.states, folded.stats.transitions) == (
+            rerun.stats.states, rerun.stats.transitions), name

@@ -59,6 +59,9 @@ class EngineModel:
     # reference
     scheduler: Callable[[Any], ReferenceScheduler]
     observe: Callable[[Workload, Sequence[StepRecord]], tuple[Step, ...]]
+    # optional: `observe` one record at a time (workload -> an object whose `advance(record)`
+    # gives the next Step and `copy()` forks it), for searches that extend runs step by step
+    observer: Callable[[Workload], Any] | None = None
     # optional: an inductive invariant of reachable states (enables k-induction), and
     # which rule configs it describes (default: all)
     well_formed: Callable[[Ops, Any, Sequence[SlotSpec], Any], Bool] | None = None

@@ -57,31 +57,52 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     record gives each running request's blocks, and an output carries one token plus the
     accepted drafts.
     """
-    cfg = workload.config
-    if cfg.kv_connector and cfg.async_scheduling:  # blocks neither free nor held by anyone
-        raise InputError("the step observables do not cover a KV connector's deferred block "
-                         "frees under the AsyncScheduler (scheduler.py:186-191, 2766-2801); "
-                         "check such a run with properties/connector.py")
-    rcfg = RuleConfig.from_config(cfg)
-    ordered = workload.arrival_order()
-    outputs = {r.id: 0 for r in ordered}
-    ncomp = {r.id: 0 for r in ordered}
-    preemptions = {r.id: 0 for r in ordered}
-    running: tuple[str, ...] = ()
-    waiting: tuple[str, ...] = ()
-    steps = []
-    pending: frozenset[str] = frozenset()  # async: sampled by the previous schedule
-    pending_spec: tuple[dict[str, int], dict[str, int]] = ({}, {})  # its drafts, accepted
-    gone: set[str] = set()
-    for rec in records:
+    observer = StepObserver(workload)
+    return tuple(observer.advance(rec) for rec in records)
+
+
+class StepObserver:
+    """`records_to_steps` one record at a time: what the observation has folded so far
+    (each request's outputs, computed tokens and preemptions, the queues, the async
+    scheduler's pending output), so that a search extending a run by one step observes
+    that step alone (checker/methods/explore.py). `copy` forks it."""
+
+    def __init__(self, workload: Workload) -> None:
+        cfg = workload.config
+        if cfg.kv_connector and cfg.async_scheduling:  # blocks neither free nor held
+            raise InputError("the step observables do not cover a KV connector's deferred "
+                             "block frees under the AsyncScheduler (scheduler.py:186-191, "
+                             "2766-2801); check such a run with properties/connector.py")
+        self.cfg = cfg
+        self.rcfg = RuleConfig.from_config(cfg)
+        self.ordered = workload.arrival_order()
+        self.outputs = {r.id: 0 for r in self.ordered}
+        self.ncomp = {r.id: 0 for r in self.ordered}
+        self.preemptions = {r.id: 0 for r in self.ordered}
+        self.running: tuple[str, ...] = ()
+        self.waiting: tuple[str, ...] = ()
+        # async: sampled by the previous schedule, and its drafts and accepted drafts
+        self.pending: frozenset[str] = frozenset()
+        self.pending_spec: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        self.gone: set[str] = set()
+
+    def copy(self) -> StepObserver:
+        """An independent observer at the same point (the counters and `gone` copied)."""
+        twin = object.__new__(StepObserver)
+        twin.__dict__.update(self.__dict__)
+        twin.outputs, twin.ncomp = dict(self.outputs), dict(self.ncomp)
+        twin.preemptions, twin.gone = dict(self.preemptions), set(self.gone)
+        return twin
+
+    def advance(self, rec: StepRecord) -> Step:
+        """The observables of the next record's step."""
         facts = dict(rec.extra)
         if "assertion" in facts:
-            steps.append(_crashed(rec, ordered, rcfg, running, ncomp, outputs, preemptions,
-                                  gone))
-            continue
-        arrived = tuple(r.id for r in ordered if r.arrival_step == rec.step)
-        was_waiting = set(waiting) | set(arrived)
-        was_running = set(running)
+            return _crashed(rec, self.ordered, self.rcfg, self.running, self.ncomp, self.outputs,
+                            self.preemptions, self.gone)
+        arrived = tuple(r.id for r in self.ordered if r.arrival_step == rec.step)
+        was_waiting = set(self.waiting) | set(arrived)
+        was_running = set(self.running)
         sched = dict(rec.scheduled)
         rank = {rid: k for k, (rid, _) in enumerate(rec.scheduled)}
         after = dict(rec.num_computed_tokens)
@@ -89,29 +110,29 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
         spec = _spec_facts(facts)
         held_blocks = facts.get("blocks_held")
         slots = []
-        for i, req in enumerate(ordered):
+        for i, req in enumerate(self.ordered):
             rid = req.id
-            ntok = req.prompt_len + outputs[rid]
+            ntok = req.prompt_len + self.outputs[rid]
             n = sched.get(rid, 0)
-            now = after.get(rid, ncomp[rid])
-            if rcfg.async_scheduling:  # this schedule's token is delivered next step
+            now = after.get(rid, self.ncomp[rid])
+            if self.rcfg.async_scheduling:  # this schedule's token is delivered next step
                 sampled = rid in facts["sampled"]  # type: ignore[operator]
-                got = rid in pending and rid not in gone
-                drafts, accepted = pending_spec
+                got = rid in self.pending and rid not in self.gone
+                drafts, accepted = self.pending_spec
             else:
                 sampled = got = n > 0 and now >= ntok
                 drafts, accepted = spec
             got = got and finished.get(rid) != FINISH_ABORT  # an aborted output is dropped
-            delivered = _delivered(req, outputs[rid], accepted.get(rid, 0), cfg.max_model_len,
-                                   rid in finished) if got else 0
-            preemptions[rid] += rid in rec.preempted
+            delivered = _delivered(req, self.outputs[rid], accepted.get(rid, 0),
+                                   self.cfg.max_model_len, rid in finished) if got else 0
+            self.preemptions[rid] += rid in rec.preempted
             if isinstance(held_blocks, dict):
                 blocks = held_blocks.get(rid, 0)
             else:
-                blocks = (cdiv(min(now, cfg.max_model_len), cfg.block_size)
+                blocks = (cdiv(min(now, self.cfg.max_model_len), self.cfg.block_size)
                           if rid in rec.running else 0)
             kv_held = facts.get("kv_held")
-            before = ncomp[rid]
+            before = self.ncomp[rid]
             if isinstance(kv_held, dict):
                 # A KV connector: a request waiting for (or after) its load, or finished
                 # while it runs, holds blocks outside `running` (the record says them); one
@@ -128,8 +149,8 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
                 preempted=rid in rec.preempted, finished=rid in finished,
                 finished_stop=finished.get(rid) == "stop", sampled=sampled, num_tokens=ntok,
                 num_computed_tokens_before=before, num_computed_tokens=now,
-                num_output_tokens=outputs[rid] + delivered, blocks=blocks,
-                num_preemptions=preemptions[rid], running_after=rid in rec.running,
+                num_output_tokens=self.outputs[rid] + delivered, blocks=blocks,
+                num_preemptions=self.preemptions[rid], running_after=rid in rec.running,
                 waiting_after=rid in rec.waiting, queue_key=queue_key,
                 run_key=rec.running.index(rid) if rid in rec.running else 0,
                 prompt_len=req.prompt_len, max_tokens=req.max_tokens,
@@ -137,18 +158,18 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
                 prefix_hit=facts.get("prefix_hits", {}).get(rid, 0),
                 spec_scheduled=spec[0].get(rid, 0),
                 spec_accepted=spec[1].get(rid, 0) if spec[0].get(rid, 0) else 0))
-            outputs[rid] += delivered
+            self.outputs[rid] += delivered
             # S:2108-2128: the rejected drafts of the output processed roll back (not a
             # stale one: preempted since, its progress is already 0)
             rejected = drafts.get(rid, 0) - accepted.get(rid, 0) if got else 0
-            ncomp[rid] = now - rejected if now > 0 and rid not in rec.preempted else now
-        steps.append(_observed(rec, slots, rcfg, facts))
-        running = tuple(r for r in rec.running if r not in finished)
-        waiting = tuple(r for r in rec.waiting if r not in finished)
-        gone |= set(finished)
-        pending = frozenset(facts.get("sampled", ()))  # type: ignore[arg-type]
-        pending_spec = spec
-    return tuple(steps)
+            self.ncomp[rid] = now - rejected if now > 0 and rid not in rec.preempted else now
+        step = _observed(rec, slots, self.rcfg, facts)
+        self.running = tuple(r for r in rec.running if r not in finished)
+        self.waiting = tuple(r for r in rec.waiting if r not in finished)
+        self.gone |= set(finished)
+        self.pending = frozenset(facts.get("sampled", ()))  # type: ignore[arg-type]
+        self.pending_spec = spec
+        return step
 
 
 def step_choices(scheduler: VllmV1Scheduler) -> tuple[dict[str, dict[str, int]], ...]:
@@ -478,8 +499,8 @@ ENGINE = EngineModel(
     parse_config=parse_config, config_to_dict=Config.to_dict, rejection=rejection,
     check_admissible=check_requests_admissible, rule_config=RuleConfig.from_config,
     initial_state=_initial_state, step=rules.step, same_behaviour=same_behaviour,
-    scheduler=VllmV1Scheduler, observe=records_to_steps, rules_table=RULES_TABLE,
-    simulate=simulate,
+    scheduler=VllmV1Scheduler, observe=records_to_steps, observer=StepObserver,
+    rules_table=RULES_TABLE, simulate=simulate,
     # Not with speculative decoding yet: checker/methods/induction.py's step takes no
     # accepted/proposed draft choices (symbolic.extend gives BMC 0..k each), so its proof
     # would cover only "none accepted, k proposed" (tests/test_vllm_invariant_async.py).
