@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 
 import both_methods
 import networkx as nx
@@ -20,6 +21,7 @@ from model.core.types import RequestSpec, Workload
 from model.run import simulate
 from model.vllm.config import Config
 from model.vllm.reference import VllmV1Scheduler
+from model.vllm_v0.config import Config as V0Config
 from properties import catalogue, manifest
 
 TINY = Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, block_size=2,
@@ -175,18 +177,21 @@ def test_bmc_and_the_explorer_agree_on_every_default_manifest_entry():
     assert len(explored) == len(entries)
 
 
-@pytest.mark.parametrize("changes", [
-    {}, {"async_scheduling": True, "enable_prefix_caching": True},
-    {"async_scheduling": True, "speculative_method": "ngram", "num_speculative_tokens": 1}],
-    ids=["sync", "async-prefix", "async-spec"])
-def test_observing_one_record_at_a_time_searches_as_observing_whole_runs(changes):
+V0_SWAP = V0Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, block_size=2,
+                   num_gpu_blocks=5, enable_chunked_prefill=True, preemption_mode="swap",
+                   num_cpu_blocks=2)
+
+
+@pytest.mark.parametrize("family", [
+    FAMILY, Family(replace(TINY, async_scheduling=True, enable_prefix_caching=True)),
+    Family(replace(TINY, async_scheduling=True, speculative_method="ngram",
+                   num_speculative_tokens=1)),
+    Family(V0_SWAP, engine="vllm-v0")], ids=["sync", "async-prefix", "async-spec", "v0-swap"])
+def test_observing_one_record_at_a_time_searches_as_observing_whole_runs(family):
     # The explorer observes only the new record where no request arrived (the engine's
     # `observer`); observing every run whole (`observe`, no observer) must give the same
     # search: verdict, least workload, states and transitions.
-    from dataclasses import replace
-
-    family = Family(replace(TINY, **changes))
-    whole = replace(family, _model=("vllm-v1", replace(family.model, observer=None)))
+    whole = replace(family, _model=(family.engine, replace(family.model, observer=None)))
     bounds = Bounds(slots=2, depth=5, max_prompt_len=2, max_max_tokens=3, arrival_window=1)
     for name, params in (("starvation", {"k": 3}), ("kv_blocks_conserved", {})):
         prop = catalogue.get(name, **params)

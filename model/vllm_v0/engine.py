@@ -62,33 +62,52 @@ def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ..
     lack of CPU swap space, S:1829-1835) and every later one are as V1's observe gives
     them: nothing scheduled or finished, requests as the step found them, `assertion` set.
     """
-    cfg: Config = workload.config
-    rcfg = rule_config(cfg)
-    ordered = workload.arrival_order()
-    progress = QueuedProgress.start(ordered)
-    running: tuple[str, ...] = ()
-    waiting: tuple[str, ...] = ()
-    swapped: tuple[str, ...] = ()
-    gone: set[str] = set()
-    steps = []
-    for rec in records:
+    observer = StepObserver(workload)
+    return tuple(observer.advance(rec) for rec in records)
+
+
+class StepObserver:
+    """`observe` one record at a time (the fold's progress, queues and finished ids), so
+    that a search extending a run by one step observes that step alone
+    (checker/methods/explore.py); `copy` forks it."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.rcfg = rule_config(workload.config)
+        self.ordered = workload.arrival_order()
+        self.progress = QueuedProgress.start(self.ordered)
+        self.running: tuple[str, ...] = ()
+        self.waiting: tuple[str, ...] = ()
+        self.swapped: tuple[str, ...] = ()
+        self.gone: set[str] = set()
+
+    def copy(self) -> StepObserver:
+        """An independent observer at the same point (progress and `gone` copied)."""
+        twin = object.__new__(StepObserver)
+        twin.__dict__.update(self.__dict__)
+        p = self.progress
+        twin.progress = QueuedProgress(dict(p.ncomp), dict(p.outputs), dict(p.preemptions))
+        twin.gone = set(self.gone)
+        return twin
+
+    def advance(self, rec: StepRecord) -> Step:
+        """The observables of the next record's step."""
         extra = dict(rec.extra)
         if "assertion" in extra:
-            steps.append(_crashed(rec, ordered, rcfg, running, waiting, swapped, progress,
-                                  gone))
-            continue
-        arrived = {r.id for r in ordered if r.arrival_step == rec.step}
-        slots = queued_slots(rec, ordered, progress, running=running,
-                             was_waiting=set(waiting) | arrived, blocks=dict(extra["blocks"]),
-                             also_held=set(swapped), rank_finishes=True)
+            return _crashed(rec, self.ordered, self.rcfg, self.running, self.waiting,
+                            self.swapped, self.progress, self.gone)
+        arrived = {r.id for r in self.ordered if r.arrival_step == rec.step}
+        slots = queued_slots(rec, self.ordered, self.progress, running=self.running,
+                             was_waiting=set(self.waiting) | arrived,
+                             blocks=dict(extra["blocks"]), also_held=set(self.swapped),
+                             rank_finishes=True)
         finished = dict(rec.finished)
         released = sum(o.blocks for o in slots if o.finished and o.running_after)
-        steps.append(observed_step(rec, slots, rcfg, released))
-        running = tuple(r for r in rec.running if r not in finished)
-        waiting = rec.waiting
-        swapped = tuple(extra.get("swapped", ()))  # type: ignore[arg-type]
-        gone |= set(finished)
-    return tuple(steps)
+        step = observed_step(rec, slots, self.rcfg, released)
+        self.running = tuple(r for r in rec.running if r not in finished)
+        self.waiting = rec.waiting
+        self.swapped = tuple(extra.get("swapped", ()))  # type: ignore[arg-type]
+        self.gone |= set(finished)
+        return step
 
 
 def _crashed(rec: StepRecord, ordered: Sequence[RequestSpec], rcfg: RuleConfig,
@@ -161,7 +180,7 @@ ENGINE = EngineModel(
     parse_config=parse_config, config_to_dict=Config.to_dict, rejection=rejection,
     check_admissible=check_admissible, rule_config=rule_config,
     initial_state=rules.initial_state, step=rules.step, same_behaviour=rules.same_behaviour,
-    scheduler=VllmV0Scheduler, observe=observe, describe_step=describe_step,
+    scheduler=VllmV0Scheduler, observe=observe, observer=StepObserver, describe_step=describe_step,
     ranged_fields=RANGED_FIELDS, ranged_rule_config=ranged_rule_config,
     family_constraints=family_constraints, rules_table=RULES_TABLE,
     well_formed=well_formed, sets_fields=("assertion",),
