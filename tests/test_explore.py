@@ -19,6 +19,7 @@ from checker.methods.symbolic import Bounds, Family
 from checker.methods.verdict import VIOLATED
 from model.core.types import RequestSpec, Workload
 from model.run import simulate
+from model.sglang.config import Config as SGLangConfig
 from model.vllm.config import Config
 from model.vllm.reference import VllmV1Scheduler
 from model.vllm_v0.config import Config as V0Config
@@ -177,6 +178,8 @@ def test_bmc_and_the_explorer_agree_on_every_default_manifest_entry():
     assert len(explored) == len(entries)
 
 
+SG_TINY = SGLangConfig(max_total_num_tokens=12, chunked_prefill_size=4, max_prefill_tokens=8,
+                       max_running_requests=3, context_length=64)
 V0_SWAP = V0Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, block_size=2,
                    num_gpu_blocks=5, enable_chunked_prefill=True, preemption_mode="swap",
                    num_cpu_blocks=2)
@@ -186,7 +189,8 @@ V0_SWAP = V0Config(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=16, b
     FAMILY, Family(replace(TINY, async_scheduling=True, enable_prefix_caching=True)),
     Family(replace(TINY, async_scheduling=True, speculative_method="ngram",
                    num_speculative_tokens=1)),
-    Family(V0_SWAP, engine="vllm-v0")], ids=["sync", "async-prefix", "async-spec", "v0-swap"])
+    Family(V0_SWAP, engine="vllm-v0"), Family(SG_TINY, engine="sglang")],
+    ids=["sync", "async-prefix", "async-spec", "v0-swap", "sglang"])
 def test_observing_one_record_at_a_time_searches_as_observing_whole_runs(family):
     # The explorer observes only the new record where no request arrived (the engine's
     # `observer`); observing every run whole (`observe`, no observer) must give the same

@@ -51,25 +51,45 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     less the cache hit it was admitted with (computed - scheduled in the step it joined;
     whole pages), less the last prompt page of a fully cached prompt from the step after its
     prefill on (the tree's copy, model/sglang/reference.py `_process_results`)."""
-    cfg: Config = workload.config
-    rcfg = rules.SGLangRuleConfig.from_config(cfg)
-    ordered = workload.arrival_order()
-    outputs = {r.id: 0 for r in ordered}
-    computed = {r.id: 0 for r in ordered}
-    hits = {r.id: 0 for r in ordered}
-    retractions = {r.id: 0 for r in ordered}
-    deduped = {r.id: 0 for r in ordered}
-    running: tuple[str, ...] = ()
-    waiting: tuple[str, ...] = ()
-    chunked: str | None = None
-    steps = []
-    for rec in records:
+    observer = StepObserver(workload)
+    return tuple(observer.advance(rec) for rec in records)
+
+
+class StepObserver:
+    """`records_to_steps` one record at a time (each request's outputs, computed tokens,
+    cache hit, retractions and deduplicated pages, the queues and the chunked request),
+    so that a search extending a run by one step observes that step alone
+    (checker/methods/explore.py); `copy` forks it."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.cfg: Config = workload.config
+        self.rcfg = rules.SGLangRuleConfig.from_config(self.cfg)
+        self.ordered = workload.arrival_order()
+        self.outputs = {r.id: 0 for r in self.ordered}
+        self.computed = {r.id: 0 for r in self.ordered}
+        self.hits = {r.id: 0 for r in self.ordered}
+        self.retractions = {r.id: 0 for r in self.ordered}
+        self.deduped = {r.id: 0 for r in self.ordered}
+        self.running: tuple[str, ...] = ()
+        self.waiting: tuple[str, ...] = ()
+        self.chunked: str | None = None
+
+    def copy(self) -> StepObserver:
+        """An independent observer at the same point (the per-request counters copied)."""
+        twin = object.__new__(StepObserver)
+        twin.__dict__.update(self.__dict__)
+        for name in ("outputs", "computed", "hits", "retractions", "deduped"):
+            setattr(twin, name, dict(getattr(self, name)))
+        return twin
+
+    def advance(self, rec: StepRecord) -> Step:
+        """The observables of the next record's step."""
         extra = dict(rec.extra)
         # Under EAGLE a running request's KV row ends at kv_allocated (past its committed
         # length after a decode), and a decode row appends its whole accepted run.
         allocated = {rid: n for rid, n in extra.get("kv_allocated", ())}
-        spec_decode = cfg.speculative and extra["batch"] == "decode"
-        arrived = {r.id for r in ordered if r.arrival_step == rec.step}
+        spec_decode = self.cfg.speculative and extra["batch"] == "decode"
+        arrived = {r.id for r in self.ordered if r.arrival_step == rec.step}
         sched = dict(rec.scheduled)
         rank = {rid: k for k, (rid, _) in enumerate(rec.scheduled)}
         after = dict(rec.num_computed_tokens)
@@ -77,52 +97,55 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
         now_chunked = extra["chunked_req"]
         slots = []
         released = 0
-        for i, spec in enumerate(ordered):
+        for i, spec in enumerate(self.ordered):
             rid = spec.id
             n = sched.get(rid, 0)
             now = after.get(rid, 0)
             if rid in rec.admitted or rid in rec.resumed:
-                hits[rid] = now - n
+                self.hits[rid] = now - n
             if rid in rec.preempted:
-                deduped[rid] = 0
+                self.deduped[rid] = 0
             sampled = n > 0 and rid != now_chunked
             run = n if spec_decode else 1
             held_now = rid in rec.running or rid == now_chunked
-            retractions[rid] += rid in rec.preempted
+            self.retractions[rid] += rid in rec.preempted
             slots.append(SlotObs(
-                held=rid in running or rid in waiting or rid in arrived or rid == chunked,
-                was_running=rid in running, was_waiting=rid in waiting or rid in arrived,
+                held=(rid in self.running or rid in self.waiting or rid in arrived
+                      or rid == self.chunked),
+                was_running=rid in self.running,
+                was_waiting=rid in self.waiting or rid in arrived,
                 scheduled=n, serve_rank=rank.get(rid, 0), admitted=rid in rec.admitted,
                 resumed=rid in rec.resumed, preempted=rid in rec.preempted,
                 finished=rid in finished, finished_stop=finished.get(rid) == FINISH_STOP,
-                sampled=sampled, num_tokens=spec.prompt_len + outputs[rid],
-                num_computed_tokens_before=computed[rid], num_computed_tokens=now,
-                num_output_tokens=outputs[rid] + run * int(sampled),
-                blocks=(cfg.pages(allocated.get(rid, now)) - hits[rid] - deduped[rid]
-                        if held_now else 0),
-                num_preemptions=retractions[rid], running_after=rid in rec.running,
+                sampled=sampled, num_tokens=spec.prompt_len + self.outputs[rid],
+                num_computed_tokens_before=self.computed[rid], num_computed_tokens=now,
+                num_output_tokens=self.outputs[rid] + run * int(sampled),
+                blocks=(self.cfg.pages(allocated.get(rid, now)) - self.hits[rid]
+                        - self.deduped[rid] if held_now else 0),
+                num_preemptions=self.retractions[rid], running_after=rid in rec.running,
                 waiting_after=rid in rec.waiting,
                 queue_key=rec.waiting.index(rid) if rid in rec.waiting else 0,
                 run_key=rec.running.index(rid) if rid in rec.running else 0,
                 prompt_len=spec.prompt_len,
-                max_tokens=cfg.clip_max_new_tokens(spec.prompt_len, spec.max_tokens),
+                max_tokens=self.cfg.clip_max_new_tokens(spec.prompt_len, spec.max_tokens),
                 priority=0, arrival_time=i,
-                spec_scheduled=rcfg.num_spec_tokens if spec_decode and sampled else 0,
+                spec_scheduled=self.rcfg.num_spec_tokens if spec_decode and sampled else 0,
                 spec_accepted=n - 1 if spec_decode and sampled else 0))
-            dedup = (sampled and outputs[rid] == 0 and rid not in finished
-                     and not cfg.disable_radix_cache and spec.cached_prefix_len >= spec.prompt_len
-                     and spec.prompt_len % cfg.page_size == 0)
-            deduped[rid] += cfg.page_size * int(dedup)
-            released += cfg.page_size * int(dedup)
-            outputs[rid] += run * int(sampled)
-            computed[rid] = now
+            dedup = (sampled and self.outputs[rid] == 0 and rid not in finished
+                     and not self.cfg.disable_radix_cache
+                     and spec.cached_prefix_len >= spec.prompt_len
+                     and spec.prompt_len % self.cfg.page_size == 0)
+            self.deduped[rid] += self.cfg.page_size * int(dedup)
+            released += self.cfg.page_size * int(dedup)
+            self.outputs[rid] += run * int(sampled)
+            self.computed[rid] = now
         released += sum(o.blocks for o in slots if o.finished)
-        steps.append(observed_step(rec, slots, rcfg, released,
-                                   step_kind=_KIND.get(extra["batch"], rules.KIND_OTHER)))
-        running = tuple(r for r in rec.running if r not in finished)
-        waiting = rec.waiting
-        chunked = now_chunked
-    return tuple(steps)
+        step = observed_step(rec, slots, self.rcfg, released,
+                             step_kind=_KIND.get(extra["batch"], rules.KIND_OTHER))
+        self.running = tuple(r for r in rec.running if r not in finished)
+        self.waiting = rec.waiting
+        self.chunked = now_chunked
+        return step
 
 
 def same_behaviour(ops: Ops, a: rules.SGLangState, b: rules.SGLangState) -> Bool:
@@ -328,6 +351,6 @@ ENGINE = EngineModel(
     parse_config=_parse, config_to_dict=Config.to_dict, rejection=rejection,
     check_admissible=check_admissible, rule_config=rules.SGLangRuleConfig.from_config,
     initial_state=rules.initial_state, step=rules.step, same_behaviour=same_behaviour,
-    scheduler=_scheduler, observe=records_to_steps, describe_step=describe_step,
-    rules_table=RULES_TABLE, step_choices=step_choices,  # type: ignore[arg-type]
+    scheduler=_scheduler, observe=records_to_steps, observer=StepObserver,
+    describe_step=describe_step, rules_table=RULES_TABLE, step_choices=step_choices,  # type: ignore[arg-type]
 )
