@@ -520,6 +520,7 @@ def test_a_violation_found_by_the_array_explorer_is_the_stored_counterexample(ca
     assert found.counterexample.workload == parse_workload(stored["#meta"]["workload"])
 
 
+@pytest.mark.slow  # deep: the reference explorer over budget_grid's 16 configs (5-8 s)
 def test_both_methods_keep_the_reference_explorer_beside_bmc_unless_asked(capsys):
     # BMC runs the rules on z3: the second opinion of --method both is the reference's.
     import json
