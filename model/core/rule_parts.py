@@ -47,12 +47,24 @@ def arrive_at_tail(ops: Ops, specs: Sequence[SlotSpec], state: State, t: Any, ab
 
 
 @dataclass(frozen=True, slots=True)
+class SlotProgress:
+    """What a request slot of vLLM V1's, V0's and mistral.rs's state holds first: its status
+    code (0, the default, is absent: nothing has arrived in the slot, in every engine), the
+    tokens computed for it and the tokens it has output. Each engine's slot adds its own
+    fields after these."""
+
+    status: object = 0
+    num_computed_tokens: object = 0
+    num_output_tokens: object = 0
+
+
+@dataclass(frozen=True, slots=True)
 class QueueState(Generic[Slot]):
-    """What a vLLM scheduler's state (V1's and V0's) holds first, between two steps: its
-    request slots, the free KV blocks and the counters that key its queues: `next_run_key`
-    the next request appended to `running`, `wait_head` the next one pushed to the front
-    of `waiting`, `wait_tail` the next arrival at its tail; `step` the steps taken. Each
-    engine's state adds its own fields after these."""
+    """What the state of a scheduler that keys its queues (vLLM V1's and V0's, mistral.rs's)
+    holds first, between two steps: its request slots, the free KV blocks and the queue-key
+    counters: `next_run_key` the next request appended to `running`, `wait_head` the next
+    one pushed to the front of `waiting`, `wait_tail` the next arrival at its tail; `step`
+    the steps taken. Each engine's state adds its own fields after these."""
 
     slots: tuple[Slot, ...]
     free_blocks: object

@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from model.core.ops import Bool, Int, Ops
-from model.core.rule_parts import RuleLimits, arrive_at_tail, pick, same_queue_orders
+from model.core.rule_parts import (
+    QueueState,
+    RuleLimits,
+    SlotProgress,
+    arrive_at_tail,
+    pick,
+    same_queue_orders,
+)
 from model.core.types import SlotObs, SlotSpec, Step
 from model.mistralrs.config import MistralrsConfig, MistralrsRules
 
@@ -49,12 +56,9 @@ class MistralrsRuleConfig(RuleLimits):
 
 
 @dataclass(frozen=True, slots=True)
-class MistralrsSlot:
+class MistralrsSlot(SlotProgress):
     """One request slot between two steps."""
 
-    status: object = ABSENT
-    num_computed_tokens: object = 0
-    num_output_tokens: object = 0
     blocks: object = 0
     waiting_count: object = 0
     num_preemptions: object = 0
@@ -63,17 +67,11 @@ class MistralrsSlot:
 
 
 @dataclass(frozen=True, slots=True)
-class MistralrsState:
-    """Slots, the KV pool, the decode-turn counter, the round-robin cursor, queue keys."""
+class MistralrsState(QueueState[MistralrsSlot]):
+    """Slots, the KV pool, queue keys, the decode-turn counter, the round-robin cursor."""
 
-    slots: tuple[MistralrsSlot, ...]
-    free_blocks: object
     decode_steps_since_prefill: object = 0
     completion_cursor: object = 0
-    next_run_key: object = 0
-    wait_head: object = 0
-    wait_tail: object = 1
-    step: int = 0
 
 
 def initial_state(num_slots: int, cfg: MistralrsRuleConfig) -> MistralrsState:

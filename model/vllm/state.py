@@ -9,7 +9,7 @@ from fractions import Fraction
 
 from model.core.memo import per_config
 from model.core.ops import Ops
-from model.core.rule_parts import QueueState
+from model.core.rule_parts import QueueState, SlotProgress
 from model.vllm.config import GROUP_FULL, GROUP_MAMBA, GROUP_SLIDING, POLICY_PRIORITY, Config
 
 # Config fields a query may give a range (checker/methods/symbolic.py); the rest are fixed.
@@ -195,16 +195,13 @@ def kv_held(ops: Ops, cfg: RuleConfig, length: object, nulled: Sequence[object])
 
 
 @dataclass(frozen=True, slots=True)
-class SlotState:
+class SlotState(SlotProgress):
     """One request slot between two steps.
 
     `run_key` orders the running list and `wait_key` the FCFS waiting deque (smaller is
     nearer the front); only their relative order matters.
     """
 
-    status: object = ABSENT
-    num_computed_tokens: object = 0
-    num_output_tokens: object = 0
     blocks: object = 0
     run_key: object = 0
     wait_key: object = 0

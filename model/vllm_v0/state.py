@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from model.core.ops import Bool, Ops
-from model.core.rule_parts import QueueState
+from model.core.rule_parts import QueueState, SlotProgress
 from model.vllm_v0.config import Config
 
 # Slot status codes. A preempted request is WAITING again (S:1795-1805 of core/scheduler.py
@@ -77,7 +77,7 @@ class RuleConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class SlotState:
+class SlotState(SlotProgress):
     """One request slot between two steps.
 
     `table_tokens` is the tokens its block table holds (0: no table), so it holds
@@ -89,9 +89,6 @@ class SlotState:
     the CPU pool.
     """
 
-    status: object = ABSENT
-    num_computed_tokens: object = 0
-    num_output_tokens: object = 0
     decode_stage: object = False
     table_tokens: object = 0
     run_key: object = 0
