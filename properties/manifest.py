@@ -50,13 +50,20 @@ BOUNDED_METHODS = ("bmc", "explore")
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
-    """One expected verdict: (engine, property, config) -> verdict, with its evidence."""
+class Case:
+    """What a verdict is about: an engine's property, with its parameters, on a config of
+    the manifest (by name)."""
 
     engine: str
     property: str
     params: tuple[tuple[str, int], ...]
     config: str
+
+
+@dataclass(frozen=True, slots=True)
+class Entry(Case):
+    """One expected verdict: (engine, property, config) -> verdict, with its evidence."""
+
     expected: str
     evidence: str
     suite: str

@@ -23,6 +23,7 @@ import z3
 
 from checker.methods.jobs import Job, JobResult, run
 from checker.methods.replay import DivergenceError, ReplayResult, replay
+from checker.methods.theorems import Premise
 from checker.methods.verdict import HOLDS, PROVED, UNKNOWN, VIOLATED, Counterexample
 from model.core.errors import InputError
 from model.core.ops import CONCRETE, Ops
@@ -119,15 +120,6 @@ class HazardResult:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigPremise:
-    """A condition an argument assumes of the configuration."""
-
-    name: str
-    text: str
-    holds: Callable[[Config], bool]
-
-
 ANY_FEATURE = "*"
 
 
@@ -139,13 +131,13 @@ class Argument:
     name, or ANY_FEATURE, -> why the argument does not depend on it)."""
 
     claim: Callable[[Config], str | None]
-    premises: tuple[ConfigPremise, ...] = ()
+    premises: tuple[Premise[Config], ...] = ()
     holds_with: tuple[tuple[str, str], ...] = ()
     # It counts one full-attention KV cache group's blocks (the model's pool): a premise
     # the output names (checker/config/model_kind.py).
     kv_layout: bool = False
 
-    def broken(self, cfg: Config) -> tuple[ConfigPremise, ...]:
+    def broken(self, cfg: Config) -> tuple[Premise[Config], ...]:
         """The premises `cfg` does not meet."""
         return tuple(p for p in self.premises if not p.holds(cfg))
 
@@ -296,10 +288,10 @@ _CACHE_SHARES_ONLY = (PREFIX_CACHING.name,
                       "need above the lemma's per-request bound (block_pool.py:868-875, "
                       "single_type_kv_cache_manager.py:175-265)")
 
-CHUNKED_ON = ConfigPremise(
+CHUNKED_ON = Premise(
     "chunked_prefill_on", "chunked prefill is on (with it off the waiting head is also "
     "refused for the budget, scheduler.py:1160-1167)", lambda cfg: cfg.enable_chunked_prefill)
-LONE_PROMPT_FITS = ConfigPremise(
+LONE_PROMPT_FITS = Premise(
     "lone_prompt_fits_budget", "a lone prompt can be scheduled: chunked prefill is on, or the "
     "token budget (max_num_scheduled_tokens when set) covers max_model_len - 1 tokens "
     "(scheduler.py:1160-1167 refuses a longer whole prompt every step)",

@@ -96,7 +96,7 @@ from model.core.types import StepRecord, Workload
 from model.workload import parse_workload, workload_to_json
 from properties import catalogue
 from properties.catalogue import Property
-from properties.manifest import Manifest, load
+from properties.manifest import Case, Manifest, load
 
 SOURCES = ("counterexamples", "witnesses", "random")
 DIVERGENCE, VIOLATION, CRASH, DRIVER_ERROR = "divergence", "violation", "crash", "driver"
@@ -526,13 +526,9 @@ def stored_counterexamples(engine: str, folder: Path = COUNTEREXAMPLES
 
 
 @dataclass(frozen=True, slots=True)
-class WitnessJob:
+class WitnessJob(Case):
     """One BMC search for a workload violating `property` on a manifest config."""
 
-    engine: str
-    property: str
-    params: tuple[tuple[str, int], ...]
-    config: str
     bounds: tuple[tuple[str, int], ...]
     timeout_s: float
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from model.baselines.config import LAUNCH_FULL, BaselineConfig
 from model.core.arith import cdiv
 from model.core.errors import InputError
-from model.core.memo import fields_copied
+from model.core.memo import CopiedByFields
 from model.core.types import FINISH_LENGTH, FINISH_STOP, RequestSpec, StepRecord
 
 KIND_IDLE, KIND_PREFILL, KIND_DECODE = "idle", "prefill", "decode"
@@ -30,7 +30,7 @@ def reservation(cfg: BaselineConfig, prompt_len: int, max_tokens: int) -> int:
 
 
 @dataclass(slots=True, eq=False)
-class Member:
+class Member(CopiedByFields):
     """A request, queued or in the batch."""
 
     id: str
@@ -45,11 +45,6 @@ class Member:
     def num_tokens(self) -> int:
         """Prompt plus generated tokens."""
         return self.prompt_len + self.num_output_tokens
-
-    def __deepcopy__(self, memo: dict[int, object]) -> Member:
-        """A copy, field by field (every field is immutable; `fields_copied`): the
-        explorer copies the scheduler per transition."""
-        return fields_copied(self)
 
 
 class BaselineScheduler:

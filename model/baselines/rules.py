@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from model.baselines.config import LAUNCH_FULL, BaselineConfig
 from model.core.ops import Bool, Int, Ops
+from model.core.rule_parts import RuleLimits
 from model.core.types import SlotObs, SlotSpec, Step
 
 # Slot status codes.
@@ -22,22 +23,14 @@ KIND_OTHER, KIND_PROMPT, KIND_DECODE = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
-class BaselineRuleConfig:
-    """The rules' view of a BaselineConfig. Shared properties read the first eight fields,
+class BaselineRuleConfig(RuleLimits):
+    """The rules' view of a BaselineConfig. Shared properties read the RuleLimits fields,
     each given its nearest meaning: there is no per-step token budget (one forward prefills
     the whole batch), so `token_budget` is the most one forward can take, max_num_seqs rows
     of max_model_len tokens; `max_num_seqs` is the batch size; the KV pool has no null
     block; `max_model_len` is the pool in tokens; prompts are never chunked; no watermark
     and no priority policy."""
 
-    token_budget: int
-    max_num_seqs: int
-    usable_blocks: int
-    max_model_len: int
-    block_size: int
-    watermark_blocks: int
-    enable_chunked_prefill: bool
-    policy_priority: bool
     launch_full: bool
     pad_finished: bool
     flush_timeout: int

@@ -39,6 +39,20 @@ def fields_copied(record: T) -> T:
     return twin
 
 
+class CopiedByFields:
+    """A mixin for a slotted dataclass whose fields are all immutable: `copy.deepcopy`
+    copies it field by field (`fields_copied`), since the explorers copy a scheduler, and
+    so every request and block it holds, per transition. `deepcopy` finds an instance
+    already copied in its memo before it asks this, so one held in two lists (a request
+    in two queues, a block shared by tables and the pool) stays one in the copy."""
+
+    __slots__ = ()
+
+    def __deepcopy__(self: T, memo: dict[int, object]) -> T:
+        """A copy, field by field (`fields_copied`)."""
+        return fields_copied(self)
+
+
 @functools.cache
 def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))

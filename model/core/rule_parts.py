@@ -3,13 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import Any, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
 
 from model.core.ops import Bool, ConcreteOps, Int, Ops
 from model.core.types import SlotSpec
 
 State = TypeVar("State")
+Slot = TypeVar("Slot")
+
+
+@dataclass(frozen=True, slots=True)
+class RuleLimits:
+    """The limits the shared properties (properties/) read of a rule config, first in an
+    engine's rule config that derives from this: the step's token budget, the most running
+    requests, the usable KV blocks, the longest sequence, the block size, the blocks kept
+    free, whether prompts are chunked and whether the policy is by priority. Each engine
+    gives each its nearest meaning (its rule config's docstring says which)."""
+
+    token_budget: int
+    max_num_seqs: int
+    usable_blocks: int
+    max_model_len: int
+    block_size: int
+    watermark_blocks: int
+    enable_chunked_prefill: bool
+    policy_priority: bool
 
 
 def arrive_at_tail(ops: Ops, specs: Sequence[SlotSpec], state: State, t: Any, absent: int,
@@ -25,6 +44,34 @@ def arrive_at_tail(ops: Ops, specs: Sequence[SlotSpec], state: State, t: Any, ab
                              wait_key=ops.ite(arrives, tail, s.wait_key)))
         tail = ops.ite(arrives, tail + 1, tail)
     return replace(state, slots=tuple(slots), wait_tail=tail)  # type: ignore[type-var]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotProgress:
+    """What a request slot of vLLM V1's, V0's and mistral.rs's state holds first: its status
+    code (0, the default, is absent: nothing has arrived in the slot, in every engine), the
+    tokens computed for it and the tokens it has output. Each engine's slot adds its own
+    fields after these."""
+
+    status: object = 0
+    num_computed_tokens: object = 0
+    num_output_tokens: object = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState(Generic[Slot]):
+    """What the state of a scheduler that keys its queues (vLLM V1's and V0's, mistral.rs's)
+    holds first, between two steps: its request slots, the free KV blocks and the queue-key
+    counters: `next_run_key` the next request appended to `running`, `wait_head` the next
+    one pushed to the front of `waiting`, `wait_tail` the next arrival at its tail; `step`
+    the steps taken. Each engine's state adds its own fields after these."""
+
+    slots: tuple[Slot, ...]
+    free_blocks: object
+    next_run_key: object = 0
+    wait_head: object = 0
+    wait_tail: object = 1
+    step: int = 0
 
 
 # Ordered choices over slots as ite folds: the one-hot selection of the least key.

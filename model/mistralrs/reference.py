@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from model.core.arith import cdiv
 from model.core.errors import InputError
-from model.core.memo import fields_copied
+from model.core.memo import CopiedByFields
 from model.core.types import FINISH_LENGTH, FINISH_STOP, RequestSpec, StepRecord
 from model.mistralrs.config import MistralrsConfig
 
@@ -35,7 +35,7 @@ WAITING, PROMPT, DECODE, FINISHED = "waiting", "prompt", "decode", "finished"
 
 
 @dataclass(slots=True, eq=False)
-class Seq:
+class Seq(CopiedByFields):
     """One sequence. `timestamp` is its arrival order (Sequence::timestamp is its creation
     time, kept across preemption; sequence.rs:1553-1555)."""
 
@@ -54,11 +54,6 @@ class Seq:
     def num_tokens(self) -> int:
         """`get_toks().len()`: prompt plus generated tokens."""
         return self.prompt_len + self.num_output_tokens
-
-    def __deepcopy__(self, memo: dict[int, object]) -> Seq:
-        """A copy, field by field (every field is immutable; `fields_copied`): the
-        explorer copies the scheduler per transition."""
-        return fields_copied(self)
 
 
 @dataclass(slots=True)

@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from model.core.ops import Bool, Int, Ops
-from model.core.rule_parts import arrive_at_tail, pick, same_queue_orders
+from model.core.rule_parts import (
+    QueueState,
+    RuleLimits,
+    SlotProgress,
+    arrive_at_tail,
+    pick,
+    same_queue_orders,
+)
 from model.core.types import SlotObs, SlotSpec, Step
 from model.mistralrs.config import MistralrsConfig, MistralrsRules
 
@@ -25,21 +32,13 @@ KIND_PROMPT, KIND_DECODE = 1, 2  # model.state.Step.step_kind
 
 
 @dataclass(frozen=True, slots=True)
-class MistralrsRuleConfig:
-    """The rules' view of a MistralrsConfig. Shared properties read the first eight fields,
+class MistralrsRuleConfig(RuleLimits):
+    """The rules' view of a MistralrsConfig. Shared properties read the RuleLimits fields,
     each given its nearest meaning: the step budget is max_num_batched_tokens; the pool has
     num_gpu_blocks - 1 usable blocks (null block); `max_model_len` is the up-front capacity
     check num_gpu_blocks * block_size (S:605-619), the longest sequence it accepts; there is
     no watermark and no priority policy; prompts are chunked (scheduler-visible chunks)."""
 
-    token_budget: int
-    max_num_seqs: int
-    usable_blocks: int
-    max_model_len: int
-    block_size: int
-    watermark_blocks: int
-    enable_chunked_prefill: bool
-    policy_priority: bool
     max_decode_steps_before_prefill: int
     waiting_timeout: int
     rules: MistralrsRules = MistralrsRules()
@@ -57,12 +56,9 @@ class MistralrsRuleConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class MistralrsSlot:
+class MistralrsSlot(SlotProgress):
     """One request slot between two steps."""
 
-    status: object = ABSENT
-    num_computed_tokens: object = 0
-    num_output_tokens: object = 0
     blocks: object = 0
     waiting_count: object = 0
     num_preemptions: object = 0
@@ -71,17 +67,11 @@ class MistralrsSlot:
 
 
 @dataclass(frozen=True, slots=True)
-class MistralrsState:
-    """Slots, the KV pool, the decode-turn counter, the round-robin cursor, queue keys."""
+class MistralrsState(QueueState[MistralrsSlot]):
+    """Slots, the KV pool, queue keys, the decode-turn counter, the round-robin cursor."""
 
-    slots: tuple[MistralrsSlot, ...]
-    free_blocks: object
     decode_steps_since_prefill: object = 0
     completion_cursor: object = 0
-    next_run_key: object = 0
-    wait_head: object = 0
-    wait_tail: object = 1
-    step: int = 0
 
 
 def initial_state(num_slots: int, cfg: MistralrsRuleConfig) -> MistralrsState:

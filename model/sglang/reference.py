@@ -41,7 +41,7 @@ from enum import Enum
 from fractions import Fraction
 
 from model.core.errors import InputError
-from model.core.memo import fields_copied
+from model.core.memo import CopiedByFields
 from model.core.types import FINISH_LENGTH, FINISH_STOP, RequestSpec, StepRecord
 from model.sglang.config import (
     CLIP_MAX_NEW_TOKENS,
@@ -89,7 +89,7 @@ class AddReqResult(Enum):
 
 
 @dataclass(slots=True, eq=False)
-class Req:
+class Req(CopiedByFields):
     """The per-request state the scheduler keeps (B `Req`). Identity equality, as upstream.
 
     `kv` counts the request's own tokens in the pool; `prefix_len` the tokens whose KV
@@ -120,12 +120,6 @@ class Req:
     def finished(self) -> bool:
         """`Req.finished()`."""
         return self.finished_reason is not None
-
-    def __deepcopy__(self, memo: dict[int, object]) -> Req:
-        """A copy, field by field (every field is immutable; `fields_copied`). `deepcopy`
-        finds a request already copied in `memo` first, so a request in two lists stays
-        one request in the copy."""
-        return fields_copied(self)
 
 
 @dataclass(slots=True)

@@ -23,22 +23,16 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
-from model.core.memo import fields_copied
+from model.core.memo import CopiedByFields
 
 
 @dataclass(slots=True, eq=False)
-class KVBlock:
+class KVBlock(CopiedByFields):
     """One physical block (U:175-238). Mutable: the pool updates it in place."""
 
     block_id: int
     ref_cnt: int = 0
     block_hash: Hashable | None = None
-
-    def __deepcopy__(self, memo: dict[int, object]) -> KVBlock:
-        """A copy, field by field (the hash is immutable; `fields_copied`). `deepcopy`
-        finds a block already copied in `memo` before it calls this, so a block shared by
-        tables and the pool stays one block in the copy."""
-        return fields_copied(self)
 
 
 def null_out(table: list[KVBlock | None], first: int, last: int, past_a_hole: bool

@@ -9,6 +9,7 @@ from fractions import Fraction
 
 from model.core.memo import per_config
 from model.core.ops import Ops
+from model.core.rule_parts import QueueState, SlotProgress
 from model.vllm.config import GROUP_FULL, GROUP_MAMBA, GROUP_SLIDING, POLICY_PRIORITY, Config
 
 # Config fields a query may give a range (checker/methods/symbolic.py); the rest are fixed.
@@ -194,16 +195,13 @@ def kv_held(ops: Ops, cfg: RuleConfig, length: object, nulled: Sequence[object])
 
 
 @dataclass(frozen=True, slots=True)
-class SlotState:
+class SlotState(SlotProgress):
     """One request slot between two steps.
 
     `run_key` orders the running list and `wait_key` the FCFS waiting deque (smaller is
     nearer the front); only their relative order matters.
     """
 
-    status: object = ABSENT
-    num_computed_tokens: object = 0
-    num_output_tokens: object = 0
     blocks: object = 0
     run_key: object = 0
     wait_key: object = 0
@@ -286,17 +284,11 @@ class PoolBlock:
 
 
 @dataclass(frozen=True, slots=True)
-class SchedState:
+class SchedState(QueueState[SlotState]):
     """The scheduler between two steps: slots, free blocks and the queue-key counters;
     with prefix caching, the pool's blocks and the counters that order its free queue's
     tail and its cache."""
 
-    slots: tuple[SlotState, ...]
-    free_blocks: object
-    next_run_key: object = 0
-    wait_head: object = 0
-    wait_tail: object = 1
-    step: int = 0
     pool: tuple[PoolBlock, ...] = ()
     queue_tail: object = 0
     next_cached_at: object = 0

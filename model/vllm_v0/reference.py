@@ -84,7 +84,7 @@ from enum import Enum
 from model.core.arith import cdiv
 from model.core.checks import check_eos_steps
 from model.core.errors import InputError
-from model.core.memo import fields_copied
+from model.core.memo import CopiedByFields
 from model.core.types import FINISH_LENGTH, FINISH_STOP, RequestSpec, StepRecord, Workload
 from model.vllm_v0.config import Config, check_fields
 
@@ -109,7 +109,7 @@ class Alloc(Enum):
 
 
 @dataclass(slots=True, eq=False)
-class SeqGroup:
+class SeqGroup(CopiedByFields):
     """A one-sequence SequenceGroup and its Sequence's data (SQ:125-418, 420-654, 656-870).
     Mutable on purpose: this is the imperative reference; identity equality."""
 
@@ -141,10 +141,6 @@ class SeqGroup:
     def is_finished(self) -> bool:
         """A finished status (SQ:55-56)."""
         return self.status not in (Status.WAITING, Status.RUNNING, Status.SWAPPED)
-
-    def __deepcopy__(self, memo: dict[int, object]) -> SeqGroup:
-        """A copy, field by field (every field is immutable; `fields_copied`)."""
-        return fields_copied(self)
 
 
 class BlockManager:

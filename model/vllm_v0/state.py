@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from model.core.ops import Bool, Ops
+from model.core.rule_parts import QueueState, SlotProgress
 from model.vllm_v0.config import Config
 
 # Slot status codes. A preempted request is WAITING again (S:1795-1805 of core/scheduler.py
@@ -76,7 +77,7 @@ class RuleConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class SlotState:
+class SlotState(SlotProgress):
     """One request slot between two steps.
 
     `table_tokens` is the tokens its block table holds (0: no table), so it holds
@@ -88,9 +89,6 @@ class SlotState:
     the CPU pool.
     """
 
-    status: object = ABSENT
-    num_computed_tokens: object = 0
-    num_output_tokens: object = 0
     decode_stage: object = False
     table_tokens: object = 0
     run_key: object = 0
@@ -111,19 +109,13 @@ class CpuPool:
     crashed: object = 0
 
 @dataclass(frozen=True, slots=True)
-class SchedState:
+class SchedState(QueueState[SlotState]):
     """The scheduler between two steps: slots, the GPU allocator's free blocks and the
     queue-key counters (`wait_head` is the key the next request pushed to the waiting
     front gets, `wait_tail` the next arrival's; `next_run_key` is the number of running
     requests, whose keys are renumbered 0.. after every step). `cpu` holds one CpuPool
     in a swap config, none otherwise."""
 
-    slots: tuple[SlotState, ...]
-    free_blocks: object
-    next_run_key: object = 0
-    wait_head: object = 0
-    wait_tail: object = 1
-    step: int = 0
     cpu: tuple[CpuPool, ...] = ()
 
     @staticmethod

@@ -12,6 +12,7 @@ import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import z3
 
@@ -20,6 +21,8 @@ from checker.methods.symbolic import Family
 from model.core.engine import EngineModel
 from model.core.modules import optional_module
 from properties.catalogue import Property
+
+Subject = TypeVar("Subject")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +69,14 @@ def stored(name: str, prove: Callable[[], TheoremResult]) -> TheoremResult:
 
 
 @dataclass(frozen=True, slots=True)
-class Premise:
-    """A condition the proof assumes of every configuration of the family."""
+class Premise(Generic[Subject]):
+    """A condition an argument assumes of what it speaks of: a theorem's premises are of
+    every configuration of the family (`Premise[Family]`), a hazard's closed-form
+    argument's of one configuration (checker/config/hazards.py)."""
 
     name: str
     text: str
-    holds: Callable[[Family], bool]
+    holds: Callable[[Subject], bool]
 
 
 def definition(prop: Property) -> str:
@@ -94,14 +99,14 @@ class Theorem:
     edited definition needs its theorem re-read, then the new fingerprint pinned)."""
 
     prove: Callable[[float], TheoremResult]
-    premises: tuple[Premise, ...] = ()
+    premises: tuple[Premise[Family], ...] = ()
     states: str = ""
 
     def speaks_of(self, prop: Property) -> bool:
         """Whether `prop` is the definition this theorem proves."""
         return definition(prop) == self.states
 
-    def broken(self, family: Family) -> tuple[Premise, ...]:
+    def broken(self, family: Family) -> tuple[Premise[Family], ...]:
         """The premises the family does not meet (empty: the theorem applies)."""
         return tuple(p for p in self.premises if not p.holds(family))
 
