@@ -125,8 +125,8 @@ def test_the_sizes_are_described_by_their_ranges():
 
 #: The whole list `cr.SIZES` in shards, one per slot count, table length and pool size
 #: (each its three block sizes), so that `pytest -n auto -m slow` spreads them over the
-#: cores: as one test it took 433 s on one worker (CI step 5's longest), the shards at
-#: 2 slots, table 4 the longest (44-52 s a size, docs/deployed_mode.md).
+#: cores: as one test it took 433 s on one worker (CI step 5's longest); the shard at
+#: 2 slots, table 4, pool 4 is the longest (70 s of CPU, docs/deployed_mode.md).
 WHOLE_LIST_SHARDS = {(slots, table, pool): tuple(cr.Size(slots, table, pool, bs)
                                                  for bs in (1, 2, 4))
                      for slots in (1, 2) for table in (1, 2, 3, 4) for pool in (1, 2, 3, 4)}

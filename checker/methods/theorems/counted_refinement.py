@@ -425,28 +425,38 @@ RULES: dict[str, Callable[[Size], list[_Claim]]] = {
 }
 
 
-# z3's default solver decides a claim at the small sizes at once; at the larger ones it
-# gives up (the counting through table positions):
-# with its definitions solved away first, and cardinality constraints taken as such, one
-# conclusion at a time, each assuming those before it, it decides them in seconds.
-_TACTICS = ((), ("simplify", "propagate-values", "solve-eqs", "elim-uncnstr", "lia2card", "smt"),
-            ("simplify", "solve-eqs", "smt"))
+# The first tactic (definitions solved away first, cardinality constraints taken as such)
+# decides every claim of `SIZES` in less work than z3's default solver. A claim is tried
+# whole within a fixed budget of z3's resource count (`_WHOLE_RLIMIT`; deterministic, so
+# the same query gets the same answer at any load, where a wall-clock limit did not); a
+# claim not decided within it is decided one conclusion at a time, each assuming those
+# before it, with no limit but the caller's time. At 2 slots, table 4, pool 4 the release
+# of the finished requests takes 5 s of CPU so, 9-20 s whole, 19 s by the default solver.
+# The other tactics are fallbacks for an answer of unknown before the time is up.
+_TACTICS = (("simplify", "propagate-values", "solve-eqs", "elim-uncnstr", "lia2card", "smt"),
+            ("simplify", "solve-eqs", "smt"), ())
+#: The whole-claim budget (about 0.3 s of CPU): it decides the small sizes' claims at once,
+#: where one conclusion at a time costs 3-4 times more; beyond it a claim is cheaper one
+#: conclusion at a time. Summed over `SIZES` (CPU s, one run each on a busy machine): 201 at
+#: 3M, 213 at 10M, 228 at 25M, 236 with no whole try; 344 before (the default solver
+#: first, 2 s of wall clock a try).
+_WHOLE_RLIMIT = 3_000_000
 
 
-def _solve(hypotheses: Sequence[z3.BoolRef], goal: z3.BoolRef, timeout_s: float
+def _solve(hypotheses: Sequence[z3.BoolRef], goal: z3.BoolRef, timeout_s: float,
+           tactics: Sequence[tuple[str, ...]] = _TACTICS, rlimit: int = 0
            ) -> tuple[z3.CheckSatResult, z3.ModelRef | None]:
     """Whether `goal` follows from `hypotheses` (unsat of the negation), trying each of
-    `_TACTICS` within the time left; sat comes with a counterexample."""
+    `tactics` in turn while time is left, each within z3's resource count `rlimit` (0: no
+    limit); sat comes with a counterexample."""
     start = time.monotonic()
     result = z3.unknown
-    for i, steps in enumerate(_TACTICS):
+    for steps in tactics:
         left = timeout_s - (time.monotonic() - start)
         if left <= 0:
             break
-        # the default solver briefly, then the first tactic half of the rest
-        share = min(left, 2.0) if not steps else left if i == len(_TACTICS) - 1 else left / 2
         solver = z3.Then(*steps).solver() if steps else z3.Solver()
-        solver.set(random_seed=0, timeout=max(1, int(share * 1000)))
+        solver.set(random_seed=0, timeout=max(1, int(left * 1000)), rlimit=rlimit)
         solver.add(*hypotheses)
         solver.add(z3.Not(goal))
         result = solver.check()
@@ -460,7 +470,8 @@ def _solve(hypotheses: Sequence[z3.BoolRef], goal: z3.BoolRef, timeout_s: float
 def check(rule: str, size: Size, timeout_s: float) -> tuple[z3.CheckSatResult, str]:
     """z3's answer to the negation of `rule`'s claims at `size` (unsat: every claim
     holds), and, when one is sat, the conclusions a counterexample breaks (`_broken`). Each
-    claim is tried whole, then one conclusion at a time, each assuming those before it."""
+    claim is tried whole within `_WHOLE_RLIMIT`, then one conclusion at a time, each
+    assuming those before it."""
     start = time.monotonic()
 
     def left() -> float:
@@ -468,8 +479,7 @@ def check(rule: str, size: Size, timeout_s: float) -> tuple[z3.CheckSatResult, s
 
     for claim in RULES[rule](size):
         whole = z3.And(*[f for _, f in claim.conclusions])
-        result, _ = _solve(claim.hypotheses, whole, min(2.0, left()))
-        if result == z3.unsat:
+        if _solve(claim.hypotheses, whole, left(), _TACTICS[:1], _WHOLE_RLIMIT)[0] == z3.unsat:
             continue
         proved: list[z3.BoolRef] = []
         for name, fact in claim.conclusions:
@@ -484,8 +494,7 @@ def check(rule: str, size: Size, timeout_s: float) -> tuple[z3.CheckSatResult, s
 
 def _broken(claim: _Claim, timeout_s: float) -> str:
     """The conclusions a counterexample can break, each asked alone and in order (not read
-    off one model: which ones a model breaks, and whether the whole claim was decided in
-    its first 2 s, depend on z3's search and the machine's load)."""
+    off one model: which ones a model breaks depends on z3's search)."""
     start = time.monotonic()
     return "; ".join(name for name, fact in claim.conclusions
                      if _solve(claim.hypotheses, fact,
