@@ -244,8 +244,12 @@ def test_every_output_format(fake, tmp_path, capsys):
     capsys.readouterr()
 
 
-def test_the_text_summary(fake, capsys):
+def test_the_text_summary(fake, capsys, monkeypatch):
     fake.FAULT = "crash"
+    # The fresh seed is drawn from os.urandom: one whose 8 workloads preempt (and so reach
+    # the stand-in's crash), so that the test does not depend on the draw (a fresh draw
+    # without a preemption failed it once in three README runs).
+    monkeypatch.setattr(cli.os, "urandom", lambda n: (3).to_bytes(n, "big"))
     assert main(["audit", "--count", "8", "--sources", "random", "--modes", "off",
                  "--shrink-calls", "40"]) == 1
     out = capsys.readouterr().out
