@@ -29,13 +29,13 @@ import operator
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
 
 import networkx as nx
 
 from checker.methods.minimize import group_fields
 from checker.methods.symbolic import Bounds, Family, longest_prompt
 from model.core.engine import EngineModel, ReferenceScheduler
+from model.core.observe import StepFold
 from model.core.ops import CONCRETE
 from model.core.types import (
     AcceptEvent,
@@ -142,7 +142,7 @@ class _Node:
     path: _Path
     records: tuple[StepRecord, ...]
     steps: tuple[Step, ...] = ()  # the observables of `records`
-    observer: Any = None  # the engine's `observer` after `records` (None: none kept)
+    observer: StepFold | None = None  # the engine's fold after `records` (None: none kept)
 
 
 def menu(bounds: Bounds, rule_cfg: object) -> tuple[Kind, ...]:

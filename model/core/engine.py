@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from model.core.errors import ConfigError
+from model.core.observe import StepFold
 from model.core.ops import Bool, Ops
 from model.core.types import RequestSpec, SlotSpec, Step, StepRecord, Workload
 
@@ -59,9 +60,8 @@ class EngineModel:
     # reference
     scheduler: Callable[[Any], ReferenceScheduler]
     observe: Callable[[Workload, Sequence[StepRecord]], tuple[Step, ...]]
-    # optional: `observe` one record at a time (workload -> an object whose `advance(record)`
-    # gives the next Step and `copy()` forks it), for searches that extend runs step by step
-    observer: Callable[[Workload], Any] | None = None
+    # optional: `observe` one record at a time, for searches that extend runs step by step
+    observer: Callable[[Workload], StepFold] | None = None
     # optional: an inductive invariant of reachable states (enables k-induction), and
     # which rule configs it describes (default: all)
     well_formed: Callable[[Ops, Any, Sequence[SlotSpec], Any], Bool] | None = None

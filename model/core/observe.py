@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar, Self
 
 from model.core.types import FINISH_STOP, RequestSpec, SlotObs, Step, StepRecord
 
@@ -23,6 +25,27 @@ def observed_step(rec: StepRecord, slots: Sequence[SlotObs], rule_cfg: object, r
         any_preempted=bool(rec.preempted), cfg=rule_cfg, **engine_fields)
 
 
+class StepFold:
+    """An engine's `observe` one record at a time (`EngineModel.observer`): `advance(record)`
+    gives the next record's Step and moves past it, and `copy()` forks the fold, so that a
+    search extending a run by one step observes that step alone (checker/methods/explore.py).
+    A subclass names in `FORKED` the attributes `advance` changes in place; a fork copies
+    those (`copy.copy`) and shares the rest, which `advance` only rebinds."""
+
+    FORKED: ClassVar[tuple[str, ...]] = ()
+
+    def advance(self, rec: StepRecord) -> Step:
+        """The observables of the next record's step."""
+        raise NotImplementedError
+
+    def copy(self) -> Self:
+        """An independent fold at the same point."""
+        twin = copy.copy(self)
+        for name in self.FORKED:
+            setattr(twin, name, copy.copy(getattr(self, name)))
+        return twin
+
+
 @dataclass(slots=True)
 class QueuedProgress:
     """What an engine's `observe` carries from record to record for `queued_slots`, per
@@ -38,6 +61,10 @@ class QueuedProgress:
         return QueuedProgress(ncomp={r.id: 0 for r in ordered},
                               outputs={r.id: 0 for r in ordered},
                               preemptions={r.id: 0 for r in ordered})
+
+    def __copy__(self) -> QueuedProgress:
+        """A copy with counters of its own (a fork of the fold that carries it)."""
+        return QueuedProgress(dict(self.ncomp), dict(self.outputs), dict(self.preemptions))
 
 
 def queued_slots(rec: StepRecord, ordered: Sequence[RequestSpec], progress: QueuedProgress,

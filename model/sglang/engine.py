@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from model.core.engine import EngineModel
 from model.core.errors import InputError
-from model.core.observe import observed_step
+from model.core.observe import StepFold, observed_step
 from model.core.ops import CONCRETE, Bool, Ops
 from model.core.rule_parts import same_queue_orders
 from model.core.slots import lay_out
@@ -55,11 +55,12 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     return tuple(observer.advance(rec) for rec in records)
 
 
-class StepObserver:
-    """`records_to_steps` one record at a time (each request's outputs, computed tokens,
-    cache hit, retractions and deduplicated pages, the queues and the chunked request),
-    so that a search extending a run by one step observes that step alone
-    (checker/methods/explore.py); `copy` forks it."""
+class StepObserver(StepFold):
+    """`records_to_steps` one record at a time (StepFold): each request's outputs, computed
+    tokens, cache hit, retractions and deduplicated pages, the queues and the chunked
+    request."""
+
+    FORKED = ("outputs", "computed", "hits", "retractions", "deduped")
 
     def __init__(self, workload: Workload) -> None:
         self.cfg: Config = workload.config
@@ -73,14 +74,6 @@ class StepObserver:
         self.running: tuple[str, ...] = ()
         self.waiting: tuple[str, ...] = ()
         self.chunked: str | None = None
-
-    def copy(self) -> StepObserver:
-        """An independent observer at the same point (the per-request counters copied)."""
-        twin = object.__new__(StepObserver)
-        twin.__dict__.update(self.__dict__)
-        for name in ("outputs", "computed", "hits", "retractions", "deduped"):
-            setattr(twin, name, dict(getattr(self, name)))
-        return twin
 
     def advance(self, rec: StepRecord) -> Step:
         """The observables of the next record's step."""

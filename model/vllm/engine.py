@@ -13,7 +13,7 @@ from functools import cache
 from model.core.arith import cdiv
 from model.core.engine import EngineModel
 from model.core.errors import InputError
-from model.core.observe import observed_step
+from model.core.observe import StepFold, observed_step
 from model.core.ops import Bool, Ops
 from model.core.switches import RuleVersions, engine_at_version
 from model.core.types import FINISH_ABORT, RequestSpec, SlotObs, Step, StepRecord, Workload
@@ -61,11 +61,12 @@ def records_to_steps(workload: Workload, records: Sequence[StepRecord]) -> tuple
     return tuple(observer.advance(rec) for rec in records)
 
 
-class StepObserver:
-    """`records_to_steps` one record at a time: what the observation has folded so far
-    (each request's outputs, computed tokens and preemptions, the queues, the async
-    scheduler's pending output), so that a search extending a run by one step observes
-    that step alone (checker/methods/explore.py). `copy` forks it."""
+class StepObserver(StepFold):
+    """`records_to_steps` one record at a time (StepFold): what the observation has folded
+    so far (each request's outputs, computed tokens and preemptions, the queues, the async
+    scheduler's pending output)."""
+
+    FORKED = ("outputs", "ncomp", "preemptions", "gone")
 
     def __init__(self, workload: Workload) -> None:
         cfg = workload.config
@@ -85,14 +86,6 @@ class StepObserver:
         self.pending: frozenset[str] = frozenset()
         self.pending_spec: tuple[dict[str, int], dict[str, int]] = ({}, {})
         self.gone: set[str] = set()
-
-    def copy(self) -> StepObserver:
-        """An independent observer at the same point (the counters and `gone` copied)."""
-        twin = object.__new__(StepObserver)
-        twin.__dict__.update(self.__dict__)
-        twin.outputs, twin.ncomp = dict(self.outputs), dict(self.ncomp)
-        twin.preemptions, twin.gone = dict(self.preemptions), set(self.gone)
-        return twin
 
     def advance(self, rec: StepRecord) -> Step:
         """The observables of the next record's step."""

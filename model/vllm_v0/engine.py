@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from model.core.engine import EngineModel
 from model.core.errors import InputError
-from model.core.observe import QueuedProgress, observed_step, queued_slots
+from model.core.observe import QueuedProgress, StepFold, observed_step, queued_slots
 from model.core.types import RequestSpec, SlotObs, Step, StepRecord, Workload
 from model.vllm_v0 import rules
 from model.vllm_v0.config import (
@@ -66,10 +66,11 @@ def observe(workload: Workload, records: Sequence[StepRecord]) -> tuple[Step, ..
     return tuple(observer.advance(rec) for rec in records)
 
 
-class StepObserver:
-    """`observe` one record at a time (the fold's progress, queues and finished ids), so
-    that a search extending a run by one step observes that step alone
-    (checker/methods/explore.py); `copy` forks it."""
+class StepObserver(StepFold):
+    """`observe` one record at a time (StepFold): the fold's progress, queues and finished
+    ids."""
+
+    FORKED = ("progress", "gone")
 
     def __init__(self, workload: Workload) -> None:
         self.rcfg = rule_config(workload.config)
@@ -79,15 +80,6 @@ class StepObserver:
         self.waiting: tuple[str, ...] = ()
         self.swapped: tuple[str, ...] = ()
         self.gone: set[str] = set()
-
-    def copy(self) -> StepObserver:
-        """An independent observer at the same point (progress and `gone` copied)."""
-        twin = object.__new__(StepObserver)
-        twin.__dict__.update(self.__dict__)
-        p = self.progress
-        twin.progress = QueuedProgress(dict(p.ncomp), dict(p.outputs), dict(p.preemptions))
-        twin.gone = set(self.gone)
-        return twin
 
     def advance(self, rec: StepRecord) -> Step:
         """The observables of the next record's step."""
