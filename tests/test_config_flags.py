@@ -95,3 +95,21 @@ def test_zero_threshold_and_zero_watermark_are_allowed():
     cfg = apply_config_flags(parse("--long-prefill-token-threshold", "0", "--watermark", "0"),
                              Config(long_prefill_token_threshold=5, watermark=0.5))
     assert cfg.long_prefill_token_threshold == 0 and cfg.watermark == 0.0
+
+
+@pytest.mark.parametrize(("text", "kept", "error"), [
+    ("7", 7, None),
+    ("seven", None, "not a number"),
+    ("0", None, "outside"),
+    ("1.5", None, "not a number"),  # int() refuses a decimal
+])
+def test_read_number_keeps_a_value_in_range_and_names_each_failure(text, kept, error):
+    from checker.config.argtypes import read_number
+
+    def read() -> int:
+        return read_number(text, int, lambda v: v > 0, "not a number", "outside")
+    if error is None:
+        assert read() == kept
+    else:
+        with pytest.raises(argparse.ArgumentTypeError, match=error):
+            read()

@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from checker.config.argtypes import read_number
 from checker.config.model_kind import add_model_kind_flags
 from model.core.checks import MAX_INT
 from model.core.errors import InputError
@@ -108,15 +109,9 @@ def bounded_int(minimum: int, maximum: int) -> Callable[[str], int]:
 def bounded_seconds(maximum: float) -> Callable[[str], float]:
     """An argparse type: a finite number of seconds in (0, maximum]."""
     def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{_shown(text)} is not a number of seconds") from None
-        if not (math.isfinite(value) and 0 < value <= maximum):
-            raise argparse.ArgumentTypeError(
-                f"{_shown(text)} must be a number of seconds in (0, {maximum:g}]")
-        return value
+        return read_number(text, float, lambda v: math.isfinite(v) and 0 < v <= maximum,
+                           f"{_shown(text)} is not a number of seconds",
+                           f"{_shown(text)} must be a number of seconds in (0, {maximum:g}]")
     parse.__name__ = "seconds"
     return parse
 
@@ -133,13 +128,9 @@ def blocks_int(text: str) -> int:
 
 def non_negative_float(text: str) -> float:
     """A finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a number") from None
-    if not value >= 0.0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{_shown(text)} must be a finite number >= 0")
-    return value
+    return read_number(text, float, lambda v: v >= 0.0 and v != float("inf"),
+                       f"{_shown(text)} is not a number",
+                       f"{_shown(text)} must be a finite number >= 0")
 
 
 def _int_at_least(text: str, minimum: int) -> int:
@@ -245,16 +236,11 @@ IGNORED_PREFIX = "ignored_"  # the argparse dest of a flag the model does not re
 def memory_fraction(text: str) -> float:
     """--gpu-memory-utilization: a number in (0, 1], as CacheConfig requires
     (config/cache.py:102, Field(gt=0, le=1))."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a number; give a fraction of "
-                                         "device memory in (0, 1], e.g. 0.9") from None
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(
-            f"{_shown(text)} must be in (0, 1], as vLLM requires (config/cache.py:102); "
-            "e.g. 0.9")
-    return value
+    return read_number(text, float, lambda v: 0.0 < v <= 1.0,
+                       f"{_shown(text)} is not a number; give a fraction of device memory "
+                       "in (0, 1], e.g. 0.9",
+                       f"{_shown(text)} must be in (0, 1], as vLLM requires "
+                       "(config/cache.py:102); e.g. 0.9")
 
 
 class _Removed(argparse.Action):

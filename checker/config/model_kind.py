@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from checker.config.argtypes import read_number
 from model.core.errors import ConfigError, InputError
 from model.vllm.config import GROUP_MAMBA, GROUP_SLIDING, Config, KvGroup
 from model.vllm.config import ONE_FULL_GROUP as ONE_FULL
@@ -401,14 +402,9 @@ def add_model_kind_flags(parser: argparse.ArgumentParser) -> None:
 def _count(flag: str) -> Callable[[str], int]:
     """An argparse type: a layer count or window, an integer in 0..1000000."""
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if not 0 <= value <= 1_000_000:
-            raise argparse.ArgumentTypeError(f"{flag} {text!r} must be an integer in "
-                                             "0..1000000")
-        return value
+        return read_number(text, int, lambda v: 0 <= v <= 1_000_000,
+                           f"{text!r} is not an integer",
+                           f"{flag} {text!r} must be an integer in 0..1000000")
     parse.__name__ = "integer"
     return parse
 

@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from checker.config.argtypes import read_number
 from checker.config.flags import (
     CONFIG_FLAGS,
     ENGINE_ONLY_FLAGS,
@@ -114,13 +115,9 @@ def add_machine_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup)
 def positive_number(unit: str) -> Callable[[str], float]:
     """An argparse type: a number in (0, 1e6) of `unit`, errors naming the unit."""
     def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit}") from None
-        if not 0 < value < 1e6:
-            raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of {unit}")
-        return value
+        return read_number(text, float, lambda v: 0 < v < 1e6,
+                           f"{text!r} is not a number of {unit}",
+                           f"{text!r} must be a positive number of {unit}")
     return parse
 
 
