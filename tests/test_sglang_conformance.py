@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from test_conformance import assert_all_agree
+from test_sglang_eagle import TARGETED as EAGLE_TARGETED
 
 from checker.conformance.sglang_generate import (
     FEATURES,
@@ -131,6 +132,7 @@ TARGETED = {"latch_no_token": LATCH_NO_TOKEN, "latch_after_chunk": LATCH_AFTER_C
             "paged_4": PAGED_4, "paged_16_mixed": PAGED_16_MIXED,
             "zero_new_tokens": ZERO_NEW_TOKENS}
 PAGE_SIZES = (4, 16)
+EVERY_TARGETED = {**TARGETED, **{f"eagle_{name}": w for name, w in EAGLE_TARGETED.items()}}
 
 
 # ---------------------------------------------------------------------------- pure
@@ -291,11 +293,12 @@ def test_the_examples_agree_with_sglangs_real_scheduler(path):
 
 @pytest.mark.conformance
 @needs_sglang
-@pytest.mark.parametrize("name", sorted(TARGETED))
+@pytest.mark.parametrize("name", sorted(EVERY_TARGETED))
 def test_the_targeted_workloads_agree_with_sglangs_real_scheduler(name):
+    """This file's targeted workloads and test_sglang_eagle.py's (named eagle_*)."""
     from checker.conformance.sglang_real import compare
 
-    divergence = compare(TARGETED[name])
+    divergence = compare(EVERY_TARGETED[name])
     assert divergence is None, divergence.render()
 
 

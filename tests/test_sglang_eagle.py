@@ -322,15 +322,8 @@ def test_the_eagle_rules_are_branch_free_one_symbolic_run_equals_the_concrete_on
 
 # ------------------------------------------------------------- the real scheduler
 
-@pytest.mark.conformance
-@needs_sglang
-@pytest.mark.parametrize("name", sorted(TARGETED))
-def test_the_targeted_eagle_workloads_agree_with_sglangs_real_scheduler(name):
-    from checker.conformance.sglang_real import compare
-
-    divergence = compare(TARGETED[name])
-    assert divergence is None, divergence.render()
-
+# TARGETED is run against SGLang's real scheduler with the other targeted workloads, by
+# test_sglang_conformance.py's test_the_targeted_workloads_agree_with_sglangs_real_scheduler.
 
 @pytest.mark.conformance
 @needs_sglang
