@@ -11,7 +11,7 @@ import sys
 import pytest
 import z3
 
-from checker.methods import proof_cache
+from checker.methods import proof_cache, solver
 from checker.methods.array import analysis, stored
 from model import registry
 from model.vllm.config import POLICY_PRIORITY, Config
@@ -137,9 +137,18 @@ def test_an_unknown_given_before_the_limit_is_not_stored(store, monkeypatch, pro
     assert not list(store.glob("array-shape-*.json"))
 
 
+def _pigeons(n: int = 7) -> list:
+    """n pigeons in n - 1 holes, one to a hole: unsatisfiable, decided by z3 in about
+    27,000 units (the solver's legacy arithmetic gives up on a nonlinear query before any
+    limit, so the hard query is a propositional one)."""
+    sits = [[z3.Bool(f"p{i}_{j}") for j in range(n - 1)] for i in range(n)]
+    return [z3.Or(*row) for row in sits] + [
+        z3.Not(z3.And(sits[i][j], sits[k][j]))
+        for j in range(n - 1) for i in range(n) for k in range(i + 1, n)]
+
+
 def test_an_unknown_is_reached_by_the_resource_limit():
-    x = z3.Int("x")
-    hard = [x * x * x + x * x == 2**61 + 7]  # decided by z3 in about 2,100 units
+    hard = _pigeons()
     answer, spent = analysis.ask(hard, 1000)
     assert answer == z3.unknown and spent >= 1000
     assert analysis.ask(hard, 1000) == (answer, spent)  # the same units again
@@ -154,8 +163,7 @@ def test_an_unknown_is_reached_by_the_resource_limit():
 def test_a_query_asked_on_another_thread_answers_as_asked_here():
     """`ask_later` runs the search on a thread while this one builds more terms in the
     shared context; the answer and the units are `ask`'s."""
-    x = z3.Int("x")
-    hard = [x * x * x + x * x == 2**61 + 7]
+    hard = _pigeons()
     for limit in (1000, 1_000_000):
         later = analysis.ask_later(hard, limit)
         built = [z3.Int(f"busy{i}") + i for i in range(2000)]  # the shared context in use
@@ -206,7 +214,7 @@ class _Busy:
 
 def test_a_reduction_left_undecided_by_the_limit_is_stored_and_the_same_under_load(
         store, monkeypatch, proved):
-    # vLLM FCFS's symmetry carries num_preemptions along: z3 decides it in about 960,000
+    # vLLM FCFS's symmetry carries num_preemptions along: z3 decides it in about 3.1 million
     # units, so at 500,000 it is undecided, whatever the machine's load
     engine = registry.get("vllm-v1")
     rule_cfg, sh = proved["fcfs"]
@@ -229,7 +237,7 @@ def test_a_reduction_left_undecided_by_the_limit_is_stored_and_the_same_under_lo
     assert analysis._undecided == before + 1 and analysis._unlimited == unlimited
     # stored as undecided, under the key of the question with the limit in it
     name = proof_cache.key("array-permuted", engine.name, rule_cfg, 3, sorted(read),
-                           ("rlimit", 500_000))
+                           ("rlimit", 500_000, solver.SETUP))
     assert proof_cache.load(name) == {"permuted": False,
                                       proof_cache.UNDECIDED: {"count": 1, "rlimit": 500_000}}
     # read back under load, not asked again; asked again under load, the same answer in the
@@ -248,7 +256,7 @@ def test_a_reduction_left_undecided_by_the_limit_is_stored_and_the_same_under_lo
     monkeypatch.setattr(analysis, "PROOF_RLIMIT", 10**9)
     with proof_cache.disabled():
         assert analysis.permuted(engine, rule_cfg, 3, read) is True
-    assert asked[-1][0] == z3.unsat and asked[-1][1] < 500_000 * 3
+    assert asked[-1][0] == z3.unsat and asked[-1][1] < 500_000 * 8
 
 
 def test_a_decided_result_carries_no_undecided_mark():

@@ -45,8 +45,8 @@ from checker.methods.bmc import gave_up
 from checker.methods.explore import Kind
 from checker.methods.explore import menu as explore_menu
 from checker.methods.minimize import minimal_model, workload_of
+from checker.methods.solver import preprocessed
 from checker.methods.symbolic import (
-    Z3_SEED,
     Bounds,
     Family,
     Unrolling,
@@ -364,8 +364,7 @@ def compare(a: Side, b: Side, bounds: Bounds, timeout_s: float, prove: bool = Tr
                               reason=f"one-step induction on the product, {bounds.slots} "
                               "slots, every depth and request length")
     p = _pair(a, b, bounds)
-    solver = z3.Solver()
-    solver.set(random_seed=Z3_SEED)
+    solver = preprocessed()
     solver.add(*p.joint.constraints)
     for d in range(1, bounds.depth + 1):
         solver.add(*_extend(p))
@@ -531,8 +530,8 @@ def prove_equivalent(a: Side, b: Side, slots: int, timeout_s: float) -> bool | N
     next_b, obs_b = eb.step(ops, cfg_b, specs, state, eos)
     apart = z3.Or(_as_bool(differs(ops, obs_a, obs_b)),
                   z3.Not(z3.And(*bind_state(next_a, next_b))))
-    solver = z3.Solver()
-    solver.set(random_seed=Z3_SEED, timeout=max(1, int(timeout_s * 1000)))
+    solver = preprocessed()
+    solver.set(timeout=max(1, int(timeout_s * 1000)))
     solver.add(*ops.take_definitions(), *spec_cons, t >= 0)
     base = z3.simplify(z3.And(*bind_state(init_a, init_b)))
     if not z3.is_true(base):

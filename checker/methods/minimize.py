@@ -23,7 +23,8 @@ from typing import Any, NamedTuple
 
 import z3
 
-from checker.methods.symbolic import Z3_SEED, Unrolling, present
+from checker.methods.solver import preprocessed
+from checker.methods.symbolic import Unrolling, present
 from model.core.ops import Bool
 from model.core.types import (
     AcceptEvent,
@@ -58,14 +59,9 @@ def objectives(u: Unrolling) -> list[z3.ArithRef]:
 
 
 def new_solver() -> z3.Solver:
-    """A solver that preprocesses its assertions on every check (named definitions
-    substituted away, fixed values propagated, if-then-else terms lifted) before the SMT
-    core with the legacy arithmetic solver, as induction.py's `_solver` does. On issue
-    17's SPIN setting it measured 2-4x faster than z3's incremental default solver
-    (docs/bench_bmc_starvation.md); push/pop scope each check's extra assertions."""
-    tactic = z3.Then("simplify", "propagate-values", "solve-eqs", "elim-term-ite",
-                     z3.With("smt", **{"arith.solver": 2, "random_seed": Z3_SEED}))
-    return tactic.solver()
+    """The methods' solver (solver.py's `preprocessed`); push/pop scope each check's extra
+    assertions."""
+    return preprocessed()
 
 
 class Answer(NamedTuple):

@@ -242,8 +242,8 @@ def confirm_least(job: Job, found: JobResult,
 
     from checker.methods.bmc import gave_up, violation_at
     from checker.methods.minimize import objectives
+    from checker.methods.solver import preprocessed
     from checker.methods.symbolic import (
-        Z3_SEED,
         abstracted,
         beyond_symbolic,
         extend,
@@ -269,8 +269,7 @@ def confirm_least(job: Job, found: JobResult,
         return JobResult(verdict(UNKNOWN, 0, too_big))
     prop = job.prop
     u = new_unrolling(family, bounds)
-    solver = z3.Solver()
-    solver.set(random_seed=Z3_SEED)
+    solver = preprocessed()
     solver.add(*u.constraints)
 
     def ask(*goal: Any) -> Any:

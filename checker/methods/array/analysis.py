@@ -97,6 +97,7 @@ import checker.methods.array.pool as pool
 from checker.methods import proof_cache
 from checker.methods.array.layout import Leaf, Path, build, leaves_of, status_fields, values_of
 from checker.methods.array.stored import shape_from_json, shape_to_json
+from checker.methods.solver import SETUP, preprocessed
 from checker.methods.symbolic import fresh_state
 from model import registry as engines
 from model.core.engine import EngineModel
@@ -104,16 +105,17 @@ from model.core.ops import CONCRETE, SymbolicOps
 from model.core.types import SlotObs, SlotSpec, Step
 
 PROOF_SLOTS = 2
-# z3's resource units a reduction query may spend (`rlimit`, counted per query). Measured
-# over the array tests' configs (tests/test_array_*.py, test_diff_array.py, test_worst.py,
-# most slow ones included; 2026-12-06): the most a decided query spent was 137 million
-# units (a small cache's symmetry in test_array_modes; tiny_spec_threshold's, 120 million,
-# 8 s of CPU). The same query may spend up to a third more or less after other work,
-# which changes the order of the terms it is given, so the limit is about 3 times that.
-# The only queries left undecided there, v0_tiny's two symmetry queries, stayed undecided
-# after the 60 s of CPU the old wall-clock limit gave them. About 15 million units are a
-# second of z3 on a quiet core of the 2-core machine (fewer under load: the count is work
-# done, not time), so the limit is about 25 s of CPU there.
+# z3's resource units a reduction query may spend (`rlimit`, counted per query and per
+# solver, `_answered`). Measured with z3's default solver over the array tests' configs
+# (tests/test_array_*.py, test_diff_array.py, test_worst.py, most slow ones included;
+# 2026-12-06): the most a decided query spent was 137 million units (a small cache's
+# symmetry). With the preprocessing solver tried first (2026-12-06, the same tests), the
+# most a decided query spent was 335 million (sg_lpm's, 5.9 s of CPU), and v0_tiny's two
+# symmetry queries, which the default solver left undecided at this limit, are decided in
+# 266 and 17 million. The same query may spend up to a third more or less after other
+# work, which changes the order of the terms it is given. About 15 million units are a
+# second of the default solver on a quiet core of the 2-core machine, 50-100 million of
+# the preprocessing one (the count is work done, not time).
 PROOF_RLIMIT = 400_000_000
 # A step number far past any arrival, so that a rule reading a request's age sees it vary.
 _LATE = 1000
@@ -410,22 +412,22 @@ def ask(facts: Sequence[Any], rlimit: int) -> tuple[z3.CheckSatResult, int]:
     The query is asked in a z3 context of its own, so the units it spends, and so its
     answer, are the same in every process at any machine load (in the shared context the
     terms' ids, and with them z3's search, depend on what the process built before)."""
-    return _checked(_posed(facts, rlimit))
+    return _answered(_posed(facts, rlimit), lambda: _posed(facts, rlimit, fallback=True))
 
 
 def ask_later(facts: Sequence[Any], rlimit: int) -> Callable[[], tuple[z3.CheckSatResult, int]]:
     """`ask(facts, rlimit)` on a thread of its own, begun now: calling the result waits
-    for the answer. The facts are moved into the query's own context here, on the calling
+    for the answer. The facts are moved into the query's own contexts here, on the calling
     thread (the shared context is not safe to read from two threads); the thread then
-    touches that context alone, and z3 releases the GIL while it searches, so the search
+    touches those contexts alone, and z3 releases the GIL while it searches, so the search
     runs on another core while this thread builds the next proof's terms. A daemon
     thread: an interrupted command does not wait for it."""
-    solver = _posed(facts, rlimit)
+    first, second = _posed(facts, rlimit), _posed(facts, rlimit, fallback=True)
     box: list[tuple[z3.CheckSatResult, int] | BaseException] = []
 
     def run() -> None:
         try:
-            box.append(_checked(solver))
+            box.append(_answered(first, lambda: second))
         except BaseException as exc:  # handed to the caller, raised there
             box.append(exc)
     thread = threading.Thread(target=run, name="batchproof-proof", daemon=True)
@@ -439,13 +441,30 @@ def ask_later(facts: Sequence[Any], rlimit: int) -> Callable[[], tuple[z3.CheckS
     return answer
 
 
-def _posed(facts: Sequence[Any], rlimit: int) -> z3.Solver:
-    """A solver in a z3 context of its own holding `facts`, limited to `rlimit` units."""
+def _posed(facts: Sequence[Any], rlimit: int, fallback: bool = False) -> z3.Solver:
+    """A solver in a z3 context of its own holding `facts`, limited to `rlimit` units:
+    solver.py's `preprocessed`, or with `fallback` z3's default solver."""
     ctx = z3.Context()
-    s = z3.Solver(ctx=ctx)
+    s = z3.Solver(ctx=ctx) if fallback else preprocessed(ctx)
     s.set(rlimit=rlimit)
     s.add(*(f.translate(ctx) for f in facts))
     return s
+
+
+def _answered(first: z3.Solver, fallback: Callable[[], z3.Solver]
+              ) -> tuple[z3.CheckSatResult, int]:
+    """The answer of `first` (`_posed`), or where it leaves the query undecided, that of
+    `fallback()` (z3's default solver on the same facts); the units of the try that
+    answered, or the fewer of the two tries' (under the limit: one gave up by itself). The
+    preprocessing solver decides most reduction proofs 2-10x sooner (the small prefix
+    cache's 21 s of CPU down to 9 s; v0_tiny's symmetry, which the default left undecided
+    at the limit after 25 s, in 3 s), but leaves some of SGLang's undecided at the limit
+    (7 s) that the default decides in 40 million units (5 s): hence both, in this order."""
+    answer, spent = _checked(first)
+    if answer != z3.unknown:
+        return answer, spent
+    second, spent_second = _checked(fallback())
+    return second, spent_second if second != z3.unknown else min(spent, spent_second)
 
 
 def _checked(s: z3.Solver) -> tuple[z3.CheckSatResult, int]:
@@ -454,10 +473,10 @@ def _checked(s: z3.Solver) -> tuple[z3.CheckSatResult, int]:
     return answer, int(s.statistics().get_key_value("rlimit count"))
 
 
-def _limit() -> tuple[str, int]:
+def _limit() -> tuple[str, int, str]:
     """The limit a stored result was computed under, for its key: a result left undecided
     at one limit is not an answer at another."""
-    return ("rlimit", PROOF_RLIMIT)
+    return ("rlimit", PROOF_RLIMIT, SETUP)
 
 
 def _store(name: str, value: dict[str, Any] | None, undecided_before: int,
