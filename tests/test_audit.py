@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import sys
 import xml.etree.ElementTree as ET
@@ -121,6 +122,37 @@ def test_a_faithful_engine_gives_a_clean_audit(fake):
     assert report.installed == "0.33.0" and report.pinned == "0.32.0"
     assert "they differ, so a divergence may be an intended change" in cli.version_line(report)
     assert report.location.endswith("fakesched")
+
+
+def test_a_memo_of_agreeing_runs_changes_no_report(fake, tmp_path, monkeypatch):
+    """BATCHPROOF_AUDIT_MEMO (the mutation tests' shared memo): a second audit reads back
+    what the first decided of the runs that agree with the reference, and reports what
+    it reports without the memo, a faulty engine's findings included (its diverging runs
+    are decided anew, and a run that the fault changed is another run)."""
+    read = []
+    get = audit.OutcomeMemo.get
+
+    def counted(self: audit.OutcomeMemo, key: str) -> object:
+        found = get(self, key)
+        read.append(found is not None)
+        return found
+
+    monkeypatch.setattr(audit.OutcomeMemo, "get", counted)
+
+    def facts(report: audit.Report) -> object:
+        return ([(f.kind, f.signature, f.title, f.count, f.workload, f.first_index)
+                 for f in report.findings], report.expected, report.sources, report.audited)
+
+    plain = {fault: facts(audit.audit(_options(shrink_calls=40)))
+             for fault in (None, "overrun") if not setattr(fake, "FAULT", fault)}
+    monkeypatch.setenv(audit.MEMO_ENV, str(tmp_path / "memo"))
+    for fault in (None, None, "overrun"):
+        fake.FAULT = fault
+        read.clear()
+        assert facts(audit.audit(_options(shrink_calls=40))) == plain[fault]
+        if fault is None and any(read):  # the second faithful audit: every run read back
+            assert all(read)
+    assert plain["overrun"][0] and any(read)  # found, and the agreeing runs read back
 
 
 def test_the_random_workloads_come_first_when_listed_first(fake):
@@ -816,6 +848,17 @@ def _mutations_module():
 MUTATIONS = sorted(p.stem for p in (ROOT / "tests" / "audit_mutations").glob("*.patch"))
 
 
+@pytest.fixture(scope="session")
+def audit_memo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment that gives the mutation audits of this run one outcome memo
+    (audit.OutcomeMemo), shared by the xdist workers: most workloads of a mutant run as
+    on the unmodified release, and what was decided of such a run is read back instead of
+    decided again (the mutant's engine still runs every workload)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return {audit.MEMO_ENV: str(shared / "audit-memo")}
+
+
 def test_the_mutation_patches_are_small_and_say_what_they_do():
     mut = _mutations_module()
     assert len(MUTATIONS) >= 5
@@ -829,12 +872,12 @@ def test_the_mutation_patches_are_small_and_say_what_they_do():
 @needs_vllm
 @pytest.mark.conformance
 @pytest.mark.slow
-def test_an_unpatched_copy_audits_clean(tmp_path):
+def test_an_unpatched_copy_audits_clean(tmp_path, audit_memo):
     mut = _mutations_module()
     overlay = mut.build_overlay([], tmp_path)
     code, doc, _ = mut.run_audit(overlay, ["--seed", "1000", "--count", "20", "--modes",
                                            "off,prefix", "--sources", "random"],
-                                 preloaded=True)
+                                 preloaded=True, extra_env=audit_memo)
     assert code == 0 and doc["findings"] == []
 
 
@@ -936,7 +979,8 @@ def _changed_lines(patch: Path) -> dict[str, set[int]]:
 @pytest.mark.conformance
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MUTATIONS)
-def test_each_mutation_is_caught_small_as_one_finding_at_its_lines(name, tmp_path):
+def test_each_mutation_is_caught_small_as_one_finding_at_its_lines(name, tmp_path,
+                                                                   audit_memo):
     """One audit per mutation. The random workloads catch it, with a minimal workload of
     at most 8 requests and 20 steps shrunk from a random one. A one-line bug is one
     finding: every divergence, follow-on violation and crash it causes on the default
@@ -946,7 +990,8 @@ def test_each_mutation_is_caught_small_as_one_finding_at_its_lines(name, tmp_pat
     mut = _mutations_module()
     patch = mut.mutations()[name]
     overlay = mut.build_overlay([patch], tmp_path)
-    code, doc, _ = mut.run_audit(overlay, list(mut.ONE_AUDIT), preloaded=True)
+    code, doc, _ = mut.run_audit(overlay, list(mut.ONE_AUDIT), preloaded=True,
+                                 extra_env=audit_memo)
     assert code == 1
     [group] = doc["findings"]
     # caught by the random workloads (they come first), the finding a shrink of one

@@ -48,6 +48,12 @@ rule. A finding is one group: the first workload of each is shrunk to a minimal 
 shows the same symptom and handed to `on_finding` as soon as it is described, while the
 audit goes on (`audit`); the report has every group with its final counts.
 
+With BATCHPROOF_AUDIT_MEMO=DIR, what is decided of a run that agrees with the reference
+(its properties and their classification) is kept in DIR, keyed by the run itself, and
+read back by a later audit whose engine runs the same workload the same way
+(`OutcomeMemo`): tests/test_audit.py's mutation audits, where most workloads of a mutant
+run as on the unmodified release, share one.
+
 The engine harnesses are rows of `HARNESSES`: an engine plugs in with a driver (run a
 workload, compare a run with the reference), a generator, a shrinker, its map from
 differing fields to rules-table rows and, optionally, a locator of causes.
@@ -61,9 +67,11 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -71,7 +79,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -964,10 +972,96 @@ def run_limit(kind: tuple[str, object], timeout_s: float) -> float:
     return max(timeout_s, FIRST_RUN_S) if first and timeout_s else timeout_s
 
 
+#: BATCHPROOF_AUDIT_MEMO=DIR: a folder where audits keep what they found of a run that
+#: agrees with the reference, for other audits of the same batchproof sources to read
+#: (`OutcomeMemo`). Unset (the default): nothing kept or read.
+MEMO_ENV = "BATCHPROOF_AUDIT_MEMO"
+#: The fields of a run the memo may key (vLLM's RealRun): a run with any other field is
+#: never memoized, since the comparison might read it.
+_MEMO_RUN_FIELDS = frozenset({"records", "sampled", "events"})
+
+
+@functools.cache
+def _memo_sources() -> str:
+    """A digest of what an outcome of a run is a function of besides the run: the model,
+    properties, manifests and methods (`proof_cache.sources_key`) and this package (the
+    comparison, the classification)."""
+    digest = hashlib.sha256(proof_cache.sources_key().encode())
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class OutcomeMemo:
+    """What an audit found of a real run that agrees with the reference (no divergence):
+    the properties decided on its trace and their classification, kept in a folder by a
+    digest of the batchproof sources, the engine, the properties asked and the run itself
+    (the workload, every record, the steps that sampled and the probes' events). Those
+    are a function of that digest's inputs alone, so a later audit whose engine ran the
+    same workload the same way (another mutant of one release, where the mutation did not
+    matter) reads them instead of deciding them again; the real engine still runs every
+    workload. A run that raised an engine assertion (read by its meaning from the
+    engine's source, `compare_by_meaning`), a run of another shape, and every run that
+    diverges are decided anew."""
+
+    def __init__(self, folder: Path, engine: str, props: Sequence[Property]) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.head = [_memo_sources(), engine, [_name(p) for p in props]]
+        self.hits = self.misses = 0
+
+    @classmethod
+    def from_env(cls, engine: str, props: Sequence[Property]) -> OutcomeMemo | None:
+        """The memo in $BATCHPROOF_AUDIT_MEMO, or None when it is unset."""
+        folder = os.environ.get(MEMO_ENV)
+        return cls(Path(folder), engine, props) if folder else None
+
+    def key(self, workload: Workload, run: Any) -> str | None:
+        """The digest of `run` of `workload`, or None when it is not memoized."""
+        try:
+            names = {f.name for f in fields(run)}
+        except TypeError:
+            return None
+        if not names <= _MEMO_RUN_FIELDS or "records" not in names:
+            return None
+        records = run.records
+        if any(dict(r.extra).get("assertion") is not None for r in records):
+            return None
+        doc = [self.head, workload_to_json(workload), [r.to_json() for r in records],
+               [sorted(s) for s in getattr(run, "sampled", ())],
+               [sorted(e) for e in getattr(run, "events", ())]]
+        text = json.dumps(doc, sort_keys=True, default=repr)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def get(self, key: str) -> Any:
+        """What `put` kept under `key`, or None."""
+        try:
+            found = pickle.loads((self.folder / key).read_bytes())
+        except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return found
+
+    def put(self, key: str, value: Any) -> None:
+        """Keep `value` under `key` (written whole or not at all: audits run side by
+        side)."""
+        try:
+            data = pickle.dumps(value)
+            with tempfile.NamedTemporaryFile(dir=self.folder, delete=False) as f:
+                f.write(data)
+            os.replace(f.name, self.folder / key)
+        except (OSError, pickle.PicklingError, TypeError, AttributeError):
+            pass  # not kept: the next audit decides it again
+
+
 def audit_workload(h: Harness, aw: AuditWorkload, props: Sequence[Property],
-                   manifest: Manifest, timeout_s: float = 0.0) -> Outcome:
+                   manifest: Manifest, timeout_s: float = 0.0,
+                   memo: OutcomeMemo | None = None) -> Outcome:
     """Run `aw` on the real engine, compare it with the reference, decide `props` on
-    the real trace and classify each violation (see the module doc)."""
+    the real trace and classify each violation (see the module doc); `memo`, when
+    given, keeps (and reads back) the outcome of a run that agrees with the reference."""
     start = time.monotonic()
     kind = (h.engine, getattr(aw.workload.config, "speculative_method", None))
     limit = run_limit(kind, timeout_s)
@@ -983,6 +1077,12 @@ def audit_workload(h: Harness, aw: AuditWorkload, props: Sequence[Property],
         _RUN_BEFORE.add(kind)
     ran = time.monotonic()
     compared = run.effective(aw.workload)
+    key = memo.key(aw.workload, run) if memo is not None else None
+    if key is not None and (kept := memo.get(key)) is not None:  # type: ignore[union-attr]
+        verdicts, violations, note = kept
+        return Outcome(aw, compared, run.records, None, verdicts, violations,
+                       trace_note=note, engine_seconds=ran - start,
+                       batchproof_seconds=time.monotonic() - ran)
     divergence = h.compare(aw.workload, run)
     if (divergence is not None and divergence.error is not None
             and divergence.error.startswith("InputError")):
@@ -995,6 +1095,8 @@ def audit_workload(h: Harness, aw: AuditWorkload, props: Sequence[Property],
         note = str(exc)
     violations = tuple(_classify(h, compared, divergence, v, props)
                        for v in verdicts if v.verdict == VIOLATED)
+    if key is not None and divergence is None:
+        memo.put(key, (verdicts, violations, note))  # type: ignore[union-attr]
     return Outcome(aw, compared, run.records, divergence, verdicts, violations,
                    trace_note=note, engine_seconds=ran - start,
                    batchproof_seconds=time.monotonic() - ran)
@@ -1320,6 +1422,7 @@ def audit(options: Options, progress: Callable[[str], None] | None = None,
                 tuple(modes))
     if on_start is not None:
         on_start(head)
+    memo = OutcomeMemo.from_env(h.engine, props)
     startup = time.monotonic() - start
     searches = (BackgroundWitnesses(h.engine, options.witness_timeout_s, options.jobs,
                                     options.cache_dir)
@@ -1355,7 +1458,7 @@ def audit(options: Options, progress: Callable[[str], None] | None = None,
                 stopped = f"time limit of {options.time_limit_s:g} s reached"
                 break
             say(f"{index}: {aw.label}")
-            outcome = audit_workload(h, aw, props, manifest, options.timeout_s)
+            outcome = audit_workload(h, aw, props, manifest, options.timeout_s, memo)
             engine_s += outcome.engine_seconds
             batchproof_s += outcome.batchproof_seconds
             if outcome.skipped:
