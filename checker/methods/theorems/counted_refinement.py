@@ -432,7 +432,10 @@ RULES: dict[str, Callable[[Size], list[_Claim]]] = {
 # claim not decided within it is decided one conclusion at a time, each assuming those
 # before it, with no limit but the caller's time. At 2 slots, table 4, pool 4 the release
 # of the finished requests takes 5 s of CPU so, 9-20 s whole, 19 s by the default solver.
-# The other tactics are fallbacks for an answer of unknown before the time is up.
+# The other tactics are fallbacks for an answer of unknown before the time is up. Each
+# tactic's SMT core runs the legacy arithmetic solver (as checker/methods/solver.py's):
+# the slow suite's shards took 195 s of CPU so (2026-12-06, quiet; 201-213 s without, the
+# figures below), the largest (2 slots, table 4, pool 4) 64 s where it took 70 s.
 _TACTICS = (("simplify", "propagate-values", "solve-eqs", "elim-uncnstr", "lia2card", "smt"),
             ("simplify", "solve-eqs", "smt"), ())
 #: The whole-claim budget (about 0.3 s of CPU): it decides the small sizes' claims at once,
@@ -455,7 +458,8 @@ def _solve(hypotheses: Sequence[z3.BoolRef], goal: z3.BoolRef, timeout_s: float,
         left = timeout_s - (time.monotonic() - start)
         if left <= 0:
             break
-        solver = z3.Then(*steps).solver() if steps else z3.Solver()
+        solver = (z3.Then(*steps[:-1], z3.With(steps[-1], **{"arith.solver": 2})).solver()
+                  if steps else z3.Solver())
         solver.set(random_seed=0, timeout=max(1, int(left * 1000)), rlimit=rlimit)
         solver.add(*hypotheses)
         solver.add(z3.Not(goal))
