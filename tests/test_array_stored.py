@@ -160,6 +160,23 @@ def test_an_unknown_is_reached_by_the_resource_limit():
     assert analysis._solve_unsat(hard, 1_000_000) is True
 
 
+def test_a_query_the_preprocessing_solver_gives_up_on_is_decided_by_the_default():
+    """`ask` tries the preprocessing solver first and z3's default solver where it is left
+    undecided: the legacy arithmetic gives up on a nonlinear query by itself (below the
+    limit), the default decides it in about 2,100 units, and that answer is `ask`'s, on
+    this thread and on another."""
+    x = z3.Int("x")
+    hard = [x * x * x + x * x == 2**61 + 7]
+    first = analysis._posed(hard, 1_000_000)
+    assert analysis._checked(first)[0] == z3.unknown
+    answer, spent = analysis.ask(hard, 1_000_000)
+    assert answer == z3.unsat and spent < 100_000
+    assert analysis.ask_later(hard, 1_000_000)() == (answer, spent)
+    before, unlimited = analysis._undecided, analysis._unlimited
+    assert analysis._solve_unsat(hard, 1_000_000) is True
+    assert (analysis._undecided, analysis._unlimited) == (before, unlimited)
+
+
 def test_a_query_asked_on_another_thread_answers_as_asked_here():
     """`ask_later` runs the search on a thread while this one builds more terms in the
     shared context; the answer and the units are `ask`'s."""
