@@ -1,4 +1,6 @@
-"""The one solver set-up every one-shot z3 query of the methods uses."""
+"""The solver set-up of the methods' one-shot z3 queries: BMC, k-induction, the array
+explorer's reduction proofs (first, before z3's default solver), `diff` and `worst`. The
+theorems keep z3's default solver: on their claims this set-up took 8x longer."""
 
 from __future__ import annotations
 
