@@ -29,8 +29,7 @@ import operator
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from checker.methods.minimize import group_fields
 from checker.methods.symbolic import Bounds, Family, longest_prompt
@@ -49,6 +48,9 @@ from model.core.types import (
 )
 from properties.catalogue import Property
 from properties.reads import reads
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 # SlotObs fields that name a slot by its index, not by what it holds.
 _POSITIONAL = {"arrival_time"}
@@ -245,6 +247,10 @@ class Explorer:
         self.deadline = time.monotonic() + timeout_s
         self.symmetric, self.keep_graph, self.max_states = symmetric, keep_graph, max_states
         self.counts = _reads_preemptions(self.props, self.rule_cfg, bounds.slots)
+        # networkx is imported here, not at the top: `check` imports this module on every
+        # call, and most calls never build this graph (about 0.1 s of the CLI's start).
+        import networkx as nx
+
         self.graph = nx.DiGraph()
         self.nodes: dict[Hashable, _Node] = {}  # the kept representative of each key
         self.transitions = 0
@@ -424,6 +430,8 @@ class Explorer:
 
     def _route(self, start: Hashable, target: Hashable) -> list[Hashable] | None:
         """Nodes from start to target on a shortest path (both included)."""
+        import networkx as nx
+
         try:
             return nx.shortest_path(self.graph, start, target)
         except nx.NetworkXNoPath:
