@@ -182,6 +182,36 @@ def test_concrete_ops_fold_like_python():
     assert CONCRETE.min(3, 2) == 2 and CONCRETE.cdiv(5, 2) == 3 and CONCRETE.ite(False, 1, 2) == 2
 
 
+def test_symbolic_ops_build_the_terms_z3s_own_functions_build():
+    """The direct term builders (model/core/ops.py) make the very term z3.If/And/Or/Not
+    make (same id: z3's search depends on it), and hand anything else to those."""
+    x, y = z3.Ints("x y")
+    p, q = z3.Bools("p q")
+    r = z3.Real("r")
+    other = z3.Context()
+    x2 = z3.Int("x", other)
+    ops = SymbolicOps()
+    cases = [
+        (ops.ite(x <= y, x, y), z3.If(x <= y, x, y)),
+        (ops.ite(p, q, x > 1), z3.If(p, q, x > 1)),
+        (ops.ite(p, x, r), z3.If(p, x, r)),  # an Int branch made Real
+        (ops.ite(p, 1, x), z3.If(p, 1, x)),  # a Python int: z3.If coerces it
+        (ops.ite(p, z3.IntVal(1), z3.IntVal(2)), z3.If(p, z3.IntVal(1), z3.IntVal(2))),
+        (ops.min(x, y + 1), z3.If(x <= y + 1, x, y + 1)),
+        (ops.max(x, 3), z3.If(x >= 3, x, 3)),
+        (ops.and_(p, True, x <= y, q), z3.And(p, x <= y, q)),
+        (ops.or_(p, False, q), z3.Or(p, q)),
+        (ops.not_(x <= y), z3.Not(x <= y)),
+        (ops.ite(x2 > 0, x2, x2 + 1), z3.If(x2 > 0, x2, x2 + 1)),  # another context
+    ]
+    for built, expected in cases:
+        assert built.eq(expected) and built.get_id() == expected.get_id(), (built, expected)
+        assert type(built) is type(expected), (built, expected)
+    assert ops.and_(p, False) is False and ops.or_(True, q) is True and ops.and_() is True
+    with pytest.raises(z3.Z3Exception):  # mixed contexts are z3's to refuse
+        ops.and_(p, x2 > 0)
+
+
 def test_another_engines_config_file_is_checked_under_that_engine(capsys):
     example = str(ROOT / "examples" / "sglang_chunked_stall.json")
     code = main(["check", "--engine", "sglang", "--config-file", example, "--property",
