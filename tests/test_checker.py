@@ -203,7 +203,14 @@ def test_symbolic_ops_build_the_terms_z3s_own_functions_build():
         (ops.or_(p, False, q), z3.Or(p, q)),
         (ops.not_(x <= y), z3.Not(x <= y)),
         (ops.ite(x2 > 0, x2, x2 + 1), z3.If(x2 > 0, x2, x2 + 1)),  # another context
+        (ops.to_int(x <= y), z3.If(x <= y, 1, 0)),
     ]
+    for value in (x + y, x <= y, r + 1):
+        fresh = ops.name(value)
+        (definition,) = ops.take_definitions()
+        remade = (z3.Bool if z3.is_bool(value) else z3.Int)(str(fresh))
+        cases.append((fresh, remade))
+        cases.append((definition, remade == value))
     for built, expected in cases:
         assert built.eq(expected) and built.get_id() == expected.get_id(), (built, expected)
         assert type(built) is type(expected), (built, expected)

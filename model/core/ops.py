@@ -132,6 +132,22 @@ def _not(x: Any) -> Any:
     return z3.Not(x)
 
 
+def _named(value: Any, name: str) -> tuple[Any, Any]:
+    """A constant called `name` of `value`'s sort (Bool or Int) and the term `name ==
+    value`, built directly as `z3.Bool(name) == value` or `z3.Int(name) == value` would
+    be (above); a Real `value` goes to those."""
+    ctx = value.ctx
+    if isinstance(value, z3.BoolRef):
+        sort, kind = z3.Z3_mk_bool_sort(ctx.ref()), z3.BoolRef
+    elif isinstance(value, z3.ArithRef) and value.is_int():
+        sort, kind = z3.Z3_mk_int_sort(ctx.ref()), z3.ArithRef
+    else:
+        fresh = z3.Bool(name, ctx) if z3.is_bool(value) else z3.Int(name, ctx)
+        return fresh, fresh == value
+    fresh = kind(z3.Z3_mk_const(ctx.ref(), z3.to_symbol(name, ctx), sort), ctx)
+    return fresh, z3.BoolRef(z3.Z3_mk_eq(ctx.ref(), fresh.as_ast(), value.as_ast()), ctx)
+
+
 def _connective(xs: Sequence[Bool], absorbing: bool, make: Any, join: Any) -> Bool:
     """`xs` joined by `join` (z3.And or z3.Or; `make` its C function) with Python
     constants folded: the `absorbing` one decides the whole, the other drops out (and is
@@ -162,8 +178,8 @@ class SymbolicOps:
         """A fresh constant equal to `value` (constants and plain symbols are kept)."""
         if not isinstance(value, z3.ExprRef) or z3.is_const(value):
             return value
-        fresh = (z3.Bool if z3.is_bool(value) else z3.Int)(f"_n{next(_FRESH)}")
-        self.definitions.append(fresh == value)
+        fresh, definition = _named(value, f"_n{next(_FRESH)}")
+        self.definitions.append(definition)
         return fresh
 
     def take_definitions(self) -> list[Any]:
@@ -230,6 +246,8 @@ class SymbolicOps:
         """1 for true, 0 for false."""
         if isinstance(b, bool):
             return 1 if b else 0
+        if isinstance(b, z3.BoolRef):  # z3.If(b, 1, 0) makes the numerals in this order
+            return _ite(b, z3.IntVal(1, b.ctx), z3.IntVal(0, b.ctx))
         return z3.If(b, 1, 0)
 
 
