@@ -51,6 +51,42 @@ def test_a_property_that_holds_is_explored_to_the_full_depth():
     assert deep.stats.transitions > deep.stats.states
 
 
+def test_a_kept_exploration_is_read_back_only_by_the_same_search(monkeypatch):
+    """BATCHPROOF_EXPLORE_MEMO (CI steps 4 and 5): a decided search is kept in the proof
+    store (this test's own, monkeypatch) and read back, equal, by the same search only."""
+    searches = []
+    run_all = explore.Explorer.run_all
+
+    def counted(self):
+        searches.append(self.props)
+        return run_all(self)
+    monkeypatch.setattr(explore.Explorer, "run_all", counted)
+    props = (catalogue.get("budget_respected"), catalogue.get("kv_blocks_conserved"))
+    starvation = catalogue.get("starvation", k=3)
+    bounds = Bounds(slots=2, depth=4, max_prompt_len=4, max_max_tokens=3)
+    off = explore.check_many(props, FAMILY, bounds, 120)
+    monkeypatch.setenv("BATCHPROOF_EXPLORE_MEMO", "1")
+    first = explore.check_many(props, FAMILY, bounds, 120)
+    assert len(searches) == 2  # off: nothing kept
+    assert explore.check_many(props, FAMILY, bounds, 120) == first  # its seconds too
+    assert [replace(r, stats=replace(r.stats, seconds=0)) for r in first] == \
+        [replace(r, stats=replace(r.stats, seconds=0)) for r in off]
+    violated = explore.check(starvation, FAMILY, bounds, 120)
+    assert violated.status == "violated" and violated.workload is not None
+    assert explore.check(starvation, FAMILY, bounds, 120) == violated
+    assert len(searches) == 3
+    # other questions: another property set, depth, symmetry
+    explore.check_many(props[:1], FAMILY, bounds, 120)
+    explore.check_many(props, FAMILY, replace(bounds, depth=3), 120)
+    explore.check_many(props, FAMILY, bounds, 120, symmetric=False)
+    assert len(searches) == 6
+    # a search left undecided by its time limit is not kept
+    assert explore.check_many(props, FAMILY, replace(bounds, depth=5), 0)[0].status == \
+        "unknown"
+    explore.check_many(props, FAMILY, replace(bounds, depth=5), 0)
+    assert len(searches) == 8
+
+
 @pytest.mark.parametrize("name,params", symmetry_cases.CASES)
 def test_symmetry_reduction_changes_no_verdict_and_never_adds_states(name, params):
     prop = catalogue.get(name, **params)

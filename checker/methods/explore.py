@@ -31,6 +31,7 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING
 
+from checker.methods import exploration_memo
 from checker.methods.minimize import group_fields
 from checker.methods.symbolic import Bounds, Family, longest_prompt
 from model.core.engine import EngineModel, ReferenceScheduler
@@ -476,7 +477,7 @@ def family_members(family: Family) -> list[object]:
 def check(prop: Property, family: Family, bounds: Bounds, timeout_s: float,
           symmetric: bool = True, keep_graph: bool = False) -> ExploreResult:
     """Explore to `bounds.depth` for a violation of `prop` (see the module docstring)."""
-    if not family.ranges:
+    if keep_graph and not family.ranges:
         return Explorer((prop,), family, bounds, timeout_s, symmetric, keep_graph).run()
     return check_many((prop,), family, bounds, timeout_s, symmetric)[0]
 
@@ -485,15 +486,23 @@ def check_many(props: Sequence[Property], family: Family, bounds: Bounds, timeou
                symmetric: bool = True) -> tuple[ExploreResult, ...]:
     """Several step properties in one exploration (or one property of any kind). A ranged
     family is explored config by config (at most MAX_FAMILY_CONFIGS of them); a property's
-    result is its shortest, then least, violation over all of them."""
+    result is its shortest, then least, violation over all of them. With
+    BATCHPROOF_EXPLORE_MEMO=1, a search made before by the same sources is read back
+    (checker/methods/exploration_memo.py)."""
+    kept = exploration_memo.recalled(props, family, bounds, symmetric)
+    if kept is not None:
+        return kept
     if not family.ranges:
-        return Explorer(props, family, bounds, timeout_s, symmetric).run_all()
+        results = Explorer(props, family, bounds, timeout_s, symmetric).run_all()
+    else:
+        def explore_member(single: Family, deadline: float) -> tuple[ExploreResult, ...]:
+            return Explorer(props, single, bounds, deadline - time.monotonic(),
+                            symmetric).run_all()
 
-    def explore_member(single: Family, deadline: float) -> tuple[ExploreResult, ...]:
-        return Explorer(props, single, bounds, deadline - time.monotonic(),
-                        symmetric).run_all()
-
-    return explore_family(props, family, bounds, timeout_s, explore_member, _workload_key)
+        results = explore_family(props, family, bounds, timeout_s, explore_member,
+                                 _workload_key)
+    exploration_memo.keep(props, results, family, bounds, symmetric)
+    return results
 
 
 def explore_family(props: Sequence[Property], family: Family, bounds: Bounds,
