@@ -66,8 +66,11 @@ def keep(props: Sequence[Property], results: tuple[Any, ...], *question: object)
     path = _path(props, *question)
     if path is None or any(r.status == "unknown" for r in results):
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.part")
-    with partial.open("wb") as f:
-        pickle.dump(results, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(partial, path)  # whole or not at all, for a reader in another process
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with partial.open("wb") as f:
+            pickle.dump(results, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(partial, path)  # whole or not at all, for a reader in another process
+    except OSError:
+        return  # as the proof store: a memo that cannot be written only costs a search
