@@ -1045,6 +1045,72 @@ def test_the_parting_data_is_the_installed_releases():
 
 @needs_vllm
 @pytest.mark.conformance
+@pytest.mark.parametrize(("mode", "seed", "rounds"), [("off", 3, 4), ("prefix", 8, 9),
+                                                      ("spec", 5, 10)])
+def test_the_reference_trace_drops_refused_choices_untraced_and_traces_once(
+        mode, seed, rounds, monkeypatch):
+    """trace_reference drops the choices the reference refuses on untraced runs and
+    traces only the workload they leave: its trace is the one tracing every round gives
+    (the loop it replaced, here as the oracle), and the tracer runs once."""
+    import functools
+
+    import vllm
+
+    from checker.conformance import parting
+    from checker.conformance.modes import MODES
+    from model.vllm import reference
+
+    sources = parting.engine_sources(str(Path(vllm.__file__).parent))
+    workload = MODES[mode].generate(seed, 30)
+    simulated: list[Workload] = []
+
+    def counted(w: Workload) -> object:
+        simulated.append(w)
+        return reference.simulate(w)
+
+    left = parting.without_refused_choices(workload, counted)
+    assert len(simulated) == rounds and left != workload  # the pick has refusals
+
+    cites = parting.reference_cites(sources)
+    path = str(parting._reference_path())
+    owner, _ = parting.statements(parting.source(parting._reference_path())[1])
+
+    def visit(line: int) -> parting.Visit | None:
+        point = cites.get(owner.get(line, line))
+        return parting.Visit(point) if point is not None else None
+
+    def every_round_traced(w: Workload) -> list[list[parting.Visit]]:
+        choices = len(w.eos) + len(w.accepted) + len(w.drafts)
+        for _ in range(choices + 1):
+            tracer = parting._StepTracer({path: visit}, path, frozenset({"step"}), "step")
+            try:
+                tracer.run(functools.partial(reference.simulate, w))
+            except Exception as exc:  # noqa: BLE001
+                refused = parting.refused_choice(f"{type(exc).__name__}: {exc}")
+                smaller = parting.without_choice(w, refused) if refused else None
+                if smaller is not None:
+                    w = smaller
+                    continue
+                return tracer.steps[:-1]
+            return tracer.steps
+        return tracer.steps[:-1]
+
+    traced = []
+    run = parting._StepTracer.run
+
+    def counting(self: parting._StepTracer, body: Callable[[], object]) -> object:
+        traced.append(body)
+        return run(self, body)
+
+    monkeypatch.setattr(parting._StepTracer, "run", counting)
+    got = parting.trace_reference(workload, sources)
+    assert len(traced) == 1
+    monkeypatch.undo()
+    assert got == every_round_traced(workload) and got
+
+
+@needs_vllm
+@pytest.mark.conformance
 @pytest.mark.slow
 def test_the_reliable_anchors_are_what_a_calibration_finds():
     import vllm

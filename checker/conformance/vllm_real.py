@@ -138,7 +138,9 @@ scheduler's `defer_block_free` as two batches in flight would (scheduler.py:186-
 
 from __future__ import annotations
 
+import copy
 import functools
+import importlib.metadata
 import json
 import logging
 import math
@@ -217,6 +219,8 @@ def _vllm() -> SimpleNamespace:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    # vLLM's own caches in a folder per release (0.27.1's model files evict 0.32.0's)
+    _cache_root_per_release()
     import torch
     import vllm
 
@@ -254,6 +258,8 @@ def _vllm() -> SimpleNamespace:
     from vllm.v1.structured_output import StructuredOutputManager
 
     init_none_hash(sha256)
+    # the stub's Hugging Face config parsed once (a deep copy for each ModelConfig)
+    _memoize_stub_hf_config(importlib.import_module("vllm.config.model"))
     return SimpleNamespace(
         version=vllm.__version__.split("+")[0], torch=torch, CacheConfig=CacheConfig,
         ModelConfig=ModelConfig, ParallelConfig=ParallelConfig,
@@ -274,20 +280,14 @@ def _vllm() -> SimpleNamespace:
 @functools.cache
 def _stub_model_dir() -> str:
     """A directory holding only the stub config.json (kept for the process's lifetime)."""
-    path = tempfile.mkdtemp(prefix="batchproof-vllm-stub-")
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(_STUB_MODEL_CONFIG, f)
-    return path
+    return _write_stub("batchproof-vllm-stub-")
 
 
 @functools.cache
 def _eagle_stub_dir() -> str:
     """The stub config.json again, in a directory whose path contains "eagle-": that is how
     SpeculativeConfig tells an EAGLE draft model from others offline (notes, A5)."""
-    path = tempfile.mkdtemp(prefix="batchproof-eagle-stub-")
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(_STUB_MODEL_CONFIG, f)
-    return path
+    return _write_stub("batchproof-eagle-stub-")
 
 
 #: The speculative methods the harness builds offline, and the draft model each is given
@@ -1371,3 +1371,103 @@ def _crash_record(step: int, assertion: str, sched: Any, zero: Any = None) -> St
                       preempted=(), finished=(),
                       free_blocks=sched.kv_cache_manager.block_pool.get_num_free_blocks(),
                       num_computed_tokens=(), extra=(("assertion", assertion),))
+
+
+#: The stub directories written by this process (`_stub_model_dir`, `_eagle_stub_dir`):
+#: written once, never changed, so the Hugging Face config read from one is always the same.
+_STUB_DIRS: set[str] = set()
+
+
+def _write_stub(prefix: str) -> str:
+    path = tempfile.mkdtemp(prefix=prefix)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(_STUB_MODEL_CONFIG, f)
+    _STUB_DIRS.add(path)
+    return path
+
+
+#: Set beside VLLM_CACHE_ROOT when `_cache_root_per_release` chose it, so that a process
+#: started from this one (an audit of another release's overlay) chooses its own.
+_CACHE_ROOT_CHOSEN = "BATCHPROOF_VLLM_CACHE_ROOT"
+
+
+def _cache_root_per_release() -> None:
+    """Give each vLLM release its own VLLM_CACHE_ROOT (`<vLLM's default root>/batchproof-
+    <release>`), unless the user set one, before vLLM is imported.
+
+    vLLM keeps what it learns by importing a model class in VLLM_CACHE_ROOT/modelinfos,
+    one file per class holding the hash of the class's source file; a hash that differs is
+    a miss, paid by importing the class in a subprocess (about 6.5 s of CPU), which then
+    overwrites the file (model_executor/models/registry.py:994-1088). 0.27.1's llama.py,
+    llama_eagle.py and llama_eagle3.py differ from 0.30.0's and 0.32.0's, so processes of
+    those releases that share a root (CI's steps 7 and 8 run them side by side) undo each
+    other's entries and keep paying; with a root per release each pays once. The cache
+    stays vLLM's own (entries checked against the source's hash), so what is read is the
+    same as what a miss computes. The release is the vllm distribution's version on
+    sys.path, as `importlib.metadata` finds it first (an overlay's own dist-info)."""
+    chosen = os.environ.get(_CACHE_ROOT_CHOSEN)
+    current = os.environ.get("VLLM_CACHE_ROOT")
+    if current is not None and current != chosen:
+        return  # the user's
+    try:
+        release = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    # vLLM's default root (envs.py:712-717, get_default_cache_root at 338-342)
+    base = os.path.join(os.environ.get("XDG_CACHE_HOME")
+                        or os.path.join(os.path.expanduser("~"), ".cache"), "vllm")
+    root = os.path.join(base, f"batchproof-{release}")
+    os.environ["VLLM_CACHE_ROOT"] = os.environ[_CACHE_ROOT_CHOSEN] = root
+
+
+def _memoize_stub_hf_config(model_module: Any) -> None:
+    """Make `model_module.get_config` (the function `ModelConfig.__post_init__` reads the
+    model's Hugging Face config with, vllm/config/model.py:669 in 0.32.0) parse each stub's
+    config.json once per process: every later call with the same arguments gets a deep
+    copy of the first answer, taken before its caller could change it, so no ModelConfig
+    shares or sees another's config object. Calls for any other model pass through.
+
+    Every workload builds a VllmConfig (its scheduler settings are its own), and with it one
+    ModelConfig, two with a draft model; the parse was about half of building one (1.4 of
+    2.9 ms; transformers formats the whole config for an info log, configuration_utils.py
+    :963, whatever the level), a third of a conformance mode's CPU with the rest of the
+    VllmConfig."""
+    original = model_module.get_config
+    if getattr(original, "batchproof_memo", None) is not None:
+        return  # already wrapped in this process
+    memo: dict[Any, Any] = {}
+
+    def get_config(model: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(model) not in _STUB_DIRS:
+            return original(model, *args, **kwargs)
+        try:
+            key = _plain((str(model), args, kwargs))
+        except TypeError:  # an argument other than plain data: no memo
+            return original(model, *args, **kwargs)
+        if key not in memo:
+            config = original(model, *args, **kwargs)
+            memo[key] = copy.deepcopy(config)
+            return config
+        return copy.deepcopy(memo[key])
+
+    get_config.batchproof_memo = memo  # type: ignore[attr-defined]
+    model_module.get_config = get_config
+
+
+def _plain(value: Any) -> Any:
+    """`value` as a key, when it is plain data (None, bool, int, float, str, and tuples,
+    lists and dicts of them) or a module-level function, which is its own key (a draft
+    model's ModelConfig passes SpeculativeConfig.hf_config_override, a staticmethod that
+    reads only the config it rewrites, vllm/config/speculative.py:661); TypeError
+    otherwise (a closure, a bound method, any other object)."""
+    import inspect
+
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return (type(value).__name__, value)
+    if inspect.isfunction(value) and "<locals>" not in value.__qualname__:
+        return ("function", value.__module__, value.__qualname__, value)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_plain(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((_plain(k), _plain(v)) for k, v in value.items())))
+    raise TypeError(f"not plain data: {type(value).__name__}")
