@@ -73,7 +73,6 @@ from checker.runner import pool
 from checker.runner.stops import Stopped
 from checker.show import itf
 from checker.show import text as render
-from checker.show.graph import export_graph
 from checker.show.progress import Progress
 from model import registry as engines
 from model.core.errors import ConfigError, InputError
@@ -757,6 +756,9 @@ def run(args: argparse.Namespace) -> int:
     if any(e is None for e, _, _, _ in rows):
         _check_out_dir(out_dir)
     if args.dot or args.graphml:
+        # Imported here: it brings in networkx (0.06 s), which no other check needs.
+        from checker.show.graph import export_graph
+
         return export_graph(args, rows)
     note = _not_validated(rows)
     methods = ("bmc", "explore") if args.method == "both" else (args.method,)
