@@ -18,9 +18,7 @@ workloads, configs and stats come back equal, not re-parsed).
 from __future__ import annotations
 
 import os
-import pickle
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from checker.methods import proof_cache
@@ -36,41 +34,25 @@ def _prop_key(prop: Property) -> tuple[object, ...]:
             prop.holds.__qualname__)
 
 
-def _path(props: Sequence[Property], *question: object) -> Path | None:
-    """Where the search of `props` on `question` is kept, or None when the memo is off."""
+def _name(props: Sequence[Property], *question: object) -> str | None:
+    """The store's name for the search of `props` on `question`, or None when the memo is
+    off."""
     if os.environ.get(ENV) != "1":
         return None
-    where = proof_cache.cache_dir()
-    if where is None:
-        return None
-    name = proof_cache.key("exploration", tuple(_prop_key(p) for p in props), *question)
-    return where / f"{name}.pickle"
+    return proof_cache.key("exploration", tuple(_prop_key(p) for p in props), *question)
 
 
 def recalled(props: Sequence[Property], *question: object) -> tuple[Any, ...] | None:
     """The kept results of this search (`question`: the family, bounds and options the
     results depend on), or None."""
-    path = _path(props, *question)
-    if path is None or not path.is_file():
-        return None
-    try:
-        with path.open("rb") as f:
-            results = pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
-        return None  # unreadable: search again
+    name = _name(props, *question)
+    results = proof_cache.load_object(name) if name is not None else None
     return results if isinstance(results, tuple) and len(results) == len(props) else None
 
 
 def keep(props: Sequence[Property], results: tuple[Any, ...], *question: object) -> None:
-    """Keep `results` of this search when every one is decided (not "unknown")."""
-    path = _path(props, *question)
-    if path is None or any(r.status == "unknown" for r in results):
-        return
-    partial = path.with_suffix(f".{os.getpid()}.part")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with partial.open("wb") as f:
-            pickle.dump(results, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(partial, path)  # whole or not at all, for a reader in another process
-    except OSError:
-        return  # as the proof store: a memo that cannot be written only costs a search
+    """Keep `results` of this search when every one is decided (not "unknown"); a memo
+    that cannot be written only costs a search, as a proof store's does."""
+    name = _name(props, *question)
+    if name is not None and all(r.status != "unknown" for r in results):
+        proof_cache.store_object(name, results)

@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pickle
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -88,14 +89,37 @@ def load(name: str) -> dict[str, Any] | None:
 def store(name: str, value: dict[str, Any]) -> None:
     """Keep `value` under `name`; a cache that cannot be written is skipped silently (the
     proof stands; only the next run pays it again)."""
+    _write(f"{name}.json", json.dumps(value, sort_keys=True).encode())
+
+
+def load_object(name: str) -> Any:
+    """What `store_object` kept under `name`, or None (not stored, unreadable, or off)."""
+    where = cache_dir()
+    if where is None:
+        return None
+    try:
+        return pickle.loads((where / f"{name}.pickle").read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return None
+
+
+def store_object(name: str, value: Any) -> None:
+    """Keep `value` (pickled: a result whose dataclasses must come back equal, not
+    re-parsed) under `name`, skipped silently as `store` is."""
+    _write(f"{name}.pickle", pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _write(file_name: str, data: bytes) -> None:
+    """Write `data` to the store's `file_name` whole or not at all (parallel workers may
+    race), or not at all when the store is off or cannot be written."""
     where = cache_dir()
     if where is None:
         return
     try:
         where.mkdir(parents=True, exist_ok=True)
-        partial = where / f".{name}.{os.getpid()}.tmp"
-        partial.write_text(json.dumps(value, sort_keys=True))
-        partial.replace(where / f"{name}.json")  # atomic: parallel workers may race
+        partial = where / f".{file_name}.{os.getpid()}.tmp"
+        partial.write_bytes(data)
+        partial.replace(where / file_name)
     except OSError:
         return
 
