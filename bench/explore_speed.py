@@ -115,7 +115,7 @@ def array_case(n: int, props: list[list[Any]], symmetric: bool, retire: bool,
     first = results[0]
     return {"states": first.stats.states, "transitions": first.stats.transitions,
             "seconds": seconds, "proof_s": proofs, "verdict": ", ".join(verdicts),
-            "depth": first.stats.depth_reached}
+            "depth": first.stats.depth_reached, "kinds": first.stats.kinds}
 
 
 def reference_case(n: int, depth: int, props: list[list[Any]], cap: float) -> dict[str, Any]:
@@ -181,8 +181,10 @@ def _case_main(kind: str, args: dict[str, Any]) -> None:
     print(json.dumps(result))
 
 
-def _spin(n: int, starve: int, retire: bool, cap: float, memlim: int) -> dict[str, Any]:
-    r = spin.measure(n, starve=starve, timeout_s=cap, memlim_mb=memlim, retire=retire)
+def _spin(n: int, starve: int, retire: bool, cap: float, memlim: int,
+          twins: bool = False) -> dict[str, Any]:
+    r = spin.measure(n, starve=starve, timeout_s=cap, memlim_mb=memlim, retire=retire,
+                     twins=twins)
     if r.errors > 0:
         verdict = "violated"
     elif r.complete:
@@ -275,10 +277,12 @@ def main() -> None:
         cap = args.cap if n < 5 or args.big_cap is None else args.big_cap
         s_full = _spin(n, 0, False, cap, args.memlim)
         s_ret = _spin(n, 0, True, cap, args.memlim)
+        s_twins = _spin(n, 0, True, cap, args.memlim, twins=True)
         a = _subprocess("array", {"n": n, "props": safety, "symmetric": True, "retire": True,
                                   "cap": cap, "memlim_mb": args.memlim}, cap)
-        rows["safety"].append((f"N={n}", {"full": s_full, "retire": s_ret}, a))
-        log(f"N={n}", s_full, s_ret, a)
+        rows["safety"].append((f"N={n}", {"full": s_full, "retire": s_ret, "twins": s_twins},
+                               a))
+        log(f"N={n}", s_full, s_ret, s_twins, a)
     for k in (5, 6):
         s_full = _spin(3, k, False, args.cap, args.memlim)
         s_ret = _spin(3, k, True, args.cap, args.memlim)
@@ -343,15 +347,16 @@ def _array_cells(a: dict[str, Any]) -> tuple[str, ...]:
             _fmt(a.get("peak_mb"), 0))
 
 
-def _safety_cells(label: object, f: dict[str, Any], r: dict[str, Any],
+def _safety_cells(label: object, f: dict[str, Any], r: dict[str, Any], t: dict[str, Any],
                   a: dict[str, Any]) -> tuple[object, ...]:
-    """A safety row: SPIN in full (`f`), SPIN with RETIRE (`r`), the array explorer (`a`)."""
-    spin_cells = [cell for run in (f, r)
-                  for cell in (f"{_fmt(run.get('states'))} ({run.get('verdict')})",
+    """A safety row: SPIN in full (`f`), with RETIRE (`r`), with RETIRE on the twins only
+    (`t`), the array explorer (`a`)."""
+    spin_cells = [cell for run in (f, r, t)
+                  for cell in (f"{_fmt(run.get('states'))} ({run.get('verdict', '-')})",
                                _fmt(run.get("seconds")), _fmt(run.get("peak_mb"), 0))]
-    return (label, *spin_cells, *_array_cells(a),
+    return (label, *spin_cells, _fmt(a.get("kinds")), *_array_cells(a),
             f"{a.get('verdict')} ({'depth' if _done(a) else 'layers finished:'} "
-            f"{a.get('depth')})", _ratio(f, a), _ratio(r, a))
+            f"{a.get('depth')})", _ratio(f, a), _ratio(r, a), _ratio(t, a))
 
 
 def _starve_cells(label: object, f: dict[str, Any], r: dict[str, Any],
@@ -384,10 +389,12 @@ def render(rows: dict[str, Any], meta: dict[str, Any]) -> str:
                    for label, s, a in rows["cross"]))
     out += ["", *_table("### Exhaustive safety (arrivals in steps 1..3)",
                         ("N", "SPIN states", "SPIN s", "SPIN MB", "SPIN (RETIRE) states",
-                         "SPIN (RETIRE) s", "SPIN (RETIRE) MB", "array states", "array s",
-                         "array z3 s", "array MB", "array verdict", "time SPIN / array",
-                         "time SPIN (RETIRE) / array"),
-                        (_safety_cells(label, s["full"], s["retire"], a)
+                         "SPIN (RETIRE) s", "SPIN (RETIRE) MB", "SPIN (RETIRE, twins) states",
+                         "SPIN (RETIRE, twins) s", "SPIN (RETIRE, twins) MB", "array kinds",
+                         "array states", "array s", "array z3 s", "array MB", "array verdict",
+                         "time SPIN / array", "time SPIN (RETIRE) / array",
+                         "time SPIN (RETIRE, twins) / array"),
+                        (_safety_cells(label, s["full"], s["retire"], s.get("twins", {}), a)
                          for label, s, a in rows["safety"]))]
     out += ["", *_table("### Starvation at N = 3 (a request waits k steps in a row with 0 "
                         "tokens)",

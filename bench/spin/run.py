@@ -22,7 +22,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 MODEL = Path(__file__).with_name("vllm_v1.pml")
@@ -49,20 +49,23 @@ class SpinRun:
     complete: bool
     note: str
     flags: str
+    twins: bool = False  # only the largest max_tokens (MTMIN = MTMAX)
 
 
 def build(n: int, starve: int = 0, asserts: bool = True,
           flags: tuple[str, ...] = COMPRESSION, memlim_mb: int = 8192,
-          workdir: Path | None = None, retire: bool = False) -> Path:
+          workdir: Path | None = None, retire: bool = False, twins: bool = False) -> Path:
     """pan for N requests (and the starvation bound `starve`, 0 for none); `retire`: a
-    finished request's slot forgets it (RETIRE in the model)."""
+    finished request's slot forgets it (RETIRE in the model); `twins`: requests of the
+    largest max_tokens only (MTMIN = MTMAX: the array explorer's proved reduction,
+    checker/methods/array/kinds.py, made here by hand)."""
     for tool in ("spin", "cc"):
         if shutil.which(tool) is None:
             raise RuntimeError(f"{tool} not found: apt-get install -y spin gcc")
     work = workdir or Path(tempfile.mkdtemp(prefix="batchproof-spin-"))
     shutil.copy(MODEL, work / MODEL.name)
     defines = {**SETTING, "N": n, "STARVE": starve, "SAFETY_ASSERTS": int(asserts),
-               "RETIRE": int(retire)}
+               "RETIRE": int(retire), "MTMIN": SETTING["MTMAX"] if twins else 1}
     subprocess.run(["spin", "-a", *(f"-D{k}={v}" for k, v in defines.items()), MODEL.name],
                    cwd=work, check=True, capture_output=True)
     subprocess.run(["cc", "-O2", "-DSAFETY", "-DNOREDUCE", f"-DMEMLIM={memlim_mb}", *flags,
@@ -135,11 +138,13 @@ def parse(out: str, n: int, starve: int, seconds: float, peak_kb: float, timed_o
 
 
 def measure(n: int, starve: int = 0, timeout_s: float = 3600, memlim_mb: int = 8192,
-            flags: tuple[str, ...] = COMPRESSION, retire: bool = False) -> SpinRun:
+            flags: tuple[str, ...] = COMPRESSION, retire: bool = False,
+            twins: bool = False) -> SpinRun:
     """Build and run in a fresh process, so that peak memory is this run's alone."""
     cmd = ["python3", str(Path(__file__).resolve()), "--n", str(n), "--starve", str(starve),
            "--timeout", str(timeout_s), "--memlim", str(memlim_mb), "--json",
-           f"--flags={' '.join(flags)}", *(["--retire"] if retire else [])]
+           f"--flags={' '.join(flags)}", *(["--retire"] if retire else []),
+           *(["--twins"] if twins else [])]
     done = subprocess.run(cmd, capture_output=True, text=True, check=True,
                           env={**os.environ})
     return SpinRun(**json.loads(done.stdout.strip().splitlines()[-1]))
@@ -154,15 +159,18 @@ def main() -> None:
     p.add_argument("--memlim", type=int, default=8192, help="pan's memory limit, MB")
     p.add_argument("--flags", default=" ".join(COMPRESSION))
     p.add_argument("--retire", action="store_true", help="finished slots forget requests")
+    p.add_argument("--twins", action="store_true",
+                   help="requests of the largest max_tokens only (MTMIN = MTMAX)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     flags = tuple(args.flags.split())
     work = Path(tempfile.mkdtemp(prefix="batchproof-spin-"))
     try:
         pan = build(args.n, args.starve, asserts=args.starve == 0, flags=flags,
-                    memlim_mb=args.memlim, workdir=work, retire=args.retire)
-        result = run(pan, args.n, args.starve, args.timeout, flags=flags,
-                     retire=args.retire)
+                    memlim_mb=args.memlim, workdir=work, retire=args.retire,
+                    twins=args.twins)
+        result = replace(run(pan, args.n, args.starve, args.timeout, flags=flags,
+                             retire=args.retire), twins=args.twins)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:

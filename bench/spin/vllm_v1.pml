@@ -50,6 +50,9 @@
 #ifndef MTMAX
 #define MTMAX 4
 #endif
+#ifndef MTMIN
+#define MTMIN 1           /* MTMIN = MTMAX: only the largest max_tokens (bench/spin/run.py --twins) */
+#endif
 #ifndef ARR
 #define ARR 3             /* requests arrive only before steps 1..ARR */
 #endif
@@ -253,7 +256,7 @@ active proctype scheduler() {
           do
           :: narr < N ->
              select(x : 1 .. PMAX); pl[narr] = x;
-             select(x : 1 .. MTMAX); mt[narr] = x;
+             select(x : MTMIN .. MTMAX); mt[narr] = x;
              st[narr] = WAITING; wq[nwait] = narr; nwait++; narr++
           :: break
           od

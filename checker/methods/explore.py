@@ -86,6 +86,8 @@ class ExploreStats:
     depth_reached: int
     seconds: float
     kinds: int
+    # A reduction of the menu the search made (empty: none), for the verdict's detail.
+    note: str = ""
 
     @property
     def states_per_second(self) -> float:

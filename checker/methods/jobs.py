@@ -326,7 +326,8 @@ def explored(job: Job, result: explore.ExploreResult) -> JobResult:
     """The JobResult of an exploration: its verdict, and a violation's replay."""
     stats = result.stats
     detail = (f"{stats.states} states, {stats.transitions} transitions, "
-              f"{stats.states_per_second:.0f} states/s, {stats.kinds} request kinds")
+              f"{stats.states_per_second:.0f} states/s, {stats.kinds} request kinds"
+              + (f" ({stats.note})" if stats.note else ""))
 
     def verdict(v: str, why: str) -> Verdict:
         return Verdict(job.engine, job.property, job.config.name, "explore", v, result.depth,

@@ -9,7 +9,10 @@ ordered sequences: their order is the FCFS queue order (model/core/rule_parts.py
 `arrive_at_tail` gives them tail keys in slot order) and the PRIORITY tie-break
 (arrival_time), so two orders of the same kinds are different states, and no reduction to
 multisets is sound for these rules. Symmetry reduction applies after the step instead,
-where z3 proved it sound (checker/methods/array/analysis.py).
+where z3 proved it sound (checker/methods/array/analysis.py). Where z3 proves that a
+request's max_tokens steers nothing but its stop by length (checker/methods/array/kinds.py),
+`check_many` starts requests of the menu's largest max_tokens only (their twins), which may
+stop by EOS wherever a smaller one stops by length.
 
 A state is a row of small ints: the rule state's leaves, each arrived request's kind, how
 many requests arrived, and the observables of the last steps a property reads
@@ -36,6 +39,11 @@ from model.core.array_ops import numpy_module
 
 numpy_module()  # one line naming the extra to install, before any numpy import below
 
+from checker.methods.array.kinds import (  # noqa: E402
+    MAX_TOKENS_READS,
+    max_tokens_merged,
+    max_tokens_twins,
+)
 from checker.methods.array.search import Options, Outcome, Search, Witness  # noqa: E402
 from checker.methods.explore import (  # noqa: E402
     ExploreResult,
@@ -46,8 +54,10 @@ from checker.methods.explore import (  # noqa: E402
 )
 from checker.methods.symbolic import Bounds, Family  # noqa: E402
 from model import registry as engines  # noqa: E402, F401  (tests patch ax.engines.get)
+from model.core.engine import EngineModel  # noqa: E402
 from model.core.types import EosEvent, Workload  # noqa: E402
 from properties.catalogue import Property  # noqa: E402
+from properties.reads import merged, reads  # noqa: E402
 
 __all__ = ["Options", "check", "check_many", "options_for", "supports", "unsupported",
            "workload_of"]
@@ -191,12 +201,22 @@ def _one(props: Sequence[Property], family: Family, bounds: Bounds, deadline: fl
     kinds = menu(bounds, rule_cfg)
     start = time.monotonic()
 
-    def search(ps: Sequence[Property], depth: int, o: Options) -> Outcome:
-        return Search(engine, rule_cfg, ps, kinds, bounds.slots, depth, o, deadline).run()
+    twins = _twins(props, engine, rule_cfg, kinds, bounds.slots, opts)
+
+    def search(ps: Sequence[Property], depth: int, o: Options,
+               among: Sequence[Kind] = kinds) -> Outcome:
+        return Search(engine, rule_cfg, ps, among, bounds.slots, depth, o, deadline).run()
 
     def stats(out: Outcome) -> ExploreStats:
+        if twins is None:
+            return ExploreStats(out.states, out.transitions, out.depth_reached,
+                                time.monotonic() - start, len(kinds))
         return ExploreStats(out.states, out.transitions, out.depth_reached,
-                            time.monotonic() - start, len(kinds))
+                            time.monotonic() - start, len(twins),
+                            f"of {len(kinds)} in the menu: a request of a smaller "
+                            "max_tokens is searched as its twin of the largest, which may "
+                            "stop by EOS wherever it stops by length (proved, "
+                            "checker/methods/array/kinds.py)")
 
     if props and props[0].kind == "lasso":
         out = search(props, bounds.depth, replace(opts, least=True, keep_edges=True,
@@ -212,10 +232,16 @@ def _one(props: Sequence[Property], family: Family, bounds: Bounds, deadline: fl
                               workload_of(family, kinds, w, depth), loop),)
     # Paths (with each state's least run) are kept while the space is small, so that a
     # violation found there needs no second search for its least run.
-    first = search(props, bounds.depth, replace(opts, least=True, paths_until=PATHS_UNTIL))
+    if twins is None:
+        first = search(props, bounds.depth, replace(opts, least=True, paths_until=PATHS_UNTIL))
+    else:
+        # The twins' runs are not the least ones (those prefer a small max_tokens to an
+        # EOS): a violation is searched again on the whole menu, to its depth, which the
+        # simulation keeps (kinds.py).
+        first = search(props, bounds.depth, opts, twins)
     results: list[ExploreResult | None] = [None] * len(props)
     for i, (d, w) in first.violated.items():
-        if d <= first.paths_depth:
+        if twins is None and d <= first.paths_depth:
             results[i] = ExploreResult("violated", d, stats(first),
                                        workload_of(family, kinds, w, d))
     violated = sorted(i for i in first.violated if results[i] is None)
@@ -241,6 +267,23 @@ def _one(props: Sequence[Property], family: Family, bounds: Bounds, deadline: fl
                 results[i] = ExploreResult("unknown", first.depth_reached, stats(first),
                                            reason=first.reason)
     return tuple(r for r in results if r is not None)
+
+
+def _twins(props: Sequence[Property], engine: EngineModel, rule_cfg: object,
+           kinds: Sequence[Kind], slots: int, opts: Options) -> list[Kind] | None:
+    """The kinds a search of `props` may start requests of instead of the whole menu
+    (the largest max_tokens, checker/methods/array/kinds.py), or None: the option is off,
+    no request samples EOS, a property is a lasso (it reads whether a request's whole
+    sequence fits) or reads max_tokens or finished_stop, or z3 did not prove it."""
+    if not opts.merge_max_tokens or opts.no_eos or any(p.kind == "lasso" for p in props):
+        return None
+    twins = max_tokens_twins(kinds)
+    if twins is None:
+        return None
+    read = merged([reads(p, rule_cfg, slots) for p in props]).all_slot_fields()
+    if read & MAX_TOKENS_READS or not max_tokens_merged(engine, rule_cfg, slots):
+        return None
+    return twins
 
 
 def _lasso(out: Outcome, depth: int, num_kinds: int, slots: int

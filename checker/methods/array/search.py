@@ -70,6 +70,10 @@ class Options:
     # None: keep paths to the end.
     paths_until: int | None = None
     no_eos: bool = False  # no request samples EOS (Bounds.no_eos)
+    # check_many: start requests of the menu's largest max_tokens only, where z3 proves
+    # that they do what the others do (checker/methods/array/kinds.py; off to compare
+    # state counts with the reference explorer).
+    merge_max_tokens: bool = True
 
 
 @dataclass(frozen=True, slots=True)
