@@ -38,8 +38,9 @@ from typing import Any
 
 import z3
 
+import checker.methods.array.analysis as analysis
+import checker.methods.array.pool as pool
 from checker.methods import proof_cache
-from checker.methods.array import analysis, pool
 from checker.methods.array.analysis import PROOF_SLOTS
 from checker.methods.array.layout import leaves_of
 from checker.methods.explore import Kind
