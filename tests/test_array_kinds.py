@@ -62,6 +62,8 @@ def test_twins_of_a_menu():
     assert kinds.max_tokens_twins(twins) is None  # nothing to leave out
     assert kinds.max_tokens_twins([k for k in whole if k.prompt_len != 2 or k.max_tokens < 3]
                                   ) is None  # a kind without its twin
+    assert kinds.max_tokens_twins([k for k in whole if k.max_tokens != 2]
+                                  ) is None  # a max_tokens a run may lower to is missing
 
 
 def test_the_proof_holds_for_the_synchronous_scheduler_only():

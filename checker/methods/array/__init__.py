@@ -237,7 +237,7 @@ def _one(props: Sequence[Property], family: Family, bounds: Bounds, deadline: fl
     else:
         # The twins' runs are not the least ones (those prefer a small max_tokens to an
         # EOS): a violation is searched again on the whole menu, to its depth, which the
-        # simulation keeps (kinds.py).
+        # simulation keeps, and without EOS, where the least run is (kinds.py).
         first = search(props, bounds.depth, opts, twins)
     results: list[ExploreResult | None] = [None] * len(props)
     for i, (d, w) in first.violated.items():
@@ -247,7 +247,8 @@ def _one(props: Sequence[Property], family: Family, bounds: Bounds, deadline: fl
     violated = sorted(i for i in first.violated if results[i] is None)
     if violated:
         depth = max(first.violated[i][0] for i in violated)
-        least = search([props[i] for i in violated], depth, replace(opts, least=True))
+        least = search([props[i] for i in violated], depth,
+                       replace(opts, least=True, no_eos=opts.no_eos or twins is not None))
         for k, i in enumerate(violated):
             if k not in least.violated:
                 raise AssertionError(f"{props[i].name}: the least search found no violation "

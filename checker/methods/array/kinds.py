@@ -9,8 +9,16 @@ for a property that reads neither, the menu's kinds with a smaller `max_tokens` 
 state the search does not reach from their largest-`max_tokens` twins, up to those two
 reports, and no verdict; the search may start requests of the twins only. That is a
 simulation between the two spaces, step for step, so a violation is found at the same
-depth in both (the caller searches the full menu again to that depth for the least
-counterexample, which prefers small `max_tokens` and no EOS).
+depth in both.
+
+The least counterexample (checker/methods/minimize.py's order: fewest requests, then per
+request arrival step, prompt_len, max_tokens, ..., then EOS choices) samples no EOS: read
+backwards, the same fact lowers any violating run to one where each request's max_tokens
+is the number of outputs it stopped at (by EOS or by length), or one more than it had at
+the end if it did not stop, and no EOS at all. That run has the same observables but those
+two reports, so it violates at the same depth, and it is no greater in the order (every
+max_tokens no larger, no EOS bit). So the caller searches the whole menu again to the
+depth of the violation without EOS, for the least counterexample.
 
 The fact, for every state (no invariant assumed), every request kind and EOS choice and
 every slot i (z3, at min(slots, PROOF_SLOTS) slots, like analysis.py's proofs: the rules
@@ -57,14 +65,16 @@ MAX_TOKENS_READS = frozenset({"max_tokens", "finished_stop"})
 
 
 def max_tokens_twins(kinds: Sequence[Kind]) -> list[Kind] | None:
-    """The kinds of `kinds` with its largest max_tokens, in menu order, when every kind's
-    twin (the same kind with that max_tokens) is among them and some kind has a smaller
-    one; else None (nothing to leave out)."""
+    """The kinds of `kinds` with its largest max_tokens M, in menu order, when the menu
+    holds each of them with every max_tokens 1..M and nothing else (so every kind has its
+    twin, and every run lowers to one of the menu, module docstring) and M > 1; else None
+    (nothing to leave out, or a menu the argument does not cover)."""
     if not kinds:
         return None
     top = max(k.max_tokens for k in kinds)
     twins = [k for k in kinds if k.max_tokens == top]
-    if len(twins) == len(kinds) or not {replace(k, max_tokens=top) for k in kinds} <= set(twins):
+    lowered = {replace(k, max_tokens=m) for k in twins for m in range(1, top + 1)}
+    if top <= 1 or lowered != set(kinds):
         return None
     return twins
 
