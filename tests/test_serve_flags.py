@@ -332,6 +332,6 @@ def test_one_parser_serves_every_call_in_a_process_and_keeps_nothing_between_the
     code, again, err = run(capsys, "simulate", GROUP_A)
     assert code == 0 and again == plain, err
     assert "model: Qwen/Qwen3-8B" not in again and "--port" not in again
-    parser = _shared_parser()
-    assert parser is _shared_parser()
+    parser = _shared_parser("simulate")
+    assert parser is _shared_parser("simulate")
     assert parser.parse_args(["simulate", GROUP_A]).__dict__[SERVE_DEST] == []

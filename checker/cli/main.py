@@ -10,6 +10,7 @@ import contextlib
 import functools
 import gc
 import importlib
+import importlib.util
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -65,13 +66,21 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with one subparser per available command."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with one subparser per available command. With `only` (a
+    command's name) only that command's module is imported and its arguments added; the
+    others are listed by name and help, as `batchproof --help` shows them (importing every
+    command's module, the audit's, the sweep's, the renderers', took about 60 ms of each
+    run's start-up)."""
     parser = _Parser(prog="batchproof", description=__doc__)
     parser.add_argument("--debug", action="store_true",
                         help="on an internal error, show the traceback instead of one line")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     for name, (module_name, help_text) in _COMMANDS.items():
+        if only is not None and name != only:
+            if importlib.util.find_spec(module_name) is not None:
+                sub.add_parser(name, help=help_text, description=help_text)
+            continue
         module = optional_module(module_name)
         if module is None:
             continue
@@ -80,14 +89,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @functools.cache
-def _shared_parser() -> argparse.ArgumentParser:
-    """`build_parser()`'s parser, built once per process and reused by every `main` call in
-    it. Building it is about 40 ms of CPU (some 1,900 `add_argument` calls: the vllm serve
-    vocabulary's hundreds of flags once per command, each call formatting its flag), 87 %
-    of an in-process call such as the fuzz survey's (46 ms each, 6 ms reused); parsing
-    leaves the parser as it was (every namespace is new, and the one mutable default, the
-    pasted `vllm serve` words, is copied before use: serve_args.py)."""
-    return build_parser()
+def _shared_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """`build_parser(command)`'s parser, built once per process (and command) and reused
+    by every `main` call in it. Building the whole parser is about 40 ms of CPU (some 1,900
+    `add_argument` calls: the vllm serve vocabulary's hundreds of flags once per command,
+    each call formatting its flag), 87 % of an in-process call such as the fuzz survey's
+    (46 ms each, 6 ms reused); parsing leaves the parser as it was (every namespace is new,
+    and the one mutable default, the pasted `vllm serve` words, is copied before use:
+    serve_args.py)."""
+    return build_parser(command)
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command `argv` names: its first word that is not an option, if a command."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in _COMMANDS else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -166,7 +182,7 @@ def vllm_spellings(argv: Sequence[str]) -> list[str]:
 
 
 def _run(argv: list[str]) -> int:
-    parser = _shared_parser()
+    parser = _shared_parser(_command_of(argv))
     args = parser.parse_args(vllm_spellings(argv))
     if args.command is None:
         parser.print_help()

@@ -14,12 +14,14 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from checker.methods.jobs import Job, JobResult, run_batch
 from checker.runner.stops import Stopped, ignore_stops, init_worker, stop_pool, stoppable
 from checker.show.progress import Progress
-from checker.sweep.executors import PoolHooks
+
+if TYPE_CHECKING:  # imported by the sweep alone (its executors: about 25 ms of start-up)
+    from checker.sweep.executors import PoolHooks
 
 T = TypeVar("T")
 
@@ -45,6 +47,8 @@ def new_pool(workers: int) -> ProcessPoolExecutor:
 
 def pool_hooks() -> PoolHooks:
     """The same worker start-up and ending for a sweep's own local pool."""
+    from checker.sweep.executors import PoolHooks
+
     return PoolHooks(stop=stop_pool, initializer=init_worker, initargs=(os.getpid(),))
 
 
