@@ -3,8 +3,11 @@ max_tokens searched as their twins of the largest, where z3 proves it."""
 
 from dataclasses import replace
 
+import hypothesis.strategies as st
 import pytest
 import symmetry_cases
+from example_counts import examples
+from hypothesis import given, settings
 
 from checker.methods import array as ax
 from checker.methods import proof_cache
@@ -90,3 +93,34 @@ def test_the_proof_fails_where_max_tokens_steers_anything_else():
     mutant = replace(engine, name="vllm-v1-max-tokens-mutant", step=step)
     with proof_cache.disabled():
         assert not kinds.max_tokens_merged(mutant, engine.rule_config(TINY), 3)
+
+
+PROPERTIES = [("budget_respected", {}), ("kv_blocks_conserved", {}), ("starvation", {"k": 2}),
+              ("starvation", {"k": 3}), ("head_of_line", {"k": 2}),
+              ("preemption_storm", {"m": 0}), ("running_before_waiting", {})]
+
+
+@st.composite
+def questions(draw):
+    """A small vLLM V1 config, bounds with EOS and a property the twins apply to."""
+    cfg = Config(max_num_batched_tokens=draw(st.integers(2, 6)),
+                 max_num_seqs=draw(st.integers(1, 3)), max_model_len=16,
+                 block_size=draw(st.sampled_from([1, 2, 4])),
+                 num_gpu_blocks=draw(st.integers(3, 6)),
+                 enable_chunked_prefill=draw(st.booleans()))
+    bounds = Bounds(slots=draw(st.integers(2, 3)), depth=draw(st.integers(3, 5)),
+                    max_prompt_len=draw(st.integers(2, 4)),
+                    max_max_tokens=draw(st.integers(2, 3)))
+    name, params = draw(st.sampled_from(PROPERTIES))
+    return cfg, bounds, catalogue.get(name, **params)
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(questions())
+def test_on_any_small_config_the_twins_answer_as_the_whole_menu(question):
+    cfg, bounds, prop = question
+    whole = ax.check(prop, Family(cfg), bounds, 300, options=ax.Options(merge_max_tokens=False))
+    twins = ax.check(prop, Family(cfg), bounds, 300)
+    assert (twins.status, twins.depth, twins.workload) == \
+        (whole.status, whole.depth, whole.workload)
+    assert twins.stats.states <= whole.stats.states
